@@ -1,0 +1,193 @@
+//! Tool endpoints: health, listings and direct invocation.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, AppState};
+use crate::catalog::Catalog;
+use crate::executor::{ToolCall, ToolResult};
+use crate::tool::ToolError;
+
+pub async fn healthz(State(state): State<AppState>) -> Json<Value> {
+    let catalog = state.catalog();
+    Json(json!({
+        "status": "ok",
+        "tools": catalog.tools().count(),
+        "tool_sets": catalog.sets().count(),
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ToolsQuery {
+    tool_set: Option<String>,
+}
+
+/// `GET /v1/tools[?tool_set=]`: tools in OpenAI's function format.
+pub async fn list_tools(
+    State(state): State<AppState>,
+    Query(q): Query<ToolsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let catalog = state.catalog();
+    let (tools, unavailable): (Vec<Value>, Vec<Value>) = match &q.tool_set {
+        Some(name) => {
+            let set = find_set(&catalog, name)?;
+            (
+                catalog.tools_in(set).map(|t| describe_tool(t)).collect(),
+                set.unavailable
+                    .iter()
+                    .filter_map(|n| catalog.unavailable_tool(n))
+                    .map(|u| json!({"name": u.name, "reason": u.reason}))
+                    .collect(),
+            )
+        }
+        None => (
+            catalog.tools().map(|t| describe_tool(t)).collect(),
+            catalog
+                .unavailable()
+                .map(|u| json!({"name": u.name, "reason": u.reason}))
+                .collect(),
+        ),
+    };
+    Ok(Json(json!({
+        "object": "list",
+        "tool_set": q.tool_set,
+        "data": tools,
+        "unavailable": unavailable,
+    })))
+}
+
+fn describe_tool(tool: &crate::tool::Tool) -> Value {
+    let mut v = tool.to_openai();
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert(
+            "toolgate".into(),
+            json!({
+                "kind": tool.kind.label(),
+                "category": tool.category,
+                "cached": tool.cache.is_some(),
+            }),
+        );
+    }
+    v
+}
+
+fn find_set<'a>(catalog: &'a Catalog, name: &str) -> Result<&'a crate::catalog::ToolSet, ApiError> {
+    catalog.set(name).ok_or_else(|| {
+        let names: Vec<&str> = catalog.sets().map(|s| s.name.as_str()).collect();
+        ApiError::not_found(
+            "unknown_tool_set",
+            format!(
+                "tool set `{name}` does not exist; available: {}",
+                names.join(", ")
+            ),
+        )
+    })
+}
+
+/// `GET /v1/tool-sets`.
+pub async fn list_sets(State(state): State<AppState>) -> Json<Value> {
+    let catalog = state.catalog();
+    let default = catalog.default_set().map(|s| s.name.clone());
+    let data: Vec<Value> = catalog
+        .sets()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "description": s.description,
+                "tools": s.tools,
+                "unavailable": s.unavailable,
+                "default": Some(&s.name) == default.as_ref(),
+            })
+        })
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InvokeBody {
+    #[serde(default)]
+    arguments: Option<Value>,
+}
+
+/// `POST /v1/tools/{name}/invoke` with `{"arguments": {...}}`.
+pub async fn invoke(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<ToolResult>, ApiError> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                "the request body is larger than limits.max_request_bytes",
+            )
+        } else {
+            ApiError::bad_request(format!("cannot read the request body: {e}"))
+        }
+    })?;
+    let arguments = parse_arguments(&body)?;
+    let catalog = state.catalog();
+    if catalog.tool(&name).is_none() {
+        return Err(match catalog.unavailable_tool(&name) {
+            Some(u) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "tool_unavailable",
+                format!("tool `{name}` is unavailable: {}", u.reason),
+            ),
+            None => ApiError::not_found("unknown_tool", format!("tool `{name}` does not exist")),
+        });
+    }
+    let call = ToolCall {
+        id: "invoke".into(),
+        name,
+        arguments,
+    };
+    let result = state.executor.run(&catalog, &call).await;
+    match &result.error {
+        None => Ok(Json(result)),
+        Some(e) => Err(error_for(e)),
+    }
+}
+
+/// The request body: empty, or `{"arguments": <object or JSON text>}`.
+fn parse_arguments(body: &[u8]) -> Result<Value, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    let parsed: InvokeBody = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the body is not valid JSON of the form {{\"arguments\": {{...}}}}: {e}"
+        ))
+    })?;
+    match parsed.arguments {
+        None | Some(Value::Null) => Ok(json!({})),
+        Some(Value::String(text)) => serde_json::from_str(&text).map_err(|e| {
+            ApiError::bad_request(format!("`arguments` is a string but not JSON: {e}"))
+        }),
+        Some(v) => Ok(v),
+    }
+}
+
+/// The truthful status for a failed call.
+fn error_for(e: &ToolError) -> ApiError {
+    let status = match e {
+        ToolError::UnknownTool(_) => StatusCode::NOT_FOUND,
+        ToolError::InvalidArguments(_) | ToolError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        ToolError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        ToolError::Backend(_) | ToolError::Failed(_) | ToolError::Panicked(_) => {
+            StatusCode::BAD_GATEWAY
+        }
+    };
+    let err = ApiError::new(status, e.code(), e.to_string());
+    match e {
+        ToolError::InvalidArguments(details) => err.with_details(json!(details)),
+        _ => err,
+    }
+}

@@ -1,0 +1,248 @@
+//! The YAML formats, as typed structs.
+//!
+//! Every struct denies unknown fields, so a typo is an error with a position
+//! rather than a silently ignored key. `toolgate schema` renders these types
+//! as a JSON Schema for editors.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `toolgate.yaml`: the gateway itself.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayFile {
+    /// Address the server listens on, e.g. `127.0.0.1:8080`. The CLI's
+    /// `--listen` overrides it.
+    #[serde(default)]
+    pub listen: Option<String>,
+    /// Defaults applied to every request and tool call.
+    #[serde(default)]
+    pub defaults: Defaults,
+    /// Limits that protect the gateway.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// Defaults applied when a tool or request does not say otherwise.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Defaults {
+    /// The tool set used when a request names none. When unset, a set named
+    /// `default` is used if one exists.
+    pub tool_set: Option<String>,
+    /// Timeout of one tool call when the tool sets none, e.g. `30s`.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub tool_timeout: Duration,
+    /// How many calls of one batch run at the same time.
+    pub parallelism: usize,
+    /// A tool's output longer than this many characters is cut, with a
+    /// visible marker.
+    pub max_output_chars: usize,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            tool_set: None,
+            tool_timeout: Duration::from_secs(30),
+            parallelism: 8,
+            max_output_chars: 20_000,
+        }
+    }
+}
+
+/// Limits on what clients and backends may send.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest request body the HTTP API accepts, in bytes.
+    pub max_request_bytes: usize,
+    /// Largest response an HTTP tool may read from its backend, in bytes;
+    /// reading stops as soon as it is exceeded.
+    pub max_response_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_bytes: 2 * 1024 * 1024,
+            max_response_bytes: 4 * 1024 * 1024,
+        }
+    }
+}
+
+/// A file in `tools.d/`: HTTP tools (and, later, MCP servers).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolFile {
+    /// Environment variables this file's templates may read as `env.NAME`,
+    /// each `optional` (a tool using it is disabled, with a warning, while it
+    /// is unset) or `required` (unset is a configuration error).
+    #[serde(default)]
+    pub env: IndexMap<String, EnvNeed>,
+    /// The tools this file declares.
+    #[serde(default)]
+    pub tools: Vec<ToolDecl>,
+}
+
+/// Whether an environment variable must be set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvNeed {
+    /// Unset disables the tools that use it, with a warning.
+    Optional,
+    /// Unset is a configuration error.
+    Required,
+}
+
+/// One HTTP tool.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolDecl {
+    /// Name the model calls: 1-64 of `A-Z a-z 0-9 _ -`.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// Free-form category, shown in listings.
+    #[serde(default)]
+    pub category: Option<String>,
+    /// JSON Schema of the arguments; must be `type: object`.
+    #[serde(default = "empty_object_schema")]
+    #[schemars(with = "serde_json::Value")]
+    pub parameters: serde_json::Value,
+    /// The request this tool sends.
+    pub http: HttpDecl,
+    /// What to return from the response.
+    #[serde(default)]
+    pub response: ResponseDecl,
+    /// Cache successful results for identical arguments.
+    #[serde(default)]
+    pub cache: Option<CacheDecl>,
+}
+
+fn empty_object_schema() -> serde_json::Value {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+/// HTTP methods an HTTP tool may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Method {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+/// The templated request of an HTTP tool. Every string is a minijinja
+/// template over `args` (the validated arguments) and `env` (the variables
+/// the file declares).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpDecl {
+    #[serde(default = "default_method")]
+    pub method: Method,
+    /// Absolute `http(s)` URL. Values from `args` are percent-encoded, so they
+    /// stay inside their path segment or query value.
+    pub url: String,
+    /// Query parameters; a value that renders empty is left out.
+    #[serde(default)]
+    pub query: IndexMap<String, String>,
+    /// Request headers; a value holding CR or LF is refused.
+    #[serde(default)]
+    pub headers: IndexMap<String, String>,
+    /// Request body.
+    #[serde(default)]
+    pub body: Option<BodyDecl>,
+    /// Timeout of this tool's calls, e.g. `10s`; default: `defaults.tool_timeout`.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
+    pub timeout: Option<Duration>,
+}
+
+fn default_method() -> Method {
+    Method::Get
+}
+
+/// A request body: JSON (whose strings are templates; a string that is
+/// exactly one `{{ expression }}` keeps the value's JSON type) or raw text.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub enum BodyDecl {
+    /// A JSON document; sent as `application/json`.
+    #[schemars(with = "serde_json::Value")]
+    Json(serde_json::Value),
+    /// A text template, sent as is.
+    Text {
+        template: String,
+        #[serde(default = "default_text_content_type")]
+        content_type: String,
+    },
+}
+
+fn default_text_content_type() -> String {
+    "text/plain; charset=utf-8".to_owned()
+}
+
+/// What the model gets back from the response.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseDecl {
+    /// JSON pointer into a JSON response, e.g. `/current`.
+    #[serde(default)]
+    pub select: Option<String>,
+    /// A template over `response` (the selected value) and `args` whose
+    /// output replaces the response.
+    #[serde(default)]
+    pub template: Option<String>,
+}
+
+/// Result caching.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheDecl {
+    /// How long a result stays valid, e.g. `5m`.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub ttl: Duration,
+}
+
+/// A file in `tool-sets/`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSetFile {
+    /// The name requests use to pick this set.
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Tool names and globs (`everything_*`).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Other sets whose tools this set includes.
+    #[serde(default)]
+    pub include: Vec<String>,
+}
+
+/// The JSON Schemas of all three formats, keyed by file kind.
+pub fn json_schemas() -> BTreeMap<&'static str, serde_json::Value> {
+    let mut out = BTreeMap::new();
+    out.insert(
+        "toolgate.yaml",
+        serde_json::to_value(schemars::schema_for!(GatewayFile)).unwrap_or_default(),
+    );
+    out.insert(
+        "tools.d/*.yaml",
+        serde_json::to_value(schemars::schema_for!(ToolFile)).unwrap_or_default(),
+    );
+    out.insert(
+        "tool-sets/*.yaml",
+        serde_json::to_value(schemars::schema_for!(ToolSetFile)).unwrap_or_default(),
+    );
+    out
+}

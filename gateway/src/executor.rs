@@ -1,0 +1,292 @@
+//! The executor: runs tool calls from a catalog.
+//!
+//! For each call: look the tool up, validate the arguments against its
+//! schema, answer from the cache when the tool has one, run it under its
+//! timeout with panics caught, and cut long output with a visible marker.
+//! A batch runs with bounded parallelism; identical calls in one batch run
+//! once and the copies are marked `skipped`. Nothing is retried: the model
+//! decides what to do with a failure. Every outcome is a [`ToolResult`].
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{FutureExt, StreamExt};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::catalog::Catalog;
+use crate::tool::{Tool, ToolError, ToolKind};
+
+/// One call to run.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    /// The caller's id for the call (e.g. the model's `tool_call_id`).
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+}
+
+/// The uniform result of a call: `{success, data, error}` plus facts.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolResult {
+    pub success: bool,
+    pub data: Option<Value>,
+    pub error: Option<ToolError>,
+    /// Wall time of the call, in milliseconds.
+    pub duration_ms: f64,
+    /// The same call appeared earlier in the batch; this is its result.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
+    /// Answered from the tool's cache.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
+    /// The output was cut to the configured size.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+impl ToolResult {
+    fn failure(error: ToolError, started: Instant) -> Self {
+        ToolResult {
+            success: false,
+            data: None,
+            error: Some(error),
+            duration_ms: elapsed_ms(started),
+            skipped: false,
+            cached: false,
+            truncated: false,
+        }
+    }
+
+    /// The result as the text a model reads in a tool message.
+    pub fn to_model_text(&self) -> String {
+        match (&self.data, &self.error) {
+            (_, Some(e)) => format!("Error ({}): {e}", e.code()),
+            (Some(Value::String(s)), None) => s.clone(),
+            (Some(v), None) => v.to_string(),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+fn elapsed_ms(started: Instant) -> f64 {
+    started.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Runs calls. Cheap to clone; holds the shared HTTP connection pool.
+#[derive(Debug, Clone)]
+pub struct Executor {
+    http: reqwest::Client,
+}
+
+impl Executor {
+    pub fn new(http: reqwest::Client) -> Self {
+        Executor { http }
+    }
+
+    /// The shared HTTP client.
+    pub fn http_client(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// Runs one call.
+    pub async fn run(&self, catalog: &Catalog, call: &ToolCall) -> ToolResult {
+        let started = Instant::now();
+        let Some(tool) = catalog.tool(&call.name) else {
+            let error = match catalog.unavailable_tool(&call.name) {
+                Some(u) => {
+                    ToolError::Failed(format!("tool `{}` is unavailable: {}", call.name, u.reason))
+                }
+                None => ToolError::UnknownTool(call.name.clone()),
+            };
+            return ToolResult::failure(error, started);
+        };
+        if let Err(errors) = tool.validate(&call.arguments) {
+            return ToolResult::failure(ToolError::InvalidArguments(errors), started);
+        }
+        let cache_key = tool.cache.as_ref().map(|_| canonical_json(&call.arguments));
+        if let (Some(cache), Some(key)) = (&tool.cache, &cache_key)
+            && let Some(data) = cache.get(key)
+        {
+            let mut result = self.finish(Ok(data), catalog, started);
+            result.cached = true;
+            return result;
+        }
+
+        let timeout = tool
+            .timeout
+            .unwrap_or(catalog.settings.defaults.tool_timeout);
+        let run = AssertUnwindSafe(self.invoke(tool, &call.arguments)).catch_unwind();
+        let outcome = match tokio::time::timeout(timeout, run).await {
+            Err(_) => Err(ToolError::Timeout(timeout)),
+            Ok(Err(panic)) => Err(ToolError::Panicked(panic_message(&panic))),
+            Ok(Ok(outcome)) => outcome,
+        };
+        if let (Ok(data), Some(cache), Some(key)) = (&outcome, &tool.cache, cache_key) {
+            cache.insert(key, data.clone());
+        }
+        self.finish(outcome, catalog, started)
+    }
+
+    async fn invoke(&self, tool: &Arc<Tool>, args: &Value) -> Result<Value, ToolError> {
+        match &tool.kind {
+            ToolKind::Http(http) => http.call(&self.http, args).await,
+        }
+    }
+
+    fn finish(
+        &self,
+        outcome: Result<Value, ToolError>,
+        catalog: &Catalog,
+        started: Instant,
+    ) -> ToolResult {
+        match outcome {
+            Ok(data) => {
+                let (data, truncated) =
+                    cap_output(data, catalog.settings.defaults.max_output_chars);
+                ToolResult {
+                    success: true,
+                    data: Some(data),
+                    error: None,
+                    duration_ms: elapsed_ms(started),
+                    skipped: false,
+                    cached: false,
+                    truncated,
+                }
+            }
+            Err(e) => ToolResult::failure(e, started),
+        }
+    }
+
+    /// Runs a batch: identical calls once, at most `defaults.parallelism` at
+    /// a time. Results come back in the order of `calls`.
+    pub async fn run_batch(&self, catalog: &Catalog, calls: &[ToolCall]) -> Vec<ToolResult> {
+        // Index of the first occurrence of each distinct call.
+        let mut first: HashMap<(String, String), usize> = HashMap::new();
+        let mut origin = Vec::with_capacity(calls.len());
+        let mut unique = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            let key = (call.name.clone(), canonical_json(&call.arguments));
+            let slot = *first.entry(key).or_insert_with(|| {
+                unique.push(i);
+                unique.len() - 1
+            });
+            origin.push(slot);
+        }
+        let parallelism = catalog.settings.defaults.parallelism.max(1);
+        let mut results: Vec<Option<ToolResult>> = vec![None; unique.len()];
+        let mut stream = futures::stream::iter(unique.iter().enumerate())
+            .map(|(slot, &i)| async move { (slot, self.run(catalog, &calls[i]).await) })
+            .buffer_unordered(parallelism);
+        while let Some((slot, result)) = stream.next().await {
+            results[slot] = Some(result);
+        }
+        let mut seen = vec![false; unique.len()];
+        origin
+            .into_iter()
+            .map(|slot| {
+                let mut r = results[slot].clone().unwrap_or_else(|| {
+                    ToolResult::failure(
+                        ToolError::Failed("the call did not run".into()),
+                        Instant::now(),
+                    )
+                });
+                if std::mem::replace(&mut seen[slot], true) {
+                    r.skipped = true;
+                    r.duration_ms = 0.0;
+                }
+                r
+            })
+            .collect()
+    }
+}
+
+/// Cuts output longer than `max` characters. Strings are cut in place;
+/// other values become their JSON text, cut.
+fn cap_output(data: Value, max: usize) -> (Value, bool) {
+    match data {
+        Value::String(s) if s.chars().count() > max => (Value::String(cut(&s, max)), true),
+        Value::String(s) => (Value::String(s), false),
+        other => {
+            let text = other.to_string();
+            if text.chars().count() > max {
+                (Value::String(cut(&text, max)), true)
+            } else {
+                (other, false)
+            }
+        }
+    }
+}
+
+fn cut(s: &str, max: usize) -> String {
+    let end = s.char_indices().nth(max).map_or(s.len(), |(i, _)| i);
+    let rest = s[end..].chars().count();
+    format!("{}\n[output truncated: {rest} more characters]", &s[..end])
+}
+
+/// JSON with object keys sorted, so equal values have equal text.
+pub fn canonical_json(value: &Value) -> String {
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                Value::Object(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), sorted(v)))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(value).to_string()
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_owned()
+    }
+}
+
+/// Builds the shared HTTP client used by HTTP tools.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_json_sorts_keys() {
+        assert_eq!(
+            canonical_json(&json!({"b": 1, "a": {"d": 2, "c": [ {"y":1,"x":2} ]}})),
+            r#"{"a":{"c":[{"x":2,"y":1}],"d":2},"b":1}"#
+        );
+    }
+
+    #[test]
+    fn output_is_cut_with_a_marker() {
+        let (v, t) = cap_output(json!("héllo world"), 5);
+        assert!(t);
+        assert_eq!(v, json!("héllo\n[output truncated: 6 more characters]"));
+        let (v, t) = cap_output(json!({"a": 1}), 100);
+        assert!(!t);
+        assert_eq!(v, json!({"a": 1}));
+    }
+}

@@ -1,0 +1,193 @@
+//! minijinja templates: one environment per catalog holding every compiled
+//! template, the variable check that keeps templates to `args.<declared>` and
+//! `env.<declared>`, and the encodings that keep argument values from
+//! reshaping a request.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::Value;
+
+/// Templates whose name ends with this render every `{{ value }}` as JSON.
+pub const JSON_SUFFIX: &str = "#json";
+
+/// Collects templates while a catalog is built.
+#[derive(Debug)]
+pub struct TemplateSet {
+    env: Environment<'static>,
+}
+
+impl Default for TemplateSet {
+    fn default() -> Self {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        env.set_auto_escape_callback(|name| {
+            if name.ends_with(JSON_SUFFIX) {
+                AutoEscape::Json
+            } else {
+                AutoEscape::None
+            }
+        });
+        TemplateSet { env }
+    }
+}
+
+impl TemplateSet {
+    /// Compiles `source` under `name` and returns the variables it reads,
+    /// with attribute access spelled out (`args.city`).
+    pub fn add(&mut self, name: String, source: String) -> Result<BTreeSet<String>, String> {
+        self.env
+            .add_template_owned(name.clone(), source)
+            .map_err(|e| describe(&e))?;
+        let tmpl = self.env.get_template(&name).map_err(|e| describe(&e))?;
+        Ok(tmpl.undeclared_variables(true).into_iter().collect())
+    }
+
+    pub fn finish(self) -> Arc<Environment<'static>> {
+        Arc::new(self.env)
+    }
+}
+
+/// Renders the template `name` with `ctx`.
+pub fn render(env: &Environment<'_>, name: &str, ctx: minijinja::Value) -> Result<String, String> {
+    env.get_template(name)
+        .and_then(|t| t.render(ctx))
+        .map_err(|e| describe(&e))
+}
+
+/// A template error as one line, without the template's file name (which is
+/// an internal key).
+fn describe(e: &minijinja::Error) -> String {
+    let mut msg = e.kind().to_string();
+    if let Some(detail) = e.detail() {
+        msg.push_str(": ");
+        msg.push_str(detail);
+    }
+    if let Some(line) = e.line() {
+        msg.push_str(&format!(" (template line {line})"));
+    }
+    msg
+}
+
+/// `true` when the template source uses template syntax at all.
+pub fn is_template(source: &str) -> bool {
+    source.contains("{{") || source.contains("{%")
+}
+
+/// `true` when the source is exactly one `{{ expression }}`, whose value then
+/// keeps its JSON type in a JSON body.
+pub fn is_single_expression(source: &str) -> bool {
+    let s = source.trim();
+    s.starts_with("{{") && s.ends_with("}}") && s.matches("{{").count() == 1 && !s.contains("{%")
+}
+
+/// Everything but RFC 3986's unreserved characters is encoded, so a value
+/// cannot add a path segment, a query parameter or a fragment.
+const URL_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Percent-encodes every string inside `value`, for rendering into a URL.
+pub fn url_encode_strings(value: &Value) -> Value {
+    match value {
+        Value::String(s) => Value::String(utf8_percent_encode(s, URL_VALUE).to_string()),
+        Value::Array(items) => Value::Array(items.iter().map(url_encode_strings).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), url_encode_strings(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `true` when a rendered URL's path holds a `.` or `..` segment (also
+/// percent-encoded), which URL parsers resolve and so would move the request
+/// to another path.
+pub fn has_dot_segment(url: &str) -> bool {
+    let after_scheme = url.find("://").map_or(url, |i| &url[i + 3..]);
+    let Some(path_start) = after_scheme.find('/') else {
+        return false;
+    };
+    let path = &after_scheme[path_start..];
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    path.split('/').any(|seg| {
+        let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+        seg == "." || seg == ".."
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reports_variables_with_attributes() {
+        let mut t = TemplateSet::default();
+        let vars = t
+            .add(
+                "x".into(),
+                "{{ args.city }}/{{ env.KEY }}{% for i in args.list %}{{ i }}{% endfor %}".into(),
+            )
+            .unwrap();
+        assert_eq!(
+            vars.into_iter().collect::<Vec<_>>(),
+            vec!["args.city", "args.list", "env.KEY"]
+        );
+    }
+
+    #[test]
+    fn syntax_errors_are_reported() {
+        let mut t = TemplateSet::default();
+        let err = t.add("x".into(), "{{ args.city ".into()).unwrap_err();
+        assert!(err.contains("syntax error"), "{err}");
+    }
+
+    #[test]
+    fn json_suffix_renders_values_as_json() {
+        let mut t = TemplateSet::default();
+        t.add(format!("a{JSON_SUFFIX}"), "{{ args.v }}".into())
+            .unwrap();
+        let env = t.finish();
+        let out = render(
+            &env,
+            &format!("a{JSON_SUFFIX}"),
+            minijinja::context! { args => minijinja::Value::from_serialize(json!({"v": "a\"b"})) },
+        )
+        .unwrap();
+        assert_eq!(out, r#""a\"b""#);
+    }
+
+    #[test]
+    fn url_encoding_keeps_values_in_their_segment() {
+        let v = url_encode_strings(
+            &json!({"a": "../admin", "b": "a?b=c", "c": "x#y", "d": "%2F", "n": 5}),
+        );
+        assert_eq!(
+            v,
+            json!({"a": "..%2Fadmin", "b": "a%3Fb%3Dc", "c": "x%23y", "d": "%252F", "n": 5})
+        );
+    }
+
+    #[test]
+    fn dot_segments_are_detected() {
+        assert!(has_dot_segment("http://h/a/../b"));
+        assert!(has_dot_segment("http://h/a/%2E%2e/b"));
+        assert!(has_dot_segment("http://h/a/."));
+        assert!(!has_dot_segment("http://h/a/..%2Fb?x=..#.."));
+        assert!(!has_dot_segment("http://h"));
+        assert!(!has_dot_segment("http://h/a.json/...b"));
+    }
+
+    #[test]
+    fn single_expression() {
+        assert!(is_single_expression(" {{ args.x }} "));
+        assert!(!is_single_expression("a {{ args.x }}"));
+        assert!(!is_single_expression("{{ a }}{{ b }}"));
+    }
+}

@@ -1,0 +1,306 @@
+//! HTTP tools: a templated request to an HTTP API, sent through the shared
+//! connection pool, with the response read under a size cap and shaped for
+//! the model.
+//!
+//! Argument values cannot reshape the request: in the URL they are
+//! percent-encoded (and may not form a `.`/`..` segment), query values are
+//! form-encoded by the URL library, header values holding CR or LF are
+//! refused, and JSON bodies are built as JSON values, never by pasting text.
+//! Values of `env` (secrets) are scrubbed from every error message.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use minijinja::Environment;
+use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use serde_json::Value;
+
+use super::ToolError;
+use crate::template::{self, JSON_SUFFIX};
+
+/// A compiled HTTP tool. Templates are referred to by their name in the
+/// catalog's template environment.
+#[derive(Debug)]
+pub struct HttpTool {
+    pub method: reqwest::Method,
+    pub templates: Arc<Environment<'static>>,
+    pub url: String,
+    pub query: Vec<(String, String)>,
+    pub headers: Vec<(HeaderName, String)>,
+    pub body: Option<Body>,
+    /// JSON pointer into the response.
+    pub select: Option<String>,
+    /// Template over `response` and `args` that replaces the response.
+    pub output: Option<String>,
+    /// Values of the environment variables this tool reads. Secret.
+    pub env: BTreeMap<String, String>,
+    pub max_response_bytes: usize,
+}
+
+/// A compiled request body.
+#[derive(Debug)]
+pub enum Body {
+    Json(JsonBody),
+    Text {
+        template: String,
+        content_type: String,
+    },
+}
+
+/// A JSON body whose leaves may be templates.
+#[derive(Debug)]
+pub enum JsonBody {
+    Literal(Value),
+    /// A template that is one expression, rendered as JSON (keeps its type).
+    Value(String),
+    /// A template mixing text and expressions: always a JSON string.
+    Text(String),
+    Array(Vec<JsonBody>),
+    Object(Vec<(String, JsonBody)>),
+}
+
+/// Bytes of an error response kept in the error message.
+const ERROR_BODY_CHARS: usize = 500;
+
+impl HttpTool {
+    /// Runs one call with validated `args`.
+    pub async fn call(&self, client: &reqwest::Client, args: &Value) -> Result<Value, ToolError> {
+        self.call_inner(client, args)
+            .await
+            .map_err(|e| self.redact_error(e))
+    }
+
+    async fn call_inner(&self, client: &reqwest::Client, args: &Value) -> Result<Value, ToolError> {
+        let env = minijinja::Value::from_serialize(&self.env);
+        let ctx = minijinja::context! { args => minijinja::Value::from_serialize(args), env => env.clone() };
+        let url_ctx = minijinja::context! {
+            args => minijinja::Value::from_serialize(template::url_encode_strings(args)),
+            env => env,
+        };
+
+        let raw_url = self.render(&self.url, url_ctx, "http.url")?;
+        if template::has_dot_segment(&raw_url) {
+            return Err(ToolError::Refused(
+                "an argument would add a `.` or `..` segment to the URL path; refusing to send the request".into(),
+            ));
+        }
+        let mut url = url::Url::parse(&raw_url)
+            .map_err(|e| ToolError::Failed(format!("the rendered URL is invalid: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(ToolError::Failed("the rendered URL is not http(s)".into()));
+        }
+        if !self.query.is_empty() {
+            let mut rendered = Vec::with_capacity(self.query.len());
+            for (key, tmpl) in &self.query {
+                let value = self.render(tmpl, ctx.clone(), &format!("http.query.{key}"))?;
+                if !value.is_empty() {
+                    rendered.push((key, value));
+                }
+            }
+            let mut pairs = url.query_pairs_mut();
+            for (key, value) in rendered {
+                pairs.append_pair(key, &value);
+            }
+        }
+
+        let mut request = client.request(self.method.clone(), url);
+        for (name, tmpl) in &self.headers {
+            let value = self.render(tmpl, ctx.clone(), &format!("http.headers.{name}"))?;
+            if value.is_empty() {
+                continue;
+            }
+            if value.contains(['\r', '\n']) {
+                return Err(ToolError::Refused(format!(
+                    "header `{name}` would contain a line break; refusing to send the request"
+                )));
+            }
+            let value = HeaderValue::from_str(&value).map_err(|_| {
+                ToolError::Refused(format!("header `{name}` would contain invalid characters"))
+            })?;
+            request = request.header(name.clone(), value);
+        }
+        match &self.body {
+            None => {}
+            Some(Body::Json(body)) => {
+                let value = self.render_json(body, &ctx)?;
+                request = request.json(&value);
+            }
+            Some(Body::Text {
+                template,
+                content_type,
+            }) => {
+                let text = self.render(template, ctx.clone(), "http.body")?;
+                request = request
+                    .header(CONTENT_TYPE, content_type.as_str())
+                    .body(text);
+            }
+        }
+
+        let response = request
+            .send()
+            .await
+            .map_err(|e| ToolError::Backend(format!("request failed: {}", describe_reqwest(e))))?;
+        let status = response.status();
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.contains("json"));
+        let body = read_capped(response, self.max_response_bytes).await?;
+
+        if !status.is_success() {
+            let text = String::from_utf8_lossy(&body);
+            return Err(ToolError::Backend(format!(
+                "backend answered HTTP {status}: {}",
+                truncate_chars(text.trim(), ERROR_BODY_CHARS)
+            )));
+        }
+
+        let mut data = if is_json {
+            serde_json::from_slice(&body)
+                .map_err(|e| ToolError::Failed(format!("backend sent invalid JSON: {e}")))?
+        } else {
+            match serde_json::from_slice::<Value>(&body) {
+                Ok(v) => v,
+                Err(_) => Value::String(String::from_utf8_lossy(&body).into_owned()),
+            }
+        };
+        if let Some(pointer) = &self.select {
+            data = data.pointer(pointer).cloned().ok_or_else(|| {
+                ToolError::Failed(format!(
+                    "the response has nothing at `{pointer}` (response.select)"
+                ))
+            })?;
+        }
+        if let Some(output) = &self.output {
+            let ctx = minijinja::context! {
+                response => minijinja::Value::from_serialize(&data),
+                args => minijinja::Value::from_serialize(args),
+            };
+            data = Value::String(self.render(output, ctx, "response.template")?);
+        }
+        Ok(data)
+    }
+
+    fn render(&self, name: &str, ctx: minijinja::Value, what: &str) -> Result<String, ToolError> {
+        template::render(&self.templates, name, ctx)
+            .map_err(|e| ToolError::Failed(format!("cannot render {what}: {e}")))
+    }
+
+    fn render_json(&self, body: &JsonBody, ctx: &minijinja::Value) -> Result<Value, ToolError> {
+        Ok(match body {
+            JsonBody::Literal(v) => v.clone(),
+            JsonBody::Text(name) => Value::String(self.render(name, ctx.clone(), "http.body")?),
+            JsonBody::Value(name) => {
+                let text = self.render(name, ctx.clone(), "http.body")?;
+                if text.trim().is_empty() {
+                    Value::Null
+                } else {
+                    serde_json::from_str(&text).map_err(|e| {
+                        ToolError::Failed(format!("http.body rendered invalid JSON: {e}"))
+                    })?
+                }
+            }
+            JsonBody::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|b| self.render_json(b, ctx))
+                    .collect::<Result<_, _>>()?,
+            ),
+            JsonBody::Object(fields) => Value::Object(
+                fields
+                    .iter()
+                    .map(|(k, b)| Ok((k.clone(), self.render_json(b, ctx)?)))
+                    .collect::<Result<_, ToolError>>()?,
+            ),
+        })
+    }
+
+    /// Replaces every secret value in an error message.
+    fn redact_error(&self, e: ToolError) -> ToolError {
+        let redact = |msg: String| {
+            self.env
+                .values()
+                .filter(|v| !v.is_empty())
+                .fold(msg, |m, secret| m.replace(secret.as_str(), "[redacted]"))
+        };
+        match e {
+            ToolError::Backend(m) => ToolError::Backend(redact(m)),
+            ToolError::Failed(m) => ToolError::Failed(redact(m)),
+            ToolError::Refused(m) => ToolError::Refused(redact(m)),
+            other => other,
+        }
+    }
+}
+
+/// The name under which a JSON body leaf template is stored.
+pub fn json_leaf_name(tool: &str, pointer: &str, single_expression: bool) -> String {
+    if single_expression {
+        format!("{tool}/http.body{pointer}{JSON_SUFFIX}")
+    } else {
+        format!("{tool}/http.body{pointer}")
+    }
+}
+
+/// A reqwest error without the URL (which may hold secrets in its query).
+fn describe_reqwest(e: reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "could not connect"
+    } else {
+        "error"
+    };
+    let mut msg = kind.to_owned();
+    let e = e.without_url();
+    let mut source = std::error::Error::source(&e);
+    // Walk to the innermost cause: it says what actually happened.
+    let mut last = None;
+    while let Some(s) = source {
+        last = Some(s.to_string());
+        source = s.source();
+    }
+    if let Some(cause) = last {
+        msg.push_str(": ");
+        msg.push_str(&cause);
+    }
+    msg
+}
+
+/// Reads the body, stopping as soon as it exceeds `cap` bytes.
+async fn read_capped(mut response: reqwest::Response, cap: usize) -> Result<Vec<u8>, ToolError> {
+    if response.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(too_large(cap));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| {
+        ToolError::Backend(format!(
+            "reading the response failed: {}",
+            describe_reqwest(e)
+        ))
+    })? {
+        if body.len() + chunk.len() > cap {
+            return Err(too_large(cap));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn too_large(cap: usize) -> ToolError {
+    ToolError::Backend(format!(
+        "the response is larger than {cap} bytes (limits.max_response_bytes); ask for less"
+    ))
+}
+
+/// The first `max` characters of `s`, with a marker when cut.
+pub fn truncate_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_owned(),
+        Some((cut, _)) => format!(
+            "{}… [{} more characters]",
+            &s[..cut],
+            s[cut..].chars().count()
+        ),
+    }
+}

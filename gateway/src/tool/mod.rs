@@ -1,0 +1,235 @@
+//! A tool, whatever its kind: its public face (name, description, schema)
+//! and how one call of it runs. The kinds live in submodules.
+
+pub mod http;
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// A tool in the catalog.
+#[derive(Debug)]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub category: Option<String>,
+    /// The canonical JSON Schema of the arguments (`type: object`).
+    pub parameters: Value,
+    validator: jsonschema::Validator,
+    /// Per-tool timeout; `None` uses the configured default.
+    pub timeout: Option<Duration>,
+    /// Results cache, for tools that declare one.
+    pub cache: Option<ResultCache>,
+    pub kind: ToolKind,
+    /// Where it was declared, e.g. `tools.d/weather.yaml:3`.
+    pub origin: String,
+}
+
+/// Cached successful results of one tool, keyed by canonical arguments.
+pub type ResultCache = moka::sync::Cache<String, Value>;
+
+/// What runs when the tool is called.
+#[derive(Debug)]
+pub enum ToolKind {
+    /// A templated request to an HTTP API.
+    Http(http::HttpTool),
+}
+
+impl ToolKind {
+    pub fn label(&self) -> &'static str {
+        match self {
+            ToolKind::Http(_) => "http",
+        }
+    }
+}
+
+/// The common parts of a tool, used to build one.
+#[derive(Debug)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub category: Option<String>,
+    pub parameters: Value,
+    pub timeout: Option<Duration>,
+    pub cache_ttl: Option<Duration>,
+    pub origin: String,
+}
+
+impl Tool {
+    /// Builds a tool; fails when `parameters` is not a usable JSON Schema.
+    pub fn new(spec: ToolSpec, kind: ToolKind) -> Result<Tool, String> {
+        let validator = compile_schema(&spec.parameters)?;
+        let cache = spec.cache_ttl.map(|ttl| {
+            moka::sync::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(ttl)
+                .build()
+        });
+        Ok(Tool {
+            name: spec.name,
+            description: spec.description,
+            category: spec.category,
+            parameters: spec.parameters,
+            validator,
+            timeout: spec.timeout,
+            cache,
+            kind,
+            origin: spec.origin,
+        })
+    }
+
+    /// Checks `args` against the schema; every violation is reported.
+    pub fn validate(&self, args: &Value) -> Result<(), Vec<ArgError>> {
+        let errors: Vec<ArgError> = self
+            .validator
+            .iter_errors(args)
+            .map(|e| {
+                let rule = e
+                    .schema_path()
+                    .as_str()
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                let path = e.instance_path().as_str();
+                ArgError {
+                    path: if path.is_empty() {
+                        "/".to_owned()
+                    } else {
+                        path.to_owned()
+                    },
+                    rule,
+                    message: e.to_string(),
+                }
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The tool in OpenAI's function format.
+    pub fn to_openai(&self) -> Value {
+        serde_json::json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            }
+        })
+    }
+}
+
+/// Compiles a tool's argument schema, which must be a valid JSON Schema of
+/// `type: object`.
+pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err("the schema's `type` must be `object`".to_owned());
+    }
+    jsonschema::validator_for(schema).map_err(|e| e.to_string())
+}
+
+/// One argument that failed validation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArgError {
+    /// JSON pointer into the arguments (`/` for the whole object).
+    pub path: String,
+    /// The schema keyword that failed, e.g. `maximum` or `required`.
+    pub rule: String,
+    pub message: String,
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ToolError {
+    #[error("unknown tool `{0}`")]
+    UnknownTool(String),
+    #[error("invalid arguments: {}", join_arg_errors(.0))]
+    InvalidArguments(Vec<ArgError>),
+    #[error("timed out after {}", humantime_serde::re::humantime::format_duration(*.0))]
+    Timeout(Duration),
+    /// The backend answered with an error or could not be reached.
+    #[error("{0}")]
+    Backend(String),
+    /// The arguments would make an unsafe request, which was not sent.
+    #[error("{0}")]
+    Refused(String),
+    /// The tool could not do its work (bad template, bad response...).
+    #[error("{0}")]
+    Failed(String),
+    #[error("the tool crashed: {0}")]
+    Panicked(String),
+}
+
+fn join_arg_errors(errors: &[ArgError]) -> String {
+    errors
+        .iter()
+        .map(|e| format!("{}: {} ({})", e.path, e.message, e.rule))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl ToolError {
+    /// A stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::UnknownTool(_) => "unknown_tool",
+            ToolError::InvalidArguments(_) => "invalid_arguments",
+            ToolError::Timeout(_) => "timeout",
+            ToolError::Backend(_) => "backend_error",
+            ToolError::Refused(_) => "refused",
+            ToolError::Failed(_) => "tool_error",
+            ToolError::Panicked(_) => "tool_crashed",
+        }
+    }
+}
+
+impl Serialize for ToolError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Repr<'a> {
+            code: &'a str,
+            message: String,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            details: Option<&'a [ArgError]>,
+        }
+        Repr {
+            code: self.code(),
+            message: self.to_string(),
+            details: match self {
+                ToolError::InvalidArguments(errors) => Some(errors),
+                _ => None,
+            },
+        }
+        .serialize(s)
+    }
+}
+
+/// `true` when `name` is a valid tool name: 1-64 of `A-Z a-z 0-9 _ -`.
+pub fn is_valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(is_valid_name("get_forecast"));
+        assert!(is_valid_name("a-B_9"));
+        assert!(is_valid_name(&"x".repeat(64)));
+        assert!(!is_valid_name(&"x".repeat(65)));
+        assert!(!is_valid_name(""));
+        assert!(!is_valid_name("get forecast"));
+        assert!(!is_valid_name("météo"));
+        assert!(!is_valid_name("a.b"));
+    }
+}

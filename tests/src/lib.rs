@@ -1,0 +1,244 @@
+//! Support for toolgate's end-to-end tests: a scriptable HTTP backend that
+//! records what it receives, a way to write configuration folders, and a
+//! gateway served in-process on 127.0.0.1.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use gateway::api::{AppState, router};
+use gateway::catalog::Catalog;
+use gateway::executor::{Executor, http_client};
+use serde_json::{Value, json};
+
+/// One request the backend received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    /// The raw path, percent-encoding intact.
+    pub path: String,
+    /// The raw query string.
+    pub query: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+#[derive(Default)]
+struct BackendState {
+    requests: Mutex<Vec<Recorded>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+}
+
+/// A local HTTP backend for HTTP tools. Routes:
+/// - `/echo/...`: answers `{method, path, query, headers, body}` as JSON;
+/// - `/sleep?ms=N`: answers after N ms (and tracks concurrency);
+/// - `/status/N`: answers status N with a text body (`?body=` to choose it);
+/// - `/big?bytes=N`: streams N bytes, without a Content-Length;
+/// - `/json`: a nested JSON document.
+pub struct Backend {
+    pub addr: SocketAddr,
+    state: Arc<BackendState>,
+}
+
+impl Backend {
+    pub async fn start() -> Backend {
+        let state = Arc::new(BackendState::default());
+        let app = Router::new()
+            .route("/{*rest}", any(handle))
+            .with_state(Arc::clone(&state));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Backend { addr, state }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    pub fn hits(&self) -> usize {
+        self.state.requests.lock().unwrap().len()
+    }
+
+    /// The most requests that were in `/sleep` at the same time.
+    pub fn max_concurrency(&self) -> usize {
+        self.state.max_in_flight.load(Ordering::SeqCst)
+    }
+}
+
+async fn handle(
+    State(state): State<Arc<BackendState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(params): Query<BTreeMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    let recorded = Recorded {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
+        headers: headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: body.to_vec(),
+    };
+    state.requests.lock().unwrap().push(recorded.clone());
+    let path = uri.path();
+    if path.starts_with("/echo") {
+        let body_json = serde_json::from_slice::<Value>(&recorded.body).unwrap_or_else(|_| {
+            Value::String(String::from_utf8_lossy(&recorded.body).into_owned())
+        });
+        return axum::Json(json!({
+            "method": recorded.method,
+            "path": recorded.path,
+            "query": recorded.query,
+            "params": params,
+            "headers": recorded.headers,
+            "body": body_json,
+        }))
+        .into_response();
+    }
+    if path == "/sleep" {
+        let ms: u64 = params.get("ms").and_then(|v| v.parse().ok()).unwrap_or(100);
+        let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        state.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        state.in_flight.fetch_sub(1, Ordering::SeqCst);
+        return axum::Json(json!({"slept_ms": ms, "tag": params.get("tag")})).into_response();
+    }
+    if let Some(code) = path.strip_prefix("/status/") {
+        let status = code
+            .parse()
+            .ok()
+            .and_then(|c| StatusCode::from_u16(c).ok())
+            .unwrap_or(StatusCode::IM_A_TEAPOT);
+        let body = params
+            .get("body")
+            .cloned()
+            .unwrap_or_else(|| format!("failure {code}"));
+        return (status, body).into_response();
+    }
+    if path == "/big" {
+        let bytes: usize = params
+            .get("bytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1024);
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let chunks = bytes.div_ceil(chunk.len());
+        let stream =
+            futures::stream::iter((0..chunks).map(move |_| Ok::<_, std::io::Error>(chunk.clone())));
+        return Response::builder()
+            .header("content-type", "text/plain")
+            .body(Body::from_stream(stream))
+            .unwrap();
+    }
+    if path == "/json" {
+        return axum::Json(json!({"a": {"b": [1, 2, {"c": "deep"}]}, "n": 7})).into_response();
+    }
+    (StatusCode::NOT_FOUND, "no such route").into_response()
+}
+
+/// A configuration folder in a temporary directory.
+pub struct ConfigDir {
+    dir: tempfile::TempDir,
+}
+
+impl ConfigDir {
+    /// Writes `files` (relative path, content) into a new folder.
+    pub fn new(files: &[(&str, &str)]) -> ConfigDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, content) in files {
+            let full = dir.path().join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(full, content).unwrap();
+        }
+        ConfigDir { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Loads a catalog with a fixed environment; panics listing every error.
+pub fn load_catalog(dir: &Path, env: &[(&str, &str)]) -> Catalog {
+    let env: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    match Catalog::load_with_env(dir, &|k| env.get(k).cloned()) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A gateway serving a catalog on 127.0.0.1.
+pub struct Gateway {
+    pub addr: SocketAddr,
+    pub catalog: Arc<Catalog>,
+}
+
+impl Gateway {
+    pub async fn start(catalog: Catalog) -> Gateway {
+        let catalog = Arc::new(catalog);
+        let state = AppState::new(Arc::clone(&catalog), Executor::new(http_client()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router(state)).await;
+        });
+        Gateway { addr, catalog }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+/// The `toolgate` binary built next to the test executables.
+pub fn toolgate_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> -> target/<profile>/toolgate
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let bin = dir.join(format!("toolgate{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: build the workspace first (`cargo build --workspace`)",
+        bin.display()
+    );
+    bin
+}
+
+/// The repository's root folder (it holds the shipped configuration).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
