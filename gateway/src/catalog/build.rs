@@ -33,6 +33,7 @@ pub(super) fn build(
     for file in &raw.tool_files {
         let env_values = check_env(file, env, &mut diags);
         for (i, decl) in file.value.tools.iter().enumerate() {
+            let Some(decl) = decl else { continue };
             let at = |p: &str| file.pos(&format!("tools[{i}]{p}"));
             if !is_valid_name(&decl.name) {
                 diags.push(Diagnostic::error(
@@ -121,6 +122,7 @@ pub(super) fn build(
     let sets = toolset::resolve(
         &raw.set_files,
         &declared,
+        !raw.tools_incomplete,
         &|name| tool_names.contains(name),
         &mut diags,
     );
@@ -230,7 +232,7 @@ fn check_settings(file: &Loaded<crate::config::GatewayFile>, diags: &mut Vec<Dia
 
 /// Checks the file's `env` declarations and reads the set variables.
 fn check_env(
-    file: &Loaded<ToolFile>,
+    file: &Loaded<ToolFile<Option<ToolDecl>>>,
     env: &dyn Fn(&str) -> Option<String>,
     diags: &mut Vec<Diagnostic>,
 ) -> BTreeMap<String, String> {
@@ -287,7 +289,7 @@ struct Scope<'a> {
 
 /// Checks one tool declaration, compiling its schema and templates.
 fn check_tool(
-    file: &Loaded<ToolFile>,
+    file: &Loaded<ToolFile<Option<ToolDecl>>>,
     i: usize,
     decl: &ToolDecl,
     templates: &mut TemplateSet,
@@ -411,21 +413,57 @@ fn check_tool(
     }
     let body = match &http.body {
         None => None,
-        Some(BodyDecl::Text {
-            template,
+        Some(BodyDecl {
+            json: Some(_),
+            text: Some(_),
+            ..
+        })
+        | Some(BodyDecl {
+            json: None,
+            text: None,
+            ..
+        }) => {
+            err(
+                diags,
+                ".http.body",
+                "a body needs exactly one of `json` and `text`".into(),
+                "keep one of the two",
+            );
+            None
+        }
+        Some(BodyDecl {
+            json: Some(_),
+            content_type: Some(_),
+            ..
+        }) => {
+            err(
+                diags,
+                ".http.body.content_type",
+                "a `json` body is always sent as application/json".into(),
+                "remove `content_type`",
+            );
+            None
+        }
+        Some(BodyDecl {
+            text: Some(template),
             content_type,
+            ..
         }) => add(
             diags,
             format!("{name}/http.body"),
             template,
-            ".http.body.text.template",
+            ".http.body.text",
             &plain,
         )
         .map(|t| Body::Text {
             template: t,
-            content_type: content_type.clone(),
+            content_type: content_type
+                .clone()
+                .unwrap_or_else(|| "text/plain; charset=utf-8".to_owned()),
         }),
-        Some(BodyDecl::Json(value)) => {
+        Some(BodyDecl {
+            json: Some(value), ..
+        }) => {
             let mut compile = |diags: &mut Vec<Diagnostic>, pointer: &str, source: &str| {
                 let single = template::is_single_expression(source);
                 let key = json_leaf_name(name, pointer, single);

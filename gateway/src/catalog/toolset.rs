@@ -24,10 +24,13 @@ pub struct ToolSet {
 }
 
 /// Resolves every set. `declared` lists every declared tool (usable or not,
-/// in order); `usable` says which can be used.
+/// in order); `usable` says which can be used. When `complete` is false (a
+/// tools file failed to parse), names that match nothing are not reported:
+/// they may be in the broken file, whose error is reported already.
 pub fn resolve(
     files: &[Loaded<ToolSetFile>],
     declared: &[String],
+    complete: bool,
     usable: &dyn Fn(&str) -> bool,
     diags: &mut Vec<Diagnostic>,
 ) -> IndexMap<String, ToolSet> {
@@ -62,7 +65,7 @@ pub fn resolve(
             continue;
         }
         by_name.insert(&set.name, i);
-        own.push(Some(expand_entries(file, declared, diags)));
+        own.push(Some(expand_entries(file, declared, complete, diags)));
     }
 
     // Includes must name sets.
@@ -150,6 +153,7 @@ fn sorted_names(by_name: &HashMap<&str, usize>) -> String {
 fn expand_entries(
     file: &Loaded<ToolSetFile>,
     declared: &[String],
+    complete: bool,
     diags: &mut Vec<Diagnostic>,
 ) -> IndexSet<String> {
     let mut out = IndexSet::new();
@@ -164,7 +168,7 @@ fn expand_entries(
                         matched = true;
                         out.insert(t.clone());
                     }
-                    if !matched {
+                    if !matched && complete {
                         diags.push(Diagnostic::error(
                             &file.file,
                             file.pos(&path),
@@ -182,7 +186,7 @@ fn expand_entries(
             }
         } else if declared.iter().any(|t| t == entry) {
             out.insert(entry.clone());
-        } else {
+        } else if complete {
             diags.push(Diagnostic::error(
                 &file.file,
                 file.pos(&path),

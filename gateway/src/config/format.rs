@@ -77,17 +77,29 @@ impl Default for Limits {
 }
 
 /// A file in `tools.d/`: HTTP tools (and, later, MCP servers).
-#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+///
+/// The loader reads each tool entry on its own (`T` is first a raw YAML
+/// value), so one malformed tool does not hide the errors of the others.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ToolFile {
+pub struct ToolFile<T = ToolDecl> {
     /// Environment variables this file's templates may read as `env.NAME`,
     /// each `optional` (a tool using it is disabled, with a warning, while it
     /// is unset) or `required` (unset is a configuration error).
     #[serde(default)]
     pub env: IndexMap<String, EnvNeed>,
     /// The tools this file declares.
-    #[serde(default)]
-    pub tools: Vec<ToolDecl>,
+    #[serde(default, bound(deserialize = "T: Deserialize<'de>"))]
+    pub tools: Vec<T>,
+}
+
+impl<T> Default for ToolFile<T> {
+    fn default() -> Self {
+        ToolFile {
+            env: IndexMap::new(),
+            tools: Vec::new(),
+        }
+    }
 }
 
 /// Whether an environment variable must be set.
@@ -170,24 +182,22 @@ fn default_method() -> Method {
     Method::Get
 }
 
-/// A request body: JSON (whose strings are templates; a string that is
-/// exactly one `{{ expression }}` keeps the value's JSON type) or raw text.
-#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "snake_case")]
-pub enum BodyDecl {
+/// A request body: `json` (a JSON document whose strings are templates; a
+/// string that is exactly one `{{ expression }}` keeps the value's JSON type)
+/// or `text` (a text template). Exactly one of the two.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BodyDecl {
     /// A JSON document; sent as `application/json`.
-    #[schemars(with = "serde_json::Value")]
-    Json(serde_json::Value),
+    #[serde(default)]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub json: Option<serde_json::Value>,
     /// A text template, sent as is.
-    Text {
-        template: String,
-        #[serde(default = "default_text_content_type")]
-        content_type: String,
-    },
-}
-
-fn default_text_content_type() -> String {
-    "text/plain; charset=utf-8".to_owned()
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Content type of a `text` body; default `text/plain; charset=utf-8`.
+    #[serde(default)]
+    pub content_type: Option<String>,
 }
 
 /// What the model gets back from the response.
@@ -238,7 +248,7 @@ pub fn json_schemas() -> BTreeMap<&'static str, serde_json::Value> {
     );
     out.insert(
         "tools.d/*.yaml",
-        serde_json::to_value(schemars::schema_for!(ToolFile)).unwrap_or_default(),
+        serde_json::to_value(schemars::schema_for!(ToolFile<ToolDecl>)).unwrap_or_default(),
     );
     out.insert(
         "tool-sets/*.yaml",

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 
 use super::diag::Diagnostic;
-use super::format::{GatewayFile, ToolFile, ToolSetFile};
+use super::format::{GatewayFile, ToolDecl, ToolFile, ToolSetFile};
 use super::span::{Pos, SpanIndex};
 
 /// A parsed file and where its values stand.
@@ -33,8 +33,11 @@ impl<T> Loaded<T> {
 pub struct RawConfig {
     pub dir: PathBuf,
     pub gateway: Loaded<GatewayFile>,
-    pub tool_files: Vec<Loaded<ToolFile>>,
+    /// Tool files; a tool that failed to parse is `None`.
+    pub tool_files: Vec<Loaded<ToolFile<Option<ToolDecl>>>>,
     pub set_files: Vec<Loaded<ToolSetFile>>,
+    /// A `tools.d` file failed to parse, so the tool list is incomplete.
+    pub tools_incomplete: bool,
 }
 
 pub const GATEWAY_FILE: &str = "toolgate.yaml";
@@ -55,7 +58,9 @@ pub fn load_dir(dir: &Path, diags: &mut Vec<Diagnostic>) -> RawConfig {
         spans: SpanIndex::default(),
         value: GatewayFile::default(),
     });
-    let tool_files = yaml_files(dir, TOOLS_DIR, diags)
+    let tool_paths = yaml_files(dir, TOOLS_DIR, diags);
+    let tool_count = tool_paths.len();
+    let tool_files: Vec<Loaded<ToolFile<Option<ToolDecl>>>> = tool_paths
         .into_iter()
         .filter_map(|p| parse_file(dir, &p, diags))
         .collect();
@@ -66,6 +71,10 @@ pub fn load_dir(dir: &Path, diags: &mut Vec<Diagnostic>) -> RawConfig {
     RawConfig {
         dir: dir.to_owned(),
         gateway,
+        tools_incomplete: tool_files.len() < tool_count
+            || tool_files
+                .iter()
+                .any(|f| f.value.tools.iter().any(Option::is_none)),
         tool_files,
         set_files,
     }
@@ -105,7 +114,7 @@ fn display_path(dir: &Path, path: &Path) -> String {
         .into_owned()
 }
 
-fn parse_file<T: DeserializeOwned + Default>(
+fn parse_file<T: FromYaml>(
     dir: &Path,
     path: &Path,
     diags: &mut Vec<Diagnostic>,
@@ -126,9 +135,9 @@ fn parse_file<T: DeserializeOwned + Default>(
     parse_text(&file, &text, diags)
 }
 
-/// Parses one file's text. Public for tests and for `toolgate check` on
-/// single files.
-pub fn parse_text<T: DeserializeOwned + Default>(
+/// Parses one file's text: YAML syntax first, then the typed form, so that
+/// type errors carry the exact path and position of the offending value.
+pub fn parse_text<T: FromYaml>(
     file: &str,
     text: &str,
     diags: &mut Vec<Diagnostic>,
@@ -143,12 +152,8 @@ pub fn parse_text<T: DeserializeOwned + Default>(
             value: T::default(),
         });
     }
-    match serde_yaml::from_str::<T>(text) {
-        Ok(value) => Some(Loaded {
-            file: file.to_owned(),
-            spans: SpanIndex::new(text),
-            value,
-        }),
+    let value: serde_yaml::Value = match serde_yaml::from_str(text) {
+        Ok(v) => v,
         Err(e) => {
             let pos = e
                 .location()
@@ -159,8 +164,93 @@ pub fn parse_text<T: DeserializeOwned + Default>(
                 .unwrap_or(Pos { line: 1, column: 1 });
             let (message, hint) = describe_yaml_error(&e.to_string());
             diags.push(Diagnostic::error(file, pos, message, hint));
-            None
+            return None;
         }
+    };
+    let mut ctx = Ctx {
+        file,
+        spans: SpanIndex::new(text),
+        diags,
+    };
+    let value = T::from_yaml(value, &mut ctx)?;
+    Some(Loaded {
+        file: file.to_owned(),
+        spans: ctx.spans,
+        value,
+    })
+}
+
+/// What a typed conversion needs to report errors.
+pub struct Ctx<'a> {
+    file: &'a str,
+    spans: SpanIndex,
+    diags: &'a mut Vec<Diagnostic>,
+}
+
+impl Ctx<'_> {
+    /// Deserializes `value` (found at `base`) into `T`, reporting a failure
+    /// at the path of the offending value.
+    fn typed<T: DeserializeOwned>(&mut self, value: serde_yaml::Value, base: &str) -> Option<T> {
+        match serde_path_to_error::deserialize::<_, T>(value) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let inner = e.path().to_string();
+                let path = match (base.is_empty(), inner.as_str()) {
+                    (_, ".") => base.to_owned(),
+                    (true, p) => p.to_owned(),
+                    (false, p) if p.starts_with('[') => format!("{base}{p}"),
+                    (false, p) => format!("{base}.{p}"),
+                };
+                let (message, hint) = describe_yaml_error(&e.into_inner().to_string());
+                let message = if path.is_empty() {
+                    message
+                } else {
+                    format!("{path}: {message}")
+                };
+                self.diags.push(Diagnostic::error(
+                    self.file,
+                    self.spans.find(&path),
+                    message,
+                    hint,
+                ));
+                None
+            }
+        }
+    }
+}
+
+/// The typed forms a file can be read into.
+pub trait FromYaml: Sized + Default {
+    fn from_yaml(value: serde_yaml::Value, ctx: &mut Ctx<'_>) -> Option<Self>;
+}
+
+impl FromYaml for GatewayFile {
+    fn from_yaml(value: serde_yaml::Value, ctx: &mut Ctx<'_>) -> Option<Self> {
+        ctx.typed(value, "")
+    }
+}
+
+impl FromYaml for ToolSetFile {
+    fn from_yaml(value: serde_yaml::Value, ctx: &mut Ctx<'_>) -> Option<Self> {
+        ctx.typed(value, "")
+    }
+}
+
+/// Tool files are read tool by tool: a malformed tool is reported and left
+/// out (as `None`, so the others keep their index) without hiding the rest.
+impl FromYaml for ToolFile<Option<ToolDecl>> {
+    fn from_yaml(value: serde_yaml::Value, ctx: &mut Ctx<'_>) -> Option<Self> {
+        let outer: ToolFile<serde_yaml::Value> = ctx.typed(value, "")?;
+        let tools = outer
+            .tools
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| ctx.typed(v, &format!("tools[{i}]")))
+            .collect();
+        Some(ToolFile {
+            env: outer.env,
+            tools,
+        })
     }
 }
 
