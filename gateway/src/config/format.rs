@@ -123,7 +123,8 @@ pub struct ToolDecl {
     /// Free-form category, shown in listings.
     #[serde(default)]
     pub category: Option<String>,
-    /// JSON Schema of the arguments; must be `type: object`.
+    /// JSON Schema of the arguments; must be `type: object`. Default: no
+    /// arguments at all.
     #[serde(default = "empty_object_schema")]
     #[schemars(with = "serde_json::Value")]
     pub parameters: serde_json::Value,
@@ -138,7 +139,7 @@ pub struct ToolDecl {
 }
 
 fn empty_object_schema() -> serde_json::Value {
-    serde_json::json!({"type": "object", "properties": {}})
+    serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false})
 }
 
 /// HTTP methods an HTTP tool may use.

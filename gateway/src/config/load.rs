@@ -274,3 +274,9 @@ fn describe_yaml_error(raw: &str) -> (String, String) {
     };
     (message, hint.to_owned())
 }
+
+/// Parses YAML text into an untyped JSON value (`Null` when it does not
+/// parse). The benchmarks use it as the baseline cost of reading YAML.
+pub fn parse_untyped(text: &str) -> serde_json::Value {
+    serde_yaml::from_str(text).unwrap_or_default()
+}
