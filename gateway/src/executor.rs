@@ -177,11 +177,23 @@ impl Executor {
         }
         let parallelism = catalog.settings.defaults.parallelism.max(1);
         let mut results: Vec<Option<ToolResult>> = vec![None; unique.len()];
-        let mut stream = futures::stream::iter(unique.iter().enumerate())
-            .map(|(slot, &i)| async move { (slot, self.run(catalog, &calls[i]).await) })
-            .buffer_unordered(parallelism);
-        while let Some((slot, result)) = stream.next().await {
-            results[slot] = Some(result);
+        // A plain FuturesUnordered kept at `parallelism` in flight (rather
+        // than `buffer_unordered` over a closure) keeps the future `Send` in
+        // every context, including inside streams.
+        let mut pending = unique.iter().copied().enumerate();
+        let mut in_flight = futures::stream::FuturesUnordered::new();
+        loop {
+            while in_flight.len() < parallelism {
+                let Some((slot, i)) = pending.next() else {
+                    break;
+                };
+                let call = &calls[i];
+                in_flight.push(async move { (slot, self.run(catalog, call).await) });
+            }
+            match in_flight.next().await {
+                Some((slot, result)) => results[slot] = Some(result),
+                None => break,
+            }
         }
         let mut seen = vec![false; unique.len()];
         origin

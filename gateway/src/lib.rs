@@ -1,14 +1,20 @@
 //! toolgate: a declarative tool gateway for LLM applications.
 //!
 //! Data flows through the modules in this order: [`config`] reads the YAML
-//! files, [`catalog`] validates them into an immutable catalog of [`tool`]s
-//! and tool sets, the [`executor`] runs tool calls against a catalog, and
-//! [`api`] (axum) and [`cli`] (clap) are the edges users touch.
+//! files, [`catalog`] validates them into an immutable catalog of [`tool`]s,
+//! tool sets and [`upstream`]s; a chat request ([`chat`]) picks a tool set
+//! and a route, the model is called through its upstream, and the
+//! [`executor`] runs the tool calls it makes. [`api`] (axum), [`openai`]
+//! (wire format) and [`cli`] (clap) are the edges users touch.
 
 pub mod api;
 pub mod catalog;
+pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod executor;
+pub mod openai;
 pub mod template;
 pub mod tool;
+pub mod toolcall;
+pub mod upstream;

@@ -12,8 +12,12 @@ pub struct ApiError {
     pub status: StatusCode,
     pub message: String,
     pub code: &'static str,
+    /// The request field at fault, if one is.
+    pub param: Option<String>,
     /// Extra structured detail (e.g. argument validation errors).
     pub details: Option<Value>,
+    /// Seconds the client should wait before retrying (429).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -22,8 +26,15 @@ impl ApiError {
             status,
             message: message.into(),
             code,
+            param: None,
             details: None,
+            retry_after: None,
         }
+    }
+
+    pub fn param(mut self, param: &str) -> Self {
+        self.param = Some(param.to_owned());
+        self
     }
 
     pub fn with_details(mut self, details: Value) -> Self {
@@ -58,11 +69,76 @@ impl IntoResponse for ApiError {
             "message": self.message,
             "type": self.kind(),
             "code": self.code,
-            "param": null,
+            "param": self.param,
         });
         if let (Some(details), Some(obj)) = (self.details, error.as_object_mut()) {
             obj.insert("details".into(), details);
         }
-        (self.status, Json(json!({ "error": error }))).into_response()
+        let mut resp = (self.status, Json(json!({ "error": error }))).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        resp
+    }
+}
+
+impl From<crate::upstream::UpstreamError> for ApiError {
+    /// Upstream failures, with truthful statuses: the client's own mistakes
+    /// (400, 404, 422) keep their status; the gateway's credentials being
+    /// refused (401, 403) is a bad gateway; 429 stays 429 with
+    /// `Retry-After`; other upstream errors are 502 (503 stays 503); a
+    /// timeout is 504.
+    fn from(e: crate::upstream::UpstreamError) -> Self {
+        use crate::upstream::UpstreamError as U;
+        let message = e.to_string();
+        match e {
+            U::Status {
+                status,
+                retry_after,
+                ..
+            } => {
+                let (status, code) = match status.as_u16() {
+                    400 | 404 | 413 | 422 => (
+                        StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_REQUEST),
+                        "upstream_rejected_request",
+                    ),
+                    401 | 403 => (StatusCode::BAD_GATEWAY, "upstream_auth_failed"),
+                    429 => (StatusCode::TOO_MANY_REQUESTS, "upstream_rate_limited"),
+                    503 => (StatusCode::SERVICE_UNAVAILABLE, "upstream_unavailable"),
+                    _ => (StatusCode::BAD_GATEWAY, "upstream_error"),
+                };
+                let mut err = ApiError::new(status, code, message);
+                if status == StatusCode::TOO_MANY_REQUESTS {
+                    err.retry_after =
+                        Some(retry_after.map_or(1, |d| d.as_secs_f64().ceil() as u64));
+                }
+                err
+            }
+            U::Timeout { .. } => {
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "upstream_timeout", message)
+            }
+            U::Unreachable { .. } => {
+                ApiError::new(StatusCode::BAD_GATEWAY, "upstream_unreachable", message)
+            }
+            U::Invalid { .. } => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_invalid_response",
+                message,
+            ),
+        }
+    }
+}
+
+/// The error for a request body that could not be read.
+pub fn body_error(e: axum::extract::rejection::BytesRejection) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            "the request body is larger than limits.max_request_bytes",
+        )
+    } else {
+        ApiError::bad_request(format!("cannot read the request body: {e}"))
     }
 }

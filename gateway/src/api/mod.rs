@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use tower_http::trace::TraceLayer;
 
-pub use error::ApiError;
+pub use error::{ApiError, body_error};
 
 use crate::catalog::Catalog;
 use crate::executor::Executor;
@@ -42,6 +42,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools", get(tools::list_tools))
         .route("/v1/tool-sets", get(tools::list_sets))
         .route("/v1/tools/{name}/invoke", post(tools::invoke))
+        .route("/v1/models", get(tools::list_models))
+        .route("/v1/chat/completions", post(crate::chat::completions))
         .fallback(|| async { ApiError::not_found("not_found", "no such endpoint") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(

@@ -121,17 +121,7 @@ pub async fn invoke(
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ToolResult>, ApiError> {
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
-                "the request body is larger than limits.max_request_bytes",
-            )
-        } else {
-            ApiError::bad_request(format!("cannot read the request body: {e}"))
-        }
-    })?;
+    let body = body.map_err(super::body_error)?;
     let arguments = parse_arguments(&body)?;
     let catalog = state.catalog();
     if catalog.tool(&name).is_none() {
@@ -190,4 +180,17 @@ fn error_for(e: &ToolError) -> ApiError {
         ToolError::InvalidArguments(details) => err.with_details(json!(details)),
         _ => err,
     }
+}
+
+/// `GET /v1/models`: the models routes can serve.
+pub async fn list_models(State(state): State<AppState>) -> Json<Value> {
+    let catalog = state.catalog();
+    let data: Vec<Value> = catalog
+        .upstreams
+        .list_models()
+        .await
+        .into_iter()
+        .map(|(id, upstream)| json!({"id": id, "object": "model", "created": 0, "owned_by": upstream}))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
 }

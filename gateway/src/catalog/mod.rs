@@ -15,6 +15,7 @@ use indexmap::IndexMap;
 
 use crate::config::{ConfigErrors, Diagnostic, GatewayFile};
 use crate::tool::Tool;
+use crate::upstream::Upstreams;
 
 pub use toolset::ToolSet;
 
@@ -26,6 +27,8 @@ pub struct Catalog {
     unavailable: IndexMap<String, Unavailable>,
     sets: IndexMap<String, ToolSet>,
     default_set: Option<String>,
+    /// Model servers and the routes to them.
+    pub upstreams: Upstreams,
     /// Non-fatal problems (e.g. a tool disabled for a missing variable).
     pub warnings: Vec<Diagnostic>,
 }

@@ -25,6 +25,95 @@ pub struct GatewayFile {
     /// Limits that protect the gateway.
     #[serde(default)]
     pub limits: Limits,
+    /// OpenAI-compatible model servers. When none is declared,
+    /// `OPENAI_BASE_URL` / `OPENAI_API_KEY` define one named `default` that
+    /// every model routes to.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamDecl>,
+    /// Which upstream (and formatter) serves which model, first match wins.
+    #[serde(default)]
+    pub models: Vec<ModelRoute>,
+}
+
+/// An OpenAI-compatible upstream.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamDecl {
+    pub name: String,
+    /// Base URL including the version, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Environment variable holding the API key sent as a bearer token.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default = "default_connect_timeout", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub connect_timeout: Duration,
+    /// Longest wait for the next bytes of a response.
+    #[serde(default = "default_read_timeout", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub read_timeout: Duration,
+    #[serde(default)]
+    pub retries: RetryDecl,
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_read_timeout() -> Duration {
+    Duration::from_secs(120)
+}
+
+/// Retries of upstream requests on 429, 5xx and connection errors, with
+/// exponential backoff that honours `Retry-After`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryDecl {
+    /// Attempts in all, the first included (1 = no retry).
+    pub max_attempts: u32,
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub initial_backoff: Duration,
+    /// Longest wait between attempts (also caps `Retry-After`).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryDecl {
+    fn default() -> Self {
+        RetryDecl {
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(250),
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A model route.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRoute {
+    /// The model name clients ask for: exact (`gpt-4o-mini`), a glob
+    /// (`llama-*`), or an alias of your own (`fast`, with `upstream_model`).
+    pub model: String,
+    /// The upstream that serves it.
+    pub upstream: String,
+    /// The name sent upstream; default: the name the client asked for.
+    #[serde(default)]
+    pub upstream_model: Option<String>,
+    /// How tools are given to the model.
+    #[serde(default)]
+    pub formatter: FormatterKind,
+}
+
+/// How tools reach a model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FormatterKind {
+    /// Native function calling: tools go into the request's `tools`.
+    #[default]
+    FunctionCalling,
 }
 
 /// Defaults applied when a tool or request does not say otherwise.
@@ -43,6 +132,10 @@ pub struct Defaults {
     /// A tool's output longer than this many characters is cut, with a
     /// visible marker.
     pub max_output_chars: usize,
+    /// Model round trips of one chat request's tool loop; a request may ask
+    /// for fewer or more (`max_tool_iterations`), up to
+    /// `limits.max_tool_iterations`.
+    pub max_tool_iterations: u32,
 }
 
 impl Default for Defaults {
@@ -52,6 +145,7 @@ impl Default for Defaults {
             tool_timeout: Duration::from_secs(30),
             parallelism: 8,
             max_output_chars: 20_000,
+            max_tool_iterations: 8,
         }
     }
 }
@@ -65,6 +159,8 @@ pub struct Limits {
     /// Largest response an HTTP tool may read from its backend, in bytes;
     /// reading stops as soon as it is exceeded.
     pub max_response_bytes: usize,
+    /// The most tool-loop iterations a request may ask for.
+    pub max_tool_iterations: u32,
 }
 
 impl Default for Limits {
@@ -72,6 +168,7 @@ impl Default for Limits {
         Limits {
             max_request_bytes: 2 * 1024 * 1024,
             max_response_bytes: 4 * 1024 * 1024,
+            max_tool_iterations: 32,
         }
     }
 }

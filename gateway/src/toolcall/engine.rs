@@ -1,0 +1,267 @@
+//! The body engine: finds possible call starts in the text (after reasoning
+//! was split off), decides each one with the family parsers, and emits
+//! content and calls in order.
+//!
+//! The same engine serves whole-text and streaming parsing: text is
+//! appended, and `advance` decides as much as the text seen so far allows.
+//! A candidate whose outcome still depends on unseen text is retried only
+//! once its pending text has doubled (or at the end), so the total work
+//! stays linear however the text is chunked.
+
+use super::ParsedCall;
+use super::calls::{Tools, span_pieces};
+use super::families::block_at;
+use super::json_scan::{self, Scan};
+use super::python;
+use super::text::{Block, P, Piece, Src, ceil_boundary, is_ident_char, is_ident_start};
+
+/// Output of the engine, in text order.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Out {
+    Text(String),
+    Call(ParsedCall),
+}
+
+#[derive(Default)]
+pub(super) struct Engine {
+    buf: String,
+    /// Everything before `pos` has been decided and emitted.
+    pos: usize,
+    /// Only whitespace was emitted since the last call.
+    after_call: bool,
+    /// Candidate start and the buffer length at which to retry it.
+    gate: Option<(usize, usize)>,
+}
+
+impl Engine {
+    pub fn push(&mut self, s: &str) {
+        self.buf.push_str(s);
+    }
+
+    /// Decide as much as possible. With `eof`, everything is decided.
+    pub fn advance(&mut self, eof: bool, tools: &Tools, out: &mut Vec<Out>) {
+        let src = Src::new(&self.buf, eof, tools);
+        let len = src.len();
+        let mut st = Emit {
+            out,
+            after_call: self.after_call,
+        };
+        while self.pos < len {
+            let mut s = if st.after_call {
+                let q = src.skip_ws(self.pos);
+                if q > self.pos {
+                    st.range(&src, self.pos, q);
+                    self.pos = q;
+                }
+                if q >= len {
+                    break;
+                }
+                if matches!(src.at(q), Some(b';' | b',')) {
+                    q
+                } else {
+                    next_trigger(&src, q)
+                }
+            } else {
+                next_trigger(&src, self.pos)
+            };
+            s = s.min(len);
+            if s > self.pos {
+                st.range(&src, self.pos, s);
+                self.pos = s;
+            }
+            if s >= len {
+                break;
+            }
+            if !eof && self.gate.is_some_and(|(gs, min)| gs == s && len < min) {
+                break;
+            }
+            match try_at(&src, s, st.after_call) {
+                P::More if !eof => {
+                    let pending = (len - s).max(1);
+                    self.gate = Some((s, s + 2 * pending));
+                    break;
+                }
+                P::Ok(b) if b.end > s => {
+                    for p in b.pieces {
+                        st.piece(&src, p);
+                    }
+                    self.pos = ceil_boundary(src.t, b.end.min(len));
+                }
+                _ => {
+                    let e = ceil_boundary(src.t, s + 1);
+                    st.range(&src, s, e);
+                    self.pos = e;
+                }
+            }
+            self.gate = None;
+        }
+        self.after_call = st.after_call;
+    }
+}
+
+struct Emit<'o> {
+    out: &'o mut Vec<Out>,
+    after_call: bool,
+}
+
+impl Emit<'_> {
+    fn text(&mut self, t: &str) {
+        if t.is_empty() {
+            return;
+        }
+        if !t.chars().all(char::is_whitespace) {
+            self.after_call = false;
+        }
+        if let Some(Out::Text(prev)) = self.out.last_mut() {
+            prev.push_str(t);
+        } else {
+            self.out.push(Out::Text(t.to_string()));
+        }
+    }
+
+    fn range(&mut self, src: &Src, a: usize, b: usize) {
+        self.text(src.slice(a, b));
+    }
+
+    fn piece(&mut self, src: &Src, p: Piece) {
+        match p {
+            Piece::Range(a, b) => self.range(src, a, b),
+            Piece::Text(t) => self.text(&t),
+            Piece::Call(c) => {
+                self.after_call = true;
+                self.out.push(Out::Call(c));
+            }
+        }
+    }
+}
+
+/// The next byte at or after `from` where a call could start.
+fn next_trigger(src: &Src, from: usize) -> usize {
+    let b = src.b;
+    let mut i = from;
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'<' | b'[' | b'{' | b'`' => return i,
+            b'f' if i == 0 || !b.get(i - 1).copied().is_some_and(is_ident_char) => return i,
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+/// Decide the candidate at `s`.
+fn try_at(src: &Src, s: usize, after_call: bool) -> P<Block> {
+    match src.at(s) {
+        Some(b';' | b',') if after_call => separator(src, s),
+        Some(b'{') => bare(src, s),
+        Some(b'[') => match block_at(src, s, 1) {
+            P::No => bare(src, s),
+            other => other,
+        },
+        Some(b'<' | b'`' | b'f') => block_at(src, s, 1),
+        _ => P::No,
+    }
+}
+
+/// `;` or `,` right after a call, followed by another call: consumed with
+/// it (Llama 3 writes `{call}; {call}`).
+fn separator(src: &Src, s: usize) -> P<Block> {
+    let q = src.skip_ws(s + 1);
+    if q >= src.len() {
+        return src.need();
+    }
+    match src.at(q) {
+        Some(b';' | b',') => P::No,
+        _ => match try_at(src, q, false) {
+            P::Ok(b) if matches!(b.pieces.first(), Some(Piece::Call(_))) => P::Ok(b),
+            P::More => P::More,
+            _ => P::No,
+        },
+    }
+}
+
+/// A bare JSON value or pythonic list at `s` (`{` or `[`), with no marker.
+///
+/// A complete value is calls (when call-shaped with an offered name) or
+/// content as a whole: nothing inside a complete non-call value is looked at.
+/// A value that breaks off is content up to its innermost still-open
+/// container (scanning resumes there) or up to the failure; complete
+/// call-shaped values that closed inside it are still accepted.
+fn bare(src: &Src, s: usize) -> P<Block> {
+    let is_array = src.at(s) == Some(b'[');
+    // Cheap pre-check: what follows the bracket must be able to start a
+    // member (object) or an element (array, JSON or pythonic).
+    let q = src.skip_ws(s + 1);
+    match src.at(q) {
+        None => return src.need(),
+        Some(b'"' | b'}') if !is_array => {}
+        Some(b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b']') if is_array => {}
+        Some(c) if is_array && is_ident_start(c) => {}
+        Some(_) => return P::Ok(Block::content(s, s + 1)),
+    }
+    match json_scan::scan(src.b, s, src.eof, false) {
+        Scan::More => P::More,
+        Scan::Complete(c) => {
+            if let Some((pieces, n)) = span_pieces(src, (s, c.end), None, &c.elems) {
+                if n > 0 {
+                    return P::Ok(Block { pieces, end: c.end });
+                }
+            }
+            if is_array {
+                match python::py_list(src, s) {
+                    P::Ok((calls, e)) => return P::Ok(calls_block(calls, e)),
+                    P::More => return P::More,
+                    P::No => {}
+                }
+            }
+            P::Ok(Block::content(s, c.end))
+        }
+        Scan::Fail(f) => {
+            if is_array {
+                match python::py_list(src, s) {
+                    P::Ok((calls, e)) => return P::Ok(calls_block(calls, e)),
+                    P::More => return P::More,
+                    P::No => {}
+                }
+            }
+            let resume = ceil_boundary(
+                src.t,
+                if f.innermost > s {
+                    f.innermost
+                } else {
+                    f.at.max(s + 1)
+                },
+            );
+            let mut pieces = Vec::new();
+            let mut cur = s;
+            for &(a, b) in &f.closed {
+                if a < cur || b > resume {
+                    continue;
+                }
+                if let Some((ps, n)) = span_pieces(src, (a, b), None, &[]) {
+                    if n > 0 {
+                        if a > cur {
+                            pieces.push(Piece::Range(cur, a));
+                        }
+                        pieces.extend(ps);
+                        cur = b;
+                    }
+                }
+            }
+            if resume > cur {
+                pieces.push(Piece::Range(cur, resume));
+            }
+            P::Ok(Block {
+                pieces,
+                end: resume,
+            })
+        }
+    }
+}
+
+fn calls_block(calls: Vec<ParsedCall>, end: usize) -> Block {
+    Block {
+        pieces: calls.into_iter().map(Piece::Call).collect(),
+        end,
+    }
+}

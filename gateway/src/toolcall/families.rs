@@ -1,0 +1,952 @@
+//! Parsers for the marked call families: wrapper tags (`<tool_call>` and its
+//! variants), code fences, `[TOOL_CALLS]`, `functools`, `<function=...>`
+//! XML, DeepSeek and Kimi special tokens, and the items inside them.
+//!
+//! Every parser here starts at a known position, returns [`P::More`] only
+//! when the input is not final and the answer depends on what follows, and
+//! is bounded by the text it actually inspects.
+
+use serde_json::{Map, Value};
+
+use super::ParsedCall;
+use super::calls::{json_args, span_pieces};
+use super::coerce::{coerce_text, prop_schema};
+use super::json_scan::{self, Scan};
+use super::python;
+use super::text::{Block, M, P, Piece, Src, is_ident_char, is_ident_start, is_ws};
+
+/// A wrapper tag around call items, with the closers that may end it. The
+/// closer is optional (models stop without it), except for GLM-style items.
+struct Wrapper {
+    open: &'static str,
+    closes: &'static [&'static str],
+    /// Allow GLM-4 items (`name\n<arg_key>k</arg_key><arg_value>v</arg_value>`).
+    glm: bool,
+}
+
+const WRAPPERS: &[Wrapper] = &[
+    Wrapper {
+        open: "<tool_call>",
+        closes: &["</tool_call>"],
+        glm: true,
+    },
+    Wrapper {
+        open: "<|tool_call|>",
+        closes: &["<|/tool_call|>", "</tool_call>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<tool_calls>",
+        closes: &["</tool_calls>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<tools>",
+        closes: &["</tools>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<tool>",
+        closes: &["</tool>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<function_call>",
+        closes: &["</function_call>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<function_calls>",
+        closes: &["</function_calls>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<functions>",
+        closes: &["</functions>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<response>",
+        closes: &["</response>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<json>",
+        closes: &["</json>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<xml>",
+        closes: &["</xml>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<seed:tool_call>",
+        closes: &["</seed:tool_call>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<toolcall>",
+        closes: &["</toolcall>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<|python_start|>",
+        closes: &["<|python_end|>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<|python_tag|>",
+        closes: &["<|eom_id|>", "<|eot_id|>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<|tool_call_start|>",
+        closes: &["<|tool_call_end|>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<|action_start|><|plugin|>",
+        closes: &["<|action_end|>"],
+        glm: false,
+    },
+];
+
+const FENCE: &str = "```";
+
+/// What items a block may contain.
+#[derive(Clone, Copy)]
+struct Ctx {
+    /// Repair mismatched JSON closers and keep the complete leading
+    /// elements of a broken array (explicitly marked blocks only).
+    repair: bool,
+    xml: bool,
+    glm: bool,
+    py_bare: bool,
+    mistral11: bool,
+    /// How many levels of nested blocks (fence in tag, tag in fence) remain.
+    nest: u8,
+    closers: &'static [&'static str],
+}
+
+const JSON_ONLY: Ctx = Ctx {
+    repair: true,
+    xml: false,
+    glm: false,
+    py_bare: false,
+    mistral11: false,
+    nest: 0,
+    closers: &[],
+};
+
+/// A marked block (tag, fence, marker word) at `s`. `nest` is how many
+/// levels of nested blocks its items may contain.
+pub(super) fn block_at(src: &Src, s: usize, nest: u8) -> P<Block> {
+    match src.at(s) {
+        Some(b'<') => tag_block(src, s, nest),
+        Some(b'`') => fence_block(src, s, nest),
+        Some(b'[') => marker_block(src, s, "[TOOL_CALLS]", &["[/TOOL_CALLS]"], true),
+        Some(b'f') => marker_block(src, s, "functools", &[], false),
+        _ => P::No,
+    }
+}
+
+fn tag_block(src: &Src, s: usize, nest: u8) -> P<Block> {
+    let mut more = false;
+    for w in WRAPPERS {
+        match src.marker(s, w.open) {
+            M::Yes(p) => return wrapper_block(src, p, w, nest),
+            M::More => more = true,
+            M::No => {}
+        }
+    }
+    let parsers: [fn(&Src, usize) -> P<Block>; 3] = [xml_function, deepseek_block, kimi_block];
+    for parser in parsers {
+        match parser(src, s) {
+            P::Ok(b) => return P::Ok(b),
+            P::More => more = true,
+            P::No => {}
+        }
+    }
+    if more { P::More } else { P::No }
+}
+
+fn wrapper_block(src: &Src, p: usize, w: &Wrapper, nest: u8) -> P<Block> {
+    let ctx = Ctx {
+        repair: true,
+        xml: true,
+        glm: w.glm,
+        py_bare: true,
+        mistral11: false,
+        nest,
+        closers: w.closes,
+    };
+    match items(src, p, ctx) {
+        P::Ok(b) => close_block(src, b, w.closes),
+        P::No => P::No,
+        P::More => P::More,
+    }
+}
+
+fn fence_block(src: &Src, s: usize, nest: u8) -> P<Block> {
+    let mut p = match src.marker(s, FENCE) {
+        M::Yes(p) => p,
+        M::More => return P::More,
+        M::No => return P::No,
+    };
+    // Optional language tag.
+    let lang_start = p;
+    while src
+        .at(p)
+        .is_some_and(|c| is_ident_char(c) || c == b'-' || c == b'+')
+    {
+        p += 1;
+        if p - lang_start > 32 {
+            return P::No;
+        }
+    }
+    if p >= src.len() {
+        return src.need();
+    }
+    let ctx = Ctx {
+        repair: true,
+        xml: true,
+        glm: false,
+        py_bare: true,
+        mistral11: false,
+        nest,
+        closers: &[FENCE],
+    };
+    match items(src, p, ctx) {
+        P::Ok(b) => close_block(src, b, &[FENCE]),
+        P::No => P::No,
+        P::More => P::More,
+    }
+}
+
+/// `[TOOL_CALLS]` (Mistral) or `functools` (Phi-4-mini, FireFunction).
+fn marker_block(
+    src: &Src,
+    s: usize,
+    marker: &str,
+    closers: &'static [&'static str],
+    mistral: bool,
+) -> P<Block> {
+    let p = match src.marker(s, marker) {
+        M::Yes(p) => p,
+        M::More => return P::More,
+        M::No => return P::No,
+    };
+    let ctx = Ctx {
+        mistral11: mistral,
+        closers,
+        ..JSON_ONLY
+    };
+    match items(src, p, ctx) {
+        P::Ok(b) => close_block(src, b, closers),
+        P::No => P::No,
+        P::More => P::More,
+    }
+}
+
+/// After the items: consume an optional closer (after whitespace).
+fn close_block(src: &Src, b: Block, closers: &[&str]) -> P<Block> {
+    let q = src.skip_ws(b.end);
+    if q >= src.len() {
+        return if src.eof { P::Ok(b) } else { P::More };
+    }
+    for c in closers {
+        match src.marker(q, c) {
+            M::Yes(e) => {
+                return P::Ok(Block {
+                    pieces: b.pieces,
+                    end: e,
+                });
+            }
+            M::More => return P::More,
+            M::No => {}
+        }
+    }
+    P::Ok(b)
+}
+
+fn count_calls(pieces: &[Piece]) -> usize {
+    pieces
+        .iter()
+        .filter(|p| matches!(p, Piece::Call(_)))
+        .count()
+}
+
+/// A run of items separated by whitespace, `,` or `;`. The first item must
+/// contain a call; later non-call items stay content.
+fn items(src: &Src, p0: usize, ctx: Ctx) -> P<Block> {
+    let mut pieces = Vec::new();
+    let mut ncalls = 0;
+    let mut end = p0;
+    loop {
+        let mut q = src.skip_ws(end);
+        if q >= src.len() {
+            if src.eof {
+                break;
+            }
+            return P::More;
+        }
+        if ncalls > 0 && matches!(src.at(q), Some(b',' | b';')) {
+            q = src.skip_ws(q + 1);
+            if q >= src.len() {
+                if src.eof {
+                    break;
+                }
+                return P::More;
+            }
+        }
+        match item(src, q, ctx, ncalls > 0) {
+            P::More => return P::More,
+            P::No => break,
+            P::Ok(b) => {
+                let n = count_calls(&b.pieces);
+                if (ncalls == 0 && n == 0) || b.end <= q {
+                    break;
+                }
+                ncalls += n;
+                pieces.extend(b.pieces);
+                end = b.end;
+            }
+        }
+    }
+    if ncalls == 0 {
+        P::No
+    } else {
+        P::Ok(Block { pieces, end })
+    }
+}
+
+fn call_block(call: ParsedCall, end: usize) -> Block {
+    Block {
+        pieces: vec![Piece::Call(call)],
+        end,
+    }
+}
+
+fn item(src: &Src, q: usize, ctx: Ctx, after_first: bool) -> P<Block> {
+    let Some(c) = src.at(q) else {
+        return src.need();
+    };
+    match c {
+        b'{' | b'[' => json_item(src, q, ctx, after_first),
+        b'<' => {
+            if ctx.xml {
+                match xml_function(src, q) {
+                    P::No => {}
+                    other => return other,
+                }
+            }
+            if ctx.nest > 0 {
+                return tag_block(src, q, ctx.nest - 1);
+            }
+            P::No
+        }
+        b'`' if ctx.nest > 0 => fence_block(src, q, ctx.nest - 1),
+        c if is_ident_start(c) => {
+            if ctx.py_bare {
+                match python::py_call(src, q) {
+                    P::Ok((call, e)) => return P::Ok(call_block(call, e)),
+                    P::More => return P::More,
+                    P::No => {}
+                }
+            }
+            if ctx.glm {
+                match glm_item(src, q, ctx.closers) {
+                    P::No => {}
+                    other => return other,
+                }
+            }
+            if ctx.mistral11 {
+                return mistral11_item(src, q);
+            }
+            P::No
+        }
+        _ => P::No,
+    }
+}
+
+fn json_item(src: &Src, q: usize, ctx: Ctx, after_first: bool) -> P<Block> {
+    let is_array = src.at(q) == Some(b'[');
+    match json_scan::scan(src.b, q, src.eof, ctx.repair) {
+        Scan::More => P::More,
+        Scan::Complete(c) => {
+            if let Some((pieces, n)) = span_pieces(src, (q, c.end), c.repaired.as_deref(), &c.elems)
+            {
+                if n > 0 {
+                    return P::Ok(Block { pieces, end: c.end });
+                }
+            }
+            if is_array {
+                match python::py_list(src, q) {
+                    P::Ok((calls, e)) => return P::Ok(calls_block(calls, e)),
+                    P::More => return P::More,
+                    P::No => {}
+                }
+            }
+            if after_first {
+                P::Ok(Block::content(q, c.end))
+            } else {
+                P::No
+            }
+        }
+        Scan::Fail(f) => {
+            if is_array {
+                match python::py_list(src, q) {
+                    P::Ok((calls, e)) => return P::Ok(calls_block(calls, e)),
+                    P::More => return P::More,
+                    P::No => {}
+                }
+            }
+            if ctx.repair && f.closable {
+                // The block's closer arrived while brackets were still open
+                // (`{"name": "f", "arguments": {}</tool_call>`): close them.
+                for c in ctx.closers {
+                    match src.marker(f.at, c) {
+                        M::Yes(_) => {
+                            let mut fixed = src.slice(q, f.at).trim_end().to_string();
+                            fixed.extend(f.open_closers.iter().map(|&b| char::from(b)));
+                            if let Some((pieces, n)) =
+                                span_pieces(src, (q, f.at), Some(&fixed), &[])
+                            {
+                                if n > 0 {
+                                    return P::Ok(Block { pieces, end: f.at });
+                                }
+                            }
+                            break;
+                        }
+                        M::More => return P::More,
+                        M::No => {}
+                    }
+                }
+            }
+            if is_array && ctx.repair && f.top_is_array && !f.top_scalar && !f.top_elems.is_empty()
+            {
+                // A broken or truncated array after an explicit marker: keep
+                // its complete leading elements.
+                let mut pieces = Vec::new();
+                let mut n = 0;
+                let mut end = q;
+                for &(a, b) in &f.top_elems {
+                    match span_pieces(src, (a, b), None, &[]) {
+                        Some((ps, k)) => {
+                            n += k;
+                            pieces.extend(ps);
+                            end = b;
+                        }
+                        None => return P::No,
+                    }
+                }
+                if n > 0 {
+                    return P::Ok(Block { pieces, end });
+                }
+                return P::No;
+            }
+            if !is_array && after_first {
+                // An invalid line among valid ones (one object per line):
+                // leave the line as content and continue after it.
+                let Some(nl) = src.find("\n", q) else {
+                    return src.need();
+                };
+                for c in ctx.closers {
+                    if src.find(c, q).is_some_and(|cp| cp < nl) {
+                        return P::No;
+                    }
+                }
+                return P::Ok(Block::content(q, nl));
+            }
+            P::No
+        }
+    }
+}
+
+fn calls_block(calls: Vec<ParsedCall>, end: usize) -> Block {
+    Block {
+        pieces: calls.into_iter().map(Piece::Call).collect(),
+        end,
+    }
+}
+
+/// Attributes `key="value"` (or single quotes) of a tag, in order.
+fn attrs(s: &str) -> Vec<(&str, &str)> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    loop {
+        rest = rest.trim_start();
+        let Some(eq) = rest.find('=') else { break };
+        let key = rest.get(..eq).unwrap_or("").trim();
+        let after = rest.get(eq + 1..).unwrap_or("").trim_start();
+        let Some(q) = after.chars().next().filter(|c| *c == '"' || *c == '\'') else {
+            break;
+        };
+        let body = after.get(1..).unwrap_or("");
+        let Some(close) = body.find(q) else { break };
+        out.push((key, body.get(..close).unwrap_or("")));
+        rest = body.get(close + 1..).unwrap_or("");
+    }
+    out
+}
+
+/// Strip one leading and one trailing newline (the XML value layout).
+fn strip_nl(v: &str) -> &str {
+    let v = v
+        .strip_prefix("\r\n")
+        .or_else(|| v.strip_prefix('\n'))
+        .unwrap_or(v);
+    v.strip_suffix("\r\n")
+        .or_else(|| v.strip_suffix('\n'))
+        .unwrap_or(v)
+}
+
+const MAX_NAME: usize = 256;
+
+/// `<function=NAME>` or `<function name="NAME">`, with a JSON object body
+/// (Llama 3.1 / Functionary) or `<parameter=k>v</parameter>` /
+/// `<param name="k">v</param>` children (Qwen3-Coder, BFCL).
+fn xml_function(src: &Src, s: usize) -> P<Block> {
+    let (name_raw, p) = match src.marker(s, "<function=") {
+        M::Yes(p) => {
+            let mut j = p;
+            loop {
+                match src.at(j) {
+                    None => return src.need(),
+                    Some(b'>') => break,
+                    Some(b'<' | b'\n') => return P::No,
+                    Some(_) => j += 1,
+                }
+                if j - p > MAX_NAME {
+                    return P::No;
+                }
+            }
+            (src.slice(p, j), j + 1)
+        }
+        M::More => return P::More,
+        M::No => {
+            let p = match src.marker(s, "<function") {
+                M::Yes(p) => p,
+                M::More => return P::More,
+                M::No => return P::No,
+            };
+            match src.at(p) {
+                None => return src.need(),
+                Some(c) if is_ws(c) => {}
+                Some(_) => return P::No,
+            }
+            let mut j = p;
+            loop {
+                match src.at(j) {
+                    None => return src.need(),
+                    Some(b'>') => break,
+                    Some(b'<') => return P::No,
+                    Some(_) => j += 1,
+                }
+                if j - p > 4 * MAX_NAME {
+                    return P::No;
+                }
+            }
+            let a = attrs(src.slice(p, j));
+            let Some(&(_, name)) = a.iter().find(|(k, _)| *k == "name") else {
+                return P::No;
+            };
+            (name, j + 1)
+        }
+    };
+    let Some(name) = src.tools.resolve(name_raw) else {
+        return P::No;
+    };
+    let q = src.skip_ws(p);
+    if q >= src.len() {
+        return src.need();
+    }
+    if src.at(q) == Some(b'{') {
+        let (m, e) = match json_args(src, q) {
+            P::Ok(x) => x,
+            P::No => return P::No,
+            P::More => return P::More,
+        };
+        let call = ParsedCall {
+            name,
+            arguments: Value::Object(m),
+        };
+        let r = src.skip_ws(e);
+        if r >= src.len() {
+            return if src.eof {
+                P::Ok(call_block(call, e))
+            } else {
+                P::More
+            };
+        }
+        return match src.marker(r, "</function>") {
+            M::Yes(e2) => P::Ok(call_block(call, e2)),
+            M::More => P::More,
+            M::No => P::Ok(call_block(call, e)),
+        };
+    }
+    let Some(close) = src.find("</function>", p) else {
+        return src.need();
+    };
+    let schema = src.tools.schema(&name);
+    let mut args = Map::new();
+    let mut cur = p;
+    while let Some(k) = src.find("<param", cur).filter(|&k| k < close) {
+        if let M::Yes(ks) = src.marker(k, "<parameter=") {
+            let Some(ke) = src.find(">", ks).filter(|&e| e < close) else {
+                break;
+            };
+            let key = src.slice(ks, ke).trim();
+            if key.is_empty() || key.contains(['<', '\n']) {
+                cur = k + 1;
+                continue;
+            }
+            let v0 = ke + 1;
+            let (mut v1, mut next) = (close, close);
+            if let Some(e) = src.find("</parameter>", v0).filter(|&e| e < v1) {
+                v1 = e;
+                next = e + "</parameter>".len();
+            }
+            if let Some(e) = src.find("<parameter=", v0).filter(|&e| e < v1) {
+                v1 = e;
+                next = e;
+            }
+            let value = strip_nl(src.slice(v0, v1));
+            args.insert(
+                key.to_string(),
+                coerce_text(value, prop_schema(schema, key), None),
+            );
+            cur = next;
+        } else if matches!(src.at(k + 6), Some(b' ' | b'\t' | b'>')) {
+            let Some(ke) = src.find(">", k).filter(|&e| e < close) else {
+                break;
+            };
+            let a = attrs(src.slice(k + 6, ke));
+            let v0 = ke + 1;
+            let (v1, next) = match src.find("</param>", v0).filter(|&e| e < close) {
+                Some(e) => (e, e + "</param>".len()),
+                None => (close, close),
+            };
+            if let Some(&(_, key)) = a.iter().find(|(k, _)| *k == "name") {
+                let hint = a.iter().find(|(k, _)| *k == "type").map(|(_, t)| *t);
+                let value = strip_nl(src.slice(v0, v1));
+                args.insert(
+                    key.to_string(),
+                    coerce_text(value, prop_schema(schema, key), hint),
+                );
+            }
+            cur = next.max(k + 1);
+        } else {
+            cur = k + 1;
+        }
+    }
+    let call = ParsedCall {
+        name,
+        arguments: Value::Object(args),
+    };
+    P::Ok(call_block(call, close + "</function>".len()))
+}
+
+/// GLM-4 item inside `<tool_call>`: `name` then `<arg_key>`/`<arg_value>`
+/// pairs; the wrapper's closer must follow.
+fn glm_item(src: &Src, q: usize, closers: &[&str]) -> P<Block> {
+    let mut j = q;
+    loop {
+        match src.at(j) {
+            None => return src.need(),
+            Some(c) if is_ws(c) || c == b'<' => break,
+            Some(_) => j += 1,
+        }
+        if j - q > MAX_NAME {
+            return P::No;
+        }
+    }
+    let Some(name) = src.tools.resolve(src.slice(q, j)) else {
+        return P::No;
+    };
+    let schema = src.tools.schema(&name);
+    let mut args = Map::new();
+    let mut p = j;
+    loop {
+        let r = src.skip_ws(p);
+        if r >= src.len() {
+            return src.need();
+        }
+        match src.marker(r, "<arg_key>") {
+            M::Yes(k0) => {
+                let Some(ke) = src.find("</arg_key>", k0) else {
+                    return src.need();
+                };
+                let key = src.slice(k0, ke).trim();
+                if key.contains('<') {
+                    return P::No;
+                }
+                let r2 = src.skip_ws(ke + "</arg_key>".len());
+                let v0 = match src.marker(r2, "<arg_value>") {
+                    M::Yes(v0) => v0,
+                    M::More => return P::More,
+                    M::No => return P::No,
+                };
+                let Some(ve) = src.find("</arg_value>", v0) else {
+                    return src.need();
+                };
+                let value = src.slice(v0, ve);
+                args.insert(
+                    key.to_string(),
+                    coerce_text(value, prop_schema(schema, key), None),
+                );
+                p = ve + "</arg_value>".len();
+            }
+            M::More => return P::More,
+            M::No => {
+                for c in closers {
+                    match src.marker(r, c) {
+                        M::Yes(_) => {
+                            let call = ParsedCall {
+                                name,
+                                arguments: Value::Object(args),
+                            };
+                            return P::Ok(call_block(call, p));
+                        }
+                        M::More => return P::More,
+                        M::No => {}
+                    }
+                }
+                return P::No;
+            }
+        }
+    }
+}
+
+/// Mistral tokenizer v11+: `[TOOL_CALLS]name{json}` (optionally
+/// `name[ARGS]{json}`).
+fn mistral11_item(src: &Src, q: usize) -> P<Block> {
+    let mut j = q;
+    while src
+        .at(j)
+        .is_some_and(|c| is_ident_char(c) || c == b'.' || c == b'-')
+    {
+        j += 1;
+        if j - q > MAX_NAME {
+            return P::No;
+        }
+    }
+    if j >= src.len() {
+        return src.need();
+    }
+    let Some(name) = src.tools.resolve(src.slice(q, j)) else {
+        return P::No;
+    };
+    let mut p = j;
+    match src.marker(p, "[ARGS]") {
+        M::Yes(e) => p = e,
+        M::More => return P::More,
+        M::No => {}
+    }
+    let p = src.skip_ws(p);
+    match json_args(src, p) {
+        P::Ok((m, e)) => P::Ok(call_block(
+            ParsedCall {
+                name,
+                arguments: Value::Object(m),
+            },
+            e,
+        )),
+        P::No => P::No,
+        P::More => P::More,
+    }
+}
+
+const DS_BEGINS: [&str; 2] = ["<｜tool▁calls▁begin｜>", "<｜tool▁calls｜>"];
+const DS_END: &str = "<｜tool▁calls▁end｜>";
+const DS_CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
+const DS_CALL_END: &str = "<｜tool▁call▁end｜>";
+const DS_SEP: &str = "<｜tool▁sep｜>";
+
+/// DeepSeek V3 / R1 / V3.1 special-token blocks.
+fn deepseek_block(src: &Src, s: usize) -> P<Block> {
+    let mut more = false;
+    let mut start = None;
+    for b in DS_BEGINS {
+        match src.marker(s, b) {
+            M::Yes(p) => start = Some(p),
+            M::More => more = true,
+            M::No => {}
+        }
+    }
+    let Some(p0) = start else {
+        return if more { P::More } else { P::No };
+    };
+    let mut pieces = Vec::new();
+    let mut ncalls = 0;
+    let mut end = p0;
+    loop {
+        let r = src.skip_ws(end);
+        if r >= src.len() {
+            if src.eof {
+                break;
+            }
+            return P::More;
+        }
+        match src.marker(r, DS_END) {
+            M::Yes(e) => {
+                end = e;
+                break;
+            }
+            M::More => return P::More,
+            M::No => {}
+        }
+        let (q, explicit) = match src.marker(r, DS_CALL_BEGIN) {
+            M::Yes(e) => (e, true),
+            M::More => return P::More,
+            M::No => (r, false),
+        };
+        let Some(ce) = src.find(DS_CALL_END, q) else {
+            if src.eof {
+                break;
+            }
+            return P::More;
+        };
+        match deepseek_item(&src.bounded(ce), q) {
+            Some(call) => {
+                ncalls += 1;
+                pieces.push(Piece::Call(call));
+            }
+            None if explicit => pieces.push(Piece::Range(r, ce + DS_CALL_END.len())),
+            None => break,
+        }
+        end = ce + DS_CALL_END.len();
+    }
+    if ncalls == 0 {
+        return P::No;
+    }
+    P::Ok(Block { pieces, end })
+}
+
+/// Skip an optional code fence opener (```` ```json ````) at `i`.
+fn skip_fence_open(src: &Src, i: usize) -> usize {
+    let i = src.skip_ws(i);
+    if let M::Yes(mut p) = src.marker(i, FENCE) {
+        while src.at(p).is_some_and(is_ident_char) {
+            p += 1;
+        }
+        return src.skip_ws(p);
+    }
+    i
+}
+
+/// Only whitespace and an optional closing fence remain after `i`.
+fn only_tail(src: &Src, i: usize) -> bool {
+    let mut i = src.skip_ws(i);
+    if let M::Yes(p) = src.marker(i, FENCE) {
+        i = src.skip_ws(p);
+    }
+    i >= src.len()
+}
+
+/// One DeepSeek call in a bounded (final) view ending at its end token:
+/// `function<sep>NAME\n```json\n{...}\n```` or `NAME<sep>{...}`.
+fn deepseek_item(src: &Src, q: usize) -> Option<ParsedCall> {
+    let q = src.skip_ws(q);
+    let sep = src.find(DS_SEP, q)?;
+    let head = src.slice(q, sep).trim();
+    let after = sep + DS_SEP.len();
+    let (name_raw, json_from) = if head == "function" {
+        let mut j = after;
+        while src
+            .at(j)
+            .is_some_and(|c| c != b'\n' && c != b'`' && c != b'{')
+        {
+            j += 1;
+        }
+        (src.slice(after, j).trim(), j)
+    } else {
+        (head, after)
+    };
+    let name = src.tools.resolve(name_raw)?;
+    let p = skip_fence_open(src, json_from);
+    match json_args(src, p) {
+        P::Ok((m, e)) if only_tail(src, e) => Some(ParsedCall {
+            name,
+            arguments: Value::Object(m),
+        }),
+        _ => None,
+    }
+}
+
+const KIMI_BEGIN: &str = "<|tool_calls_section_begin|>";
+const KIMI_END: &str = "<|tool_calls_section_end|>";
+const KIMI_CALL_BEGIN: &str = "<|tool_call_begin|>";
+const KIMI_CALL_END: &str = "<|tool_call_end|>";
+const KIMI_ARGS: &str = "<|tool_call_argument_begin|>";
+
+/// Kimi K2 sections: `functions.NAME:IDX <|tool_call_argument_begin|> {json}`.
+fn kimi_block(src: &Src, s: usize) -> P<Block> {
+    let p0 = match src.marker(s, KIMI_BEGIN) {
+        M::Yes(p) => p,
+        M::More => return P::More,
+        M::No => return P::No,
+    };
+    let mut pieces = Vec::new();
+    let mut ncalls = 0;
+    let mut end = p0;
+    loop {
+        let r = src.skip_ws(end);
+        if r >= src.len() {
+            if src.eof {
+                break;
+            }
+            return P::More;
+        }
+        match src.marker(r, KIMI_END) {
+            M::Yes(e) => {
+                end = e;
+                break;
+            }
+            M::More => return P::More,
+            M::No => {}
+        }
+        let q = match src.marker(r, KIMI_CALL_BEGIN) {
+            M::Yes(e) => e,
+            M::More => return P::More,
+            M::No => break,
+        };
+        let Some(ce) = src.find(KIMI_CALL_END, q) else {
+            if src.eof {
+                break;
+            }
+            return P::More;
+        };
+        match kimi_item(&src.bounded(ce), q) {
+            Some(call) => {
+                ncalls += 1;
+                pieces.push(Piece::Call(call));
+            }
+            None => pieces.push(Piece::Range(r, ce + KIMI_CALL_END.len())),
+        }
+        end = ce + KIMI_CALL_END.len();
+    }
+    if ncalls == 0 {
+        return P::No;
+    }
+    P::Ok(Block { pieces, end })
+}
+
+fn kimi_item(src: &Src, q: usize) -> Option<ParsedCall> {
+    let ap = src.find(KIMI_ARGS, q)?;
+    let id = src.slice(q, ap).trim();
+    let (name_raw, idx) = id.rsplit_once(':')?;
+    if idx.is_empty() || !idx.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let name = src.tools.resolve(name_raw)?;
+    let p = src.skip_ws(ap + KIMI_ARGS.len());
+    match json_args(src, p) {
+        P::Ok((m, e)) if src.skip_ws(e) >= src.len() => Some(ParsedCall {
+            name,
+            arguments: Value::Object(m),
+        }),
+        _ => None,
+    }
+}

@@ -1,0 +1,303 @@
+//! Tool calls parsed out of the plain text of models without native function
+//! calling.
+//!
+//! [`parse`] takes a whole model output; [`StreamParser`] takes it chunk by
+//! chunk and, over any chunking, produces exactly what [`parse`] produces
+//! for the concatenated text (same calls in the same order, same content,
+//! same reasoning). Neither ever fails or panics: text that does not parse
+//! as a call stays content.
+//!
+//! # Order of work
+//!
+//! 1. **Reasoning** is split off first (see below), so a call-shaped string
+//!    inside `<think>` is never a call.
+//! 2. The rest is scanned left to right for places where a call could start
+//!    (`<`, `[`, `{`, a code fence, the word `functools`, and `;`/`,` right
+//!    after a call). Each is decided by the family parsers; text that is not
+//!    part of an accepted call is content.
+//!
+//! # Accepted families
+//!
+//! - **Hermes / Qwen**: `<tool_call>{json}</tool_call>`, one or several, a
+//!   JSON array or several JSON objects inside one tag, the closing tag
+//!   missing at the end, code fences inside the tag. Tag variants:
+//!   `<|tool_call|>` (Granite), `<tool_calls>` (Jamba, MiniMax, Hunyuan),
+//!   `<tools>`, `<tool>`, `<function_call>`, `<response>`, `<json>`, `<xml>`
+//!   (tag names match ASCII case-insensitively), `<seed:tool_call>`,
+//!   `<TOOLCALL>`, `<|tool_call_start|>`, `<|action_start|><|plugin|>`
+//!   (InternLM2).
+//! - **Bare or fenced JSON**: `{"name", "arguments"|"parameters"}` (also
+//!   `tool_name`, or a string `function`, for the name; `args` for the
+//!   arguments), an array of them, `{"tool_calls": [...]}`, OpenAI's
+//!   `{"function": {"name", "arguments"}}`; inside a code fence
+//!   (```` ```json ````, ```` ```xml ````, plain); behind `[TOOL_CALLS]`
+//!   (Mistral, including v11's `[TOOL_CALLS]name{json}`), `functools`
+//!   (Phi-4-mini, FireFunction) or `<|python_tag|>` (Llama 3.x).
+//!   Several bare objects separated by `;` or `,` are consumed together.
+//! - **XML functions**: `<function=name>` with `<parameter=key>value</parameter>`
+//!   children (Qwen3-Coder, Seed-OSS), `<function=name>{json}</function>`
+//!   (Llama 3.1, Functionary v3.1), `<function name="...">` with
+//!   `<param name="k" type="t">v</param>` children (BFCL), inside a wrapper
+//!   or not.
+//! - **Pythonic**: `[get_weather(city="Paris"), add(a=1, b=2)]` (keyword
+//!   arguments, Python literals, nested), bare or in a wrapper
+//!   (`<|python_start|>`, `<function_calls>`, `<TOOLCALL>`); inside a wrapper
+//!   or code fence the calls may also be written without brackets, one per
+//!   line (`<|python_tag|>tool.call(code="...")` included).
+//! - **Others**: GLM-4.5 (`<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>`),
+//!   DeepSeek V3/R1/V3.1 special tokens, Kimi K2 sections.
+//!
+//! Not supported (the text stays content): gpt-oss Harmony channels,
+//! Functionary v3.2 `>>>name` recipients, bare pythonic calls without
+//! brackets outside a wrapper or fence, positional pythonic arguments.
+//!
+//! # Policies
+//!
+//! - **Only offered tools.** A call is accepted only when its name is an
+//!   offered tool (after stripping a `functions.` prefix or a `.call`
+//!   suffix). A block naming an unoffered tool stays content; no call is
+//!   ever invented.
+//! - **Arguments are required.** A call-shaped object must have an
+//!   `arguments`/`parameters` member (an object, a JSON string holding an
+//!   object, which is decoded, or null for none). `{"name": "x"}` alone is
+//!   content.
+//! - **JSON that follows prose is accepted.** A bare JSON value (or bare
+//!   pythonic list) anywhere in the text is a call when it is call-shaped,
+//!   names an offered tool and has arguments — at the start or after prose
+//!   (`Here is the result: {"name": ..., "parameters": {...}}`). The prose
+//!   stays content. A call must be a top-level value: a complete JSON value
+//!   that is not itself call-shaped is content as a whole, nothing inside it
+//!   is extracted. (Ollama treats untagged JSON after prose as text;
+//!   llama.cpp and vLLM's Llama 3 parser extract it. The gateway only offers
+//!   tools it can run and validates arguments, so extraction is the useful
+//!   choice.)
+//! - **Broken JSON.** Bare JSON must be valid. After an explicit marker
+//!   (wrapper tag, fence, `[TOOL_CALLS]`, `functools`), a closing bracket
+//!   that skips an unclosed container is repaired (`[{"a": {...}]`), and a
+//!   truncated or broken array keeps its complete leading elements. In one
+//!   tag holding one object per line, an invalid line is left as content and
+//!   the following lines still parse.
+//! - **Nothing is lost.** Text that is not part of an accepted call —
+//!   prose, an incomplete call, an unoffered call, text between or after
+//!   calls — is content. Whitespace: the content's leading and trailing
+//!   whitespace is trimmed, and the whitespace around a removed call
+//!   collapses to one `"\n"` (if it had a line break) or `" "`.
+//! - **Coercion.** Values written as text (XML parameters, GLM arguments) or
+//!   as Python literals are converted to the type the tool's schema declares
+//!   for that property (`"5"` → `5` for `integer`, `"true"` → `true`, JSON
+//!   or Python literal text → object/array, numbers → string for `string`),
+//!   and left as written when the schema declares no type or the value does
+//!   not read as it. JSON-form arguments are passed through unchanged.
+//! - **Reasoning.** `<think>…</think>` (also `<thinking>`, `<seed:think>`)
+//!   is split off into [`Parsed::reasoning`] before anything else. The first
+//!   think tag decides: a closing tag with no opener makes everything before
+//!   it reasoning; an opener without a closer makes everything after it
+//!   reasoning. Because of the closing-tag rule, a [`StreamParser`] cannot
+//!   release any text before the first think tag (or the end) — it might
+//!   turn out to be reasoning. [`ParseOptions::orphan_think_close`] turns the
+//!   rule off for models known not to pre-open `<think>`, so content streams
+//!   immediately.
+//!
+//! # Cost
+//!
+//! Linear in the input, with no recursion on input structure: JSON and
+//! Python literal nesting is tracked on the heap and capped at 128 levels
+//! (deeper values are content); substring searches are memoised; a failed
+//! bare JSON value is skipped as a whole rather than re-scanned from every
+//! bracket inside it. The stream parser holds text back only from a
+//! possible call start, and retries an undecided candidate only after its
+//! pending text doubled (or at [`StreamParser::finish`]), so streaming stays
+//! linear for any chunking. The price is latency: a call is recognised at
+//! the latest once as much text again as the call itself has arrived after
+//! its start, or at `finish`; text after it waits as long.
+
+mod calls;
+mod coerce;
+mod engine;
+mod families;
+mod json_scan;
+mod python;
+mod reasoning;
+mod text;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_conformance;
+#[cfg(test)]
+mod tests_prop;
+
+use serde_json::Value;
+
+use self::calls::Tools;
+use self::engine::{Engine, Out};
+use self::reasoning::{Front, FrontOut, Sink};
+
+/// A tool the model was offered: only these names may be accepted as calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OfferedTool {
+    pub name: String,
+    /// JSON Schema of the arguments (`"type": "object"`); used to coerce
+    /// values written as text or Python literals.
+    pub parameters: Value,
+}
+
+/// A tool call found in the text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedCall {
+    pub name: String,
+    /// Always a JSON object.
+    pub arguments: Value,
+}
+
+/// Result of parsing a whole model output.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Parsed {
+    /// The text that is not reasoning and not part of a call.
+    pub content: String,
+    pub calls: Vec<ParsedCall>,
+    /// Reasoning split off from `<think>` blocks; `None` when there is none.
+    pub reasoning: Option<String>,
+}
+
+/// Options for [`parse_with_options`] and [`StreamParser::with_options`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParseOptions {
+    /// Treat a `</think>` with no opening tag as the end of reasoning
+    /// (everything before it is reasoning). Default: true.
+    pub orphan_think_close: bool,
+}
+
+impl Default for ParseOptions {
+    fn default() -> Self {
+        ParseOptions {
+            orphan_think_close: true,
+        }
+    }
+}
+
+/// Whole-text parse. Never fails, never panics.
+pub fn parse(text: &str, tools: &[OfferedTool]) -> Parsed {
+    parse_with_options(text, tools, ParseOptions::default())
+}
+
+/// [`parse`] with explicit options.
+pub fn parse_with_options(text: &str, tools: &[OfferedTool], options: ParseOptions) -> Parsed {
+    let mut p = StreamParser::with_tools(Tools::new(tools), options);
+    let mut events = p.push(text);
+    events.extend(p.finish());
+    let mut out = Parsed::default();
+    let mut reasoning = String::new();
+    for e in events {
+        match e {
+            StreamEvent::Content(s) => out.content.push_str(&s),
+            StreamEvent::Reasoning(s) => reasoning.push_str(&s),
+            StreamEvent::Call(c) => out.calls.push(c),
+        }
+    }
+    if !reasoning.is_empty() {
+        out.reasoning = Some(reasoning);
+    }
+    out
+}
+
+/// An event of [`StreamParser`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    Content(String),
+    Reasoning(String),
+    Call(ParsedCall),
+}
+
+/// Incremental parser fed the model's text chunk by chunk.
+///
+/// Content is emitted as it arrives, except text that might begin a call (a
+/// prefix of a marker, an opening `{`/`[`, a `<`), which is held back until
+/// decided, trailing whitespace (held until it is known not to be trailing),
+/// and — unless [`ParseOptions::orphan_think_close`] is off — everything
+/// before the first think tag (see the module docs).
+pub struct StreamParser {
+    tools: Tools,
+    front: Front,
+    engine: Engine,
+    content: Sink,
+    reasoning: Sink,
+}
+
+impl StreamParser {
+    pub fn new(tools: Vec<OfferedTool>) -> Self {
+        Self::with_options(tools, ParseOptions::default())
+    }
+
+    pub fn with_options(tools: Vec<OfferedTool>, options: ParseOptions) -> Self {
+        Self::with_tools(Tools::new(&tools), options)
+    }
+
+    fn with_tools(tools: Tools, options: ParseOptions) -> Self {
+        StreamParser {
+            tools,
+            front: Front::new(options.orphan_think_close),
+            engine: Engine::default(),
+            content: Sink::default(),
+            reasoning: Sink::default(),
+        }
+    }
+
+    pub fn push(&mut self, chunk: &str) -> Vec<StreamEvent> {
+        self.step(chunk, false)
+    }
+
+    pub fn finish(mut self) -> Vec<StreamEvent> {
+        self.step("", true)
+    }
+
+    fn step(&mut self, chunk: &str, eof: bool) -> Vec<StreamEvent> {
+        let mut front_out = Vec::new();
+        self.front.push(chunk, eof, &mut front_out);
+        let mut events = Vec::new();
+        for o in front_out {
+            match o {
+                FrontOut::Body(s) => self.engine.push(&s),
+                FrontOut::Break => {
+                    // The body before a reasoning block is final.
+                    self.drain_engine(true, &mut events);
+                    self.engine = Engine::default();
+                    self.content.boundary();
+                }
+                FrontOut::Reason(s) => {
+                    self.drain_engine(false, &mut events);
+                    let r = self.reasoning.text(&s);
+                    push_event(&mut events, StreamEvent::Reasoning(r));
+                }
+            }
+        }
+        self.drain_engine(eof, &mut events);
+        events
+    }
+
+    fn drain_engine(&mut self, eof: bool, events: &mut Vec<StreamEvent>) {
+        let mut outs = Vec::new();
+        self.engine.advance(eof, &self.tools, &mut outs);
+        for o in outs {
+            match o {
+                Out::Text(t) => {
+                    let c = self.content.text(&t);
+                    push_event(events, StreamEvent::Content(c));
+                }
+                Out::Call(c) => {
+                    self.content.boundary();
+                    events.push(StreamEvent::Call(c));
+                }
+            }
+        }
+    }
+}
+
+fn push_event(events: &mut Vec<StreamEvent>, e: StreamEvent) {
+    match (&e, events.last_mut()) {
+        (StreamEvent::Content(s) | StreamEvent::Reasoning(s), _) if s.is_empty() => {}
+        (StreamEvent::Content(s), Some(StreamEvent::Content(prev))) => prev.push_str(s),
+        (StreamEvent::Reasoning(s), Some(StreamEvent::Reasoning(prev))) => prev.push_str(s),
+        _ => events.push(e),
+    }
+}

@@ -1,0 +1,590 @@
+//! Unit tests per family and edge case, plus helpers shared by the other
+//! test modules.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+pub(super) fn tool(name: &str) -> OfferedTool {
+    OfferedTool {
+        name: name.to_string(),
+        parameters: json!({"type": "object"}),
+    }
+}
+
+pub(super) fn tools(names: &[&str]) -> Vec<OfferedTool> {
+    names.iter().map(|n| tool(n)).collect()
+}
+
+/// Feed `chunks` to a [`StreamParser`] and collect the events as a [`Parsed`].
+pub(super) fn stream(chunks: &[&str], tools: &[OfferedTool]) -> Parsed {
+    stream_with(chunks, tools, ParseOptions::default())
+}
+
+pub(super) fn stream_with(chunks: &[&str], tools: &[OfferedTool], opts: ParseOptions) -> Parsed {
+    let mut p = StreamParser::with_options(tools.to_vec(), opts);
+    let mut events = Vec::new();
+    for c in chunks {
+        events.extend(p.push(c));
+    }
+    events.extend(p.finish());
+    collect(events)
+}
+
+pub(super) fn collect(events: Vec<StreamEvent>) -> Parsed {
+    let mut out = Parsed::default();
+    let mut r = String::new();
+    for e in events {
+        match e {
+            StreamEvent::Content(s) => out.content.push_str(&s),
+            StreamEvent::Reasoning(s) => r.push_str(&s),
+            StreamEvent::Call(c) => out.calls.push(c),
+        }
+    }
+    if !r.is_empty() {
+        out.reasoning = Some(r);
+    }
+    out
+}
+
+/// Char-by-char chunks of `text`.
+pub(super) fn chars(text: &str) -> Vec<&str> {
+    let mut v = Vec::new();
+    let mut last = 0;
+    for (i, _) in text.char_indices().skip(1) {
+        v.push(&text[last..i]);
+        last = i;
+    }
+    if last < text.len() {
+        v.push(&text[last..]);
+    }
+    v
+}
+
+/// Parse whole and streamed (whole chunk, char by char, every two-way
+/// split) and check they agree; return the whole-text result.
+pub(super) fn check(text: &str, tools: &[OfferedTool]) -> Parsed {
+    let whole = parse(text, tools);
+    assert_eq!(stream(&[text], tools), whole, "single chunk: {text:?}");
+    assert_eq!(stream(&chars(text), tools), whole, "char by char: {text:?}");
+    for (i, _) in text.char_indices().skip(1) {
+        let (a, b) = text.split_at(i);
+        assert_eq!(stream(&[a, b], tools), whole, "split at {i}: {text:?}");
+    }
+    whole
+}
+
+fn call(name: &str, args: Value) -> ParsedCall {
+    ParsedCall {
+        name: name.to_string(),
+        arguments: args,
+    }
+}
+
+#[test]
+fn hermes_single_and_multiple() {
+    let t = tools(&["get_weather", "add"]);
+    let p = check(
+        "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("get_weather", json!({"city": "Paris"}))]);
+    assert_eq!(p.content, "Let me check.");
+    let p = check(
+        "<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 1}}</tool_call>\n<tool_call>{\"name\": \"add\", \"arguments\": {\"a\": 2}}</tool_call>",
+        &t,
+    );
+    assert_eq!(p.calls.len(), 2);
+    assert_eq!(p.calls[1].arguments, json!({"a": 2}));
+    assert_eq!(p.content, "");
+}
+
+#[test]
+fn hermes_variants() {
+    let t = tools(&["f"]);
+    let body = r#"{"name": "f", "arguments": {"x": 1}}"#;
+    for (open, close) in [
+        ("<tool_call>", ""),
+        ("<|tool_call|>", ""),
+        ("<tools>", "</tools>"),
+        ("<tool_calls>", "</tool_calls>"),
+        ("<function_call>", "</function_call>"),
+        ("<TOOL_CALL>", "</TOOL_CALL>"),
+        ("<tool_call>\n```json\n", "\n```\n</tool_call>"),
+        ("```json\n", "\n```"),
+        ("```\n<function_call>", "</function_call>\n```"),
+        ("[TOOL_CALLS]", ""),
+        ("functools[", "]"),
+        ("<|python_tag|>", "<|eom_id|>"),
+        ("<|action_start|><|plugin|>", "<|action_end|>"),
+    ] {
+        let text = format!("{open}{body}{close}");
+        let p = check(&text, &t);
+        assert_eq!(p.calls, vec![call("f", json!({"x": 1}))], "{text}");
+        assert_eq!(p.content, "", "{text}");
+    }
+}
+
+#[test]
+fn close_tag_inside_string_does_not_end_call() {
+    let t = tools(&["write_file"]);
+    let text = "<tool_call>\n{\"name\": \"write_file\", \"arguments\": {\"content\": \"a } b </tool_call> c {\"}}\n</tool_call> done";
+    let p = check(text, &t);
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "write_file",
+            json!({"content": "a } b </tool_call> c {"})
+        )]
+    );
+    assert_eq!(p.content, "done");
+}
+
+#[test]
+fn bare_json_shapes() {
+    let t = tools(&["f", "g"]);
+    let p = check(r#"{"name": "f", "parameters": {"a": 1}}"#, &t);
+    assert_eq!(p.calls, vec![call("f", json!({"a": 1}))]);
+    let p = check(
+        r#"[{"name": "f", "arguments": {}}, {"name": "g", "arguments": {"b": true}}]"#,
+        &t,
+    );
+    assert_eq!(p.calls.len(), 2);
+    let p = check(
+        r#"{"tool_calls": [{"function": {"name": "g", "arguments": "{\"x\": [1]}"}}]}"#,
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("g", json!({"x": [1]}))]);
+    let p = check(
+        r#"{"type": "function", "function": {"name": "f", "arguments": {"q": "s"}}}"#,
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("f", json!({"q": "s"}))]);
+    let p = check(
+        r#"{"name": "f", "arguments": {"a": 1}}; {"name": "g", "arguments": {}}"#,
+        &t,
+    );
+    assert_eq!(p.calls.len(), 2);
+    assert_eq!(p.content, "");
+}
+
+#[test]
+fn json_after_prose_policy() {
+    let t = tools(&["search"]);
+    let p = check(
+        r#"Here is the result: {"name": "search", "parameters": {"q": "x"}} Anything else?"#,
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("search", json!({"q": "x"}))]);
+    assert_eq!(p.content, "Here is the result: Anything else?");
+    // Without arguments, or with an unoffered name, it stays content.
+    for text in [
+        r#"Example: {"name": "search"}"#,
+        r#"Example: {"name": "other", "arguments": {}}"#,
+        r#"{"result": {"name": "search", "arguments": {}}}"#,
+    ] {
+        let p = check(text, &t);
+        assert!(p.calls.is_empty(), "{text}");
+        assert_eq!(p.content, text);
+    }
+}
+
+#[test]
+fn unoffered_names_stay_content() {
+    let t = tools(&["f"]);
+    for text in [
+        "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>",
+        "[rm_rf(path='/')]",
+        "<function=rm_rf>{\"a\": 1}</function>",
+        "<tool_call>\n<function=rm_rf>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
+        "[TOOL_CALLS][{\"name\": \"rm_rf\", \"arguments\": {}}]",
+    ] {
+        let p = check(text, &t);
+        assert!(p.calls.is_empty(), "{text}");
+        assert_eq!(p.content, text);
+    }
+    // A mix: the offered call is accepted, the other element stays content.
+    let p = check(
+        r#"[{"name": "f", "arguments": {}}, {"name": "rm_rf", "arguments": {}}]"#,
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("f", json!({}))]);
+    assert_eq!(p.content, r#"{"name": "rm_rf", "arguments": {}}"#);
+}
+
+#[test]
+fn qwen3_coder_xml_with_coercion() {
+    let t = vec![OfferedTool {
+        name: "area".into(),
+        parameters: json!({"type": "object", "properties": {
+            "shape": {"type": "string"},
+            "dims": {"type": "object"},
+            "precision": {"type": "integer"},
+            "exact": {"type": "boolean"},
+            "tags": {"type": "array"},
+            "note": {}
+        }}),
+    }];
+    let text = "Sure.<tool_call>\n<function=area>\n<parameter=shape>\n42\n</parameter>\n<parameter=dims>\n{\"w\": 10,\n \"h\": 2}\n</parameter>\n<parameter=precision>\n3\n</parameter>\n<parameter=exact>\ntrue\n</parameter>\n<parameter=tags>\n[\"a\"]\n</parameter>\n<parameter=note>\n7\n</parameter>\n</function>\n</tool_call>";
+    let p = check(text, &t);
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "area",
+            json!({"shape": "42", "dims": {"w": 10, "h": 2}, "precision": 3, "exact": true, "tags": ["a"], "note": "7"})
+        )]
+    );
+    assert_eq!(p.content, "Sure.");
+    // Not readable as the declared type: left as written.
+    let p = check(
+        "<function=area><parameter=precision>many</parameter></function>",
+        &t,
+    );
+    assert_eq!(p.calls[0].arguments, json!({"precision": "many"}));
+}
+
+#[test]
+fn xml_function_json_body_llama31() {
+    let t = tools(&["f", "python"]);
+    let p = check(
+        "<function=f>{\"a\": 1}</function>\n<function=python>{\"code\": \"print('}')\"}</function>",
+        &t,
+    );
+    assert_eq!(p.calls.len(), 2);
+    assert_eq!(p.calls[1].arguments, json!({"code": "print('}')"}));
+    let p = check("<function name=\"f\">\n{\"a\": 1}\n</function>", &t);
+    assert_eq!(p.calls, vec![call("f", json!({"a": 1}))]);
+}
+
+#[test]
+fn pythonic_calls() {
+    let t = vec![
+        tool("get_weather"),
+        OfferedTool {
+            name: "add".into(),
+            parameters: json!({"type": "object", "properties": {"a": {"type": "integer"}, "s": {"type": "string"}}}),
+        },
+    ];
+    let p = check(
+        r#"[get_weather(city="Paris", opts={'deep': [1, 2.5, None]}), add(a="5", s=12, flag=True)]"#,
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![
+            call(
+                "get_weather",
+                json!({"city": "Paris", "opts": {"deep": [1, 2.5, null]}})
+            ),
+            call("add", json!({"a": 5, "s": "12", "flag": true})),
+        ]
+    );
+    let p = check(r#"[get_weather(city='Martha\'s "Vineyard"')]"#, &t);
+    assert_eq!(
+        p.calls[0].arguments,
+        json!({"city": "Martha's \"Vineyard\""})
+    );
+    // In a wrapper, one call per line without brackets.
+    let p = check(
+        "<function_calls>get_weather(city='A')\nadd(a=1)</function_calls>",
+        &t,
+    );
+    assert_eq!(p.calls.len(), 2);
+    // Positional arguments and unknown names are not calls.
+    for text in [
+        "[get_weather('Paris')]",
+        "[print(x=1)]",
+        "see [get_weather] docs",
+    ] {
+        let p = check(text, &t);
+        assert!(p.calls.is_empty(), "{text}");
+        assert_eq!(p.content, text);
+    }
+}
+
+#[test]
+fn python_tag_builtin() {
+    let t = tools(&["python"]);
+    let p = check("<|python_tag|>python.call(code=\"print('hey')\")", &t);
+    assert_eq!(
+        p.calls,
+        vec![call("python", json!({"code": "print('hey')"}))]
+    );
+}
+
+#[test]
+fn reasoning_is_split_first() {
+    let t = tools(&["f"]);
+    let call_text = r#"<tool_call>{"name": "f", "arguments": {}}</tool_call>"#;
+    let p = check(&format!("<think>maybe {call_text}</think>\nAnswer."), &t);
+    assert!(p.calls.is_empty());
+    assert_eq!(
+        p.reasoning.as_deref(),
+        Some(format!("maybe {call_text}").as_str())
+    );
+    assert_eq!(p.content, "Answer.");
+    // Closing tag with no opener.
+    let p = check(&format!("thinking here\n</think>\n\n{call_text}"), &t);
+    assert_eq!(p.reasoning.as_deref(), Some("thinking here"));
+    assert_eq!(p.calls.len(), 1);
+    assert_eq!(p.content, "");
+    // Unterminated.
+    let p = check(&format!("<think>{call_text}"), &t);
+    assert!(p.calls.is_empty());
+    assert_eq!(p.content, "");
+    assert!(p.reasoning.is_some());
+    // No reasoning: None.
+    assert_eq!(check("hi", &t).reasoning, None);
+}
+
+#[test]
+fn orphan_close_option_streams_content_early() {
+    let opts = ParseOptions {
+        orphan_think_close: false,
+    };
+    let mut p = StreamParser::with_options(tools(&["f"]), opts);
+    let ev = p.push("Hello there, ");
+    assert_eq!(ev, vec![StreamEvent::Content("Hello there,".into())]);
+    let mut p = StreamParser::new(tools(&["f"]));
+    assert!(p.push("Hello there, ").is_empty());
+    let text = "a</think>b";
+    assert_eq!(parse_with_options(text, &[], opts).content, text);
+}
+
+#[test]
+fn nothing_parses_whole_text_is_content() {
+    let t = tools(&["f"]);
+    for text in [
+        "Just an answer.",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {",
+        "{\"name\": \"f\", \"arguments\": {invalid}}",
+        "a < b and c > d, [1, 2] {x} `code` ```\nfenced\n``` functools",
+        "<tool_call>",
+        "<function=f>\n<parameter=a>1",
+        "[TOOL_CALLS]",
+        "{\"name\": \"f\", \"arguments\": \"not json\"}",
+    ] {
+        let p = check(text, &t);
+        assert!(p.calls.is_empty(), "{text}");
+        assert_eq!(p.content, text.trim(), "{text}");
+    }
+}
+
+#[test]
+fn broken_marked_arrays_keep_complete_elements() {
+    let t = tools(&["add", "mul"]);
+    // Missing brace before `]` is repaired after a marker.
+    let p = check(
+        r#"[TOOL_CALLS][{"name": "add", "arguments": {"a": 1}}, {"name": "mul", "arguments": {"b": 2}]"#,
+        &t,
+    );
+    assert_eq!(p.calls.len(), 2);
+    // Truncated after a complete element.
+    let p = check(
+        r#"[TOOL_CALLS] [{"name": "add", "arguments": {"a": 1}}, {"name": "mu"#,
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("add", json!({"a": 1}))]);
+    assert_eq!(p.content, r#", {"name": "mu"#);
+    // Bare: no repair.
+    let p = check(r#"[{"name": "add", "arguments": {"a": [1, 2}]"#, &t);
+    assert!(p.calls.is_empty());
+}
+
+#[test]
+fn invalid_line_among_valid_ones() {
+    let t = tools(&["a", "b"]);
+    let p = check(
+        "<tool_calls>\n{\"name\": \"a\", \"arguments\": {}}\n{broken line}\n{\"name\": \"b\", \"arguments\": {}}\n</tool_calls>",
+        &t,
+    );
+    assert_eq!(p.calls.len(), 2);
+    assert_eq!(p.content, "{broken line}");
+}
+
+#[test]
+fn other_families() {
+    let t = tools(&["get_weather", "foo"]);
+    let p = check(
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n</tool_call>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("get_weather", json!({"city": "Beijing"}))]
+    );
+    let p = check(
+        "x<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Tokyo\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("get_weather", json!({"city": "Tokyo"}))]);
+    assert_eq!(p.content, "x");
+    let p = check(
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>foo<｜tool▁sep｜>{\"x\":1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("foo", json!({"x": 1}))]);
+    let p = check(
+        "Hi <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"B\"}<|tool_call_end|><|tool_calls_section_end|>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("get_weather", json!({"city": "B"}))]);
+    assert_eq!(p.content, "Hi");
+    let p = check("[TOOL_CALLS]foo{\"x\": 2}", &t);
+    assert_eq!(p.calls, vec![call("foo", json!({"x": 2}))]);
+    let p = check(
+        "<functions><function name=\"foo\"><param name=\"n\" type=\"integer\">20</param><param name=\"s\" type=\"string\">20</param></function></functions>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("foo", json!({"n": 20, "s": "20"}))]);
+}
+
+#[test]
+fn content_whitespace_policy() {
+    let t = tools(&["f"]);
+    let c = r#"<tool_call>{"name": "f", "arguments": {}}</tool_call>"#;
+    assert_eq!(check(&format!("  A.\n\n{c}\n\nB.  "), &t).content, "A.\nB.");
+    assert_eq!(check(&format!("A. {c} B."), &t).content, "A. B.");
+    assert_eq!(check(&format!("A.{c}B."), &t).content, "A.B.");
+    assert_eq!(
+        check("  keep   inner \n\n spacing  ", &t).content,
+        "keep   inner \n\n spacing"
+    );
+}
+
+#[test]
+fn utf8_everywhere() {
+    let t = tools(&["f"]);
+    let text = "héllo ✓ <tool_call>{\"name\": \"f\", \"arguments\": {\"q\": \"日本語 🎉\"}}</tool_call> ünïcödé {é [ü <ö `";
+    let p = check(text, &t);
+    assert_eq!(p.calls, vec![call("f", json!({"q": "日本語 🎉"}))]);
+    assert_eq!(p.content, "héllo ✓ ünïcödé {é [ü <ö `");
+}
+
+#[test]
+fn adversarial_inputs_complete() {
+    let t = tools(&["f"]);
+    let inputs: Vec<(&str, String)> = vec![
+        ("1 MB of {", "{".repeat(1 << 20)),
+        ("1 MB of [", "[".repeat(1 << 20)),
+        ("<tool_call> x 100k", "<tool_call>".repeat(100_000)),
+        ("[ x 100k", "[".repeat(100_000)),
+        ("deep arrays", "[".repeat(100_000) + &"]".repeat(100_000)),
+        (
+            "deep objects",
+            "{\"a\":".repeat(100_000) + "1" + &"}".repeat(100_000),
+        ),
+        (
+            "deep python",
+            "[f(a=".to_string() + &"[".repeat(100_000) + &"]".repeat(100_000) + ")]",
+        ),
+        (
+            "unclosed strings",
+            "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"".repeat(20_000),
+        ),
+        ("function tags", "<function=f><parameter=a>".repeat(50_000)),
+        ("tool_call + brace", "<tool_call>{".repeat(100_000)),
+        (
+            "markers",
+            "[TOOL_CALLS]functools<|python_tag|>```".repeat(50_000),
+        ),
+        ("quotes", "{\"".repeat(200_000)),
+        (
+            "name objects",
+            "{\"name\": \"f\", \"arguments\": {".repeat(30_000),
+        ),
+        ("pythonic prefix", "[f(a='".repeat(100_000)),
+        ("think tags", "<think></think>".repeat(50_000)),
+    ];
+    for (label, text) in inputs {
+        let p = parse(&text, &t);
+        let total = p.content.len() + p.reasoning.as_ref().map_or(0, String::len);
+        assert!(
+            total > 0 || !p.calls.is_empty() || label == "think tags",
+            "{label}"
+        );
+        // Streaming in uneven chunks gives the same result.
+        let chunks: Vec<&str> = text
+            .as_bytes()
+            .chunks(4093)
+            .map(|c| std::str::from_utf8(c).unwrap_or(""))
+            .collect();
+        if chunks.concat() == text {
+            assert_eq!(stream(&chunks, &t), p, "{label}");
+        }
+    }
+}
+
+#[test]
+fn missing_closing_brace_before_close_tag_is_repaired() {
+    let t = tools(&["f"]);
+    let p = check(
+        r#"<tool_call>{"name": "f", "arguments": {"a": 1}</tool_call> ok"#,
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("f", json!({"a": 1}))]);
+    assert_eq!(p.content, "ok");
+    // Not before the closer: stays content.
+    let text = r#"<tool_call>{"name": "f", "arguments": {"a": 1} and more"#;
+    let p = check(text, &t);
+    assert!(p.calls.is_empty());
+    assert_eq!(p.content, text);
+}
+
+#[test]
+fn stream_emits_before_finish() {
+    let t = tools(&["f"]);
+    let call_text = r#"<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>"#;
+    let tail = " and then a long explanation follows here".repeat(4);
+    let text = format!("I think.</think>Sure, calling now. {call_text}{tail}");
+    let mut p = StreamParser::new(t.clone());
+    let mut before_finish = Vec::new();
+    for c in chars(&text) {
+        before_finish.extend(p.push(c));
+    }
+    let at_finish = p.finish();
+    // Reasoning, the content before the call, the call and most of the
+    // content after it all arrive before finish().
+    assert!(matches!(before_finish.first(), Some(StreamEvent::Reasoning(r)) if r == "I think."));
+    let before_call: String = before_finish
+        .iter()
+        .take_while(|e| !matches!(e, StreamEvent::Call(_)))
+        .filter_map(|e| match e {
+            StreamEvent::Content(s) => Some(s.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(before_call, "Sure, calling now.");
+    assert!(
+        before_finish
+            .iter()
+            .any(|e| matches!(e, StreamEvent::Call(_)))
+    );
+    let late: usize = at_finish
+        .iter()
+        .map(|e| match e {
+            StreamEvent::Content(s) => s.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(late < tail.len() / 2, "{late} bytes only at finish");
+    let mut all = before_finish;
+    all.extend(at_finish);
+    assert_eq!(collect(all), parse(&text, &t));
+}
+
+#[test]
+fn held_back_prefixes_are_released_when_decided() {
+    let opts = ParseOptions {
+        orphan_think_close: false,
+    };
+    let mut p = StreamParser::with_options(tools(&["f"]), opts);
+    assert_eq!(p.push("a <"), vec![StreamEvent::Content("a".into())]);
+    assert_eq!(p.push("b> {"), vec![StreamEvent::Content(" <b>".into())]);
+    assert_eq!(
+        p.push("x} [see]"),
+        vec![StreamEvent::Content(" {x} [see]".into())]
+    );
+    assert_eq!(p.push(" <tool_"), vec![]);
+    assert_eq!(p.finish(), vec![StreamEvent::Content(" <tool_".into())]);
+}

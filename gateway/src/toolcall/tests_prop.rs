@@ -1,0 +1,181 @@
+//! Property tests: no panics on arbitrary input, and streaming over any
+//! chunking equals whole-text parsing.
+
+use proptest::prelude::*;
+
+use super::tests::{stream, stream_with, tools};
+use super::*;
+
+const FRAGMENTS: &[&str] = &[
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_call",
+    "<|tool_call|>",
+    "<tool_calls>",
+    "</tool_calls>",
+    "<function=f>",
+    "<function=add>",
+    "</function>",
+    "<function name=\"f\">",
+    "<parameter=a>",
+    "</parameter>",
+    "<param name=\"a\" type=\"int\">",
+    "</param>",
+    "<arg_key>a</arg_key>",
+    "<arg_value>1</arg_value>",
+    "<think>",
+    "</think>",
+    "<seed:think>",
+    "[TOOL_CALLS]",
+    "functools",
+    "<|python_tag|>",
+    "<|python_start|>",
+    "```",
+    "```json\n",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool▁sep｜>",
+    "<｜tool▁call▁end｜>",
+    "<|tool_calls_section_begin|>",
+    "<|tool_call_begin|>functions.f:0",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+    "{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
+    "{\"name\": \"add\", \"parameters\": {}}",
+    "{\"name\": \"nope\", \"arguments\": {}}",
+    "{\"name\": \"f\"",
+    ", \"arguments\": {",
+    "\"x\": \"}\"",
+    "{",
+    "}",
+    "[",
+    "]",
+    "(",
+    ")",
+    "\"",
+    "'",
+    "\\",
+    ",",
+    ";",
+    ":",
+    "f(a=1)",
+    "[f(a='x'), add(b=[1, {'c': None}])]",
+    "get_weather",
+    "add",
+    "f",
+    " ",
+    "\n",
+    "text ",
+    "é",
+    "🎉",
+    "<",
+    ">",
+    "=",
+];
+
+fn fragment_text() -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(FRAGMENTS), 0..24).prop_map(|v| v.concat())
+}
+
+/// Split `text` at the given char positions (taken modulo its length).
+fn split<'a>(text: &'a str, cuts: &[usize]) -> Vec<&'a str> {
+    let bounds: Vec<usize> = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([text.len()])
+        .collect();
+    let mut points: Vec<usize> = cuts
+        .iter()
+        .map(|c| bounds.get(c % bounds.len().max(1)).copied().unwrap_or(0))
+        .collect();
+    points.sort_unstable();
+    points.dedup();
+    let mut out = Vec::new();
+    let mut last = 0;
+    for p in points {
+        if p > last {
+            out.push(&text[last..p]);
+            last = p;
+        }
+    }
+    out.push(&text[last..]);
+    out
+}
+
+fn offered() -> Vec<OfferedTool> {
+    tools(&["f", "add", "get_weather"])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_strings_never_panic_and_stream_equals_whole(
+        text in any::<String>(),
+        cuts in prop::collection::vec(any::<usize>(), 0..8),
+    ) {
+        let t = offered();
+        let whole = parse(&text, &t);
+        prop_assert_eq!(stream(&split(&text, &cuts), &t), whole);
+    }
+
+    #[test]
+    fn marker_fragments_never_panic_and_stream_equals_whole(
+        text in fragment_text(),
+        cuts in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let t = offered();
+        let whole = parse(&text, &t);
+        for c in &whole.calls {
+            prop_assert!(c.arguments.is_object());
+            prop_assert!(["f", "add", "get_weather"].contains(&c.name.as_str()));
+        }
+        prop_assert_eq!(stream(&split(&text, &cuts), &t), whole.clone());
+        let chars: Vec<&str> = split(&text, &(0..text.chars().count()).collect::<Vec<_>>());
+        prop_assert_eq!(stream(&chars, &t), whole);
+    }
+
+    #[test]
+    fn stream_equals_whole_without_orphan_close(
+        text in fragment_text(),
+        cuts in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let t = offered();
+        let opts = ParseOptions { orphan_think_close: false };
+        let whole = parse_with_options(&text, &t, opts);
+        prop_assert_eq!(stream_with(&split(&text, &cuts), &t, opts), whole);
+    }
+
+    #[test]
+    fn without_calls_nothing_is_lost(text in fragment_text()) {
+        let whole = parse(&text, &[]);
+        prop_assert!(whole.calls.is_empty());
+        let mut got: Vec<char> = whole.content.chars().chain(whole.reasoning.unwrap_or_default().chars())
+            .filter(|c| !c.is_whitespace()).collect();
+        let mut want: Vec<char> = text.chars().filter(|c| !c.is_whitespace()).collect();
+        got.sort_unstable();
+        want.sort_unstable();
+        // Only the think tags that were split off may be missing.
+        let mut missing = want.clone();
+        for c in &got {
+            let pos = missing.binary_search(c);
+            prop_assert!(pos.is_ok(), "content has extra char {:?}", c);
+            if let Ok(i) = pos {
+                missing.remove(i);
+            }
+        }
+        let allowed: Vec<Vec<char>> = ["<think>", "<thinking>", "<seed:think>"]
+            .iter()
+            .flat_map(|o| {
+                let c = o.replacen('<', "</", 1);
+                [String::new(), o.to_string(), c.clone(), format!("{o}{c}")]
+            })
+            .map(|s| {
+                let mut v: Vec<char> = s.chars().collect();
+                v.sort_unstable();
+                v
+            })
+            .collect();
+        prop_assert!(allowed.contains(&missing), "lost {:?}", missing);
+    }
+}

@@ -1,0 +1,539 @@
+//! A scripted, OpenAI-compatible model for tests and demos.
+//!
+//! No model runs here, so this one follows a script written in the last user
+//! message, and otherwise behaves like a real chat-completions server
+//! (streaming and not, usage, tool calls in OpenAI's format):
+//!
+//! - `call NAME {json}`: call tool NAME with these arguments (several
+//!   `call`s make parallel calls in one turn). Only offered tools are called.
+//! - `fix NAME {json}`: when NAME's result was an error, call it again with
+//!   these arguments (a model correcting itself).
+//! - `loop NAME {json}`: call NAME on every turn (never answers).
+//! - Without a script, or once the tools have answered, it answers in text,
+//!   quoting every tool result: `Tool results: [name] result ...`.
+//!
+//! Faults, as `[[mock:...]]` anywhere in the last user message:
+//! `status=500` (or any status; `retry-after=N` adds that header),
+//! `fail-first=N:STATUS` (the first N attempts of this conversation fail),
+//! `hang`, `malformed` (a 200 that is not JSON), `broken-stream` (the stream
+//! stops halfway), `latency=MS`, `reject-tools` (a 400 about tools when the
+//! request carries `tools`), `text=FORMAT` (tool calls written as text in
+//! FORMAT: `hermes`, `json`, `pythonic`, `mistral` instead of `tool_calls`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct MockState {
+    requests: Mutex<Vec<Value>>,
+    attempts: Mutex<HashMap<String, usize>>,
+}
+
+/// A running scripted model.
+pub struct MockLlm {
+    pub addr: SocketAddr,
+    state: Arc<MockState>,
+}
+
+impl MockLlm {
+    pub async fn start() -> MockLlm {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve_on(listener).await
+    }
+
+    pub async fn serve_on(listener: tokio::net::TcpListener) -> MockLlm {
+        let state = Arc::new(MockState::default());
+        let addr = listener.local_addr().unwrap();
+        let app = router(Arc::clone(&state));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        MockLlm { addr, state }
+    }
+
+    /// The base URL clients use (`.../v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Every chat request received, as JSON.
+    pub fn requests(&self) -> Vec<Value> {
+        self.state.requests.lock().unwrap().clone()
+    }
+}
+
+fn router(state: Arc<MockState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route(
+            "/v1/models",
+            get(|| async {
+                axum::Json(json!({"object": "list", "data": [
+                    {"id": "mock-model", "object": "model", "created": 0, "owned_by": "mock"},
+                    {"id": "mock-text-model", "object": "model", "created": 0, "owned_by": "mock"},
+                ]}))
+            }),
+        )
+        .with_state(state)
+}
+
+/// Serves the scripted model on `listener` until the process ends.
+pub async fn serve_forever(listener: tokio::net::TcpListener) {
+    let app = router(Arc::new(MockState::default()));
+    let _ = axum::serve(listener, app).await;
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        axum::Json(json!({"error": {"message": message, "type": "mock_error", "code": status.as_u16().to_string()}})),
+    )
+        .into_response()
+}
+
+/// The `[[mock:...]]` directives of a text.
+fn directives(text: &str) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("[[mock:") {
+        let after = &rest[start + 7..];
+        let Some(end) = after.find("]]") else { break };
+        for part in after[..end].split_whitespace() {
+            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+            out.insert(k.to_owned(), v.to_owned());
+        }
+        rest = &after[end..];
+    }
+    out
+}
+
+/// `(verb, name, arguments)` for every `call|fix|loop NAME {json}`.
+fn script(text: &str) -> Vec<(String, String, Value)> {
+    let mut out = Vec::new();
+    let words = ["call ", "fix ", "loop "];
+    let mut i = 0;
+    while i < text.len() {
+        let rest = &text[i..];
+        let Some((verb, at)) = words
+            .iter()
+            .filter_map(|w| rest.find(w).map(|p| (*w, p)))
+            .min_by_key(|(_, p)| *p)
+        else {
+            break;
+        };
+        let after = &rest[at + verb.len()..];
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .collect();
+        let json_part = after[name.len()..].trim_start();
+        if !name.is_empty() && json_part.starts_with('{') {
+            let mut de = serde_json::Deserializer::from_str(json_part).into_iter::<Value>();
+            if let Some(Ok(args)) = de.next() {
+                out.push((verb.trim().to_owned(), name.clone(), args));
+            }
+        }
+        i += at + verb.len();
+    }
+    out
+}
+
+fn content_text(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// The model's decision for this request.
+struct Reply {
+    content: Option<String>,
+    calls: Vec<(String, Value)>,
+}
+
+fn decide(req: &Value) -> Reply {
+    let messages = req["messages"].as_array().cloned().unwrap_or_default();
+    let last_user = messages
+        .iter()
+        .rposition(|m| m["role"] == "user")
+        .unwrap_or(0);
+    let user_text = messages
+        .get(last_user)
+        .map(content_text)
+        .unwrap_or_default();
+    let offered: Vec<String> = req["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| {
+                    t.pointer("/function/name")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let text_tools = offered_in_prompt(&messages);
+    let is_offered = |n: &str| offered.iter().any(|o| o == n) || text_tools.iter().any(|o| o == n);
+    let steps = script(&user_text);
+    // Tool results since the user spoke, by tool name, in order.
+    let after = &messages[last_user + 1..];
+    let mut names_by_id: HashMap<String, String> = HashMap::new();
+    for m in after.iter().filter(|m| m["role"] == "assistant") {
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            names_by_id.insert(
+                c["id"].as_str().unwrap_or_default().to_owned(),
+                c.pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
+    }
+    let mut results: Vec<(String, String)> = after
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let name = names_by_id
+                .get(m["tool_call_id"].as_str().unwrap_or_default())
+                .cloned()
+                .unwrap_or_else(|| "tool".into());
+            (name, content_text(m))
+        })
+        .collect();
+    // Structured-prompt upstreams get results back as plain text.
+    for m in after.iter().filter(|m| m["role"] == "user") {
+        let t = content_text(m);
+        if t.contains("<tool_response>") {
+            results.push(("tool".into(), t));
+        }
+    }
+    let assistant_turns = after.iter().filter(|m| m["role"] == "assistant").count();
+
+    let looping: Vec<(String, Value)> = steps
+        .iter()
+        .filter(|(v, n, _)| v == "loop" && is_offered(n))
+        .map(|(_, n, a)| (n.clone(), a.clone()))
+        .collect();
+    if !looping.is_empty() {
+        return Reply {
+            content: None,
+            calls: looping,
+        };
+    }
+    if results.is_empty() && assistant_turns == 0 {
+        let calls: Vec<(String, Value)> = steps
+            .iter()
+            .filter(|(v, n, _)| v == "call" && is_offered(n))
+            .map(|(_, n, a)| (n.clone(), a.clone()))
+            .collect();
+        if !calls.is_empty() {
+            return Reply {
+                content: None,
+                calls,
+            };
+        }
+        return Reply {
+            content: Some(format!("Hello! You said: {}", user_text.trim())),
+            calls: Vec::new(),
+        };
+    }
+    // Correct a failed call once.
+    if let Some((name, _)) = results.iter().rev().find(|(_, r)| r.starts_with("Error")) {
+        let fixes_done = results.iter().filter(|(n, _)| n == name).count();
+        if fixes_done < 2
+            && let Some((_, n, a)) = steps.iter().find(|(v, n, _)| v == "fix" && n == name)
+        {
+            return Reply {
+                content: None,
+                calls: vec![(n.clone(), a.clone())],
+            };
+        }
+    }
+    let summary: Vec<String> = results.iter().map(|(n, r)| format!("[{n}] {r}")).collect();
+    Reply {
+        content: Some(format!("Tool results: {}", summary.join(" | "))),
+        calls: Vec::new(),
+    }
+}
+
+/// Tool names a structured prompt offered (in the system message's JSON).
+fn offered_in_prompt(messages: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in messages.iter().filter(|m| m["role"] == "system") {
+        let text = content_text(m);
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("\"name\"") {
+            let after = rest[at + 6..]
+                .trim_start()
+                .trim_start_matches(':')
+                .trim_start();
+            if let Some(stripped) = after.strip_prefix('"') {
+                let name: String = stripped.chars().take_while(|c| *c != '"').collect();
+                out.push(name);
+            }
+            rest = &rest[at + 6..];
+        }
+    }
+    out
+}
+
+fn tokens(s: &str) -> u64 {
+    (s.len() as u64).div_ceil(4).max(1)
+}
+
+/// Tool calls written as text, in one of the families models use.
+fn calls_as_text(format: &str, calls: &[(String, Value)]) -> String {
+    match format {
+        "json" => {
+            let arr: Vec<Value> = calls
+                .iter()
+                .map(|(n, a)| json!({"name": n, "arguments": a}))
+                .collect();
+            if arr.len() == 1 {
+                arr[0].to_string()
+            } else {
+                Value::Array(arr).to_string()
+            }
+        }
+        "pythonic" => {
+            let parts: Vec<String> = calls
+                .iter()
+                .map(|(n, a)| {
+                    let args: Vec<String> = a
+                        .as_object()
+                        .map(|o| o.iter().map(|(k, v)| format!("{k}={v}")).collect())
+                        .unwrap_or_default();
+                    format!("{n}({})", args.join(", "))
+                })
+                .collect();
+            format!("[{}]", parts.join(", "))
+        }
+        "mistral" => {
+            let arr: Vec<Value> = calls
+                .iter()
+                .map(|(n, a)| json!({"name": n, "arguments": a}))
+                .collect();
+            format!("[TOOL_CALLS]{}", Value::Array(arr))
+        }
+        _ => calls
+            .iter()
+            .map(|(n, a)| {
+                format!(
+                    "<tool_call>\n{}\n</tool_call>",
+                    json!({"name": n, "arguments": a})
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+async fn chat(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
+    let Ok(req) = serde_json::from_slice::<Value>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    state.requests.lock().unwrap().push(req.clone());
+    let messages = req["messages"].as_array().cloned().unwrap_or_default();
+    let user_text = messages
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .map(content_text)
+        .unwrap_or_default();
+    let first_user = messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .map(content_text)
+        .unwrap_or_default();
+    let d = directives(&first_user);
+
+    if let Some(ms) = d.get("latency").and_then(|v| v.parse().ok()) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if d.contains_key("hang") {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    if let Some(spec) = d.get("fail-first") {
+        let (n, status) = spec.split_once(':').unwrap_or((spec, "503"));
+        let n: usize = n.parse().unwrap_or(1);
+        let key = format!("{}#{}", first_user, messages.len());
+        let attempt = {
+            let mut a = state.attempts.lock().unwrap();
+            let e = a.entry(key).or_insert(0);
+            *e += 1;
+            *e
+        };
+        if attempt <= n {
+            let status = StatusCode::from_u16(status.parse().unwrap_or(503))
+                .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            return error(status, &format!("scripted failure {attempt} of {n}"));
+        }
+    }
+    if let Some(status) = d.get("status").and_then(|s| s.parse::<u16>().ok()) {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut resp = error(status, &format!("scripted {status}"));
+        if let Some(ra) = d.get("retry-after") {
+            resp.headers_mut()
+                .insert("retry-after", ra.parse().unwrap());
+        }
+        return resp;
+    }
+    if d.contains_key("reject-tools")
+        && req
+            .get("tools")
+            .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()))
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "this model does not support tools (function calling is not enabled)",
+        );
+    }
+    if d.contains_key("malformed") {
+        return (
+            StatusCode::OK,
+            [("content-type", "application/json")],
+            "{\"id\": \"x\", \"choices\": [",
+        )
+            .into_response();
+    }
+
+    let reply = decide(&req);
+    let text_format = d.get("text").cloned();
+    let model = req["model"].as_str().unwrap_or("mock-model").to_owned();
+    let (content, calls) = match (&text_format, reply.calls.is_empty()) {
+        (Some(fmt), false) => (Some(calls_as_text(fmt, &reply.calls)), Vec::new()),
+        _ => (reply.content, reply.calls),
+    };
+    let prompt_tokens: u64 = messages.iter().map(|m| tokens(&content_text(m))).sum();
+    let completion_tokens = tokens(content.as_deref().unwrap_or("")) + calls.len() as u64 * 10;
+    let usage = json!({"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens});
+    let turn = messages.len();
+    let tool_calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (n, a))| json!({"id": format!("call_{turn}_{i}"), "type": "function", "function": {"name": n, "arguments": a.to_string()}}))
+        .collect();
+    let finish = if tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    let _ = user_text;
+
+    if req["stream"] == json!(true) {
+        let include_usage = req.pointer("/stream_options/include_usage") == Some(&json!(true));
+        let broken = d.contains_key("broken-stream");
+        return stream_reply(
+            model,
+            content,
+            tool_calls,
+            finish,
+            usage,
+            include_usage,
+            broken,
+        );
+    }
+    let mut message = json!({"role": "assistant", "content": content});
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls);
+    }
+    axum::Json(json!({
+        "id": format!("chatcmpl-mock-{turn}"),
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage,
+    }))
+    .into_response()
+}
+
+fn stream_reply(
+    model: String,
+    content: Option<String>,
+    tool_calls: Vec<Value>,
+    finish: &'static str,
+    usage: Value,
+    include_usage: bool,
+    broken: bool,
+) -> Response {
+    let chunk = |delta: Value, finish: Option<&str>| json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    let mut events: Vec<String> =
+        vec![chunk(json!({"role": "assistant", "content": ""}), None).to_string()];
+    if let Some(text) = content {
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(8) {
+            events.push(
+                chunk(json!({"content": piece.iter().collect::<String>()}), None).to_string(),
+            );
+        }
+    }
+    for (i, c) in tool_calls.iter().enumerate() {
+        events.push(chunk(json!({"tool_calls": [{"index": i, "id": c["id"], "type": "function", "function": {"name": c["function"]["name"], "arguments": ""}}]}), None).to_string());
+        let args = c["function"]["arguments"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let mid = args
+            .char_indices()
+            .nth(args.chars().count() / 2)
+            .map_or(args.len(), |(i, _)| i);
+        for part in [&args[..mid], &args[mid..]] {
+            events.push(
+                chunk(
+                    json!({"tool_calls": [{"index": i, "function": {"arguments": part}}]}),
+                    None,
+                )
+                .to_string(),
+            );
+        }
+    }
+    events.push(chunk(json!({}), Some(finish)).to_string());
+    if include_usage {
+        events.push(json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1_700_000_000, "model": model, "choices": [], "usage": usage}).to_string());
+    }
+    events.push("[DONE]".to_owned());
+    if broken {
+        let half = events.len() / 2;
+        events.truncate(half.max(1));
+    }
+    let stream = futures::stream::iter(
+        events
+            .into_iter()
+            .map(|e| Ok::<_, std::io::Error>(Bytes::from(format!("data: {e}\n\n")))),
+    );
+    // A broken stream ends the connection abruptly after the partial events.
+    // (after a pause, so the partial events are flushed first).
+    let tail =
+        futures::StreamExt::filter_map(futures::stream::iter([broken]), |broken| async move {
+            if !broken {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Some(Err(std::io::Error::other("broken stream")))
+        });
+    let body = Body::from_stream(futures::StreamExt::chain(stream, tail));
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(body)
+        .unwrap()
+}
