@@ -3,20 +3,53 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run test check lint fmt bench demo schema clean
+.PHONY: run setup test check lint fmt bench demo schema clean
 
-## run: serve the shipped configuration on $(LISTEN)
+MOCK_LISTEN ?= 127.0.0.1:8089
+
+## run: serve the shipped configuration on $(LISTEN). Without OPENAI_BASE_URL
+## or OPENAI_API_KEY in the environment, the scripted model (tests/src/mock_llm.rs)
+## is started on $(MOCK_LISTEN) and serves as the upstream.
 run:
-	$(CARGO) run -p gateway --bin toolgate -- serve --config $(CONFIG) --listen $(LISTEN)
+	$(CARGO) build -p gateway --bin toolgate -p toolgate-tests --bin mock-llm
+	@if [ -z "$$OPENAI_BASE_URL$$OPENAI_API_KEY" ]; then \
+		echo "No OPENAI_BASE_URL or OPENAI_API_KEY: the scripted model answers on $(MOCK_LISTEN)"; \
+		target/debug/mock-llm $(MOCK_LISTEN) & mock=$$!; \
+		trap "kill $$mock 2>/dev/null" EXIT INT TERM; \
+		OPENAI_BASE_URL=http://$(MOCK_LISTEN)/v1 target/debug/toolgate serve --config $(CONFIG) --listen $(LISTEN); \
+	else \
+		target/debug/toolgate serve --config $(CONFIG) --listen $(LISTEN); \
+	fi
 
-## test: format check, lints, and every test of the workspace
-test: lint
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+MCP_NODE := tests/mcp/node_modules/.installed
+
+## setup: what the tests need besides Rust: a Python venv with the official
+## openai SDK (tests/python/requirements.txt), and the MCP servers of the MCP
+## tests (tests/mcp/package.json, installed with npm into tests/mcp/node_modules)
+setup: $(VENV)/.installed $(MCP_NODE)
+
+$(MCP_NODE): tests/mcp/package.json tests/mcp/package-lock.json
+	cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(VENV)/.installed: tests/python/requirements.txt
+	python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --upgrade pip
+	$(PYTHON) -m pip install --quiet -r tests/python/requirements.txt
+	touch $@
+
+## test: format check, lints, and every test of the workspace (Rust, then
+## the Python SDK end-to-end tests)
+test: setup lint
 	$(CARGO) build --workspace --all-targets
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --workspace --no-fail-fast; \
 	else \
 		$(CARGO) test --workspace --no-fail-fast; \
 	fi
+	$(PYTHON) -m pytest -q tests/python
 
 ## lint: rustfmt and clippy, warnings are errors
 lint:
@@ -31,8 +64,12 @@ fmt:
 	$(CARGO) fmt --all
 
 ## bench: benchmarks, in release mode (run nothing else meanwhile)
-bench:
-	$(CARGO) run --release -p toolgate-tests --bin bench-catalog
+bench: $(MCP_NODE)
+	$(CARGO) build --release -p gateway --bin toolgate -p toolgate-tests --bins
+	target/release/bench-catalog
+	target/release/bench-parser
+	target/release/bench-mcp
+	tests/bench/proxy.sh
 
 ## schema: write the JSON Schema of the configuration formats to docs/schema.json
 schema:

@@ -16,6 +16,8 @@ use crate::api::{AppState, router};
 use crate::catalog::Catalog;
 use crate::config::format::json_schemas;
 use crate::executor::{Executor, ToolCall, http_client};
+use crate::tool::context::CallContext;
+use crate::tool::native::NativeTool;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -40,7 +42,12 @@ enum Command {
         listen: Option<SocketAddr>,
     },
     /// Validate the configuration: exit 1 listing every error, or print a summary.
-    Check,
+    Check {
+        /// Also start every MCP server, list the tools it would offer (and
+        /// report what is wrong), then stop them.
+        #[arg(long)]
+        connect: bool,
+    },
     /// List the tools (of one tool set, or all).
     Tools {
         #[arg(long, value_name = "NAME")]
@@ -71,8 +78,28 @@ enum SchemaKind {
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
+/// Native tools of the binary running the CLI, set once by [`main_with`].
+static EXTRA_TOOLS: std::sync::OnceLock<Vec<NativeTool>> = std::sync::OnceLock::new();
+
+/// Loads the catalog of `dir` with the binary's native tools.
+fn load_catalog(dir: &Path) -> Result<Catalog, crate::config::ConfigErrors> {
+    let extra = EXTRA_TOOLS.get().map(Vec::as_slice).unwrap_or_default();
+    Catalog::load_with(dir, &|name| std::env::var(name).ok(), extra)
+}
+
 /// Runs the command line and returns the process exit code.
 pub fn main() -> ExitCode {
+    main_with(Vec::new())
+}
+
+/// Runs the same command line with native tools of the calling binary
+/// added to the catalog, next to the enabled builtins: a crate that depends
+/// on `gateway` and `tool-macros` calls
+/// `gateway::cli::main_with(gateway::tools![my_tool, other_tool])` from its
+/// `main`. YAML tool sets can name these tools; a name clash with any other
+/// tool is a configuration error.
+pub fn main_with(tools: Vec<NativeTool>) -> ExitCode {
+    let _ = EXTRA_TOOLS.set(tools);
     let cli = Cli::parse();
     init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -95,7 +122,8 @@ pub fn main() -> ExitCode {
 }
 
 fn init_tracing() {
-    let filter = EnvFilter::try_from_env("TOOLGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_env("TOOLGATE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -108,7 +136,8 @@ fn init_tracing() {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Check => Ok(check(&cli.config)),
+        Command::Check { connect: false } => Ok(check(&cli.config)),
+        Command::Check { connect: true } => Ok(check_connect(&cli.config).await),
         Command::Schema { kind } => {
             let mut all = json_schemas();
             let value = match kind {
@@ -122,10 +151,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Tools { tool_set } => {
             let catalog = load(&cli.config)?;
-            list_tools(&catalog, tool_set.as_deref())
+            catalog.mcp().start().await;
+            let listed = list_tools(&catalog, tool_set.as_deref());
+            catalog.mcp().shutdown().await;
+            listed
         }
         Command::Call { name, args } => {
             let catalog = load(&cli.config)?;
+            catalog.mcp().start().await;
             let arguments: serde_json::Value =
                 serde_json::from_str(&args).context("--args is not valid JSON")?;
             let executor = Executor::new(http_client());
@@ -137,8 +170,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         name,
                         arguments,
                     },
+                    &CallContext::new(),
                 )
                 .await;
+            catalog.mcp().shutdown().await;
             match (&result.data, &result.error) {
                 (_, Some(e)) => {
                     eprintln!("error ({}): {e}", e.code());
@@ -175,7 +210,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// Loads the catalog, printing every diagnostic on failure and warnings on
 /// success.
 fn load(dir: &Path) -> anyhow::Result<Catalog> {
-    match Catalog::load(dir) {
+    match load_catalog(dir) {
         Ok(catalog) => {
             for w in &catalog.warnings {
                 tracing::warn!("{w}");
@@ -187,7 +222,7 @@ fn load(dir: &Path) -> anyhow::Result<Catalog> {
 }
 
 fn check(dir: &Path) -> ExitCode {
-    match Catalog::load(dir) {
+    match load_catalog(dir) {
         Ok(catalog) => {
             for w in &catalog.warnings {
                 println!("{w}");
@@ -206,6 +241,69 @@ fn check(dir: &Path) -> ExitCode {
     }
 }
 
+/// `check --connect`: the configuration check, then every MCP server
+/// started, its tools listed, and stopped. Exit 1 when the configuration is
+/// invalid, a server does not start, or one of its tools cannot be offered.
+async fn check_connect(dir: &Path) -> ExitCode {
+    let Ok(catalog) = load_catalog(dir) else {
+        return check(dir);
+    };
+    for w in &catalog.warnings {
+        println!("{w}");
+    }
+    let mcp = catalog.mcp();
+    mcp.start().await;
+    let reports = mcp.reports();
+    mcp.shutdown().await;
+    let mut failed = 0;
+    for r in &reports {
+        let info = r
+            .server_info
+            .as_deref()
+            .map(|i| format!(" ({i})"))
+            .unwrap_or_default();
+        match &r.reason {
+            None => println!(
+                "MCP server `{}`{info} over {}: {} tools",
+                r.name,
+                r.transport,
+                r.tools.len()
+            ),
+            Some(reason) => println!(
+                "{}:{}:{}: error: MCP server `{}` did not start: {reason} — run its command (or open its URL) by hand to see why",
+                r.file, r.pos.line, r.pos.column, r.name
+            ),
+        }
+        let width = r.tools.iter().map(|t| t.0.len()).max().unwrap_or(0);
+        for (name, remote, description) in &r.tools {
+            let first_line = description.lines().next().unwrap_or_default();
+            // Shown when the name is not just the prefix and the server's name.
+            let renamed = if name.ends_with(remote.as_str()) {
+                String::new()
+            } else {
+                format!("(`{remote}`) ")
+            };
+            println!("  {name:<width$}  {renamed}{first_line}");
+        }
+        for p in &r.problems {
+            println!("  error: {p}");
+        }
+        if !r.is_ok() {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        println!(
+            "{failed} of {} MCP server{} failed or offer unusable tools",
+            reports.len(),
+            if reports.len() == 1 { "" } else { "s" }
+        );
+        return ExitCode::FAILURE;
+    }
+    println!("ok: {}", catalog.summary());
+    ExitCode::SUCCESS
+}
+
 fn list_tools(catalog: &Catalog, set: Option<&str>) -> anyhow::Result<ExitCode> {
     let (tools, unavailable): (Vec<_>, Vec<_>) = match set {
         Some(name) => {
@@ -216,13 +314,7 @@ fn list_tools(catalog: &Catalog, set: Option<&str>) -> anyhow::Result<ExitCode> 
                     names.join(", ")
                 );
             };
-            (
-                catalog.tools_in(set).collect(),
-                set.unavailable
-                    .iter()
-                    .filter_map(|n| catalog.unavailable_tool(n))
-                    .collect(),
-            )
+            (catalog.tools_in(set).collect(), catalog.unavailable_in(set))
         }
         None => (catalog.tools().collect(), catalog.unavailable().collect()),
     };
@@ -234,25 +326,34 @@ fn list_tools(catalog: &Catalog, set: Option<&str>) -> anyhow::Result<ExitCode> 
         .unwrap_or(4);
     for t in tools {
         let first_line = t.description.lines().next().unwrap_or_default();
-        println!("{:<width$}  {:<5} {}", t.name, t.kind.label(), first_line);
+        println!("{:<width$}  {:<7} {}", t.name, t.kind.label(), first_line);
     }
     for u in unavailable {
-        println!("{:<width$}  -     unavailable: {}", u.name, u.reason);
+        println!("{:<width$}  -       unavailable: {}", u.name, u.reason);
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Serves the HTTP API until SIGINT/SIGTERM.
+///
+/// MCP servers are started first (each until it is ready or has failed its
+/// first attempt, within its `startup_timeout`), so the first requests
+/// already see their tools; a server that fails keeps being retried in the
+/// background. They are stopped after the server.
 pub async fn serve(catalog: Catalog, addr: SocketAddr) -> anyhow::Result<()> {
     tracing::info!("catalog: {}", catalog.summary());
+    let mcp = catalog.mcp().clone();
+    mcp.start().await;
     let state = AppState::new(Arc::new(catalog), Executor::new(http_client()));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, router(state))
+    let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown_signal())
-        .await?;
+        .await;
+    mcp.shutdown().await;
+    served?;
     Ok(())
 }
 

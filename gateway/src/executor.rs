@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::catalog::Catalog;
+use crate::tool::context::{CallContext, ToolContext};
 use crate::tool::{Tool, ToolError, ToolKind};
 
 /// One call to run.
@@ -91,8 +92,9 @@ impl Executor {
         &self.http
     }
 
-    /// Runs one call.
-    pub async fn run(&self, catalog: &Catalog, call: &ToolCall) -> ToolResult {
+    /// Runs one call; `ctx` describes the request it belongs to (native
+    /// tools receive it, the model never sees it).
+    pub async fn run(&self, catalog: &Catalog, call: &ToolCall, ctx: &CallContext) -> ToolResult {
         let started = Instant::now();
         let Some(tool) = catalog.tool(&call.name) else {
             let error = match catalog.unavailable_tool(&call.name) {
@@ -103,10 +105,19 @@ impl Executor {
             };
             return ToolResult::failure(error, started);
         };
-        if let Err(errors) = tool.validate(&call.arguments) {
+        let arguments = tool.normalize_arguments(&call.arguments);
+        if let Err(errors) = tool.validate(&arguments) {
             return ToolResult::failure(ToolError::InvalidArguments(errors), started);
         }
-        let cache_key = tool.cache.as_ref().map(|_| canonical_json(&call.arguments));
+        let cache_key = tool.cache.as_ref().map(|_| match &tool.kind {
+            // A tool reading the context may answer differently per project.
+            ToolKind::Native(n) if n.takes_context => format!(
+                "{}\u{0}{}",
+                ctx.project().unwrap_or_default(),
+                canonical_json(&arguments)
+            ),
+            _ => canonical_json(&arguments),
+        });
         if let (Some(cache), Some(key)) = (&tool.cache, &cache_key)
             && let Some(data) = cache.get(key)
         {
@@ -118,7 +129,8 @@ impl Executor {
         let timeout = tool
             .timeout
             .unwrap_or(catalog.settings.defaults.tool_timeout);
-        let run = AssertUnwindSafe(self.invoke(tool, &call.arguments)).catch_unwind();
+        let run =
+            AssertUnwindSafe(self.invoke(&tool, arguments, call, ctx, catalog)).catch_unwind();
         let outcome = match tokio::time::timeout(timeout, run).await {
             Err(_) => Err(ToolError::Timeout(timeout)),
             Ok(Err(panic)) => Err(ToolError::Panicked(panic_message(&panic))),
@@ -130,9 +142,22 @@ impl Executor {
         self.finish(outcome, catalog, started)
     }
 
-    async fn invoke(&self, tool: &Arc<Tool>, args: &Value) -> Result<Value, ToolError> {
+    async fn invoke(
+        &self,
+        tool: &Arc<Tool>,
+        args: Value,
+        call: &ToolCall,
+        ctx: &CallContext,
+        catalog: &Catalog,
+    ) -> Result<Value, ToolError> {
         match &tool.kind {
-            ToolKind::Http(http) => http.call(&self.http, args).await,
+            ToolKind::Http(http) => http.call(&self.http, &args).await,
+            ToolKind::Native(native) => {
+                let ctx = ToolContext::new(ctx, &call.id, &tool.name, catalog.builtins());
+                native.call(args, ctx).await
+            }
+            // Dropped on timeout, which tells the server to cancel the call.
+            ToolKind::Mcp(mcp) => mcp.call(&args).await,
         }
     }
 
@@ -162,7 +187,12 @@ impl Executor {
 
     /// Runs a batch: identical calls once, at most `defaults.parallelism` at
     /// a time. Results come back in the order of `calls`.
-    pub async fn run_batch(&self, catalog: &Catalog, calls: &[ToolCall]) -> Vec<ToolResult> {
+    pub async fn run_batch(
+        &self,
+        catalog: &Catalog,
+        calls: &[ToolCall],
+        ctx: &CallContext,
+    ) -> Vec<ToolResult> {
         // Index of the first occurrence of each distinct call.
         let mut first: HashMap<(String, String), usize> = HashMap::new();
         let mut origin = Vec::with_capacity(calls.len());
@@ -188,7 +218,7 @@ impl Executor {
                     break;
                 };
                 let call = &calls[i];
-                in_flight.push(async move { (slot, self.run(catalog, call).await) });
+                in_flight.push(async move { (slot, self.run(catalog, call, ctx).await) });
             }
             match in_flight.next().await {
                 Some((slot, result)) => results[slot] = Some(result),

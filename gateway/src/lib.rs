@@ -7,12 +7,16 @@
 //! [`executor`] runs the tool calls it makes. [`api`] (axum), [`openai`]
 //! (wire format) and [`cli`] (clap) are the edges users touch.
 
+extern crate self as gateway;
+
 pub mod api;
+pub mod builtin;
 pub mod catalog;
 pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod executor;
+pub mod formatter;
 pub mod openai;
 pub mod template;
 pub mod tool;

@@ -59,7 +59,7 @@ pub fn render(env: &Environment<'_>, name: &str, ctx: minijinja::Value) -> Resul
 
 /// A template error as one line, without the template's file name (which is
 /// an internal key).
-fn describe(e: &minijinja::Error) -> String {
+pub fn describe(e: &minijinja::Error) -> String {
     let mut msg = e.kind().to_string();
     if let Some(detail) = e.detail() {
         msg.push_str(": ");

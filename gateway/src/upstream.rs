@@ -16,6 +16,7 @@ use reqwest::StatusCode;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 
 use crate::config::format::{FormatterKind, RetryDecl};
+use crate::formatter::PromptTemplate;
 
 /// One OpenAI-compatible upstream.
 #[derive(Debug)]
@@ -35,6 +36,8 @@ pub struct Resolved {
     /// The model name to send upstream.
     pub model: String,
     pub formatter: FormatterKind,
+    /// The structured-prompt template of the route, if it has its own.
+    pub template: Option<Arc<PromptTemplate>>,
 }
 
 #[derive(Debug)]
@@ -44,6 +47,7 @@ struct Route {
     upstream: Arc<Upstream>,
     upstream_model: Option<String>,
     formatter: FormatterKind,
+    template: Option<Arc<PromptTemplate>>,
 }
 
 /// Every upstream and the model routes, first match wins.
@@ -262,6 +266,7 @@ impl Upstreams {
         upstream: Arc<Upstream>,
         upstream_model: Option<String>,
         formatter: FormatterKind,
+        template: Option<Arc<PromptTemplate>>,
     ) -> Result<(), String> {
         let glob = if pattern.contains(['*', '?', '[']) {
             Some(
@@ -278,6 +283,7 @@ impl Upstreams {
             upstream,
             upstream_model,
             formatter,
+            template,
         });
         Ok(())
     }
@@ -294,6 +300,7 @@ impl Upstreams {
                 upstream: Arc::clone(&r.upstream),
                 model: r.upstream_model.clone().unwrap_or_else(|| model.to_owned()),
                 formatter: r.formatter,
+                template: r.template.clone(),
             })
     }
 
@@ -365,17 +372,11 @@ mod tests {
     #[test]
     fn routes_match_in_order() {
         let mut u = Upstreams::new(vec![up("a"), up("b")]);
-        u.add_route(
-            "fast",
-            up("a"),
-            Some("gpt-4o-mini".into()),
-            FormatterKind::FunctionCalling,
-        )
-        .unwrap();
-        u.add_route("llama-*", up("b"), None, FormatterKind::FunctionCalling)
+        let fc = FormatterKind::FunctionCalling;
+        u.add_route("fast", up("a"), Some("gpt-4o-mini".into()), fc, None)
             .unwrap();
-        u.add_route("*", up("a"), None, FormatterKind::FunctionCalling)
-            .unwrap();
+        u.add_route("llama-*", up("b"), None, fc, None).unwrap();
+        u.add_route("*", up("a"), None, fc, None).unwrap();
         let r = u.resolve("fast").unwrap();
         assert_eq!(
             (r.upstream.name.as_str(), r.model.as_str()),

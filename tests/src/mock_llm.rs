@@ -19,6 +19,9 @@
 //! stops halfway), `latency=MS`, `reject-tools` (a 400 about tools when the
 //! request carries `tools`), `text=FORMAT` (tool calls written as text in
 //! FORMAT: `hermes`, `json`, `pythonic`, `mistral` instead of `tool_calls`).
+//! When the tools come only through a structured prompt (no `tools` field),
+//! it always answers in text (`hermes` unless `text=` says otherwise), and
+//! it reads results back from `<tool_response>` blocks.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -170,9 +173,13 @@ struct Reply {
 
 fn decide(req: &Value) -> Reply {
     let messages = req["messages"].as_array().cloned().unwrap_or_default();
+    // The script is the last real user message (structured-prompt tool
+    // results also arrive as user messages).
     let last_user = messages
         .iter()
-        .rposition(|m| m["role"] == "user")
+        .rposition(|m| {
+            m["role"] == "user" && !content_text(m).trim_start().starts_with("<tool_response>")
+        })
         .unwrap_or(0);
     let user_text = messages
         .get(last_user)
@@ -218,11 +225,25 @@ fn decide(req: &Value) -> Reply {
             (name, content_text(m))
         })
         .collect();
-    // Structured-prompt upstreams get results back as plain text.
+    // Structured-prompt upstreams get results back as plain text:
+    // `<tool_response>{"name": ..., "content": ...}</tool_response>` blocks.
     for m in after.iter().filter(|m| m["role"] == "user") {
         let t = content_text(m);
-        if t.contains("<tool_response>") {
-            results.push(("tool".into(), t));
+        for block in t.split("<tool_response>").skip(1) {
+            let body = block
+                .split("</tool_response>")
+                .next()
+                .unwrap_or_default()
+                .trim();
+            match serde_json::from_str::<Value>(body) {
+                Ok(v) => results.push((
+                    v["name"].as_str().unwrap_or("tool").to_owned(),
+                    v["content"]
+                        .as_str()
+                        .map_or_else(|| v["content"].to_string(), str::to_owned),
+                )),
+                Err(_) => results.push(("tool".into(), body.to_owned())),
+            }
         }
     }
     let assistant_turns = after.iter().filter(|m| m["role"] == "assistant").count();
@@ -416,7 +437,16 @@ async fn chat(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
     }
 
     let reply = decide(&req);
-    let text_format = d.get("text").cloned();
+    // Tools that came through the prompt (no `tools` field) are called in
+    // text, as a model without function calling would.
+    let tools_in_request = req
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|t| !t.is_empty());
+    let text_format = d
+        .get("text")
+        .cloned()
+        .or_else(|| (!tools_in_request).then(|| "hermes".to_owned()));
     let model = req["model"].as_str().unwrap_or("mock-model").to_owned();
     let (content, calls) = match (&text_format, reply.calls.is_empty()) {
         (Some(fmt), false) => (Some(calls_as_text(fmt, &reply.calls)), Vec::new()),

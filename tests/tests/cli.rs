@@ -29,7 +29,7 @@ fn check_passes_on_the_shipped_configuration() {
     assert_eq!(code, 0, "{out}");
     let last = out.lines().last().unwrap();
     assert!(
-        last.starts_with("ok: 3 tools (1 unavailable), 2 tool sets, default set: default"),
+        last.starts_with("ok: 16 tools (1 unavailable), 3 tool sets, default set: default"),
         "{out}"
     );
     assert!(
@@ -65,7 +65,16 @@ fn tools_lists_a_set() {
         .collect();
     assert_eq!(
         names,
-        ["wikipedia_summary", "geocode", "get_forecast", "web_search"]
+        [
+            "wikipedia_summary",
+            "web_fetch",
+            "geocode",
+            "get_forecast",
+            "calculator",
+            "text_process",
+            "json_process",
+            "web_search"
+        ]
     );
     assert!(out.contains("unavailable: environment variable BRAVE_API_KEY is not set"));
     let (code, _, err) = toolgate(&[
@@ -155,7 +164,7 @@ async fn serve_answers_the_readme_requests() {
     };
     assert_eq!(get("/healthz").await["status"], "ok");
     let sets = get("/v1/tool-sets").await;
-    assert_eq!(sets["data"].as_array().unwrap().len(), 2);
+    assert_eq!(sets["data"].as_array().unwrap().len(), 3);
     let tools = get("/v1/tools?tool_set=default").await;
     let names: Vec<&str> = tools["data"]
         .as_array()
@@ -163,7 +172,17 @@ async fn serve_answers_the_readme_requests() {
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["geocode", "get_forecast", "wikipedia_summary"]);
+    assert_eq!(
+        names,
+        [
+            "geocode",
+            "get_forecast",
+            "wikipedia_summary",
+            "calculator",
+            "text_process",
+            "json_process"
+        ]
+    );
     child.kill().unwrap();
     let _ = child.wait();
 }

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use gateway::executor::{Executor, ToolCall, http_client};
+use gateway::tool::context::CallContext;
 use serde_json::{Value, json};
 use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog};
 
@@ -434,7 +435,9 @@ async fn a_batch_runs_identical_calls_once() {
         call("3", "slow", json!({"ms": 50, "tag": "b"})),
         call("4", "nope", json!({})),
     ];
-    let results = exec.run_batch(&s.gateway.catalog, &calls).await;
+    let results = exec
+        .run_batch(&s.gateway.catalog, &calls, &CallContext::new())
+        .await;
     assert_eq!(results.len(), 4);
     assert!(results[0].success && !results[0].skipped);
     assert!(results[1].success && results[1].skipped);
@@ -458,7 +461,9 @@ async fn a_batch_overlaps_up_to_the_parallelism_limit() {
             )
         })
         .collect();
-    let results = exec.run_batch(&s.gateway.catalog, &calls).await;
+    let results = exec
+        .run_batch(&s.gateway.catalog, &calls, &CallContext::new())
+        .await;
     assert!(results.iter().all(|r| r.success), "{results:?}");
     assert_eq!(s.backend.max_concurrency(), 4);
 }

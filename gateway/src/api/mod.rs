@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 use tower_http::trace::TraceLayer;
 
 pub use error::{ApiError, body_error};
+pub use tools::{PROJECT_HEADER, call_context};
 
 use crate::catalog::Catalog;
 use crate::executor::Executor;
@@ -21,11 +22,17 @@ use crate::executor::Executor;
 pub struct AppState {
     catalog: Arc<Catalog>,
     pub executor: Executor,
+    /// Formatters learned in `auto` mode; outlives catalog reloads.
+    pub learned: Arc<crate::formatter::Learned>,
 }
 
 impl AppState {
     pub fn new(catalog: Arc<Catalog>, executor: Executor) -> Self {
-        AppState { catalog, executor }
+        AppState {
+            catalog,
+            executor,
+            learned: Arc::default(),
+        }
     }
 
     /// The catalog a request works with, from start to end.

@@ -4,7 +4,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -12,6 +12,7 @@ use super::{ApiError, AppState};
 use crate::catalog::Catalog;
 use crate::executor::{ToolCall, ToolResult};
 use crate::tool::ToolError;
+use crate::tool::context::CallContext;
 
 pub async fn healthz(State(state): State<AppState>) -> Json<Value> {
     let catalog = state.catalog();
@@ -37,16 +38,16 @@ pub async fn list_tools(
         Some(name) => {
             let set = find_set(&catalog, name)?;
             (
-                catalog.tools_in(set).map(|t| describe_tool(t)).collect(),
-                set.unavailable
-                    .iter()
-                    .filter_map(|n| catalog.unavailable_tool(n))
+                catalog.tools_in(set).map(|t| describe_tool(&t)).collect(),
+                catalog
+                    .unavailable_in(set)
+                    .into_iter()
                     .map(|u| json!({"name": u.name, "reason": u.reason}))
                     .collect(),
             )
         }
         None => (
-            catalog.tools().map(|t| describe_tool(t)).collect(),
+            catalog.tools().map(|t| describe_tool(&t)).collect(),
             catalog
                 .unavailable()
                 .map(|u| json!({"name": u.name, "reason": u.reason}))
@@ -72,6 +73,18 @@ fn describe_tool(tool: &crate::tool::Tool) -> Value {
                 "cached": tool.cache.is_some(),
             }),
         );
+        if let crate::tool::ToolKind::Mcp(mcp) = &tool.kind
+            && let Some(ext) = obj.get_mut("toolgate").and_then(Value::as_object_mut)
+        {
+            ext.insert(
+                "mcp".into(),
+                json!({
+                    "server": mcp.server(),
+                    "name": mcp.remote_name(),
+                    "annotations": mcp.annotations,
+                }),
+            );
+        }
     }
     v
 }
@@ -99,8 +112,8 @@ pub async fn list_sets(State(state): State<AppState>) -> Json<Value> {
             json!({
                 "name": s.name,
                 "description": s.description,
-                "tools": s.tools,
-                "unavailable": s.unavailable,
+                "tools": catalog.tools_in(s).map(|t| t.name.clone()).collect::<Vec<_>>(),
+                "unavailable": catalog.unavailable_in(s).into_iter().map(|u| u.name).collect::<Vec<_>>(),
                 "default": Some(&s.name) == default.as_ref(),
             })
         })
@@ -115,13 +128,37 @@ struct InvokeBody {
     arguments: Option<Value>,
 }
 
+/// The header naming the project (or workspace) a request works for; it
+/// reaches native tools through their context, never the model.
+pub const PROJECT_HEADER: &str = "x-toolgate-project";
+
+/// The context of a request's tool calls: a fresh request id and the
+/// project from `X-Toolgate-Project` (400 when it is not a safe folder name).
+pub fn call_context(headers: &HeaderMap) -> Result<CallContext, ApiError> {
+    let project = match headers.get(PROJECT_HEADER) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    ApiError::bad_request("the X-Toolgate-Project header is not valid text")
+                })?
+                .to_owned(),
+        ),
+    };
+    CallContext::new()
+        .with_project(project)
+        .map_err(|e| ApiError::bad_request(format!("X-Toolgate-Project: {e}")))
+}
+
 /// `POST /v1/tools/{name}/invoke` with `{"arguments": {...}}`.
 pub async fn invoke(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ToolResult>, ApiError> {
     let body = body.map_err(super::body_error)?;
+    let context = call_context(&headers)?;
     let arguments = parse_arguments(&body)?;
     let catalog = state.catalog();
     if catalog.tool(&name).is_none() {
@@ -139,7 +176,7 @@ pub async fn invoke(
         name,
         arguments,
     };
-    let result = state.executor.run(&catalog, &call).await;
+    let result = state.executor.run(&catalog, &call, &context).await;
     match &result.error {
         None => Ok(Json(result)),
         Some(e) => Err(error_for(e)),

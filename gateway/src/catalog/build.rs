@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::{Catalog, Unavailable, toolset};
 use crate::config::diag;
-use crate::config::format::{BodyDecl, EnvNeed, Method, ToolDecl, ToolFile};
-use crate::config::load::Loaded;
+use crate::config::format::{BodyDecl, EnvNeed, Method, ToolDecl};
+use crate::config::load::{Loaded, RawToolFile};
 use crate::config::{ConfigErrors, Diagnostic, Pos, RawConfig};
 use crate::template::{self, TemplateSet};
 use crate::tool::http::{Body, HttpTool, JsonBody, json_leaf_name};
@@ -21,11 +21,12 @@ use std::time::Duration;
 pub(super) fn build(
     raw: RawConfig,
     env: &dyn Fn(&str) -> Option<String>,
+    natives: &[crate::tool::native::NativeTool],
     mut diags: Vec<Diagnostic>,
 ) -> Result<Catalog, ConfigErrors> {
     let settings = &raw.gateway.value;
     check_settings(&raw.gateway, &mut diags);
-    let upstreams = build_upstreams(&raw.gateway, env, &mut diags);
+    let upstreams = build_upstreams(&raw.dir, &raw.gateway, env, &mut diags);
 
     let mut templates = TemplateSet::default();
     let mut pending: Vec<(ToolSpec, PendingHttp)> = Vec::new();
@@ -121,12 +122,44 @@ pub(super) fn build(
         }
     }
 
-    let tool_names: BTreeSet<&str> = pending.iter().map(|(s, _)| s.name.as_str()).collect();
+    // Native tools: the enabled builtins, then the embedding binary's.
+    let builtins = crate::builtin::select(&raw.gateway, &mut diags);
+    let native_tools = super::natives::register(
+        &raw.gateway,
+        builtins,
+        natives,
+        &first_seen,
+        &mut declared,
+        &mut diags,
+    );
+    let builtin_settings = Arc::new(crate::builtin::BuiltinSettings::new(
+        &settings.builtins,
+        &raw.dir,
+    ));
+
+    // MCP servers: validated now; their tools are known once they run.
+    let reserved: HashMap<String, String> = first_seen
+        .iter()
+        .map(|(n, (f, p))| (n.clone(), format!("{f}:{}", p.line)))
+        .chain(
+            native_tools
+                .iter()
+                .map(|t| (t.name.clone(), t.origin.clone())),
+        )
+        .collect();
+    let mcp_specs = super::mcp::check_servers(&raw, env, &reserved, &mut diags);
+
+    let tool_names: BTreeSet<&str> = pending
+        .iter()
+        .map(|(s, _)| s.name.as_str())
+        .chain(native_tools.iter().map(|t| t.name.as_str()))
+        .collect();
     let sets = toolset::resolve(
         &raw.set_files,
         &declared,
         !raw.tools_incomplete,
         &|name| tool_names.contains(name),
+        &|entry| crate::tool::mcp::McpRegistry::servers_for(&mcp_specs, entry),
         &mut diags,
     );
 
@@ -185,7 +218,13 @@ pub(super) fn build(
         }
     }
 
+    for tool in native_tools {
+        tools.insert(tool.name.clone(), tool);
+    }
+
     Ok(Catalog {
+        mcp: super::mcp::registry(mcp_specs, &tools, &sets),
+        builtins: builtin_settings,
         settings: raw.gateway.value,
         tools,
         unavailable,
@@ -199,6 +238,7 @@ pub(super) fn build(
 /// Builds the upstreams and model routes; with none declared,
 /// `OPENAI_BASE_URL`/`OPENAI_API_KEY` define one that serves every model.
 fn build_upstreams(
+    dir: &std::path::Path,
     file: &Loaded<crate::config::GatewayFile>,
     env: &dyn Fn(&str) -> Option<String>,
     diags: &mut Vec<Diagnostic>,
@@ -315,11 +355,30 @@ fn build_upstreams(
             ));
             continue;
         };
+        let template = match &r.template {
+            None => None,
+            Some(path) => match std::fs::read_to_string(dir.join(path))
+                .map_err(|e| format!("cannot read {path}: {e}"))
+                .and_then(crate::formatter::PromptTemplate::new)
+            {
+                Ok(t) => Some(Arc::new(t)),
+                Err(e) => {
+                    diags.push(Diagnostic::error(
+                        &file.file,
+                        at(".template"),
+                        format!("the structured-prompt template is unusable: {e}"),
+                        "fix the file (the shipped gateway/templates/structured_prompt.jinja is a starting point)",
+                    ));
+                    continue;
+                }
+            },
+        };
         if let Err(e) = upstreams.add_route(
             &r.model,
             Arc::clone(up),
             r.upstream_model.clone(),
             r.formatter,
+            template,
         ) {
             diags.push(Diagnostic::error(
                 &file.file,
@@ -333,7 +392,7 @@ fn build_upstreams(
         && let Some(first) = list.first()
     {
         // No routes: every model goes to the first upstream.
-        let _ = upstreams.add_route("*", Arc::clone(first), None, Default::default());
+        let _ = upstreams.add_route("*", Arc::clone(first), None, Default::default(), None);
     }
     upstreams
 }
@@ -378,7 +437,7 @@ fn check_settings(file: &Loaded<crate::config::GatewayFile>, diags: &mut Vec<Dia
 
 /// Checks the file's `env` declarations and reads the set variables.
 fn check_env(
-    file: &Loaded<ToolFile<Option<ToolDecl>>>,
+    file: &Loaded<RawToolFile>,
     env: &dyn Fn(&str) -> Option<String>,
     diags: &mut Vec<Diagnostic>,
 ) -> BTreeMap<String, String> {
@@ -435,7 +494,7 @@ struct Scope<'a> {
 
 /// Checks one tool declaration, compiling its schema and templates.
 fn check_tool(
-    file: &Loaded<ToolFile<Option<ToolDecl>>>,
+    file: &Loaded<RawToolFile>,
     i: usize,
     decl: &ToolDecl,
     templates: &mut TemplateSet,

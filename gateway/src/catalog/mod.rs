@@ -6,6 +6,8 @@
 //! whole life.
 
 mod build;
+mod mcp;
+mod natives;
 mod toolset;
 
 use std::path::Path;
@@ -13,11 +15,14 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
+use crate::builtin::BuiltinSettings;
 use crate::config::{ConfigErrors, Diagnostic, GatewayFile};
 use crate::tool::Tool;
+use crate::tool::mcp::{Gap, McpRegistry};
+use crate::tool::native::NativeTool;
 use crate::upstream::Upstreams;
 
-pub use toolset::ToolSet;
+pub use toolset::{McpPattern, ToolSet};
 
 /// Validated tools and tool sets plus the gateway settings.
 #[derive(Debug)]
@@ -31,6 +36,10 @@ pub struct Catalog {
     pub upstreams: Upstreams,
     /// Non-fatal problems (e.g. a tool disabled for a missing variable).
     pub warnings: Vec<Diagnostic>,
+    /// Settings of the builtin tools, handed to native tools in their context.
+    builtins: Arc<BuiltinSettings>,
+    /// The declared MCP servers and the tools they currently offer.
+    mcp: McpRegistry,
 }
 
 /// A declared tool that cannot be used, and why.
@@ -39,6 +48,16 @@ pub struct Unavailable {
     pub name: String,
     pub reason: String,
     pub origin: String,
+}
+
+impl From<Gap> for Unavailable {
+    fn from(g: Gap) -> Self {
+        Unavailable {
+            name: g.name,
+            reason: g.reason,
+            origin: g.origin,
+        }
+    }
 }
 
 impl Catalog {
@@ -53,29 +72,66 @@ impl Catalog {
         dir: &Path,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Catalog, ConfigErrors> {
+        Self::load_with(dir, env, &[])
+    }
+
+    /// Like [`Catalog::load_with_env`], with native tools of the embedding
+    /// binary added next to the enabled builtins (see
+    /// [`cli::main_with`](crate::cli::main_with)). YAML tool sets can name
+    /// them; a name clash with any other tool is a configuration error.
+    pub fn load_with(
+        dir: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+        natives: &[NativeTool],
+    ) -> Result<Catalog, ConfigErrors> {
         let mut diags = Vec::new();
         let raw = crate::config::load_dir(dir, &mut diags);
-        build::build(raw, env, diags)
+        build::build(raw, env, natives, diags)
     }
 
-    /// The usable tool called `name`.
-    pub fn tool(&self, name: &str) -> Option<&Arc<Tool>> {
-        self.tools.get(name)
+    /// Settings of the builtin tools (`builtins:` in `toolgate.yaml`).
+    pub fn builtins(&self) -> Arc<BuiltinSettings> {
+        Arc::clone(&self.builtins)
     }
 
-    /// Every usable tool, in declaration order (files sorted by name).
-    pub fn tools(&self) -> impl Iterator<Item = &Arc<Tool>> {
-        self.tools.values()
+    /// The usable tool called `name`: declared in the configuration, or
+    /// offered by a running MCP server.
+    pub fn tool(&self, name: &str) -> Option<Arc<Tool>> {
+        match self.tools.get(name) {
+            Some(tool) => Some(Arc::clone(tool)),
+            None => self.mcp.tool(name),
+        }
     }
 
-    /// Declared tools that cannot be used right now.
-    pub fn unavailable(&self) -> impl Iterator<Item = &Unavailable> {
-        self.unavailable.values()
+    /// Every usable tool: the declared ones in declaration order (files
+    /// sorted by name), then those the MCP servers offer now.
+    pub fn tools(&self) -> impl Iterator<Item = Arc<Tool>> + '_ {
+        self.tools
+            .values()
+            .cloned()
+            .chain(self.mcp.tools(&|_| true))
     }
 
-    /// Why `name` is declared but unusable, if it is.
-    pub fn unavailable_tool(&self, name: &str) -> Option<&Unavailable> {
-        self.unavailable.get(name)
+    /// Tools that cannot be used right now, with the reason.
+    pub fn unavailable(&self) -> impl Iterator<Item = Unavailable> + '_ {
+        self.unavailable
+            .values()
+            .cloned()
+            .chain(self.mcp.gaps(&|_| true).into_iter().map(Unavailable::from))
+    }
+
+    /// Why `name` is declared (or could be an MCP server's) but unusable,
+    /// if it is.
+    pub fn unavailable_tool(&self, name: &str) -> Option<Unavailable> {
+        match self.unavailable.get(name) {
+            Some(u) => Some(u.clone()),
+            None => self.mcp.gap(name).map(Unavailable::from),
+        }
+    }
+
+    /// The MCP servers.
+    pub fn mcp(&self) -> &McpRegistry {
+        &self.mcp
     }
 
     pub fn set(&self, name: &str) -> Option<&ToolSet> {
@@ -91,15 +147,51 @@ impl Catalog {
         self.default_set.as_deref().and_then(|n| self.sets.get(n))
     }
 
-    /// The usable tools of `set`, in the set's order.
-    pub fn tools_in<'a>(&'a self, set: &'a ToolSet) -> impl Iterator<Item = &'a Arc<Tool>> + 'a {
-        set.tools.iter().filter_map(|n| self.tools.get(n))
+    /// The usable tools of `set`: its declared tools in the set's order,
+    /// then the MCP tools its entries match now.
+    pub fn tools_in<'a>(&'a self, set: &'a ToolSet) -> impl Iterator<Item = Arc<Tool>> + 'a {
+        let live = if set.mcp.is_empty() {
+            Vec::new()
+        } else {
+            self.mcp
+                .tools(&|name| set.mcp.iter().any(|p| p.matches(name)))
+        };
+        set.tools
+            .iter()
+            .filter_map(|n| self.tools.get(n))
+            .cloned()
+            .chain(live)
+    }
+
+    /// The tools of `set` that cannot be used now, with the reason.
+    pub fn unavailable_in(&self, set: &ToolSet) -> Vec<Unavailable> {
+        let mut out: Vec<Unavailable> = set
+            .unavailable
+            .iter()
+            .filter_map(|n| self.unavailable.get(n))
+            .cloned()
+            .collect();
+        if !set.mcp.is_empty() {
+            let gaps = self.mcp.gaps(&|g| {
+                set.mcp.iter().any(|p| {
+                    p.matches(&g.name)
+                        || (g.name.starts_with("mcp:") && p.servers.contains(&g.server))
+                })
+            });
+            out.extend(gaps.into_iter().map(Unavailable::from));
+        }
+        out
     }
 
     /// One line describing the catalog, for `toolgate check` and logs.
     pub fn summary(&self) -> String {
+        let mcp = match self.mcp.len() {
+            0 => String::new(),
+            1 => ", 1 MCP server".to_owned(),
+            n => format!(", {n} MCP servers"),
+        };
         format!(
-            "{} tools ({} unavailable), {} tool sets, default set: {}",
+            "{} tools ({} unavailable){mcp}, {} tool sets, default set: {}",
             self.tools.len(),
             self.unavailable.len(),
             self.sets.len(),

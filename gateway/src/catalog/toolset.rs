@@ -3,11 +3,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use globset::Glob;
+use globset::{Glob, GlobMatcher};
 use indexmap::{IndexMap, IndexSet};
 
 use crate::config::load::Loaded;
-use crate::config::{Diagnostic, ToolSetFile};
+use crate::config::{Diagnostic, Pos, ToolSetFile};
 use crate::tool::is_valid_name;
 
 /// A resolved tool set.
@@ -21,22 +21,56 @@ pub struct ToolSet {
     /// Tools the set names that are declared but unusable right now.
     pub unavailable: Vec<String>,
     pub origin: String,
+    /// Entries (own and included) that name tools of MCP servers, which are
+    /// only known once the servers run; matched against the live tools.
+    #[serde(skip)]
+    pub mcp: Vec<McpPattern>,
+}
+
+/// A tool-set entry (a name or a glob) that MCP servers may satisfy.
+#[derive(Debug, Clone)]
+pub struct McpPattern {
+    pub entry: String,
+    matcher: Option<GlobMatcher>,
+    /// The servers that could offer a tool it matches.
+    pub servers: Vec<String>,
+    pub file: String,
+    pub pos: Pos,
+}
+
+impl McpPattern {
+    /// `true` when the tool `name` is one the entry asks for.
+    pub fn matches(&self, name: &str) -> bool {
+        match &self.matcher {
+            Some(m) => m.is_match(name),
+            None => self.entry == name,
+        }
+    }
+
+    /// `true` for a plain name (not a glob).
+    pub fn is_exact(&self) -> bool {
+        self.matcher.is_none()
+    }
 }
 
 /// Resolves every set. `declared` lists every declared tool (usable or not,
-/// in order); `usable` says which can be used. When `complete` is false (a
-/// tools file failed to parse), names that match nothing are not reported:
-/// they may be in the broken file, whose error is reported already.
+/// in order); `usable` says which can be used; `mcp` names the MCP servers
+/// that could offer a tool an entry names or matches. When `complete` is
+/// false (a tools file failed to parse), names that match nothing are not
+/// reported: they may be in the broken file, whose error is reported
+/// already.
 pub fn resolve(
     files: &[Loaded<ToolSetFile>],
     declared: &[String],
     complete: bool,
     usable: &dyn Fn(&str) -> bool,
+    mcp: &dyn Fn(&str) -> Vec<String>,
     diags: &mut Vec<Diagnostic>,
 ) -> IndexMap<String, ToolSet> {
     // First pass: each set's own entries, and its place.
     let mut by_name: HashMap<&str, usize> = HashMap::new();
     let mut own: Vec<Option<IndexSet<String>>> = Vec::with_capacity(files.len());
+    let mut own_mcp: Vec<Vec<McpPattern>> = vec![Vec::new(); files.len()];
     for (i, file) in files.iter().enumerate() {
         let set = &file.value;
         if !is_valid_name(&set.name) {
@@ -65,7 +99,9 @@ pub fn resolve(
             continue;
         }
         by_name.insert(&set.name, i);
-        own.push(Some(expand_entries(file, declared, complete, diags)));
+        let (names, patterns) = expand_entries(file, declared, complete, mcp, diags);
+        own.push(Some(names));
+        own_mcp[i] = patterns;
     }
 
     // Includes must name sets.
@@ -125,6 +161,15 @@ pub fn resolve(
         );
         let (usable_tools, unusable): (Vec<String>, Vec<String>) =
             tools.into_iter().partition(|t| usable(t));
+        let mut patterns = Vec::new();
+        collect_mcp(
+            i,
+            files,
+            &own_mcp,
+            &by_name,
+            &mut HashSet::new(),
+            &mut patterns,
+        );
         out.insert(
             file.value.name.clone(),
             ToolSet {
@@ -133,6 +178,7 @@ pub fn resolve(
                 tools: usable_tools,
                 unavailable: unusable,
                 origin: file.file.clone(),
+                mcp: patterns,
             },
         );
     }
@@ -149,16 +195,51 @@ fn sorted_names(by_name: &HashMap<&str, usize>) -> String {
     }
 }
 
-/// A set's own `tools` entries, with globs expanded against `declared`.
+/// The MCP entries of set `i` and of the sets it includes, each once.
+fn collect_mcp(
+    i: usize,
+    files: &[Loaded<ToolSetFile>],
+    own_mcp: &[Vec<McpPattern>],
+    by_name: &HashMap<&str, usize>,
+    seen: &mut HashSet<usize>,
+    out: &mut Vec<McpPattern>,
+) {
+    if !seen.insert(i) {
+        return;
+    }
+    for p in &own_mcp[i] {
+        if !out.iter().any(|o| o.entry == p.entry) {
+            out.push(p.clone());
+        }
+    }
+    for inc in &files[i].value.include {
+        if let Some(&k) = by_name.get(inc.as_str()) {
+            collect_mcp(k, files, own_mcp, by_name, seen, out);
+        }
+    }
+}
+
+/// A set's own `tools` entries, with globs expanded against `declared`, and
+/// the entries MCP servers may satisfy.
 fn expand_entries(
     file: &Loaded<ToolSetFile>,
     declared: &[String],
     complete: bool,
+    mcp: &dyn Fn(&str) -> Vec<String>,
     diags: &mut Vec<Diagnostic>,
-) -> IndexSet<String> {
+) -> (IndexSet<String>, Vec<McpPattern>) {
     let mut out = IndexSet::new();
+    let mut patterns = Vec::new();
     for (j, entry) in file.value.tools.iter().enumerate() {
         let path = format!("tools[{j}]");
+        let servers = mcp(entry);
+        let pattern = |matcher: Option<GlobMatcher>| McpPattern {
+            entry: entry.clone(),
+            matcher,
+            servers: servers.clone(),
+            file: file.file.clone(),
+            pos: file.pos(&path),
+        };
         if entry.contains(['*', '?', '[']) {
             match Glob::new(entry) {
                 Ok(glob) => {
@@ -167,6 +248,10 @@ fn expand_entries(
                     for t in declared.iter().filter(|t| m.is_match(t.as_str())) {
                         matched = true;
                         out.insert(t.clone());
+                    }
+                    if !servers.is_empty() {
+                        matched = true;
+                        patterns.push(pattern(Some(m)));
                     }
                     if !matched && complete {
                         diags.push(Diagnostic::error(
@@ -186,6 +271,8 @@ fn expand_entries(
             }
         } else if declared.iter().any(|t| t == entry) {
             out.insert(entry.clone());
+        } else if !servers.is_empty() {
+            patterns.push(pattern(None));
         } else if complete {
             diags.push(Diagnostic::error(
                 &file.file,
@@ -195,7 +282,7 @@ fn expand_entries(
             ));
         }
     }
-    out
+    (out, patterns)
 }
 
 /// A hint naming the closest declared tool, if one is close.

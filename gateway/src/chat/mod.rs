@@ -91,7 +91,7 @@ async fn handle(
     }
 
     // Tool mode: the set's tools, then the client's, with no name twice.
-    let gateway: Vec<&Arc<crate::tool::Tool>> = set
+    let gateway: Vec<Arc<crate::tool::Tool>> = set
         .map(|s| catalog.tools_in(s).collect())
         .unwrap_or_default();
     let gateway_tools: HashSet<String> = gateway.iter().map(|t| t.name.clone()).collect();
@@ -135,6 +135,8 @@ async fn handle(
         gateway_tools,
         max_iterations,
         request,
+        learned: Arc::clone(&state.learned),
+        context: crate::api::call_context(&headers)?.with_tool_set(set.map(|s| s.name.clone())),
     };
     if stream {
         let events = the_loop.start_stream().await?;

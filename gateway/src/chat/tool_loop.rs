@@ -15,11 +15,15 @@
 //! - When the budget is spent and the model still asks for gateway tools,
 //!   those calls are not run; the last message is returned without them and
 //!   with `finish_reason: "max_tool_iterations"`.
+//! - The formatter (see [`crate::formatter`]) decides how tools reach the
+//!   model and how calls come back; the loop itself works on OpenAI-shaped
+//!   messages whatever the formatter.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::http::StatusCode;
 use axum::response::sse::Event;
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
@@ -28,10 +32,20 @@ use serde_json::{Value, json};
 use super::request::ChatRequest;
 use crate::api::ApiError;
 use crate::catalog::Catalog;
+use crate::config::format::FormatterKind;
 use crate::executor::{Executor, ToolCall, ToolResult};
+use crate::formatter::{self, Call, Learned, PromptTemplate, Turn};
 use crate::openai::{ChunkBuilder, add_usage};
 use crate::tool::ToolError;
+use crate::toolcall::{OfferedTool, ParseOptions, StreamEvent, StreamParser};
 use crate::upstream::{Resolved, UpstreamError};
+
+/// How text is parsed for structured-prompt models. A `</think>` without an
+/// opener is content: treating it as the end of reasoning would hold back
+/// every streamed word until the answer ends.
+const PARSE: ParseOptions = ParseOptions {
+    orphan_think_close: false,
+};
 
 /// Everything one loop needs.
 #[derive(Debug)]
@@ -47,6 +61,30 @@ pub struct Loop {
     /// Names of the set's tools (run by the gateway).
     pub gateway_tools: HashSet<String>,
     pub max_iterations: u32,
+    /// Formatter choices learned in `auto` mode.
+    pub learned: Arc<Learned>,
+    /// The request's context, injected into native tool calls.
+    pub context: crate::tool::context::CallContext,
+}
+
+/// The formatter in force for one loop.
+#[derive(Debug, Clone)]
+enum Mode {
+    /// Native function calling; `fallback` when `auto` may still switch.
+    FunctionCalling { fallback: bool },
+    Structured {
+        template: Arc<PromptTemplate>,
+        offered: Vec<OfferedTool>,
+    },
+}
+
+impl Mode {
+    fn label(&self) -> &'static str {
+        match self {
+            Mode::FunctionCalling { .. } => "function_calling",
+            Mode::Structured { .. } => "structured_prompt",
+        }
+    }
 }
 
 /// What the loop did, reported in the response's `toolgate` field.
@@ -57,103 +95,171 @@ struct Report {
     usage: Value,
 }
 
-impl Report {
-    fn to_json(&self, l: &Loop) -> Value {
-        json!({
-            "tool_set": l.tool_set,
-            "formatter": "function_calling",
-            "upstream": l.resolved.upstream.name,
-            "iterations": self.iterations,
-            "tool_calls": self.calls,
-        })
-    }
-}
-
-/// A tool call as the model sent it.
-#[derive(Debug, Clone)]
-struct ModelCall {
-    id: String,
-    name: String,
-    arguments: String,
-}
-
-impl ModelCall {
-    fn from_json(v: &Value) -> ModelCall {
-        ModelCall {
-            id: v["id"].as_str().unwrap_or_default().to_owned(),
-            name: v
-                .pointer("/function/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            arguments: v
-                .pointer("/function/arguments")
-                .and_then(Value::as_str)
-                .unwrap_or("{}")
-                .to_owned(),
-        }
-    }
-
-    fn to_json(&self) -> Value {
-        json!({"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}})
-    }
-}
-
-/// What the model said in one turn.
-#[derive(Debug, Default)]
-struct Turn {
-    content: Option<String>,
-    calls: Vec<ModelCall>,
-    finish_reason: Option<String>,
-}
-
 /// What to do after a turn.
 enum Next {
     /// The model answered: return this turn.
     Answer,
     /// The model called client tools: return only those calls.
-    ClientCalls(Vec<ModelCall>),
+    ClientCalls(Vec<Call>),
     /// The budget is spent and the model still wants gateway tools.
     OutOfIterations,
     /// Run these gateway calls and go on.
-    Run(Vec<ModelCall>),
+    Run(Vec<Call>),
+}
+
+/// A loop in progress.
+struct Run {
+    l: Loop,
+    mode: Mode,
+    messages: Vec<Value>,
+    report: Report,
 }
 
 impl Loop {
-    fn decide(&self, turn: &Turn, iteration: u32) -> Next {
-        if turn.calls.is_empty() {
-            return Next::Answer;
+    fn start(self) -> Result<Run, ApiError> {
+        let kind = self.learned.effective(
+            self.resolved.formatter,
+            &self.resolved.upstream.name,
+            &self.resolved.model,
+        );
+        let mode = match kind {
+            FormatterKind::FunctionCalling => Mode::FunctionCalling { fallback: false },
+            FormatterKind::Auto => Mode::FunctionCalling { fallback: true },
+            FormatterKind::StructuredPrompt => self.structured()?,
+        };
+        tracing::debug!(formatter = mode.label(), model = %self.request.model, "tool loop");
+        Ok(Run {
+            messages: self.request.messages(),
+            report: Report {
+                usage: Value::Null,
+                ..Report::default()
+            },
+            mode,
+            l: self,
+        })
+    }
+
+    fn structured(&self) -> Result<Mode, ApiError> {
+        let template = match &self.resolved.template {
+            Some(t) => Arc::clone(t),
+            None => PromptTemplate::default_template().map_err(internal)?,
+        };
+        Ok(Mode::Structured {
+            template,
+            offered: formatter::offered(&self.tools),
+        })
+    }
+
+    /// Runs the loop and returns the final chat completion.
+    pub async fn run(self) -> Result<Value, ApiError> {
+        let mut run = self.start()?;
+        let mut iteration = 0;
+        loop {
+            iteration += 1;
+            run.report.iterations = iteration;
+            let resp = run.call(iteration, false).await?;
+            let mut completion: Value = resp.json().await.map_err(|e| {
+                ApiError::from(UpstreamError::Invalid {
+                    upstream: run.l.resolved.upstream.name.clone(),
+                    message: format!(
+                        "not a JSON chat completion: {}",
+                        std::error::Error::source(&e).map_or(e.to_string(), ToString::to_string)
+                    ),
+                })
+            })?;
+            if let Some(u) = completion.get("usage") {
+                add_usage(&mut run.report.usage, u);
+            }
+            let Some(message) = completion.pointer("/choices/0/message").cloned() else {
+                return Err(ApiError::from(UpstreamError::Invalid {
+                    upstream: run.l.resolved.upstream.name.clone(),
+                    message: "the completion has no choices[0].message".into(),
+                }));
+            };
+            let mut turn = run.turn_of(&message);
+            turn.finish_reason = completion
+                .pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let (finish, calls) = match run.decide(&turn, iteration) {
+                Next::Run(calls) => {
+                    run.run_calls(&turn, &calls, iteration).await;
+                    continue;
+                }
+                Next::Answer => (
+                    turn.finish_reason.clone().unwrap_or_else(|| "stop".into()),
+                    Vec::new(),
+                ),
+                Next::ClientCalls(calls) => ("tool_calls".to_owned(), calls),
+                Next::OutOfIterations => ("max_tool_iterations".to_owned(), Vec::new()),
+            };
+            let mut out = json!({"role": "assistant", "content": turn.content});
+            if !calls.is_empty() {
+                out["tool_calls"] = Value::Array(calls.iter().map(Call::to_openai).collect());
+            }
+            if let Some(r) = &turn.reasoning {
+                out["reasoning_content"] = json!(r);
+            }
+            completion["choices"][0]["message"] = out;
+            completion["choices"][0]["finish_reason"] = json!(finish);
+            completion["model"] = json!(run.l.request.model);
+            if !run.report.usage.is_null() {
+                completion["usage"] = run.report.usage.clone();
+            }
+            completion["toolgate"] = run.report_json();
+            return Ok(completion);
         }
-        let client: Vec<ModelCall> = turn
-            .calls
-            .iter()
-            .filter(|c| !self.gateway_tools.contains(&c.name))
-            .cloned()
-            .collect();
-        let offered_to_client = self.request.client_tools.iter().any(|t| {
-            client.iter().any(|c| {
-                t.pointer("/function/name").and_then(Value::as_str) == Some(c.name.as_str())
-            })
-        });
-        if offered_to_client {
-            return Next::ClientCalls(client);
+    }
+
+    /// Starts the loop as a stream of SSE events (OpenAI chunks). The first
+    /// model call is made before the stream starts, so its failure is an
+    /// ordinary HTTP error. Dropping the stream (the client went away)
+    /// cancels the model call and the tools in progress.
+    pub async fn start_stream(
+        self,
+    ) -> Result<impl Stream<Item = Result<Event, Infallible>>, ApiError> {
+        let mut run = self.start()?;
+        run.report.iterations = 1;
+        let first = run.call(1, true).await?;
+        let is_sse = first
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.contains("text/event-stream"));
+        if !is_sse {
+            return Err(ApiError::from(UpstreamError::Invalid {
+                upstream: run.l.resolved.upstream.name.clone(),
+                message: "asked to stream, it answered without an event stream".into(),
+            }));
         }
-        if iteration >= self.max_iterations {
-            return Next::OutOfIterations;
-        }
-        Next::Run(turn.calls.clone())
+        Ok(run.stream(first))
+    }
+}
+
+impl Run {
+    fn upstream_name(&self) -> &str {
+        &self.l.resolved.upstream.name
+    }
+
+    fn report_json(&self) -> Value {
+        json!({
+            "tool_set": self.l.tool_set,
+            "formatter": self.mode.label(),
+            "upstream": self.upstream_name(),
+            "iterations": self.report.iterations,
+            "tool_calls": self.report.calls,
+        })
     }
 
     /// The request body of model call number `iteration` (1-based).
-    fn body(&self, messages: &[Value], iteration: u32, stream: bool) -> bytes::Bytes {
-        let mut overrides: Vec<(&str, Value)> = Vec::new();
-        if iteration > 1
-            && let Some(choice) = self.request.get("tool_choice")
-            && choice != json!("auto")
-            && choice != json!("none")
-        {
-            overrides.push(("tool_choice", json!("auto")));
+    fn body(&self, iteration: u32, stream: bool) -> Result<bytes::Bytes, ApiError> {
+        let req = &self.l.request;
+        let mut tool_choice = req.get("tool_choice").unwrap_or(json!("auto"));
+        let forced = tool_choice != json!("auto") && tool_choice != json!("none");
+        if iteration > 1 && forced {
+            tool_choice = json!("auto");
         }
+        let mut overrides: Vec<(&str, Value)> = Vec::new();
         if stream {
             overrides.push(("stream", json!(true)));
             overrides.push(("stream_options", json!({"include_usage": true})));
@@ -161,18 +267,111 @@ impl Loop {
             overrides.push(("stream", Value::Null));
             overrides.push(("stream_options", Value::Null));
         }
-        self.request
-            .upstream_body(&self.resolved.model, messages, &self.tools, &overrides)
+        let model = &self.l.resolved.model;
+        Ok(match &self.mode {
+            Mode::FunctionCalling { .. } => {
+                if iteration > 1 && forced {
+                    overrides.push(("tool_choice", tool_choice));
+                }
+                req.upstream_body(model, &self.messages, &self.l.tools, &overrides)
+            }
+            Mode::Structured { template, .. } => {
+                let plain = formatter::to_plain_messages(
+                    template,
+                    &self.messages,
+                    &self.l.tools,
+                    &tool_choice,
+                )
+                .map_err(internal)?;
+                req.upstream_body(model, &plain, &[], &overrides)
+            }
+        })
     }
 
-    /// Runs a turn's calls; returns the tool messages for the model and
-    /// records each call in the report.
-    async fn run_calls(
-        &self,
-        calls: &[ModelCall],
-        iteration: u32,
-        report: &mut Report,
-    ) -> Vec<Value> {
+    /// Calls the model; in `auto` mode, falls back to the structured prompt
+    /// (and remembers it) when the upstream rejects `tools`.
+    async fn call(&mut self, iteration: u32, stream: bool) -> Result<reqwest::Response, ApiError> {
+        let upstream = Arc::clone(&self.l.resolved.upstream);
+        match upstream.chat(self.body(iteration, stream)?).await {
+            Ok(r) => Ok(r),
+            Err(e)
+                if matches!(self.mode, Mode::FunctionCalling { fallback: true })
+                    && formatter::rejects_tools(&e) =>
+            {
+                tracing::warn!(
+                    upstream = %upstream.name,
+                    model = %self.l.resolved.model,
+                    "the upstream rejects tools ({e}); using the structured prompt for this model from now on"
+                );
+                self.l
+                    .learned
+                    .remember_structured(&upstream.name, &self.l.resolved.model);
+                self.mode = self.l.structured()?;
+                Ok(upstream.chat(self.body(iteration, stream)?).await?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// What a (non-streamed) assistant message says.
+    fn turn_of(&self, message: &Value) -> Turn {
+        match &self.mode {
+            Mode::FunctionCalling { .. } => Turn {
+                content: message["content"].as_str().map(str::to_owned),
+                reasoning: message["reasoning_content"].as_str().map(str::to_owned),
+                calls: message["tool_calls"]
+                    .as_array()
+                    .map(|a| a.iter().map(Call::from_openai).collect())
+                    .unwrap_or_default(),
+                finish_reason: None,
+            },
+            Mode::Structured { offered, .. } => {
+                let text = message["content"].as_str().unwrap_or_default();
+                let parsed = crate::toolcall::parse_with_options(text, offered, PARSE);
+                Turn {
+                    content: (!parsed.content.is_empty()).then_some(parsed.content),
+                    reasoning: parsed.reasoning,
+                    calls: parsed.calls.into_iter().map(Call::from_parsed).collect(),
+                    finish_reason: None,
+                }
+            }
+        }
+    }
+
+    fn decide(&self, turn: &Turn, iteration: u32) -> Next {
+        if turn.calls.is_empty() {
+            return Next::Answer;
+        }
+        let client_names: HashSet<&str> = self
+            .l
+            .request
+            .client_tools
+            .iter()
+            .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+            .collect();
+        let client: Vec<Call> = turn
+            .calls
+            .iter()
+            .filter(|c| client_names.contains(c.name.as_str()))
+            .cloned()
+            .collect();
+        if !client.is_empty() {
+            return Next::ClientCalls(client);
+        }
+        if iteration >= self.l.max_iterations {
+            return Next::OutOfIterations;
+        }
+        Next::Run(turn.calls.clone())
+    }
+
+    /// Runs a turn's calls: appends the assistant message and the tool
+    /// messages to the conversation, and records each call in the report.
+    async fn run_calls(&mut self, turn: &Turn, calls: &[Call], iteration: u32) {
+        self.messages.push(json!({
+            "role": "assistant",
+            "content": turn.content,
+            "tool_calls": calls.iter().map(Call::to_openai).collect::<Vec<_>>(),
+        }));
         // Arguments that are not JSON are an error result, like any other.
         let mut parsed: Vec<Result<ToolCall, ToolResult>> = Vec::with_capacity(calls.len());
         for c in calls {
@@ -182,7 +381,7 @@ impl Loop {
                 serde_json::from_str::<Value>(&c.arguments)
             };
             parsed.push(match args {
-                Ok(arguments) if self.gateway_tools.contains(&c.name) => Ok(ToolCall {
+                Ok(arguments) if self.l.gateway_tools.contains(&c.name) => Ok(ToolCall {
                     id: c.id.clone(),
                     name: c.name.clone(),
                     arguments,
@@ -202,11 +401,11 @@ impl Loop {
             .filter_map(|p| p.as_ref().ok().cloned())
             .collect();
         let mut results = self
+            .l
             .executor
-            .run_batch(&self.catalog, &batch)
+            .run_batch(&self.l.catalog, &batch, &self.l.context)
             .await
             .into_iter();
-        let mut messages = Vec::with_capacity(calls.len());
         for (call, p) in calls.iter().zip(parsed) {
             let result = match p {
                 Ok(_) => results
@@ -214,15 +413,15 @@ impl Loop {
                     .unwrap_or_else(|| failed(ToolError::Failed("the call did not run".into()))),
                 Err(r) => r,
             };
-            let text = result.to_model_text();
             tracing::info!(
                 tool = %call.name,
                 success = result.success,
                 ms = result.duration_ms,
                 iteration,
+                formatter = self.mode.label(),
                 "tool call"
             );
-            report.calls.push(json!({
+            self.report.calls.push(json!({
                 "id": call.id,
                 "function": {"name": call.name, "arguments": call.arguments},
                 "result": match (&result.data, &result.error) { (_, Some(e)) => json!(e.to_string()), (Some(d), None) => d.clone(), (None, None) => Value::Null },
@@ -233,147 +432,43 @@ impl Loop {
                 "error": result.error,
                 "iteration": iteration,
             }));
-            messages.push(json!({"role": "tool", "tool_call_id": call.id, "content": text}));
-        }
-        messages
-    }
-
-    /// Runs the loop and returns the final chat completion.
-    pub async fn run(self) -> Result<Value, ApiError> {
-        let mut messages = self.request.messages();
-        let mut report = Report {
-            usage: Value::Null,
-            ..Report::default()
-        };
-        let mut iteration = 0;
-        loop {
-            iteration += 1;
-            report.iterations = iteration;
-            let resp = self
-                .resolved
-                .upstream
-                .chat(self.body(&messages, iteration, false))
-                .await?;
-            let mut completion: Value = resp.json().await.map_err(|e| {
-                ApiError::from(UpstreamError::Invalid {
-                    upstream: self.resolved.upstream.name.clone(),
-                    message: format!(
-                        "not a JSON chat completion: {}",
-                        std::error::Error::source(&e).map_or(e.to_string(), ToString::to_string)
-                    ),
-                })
-            })?;
-            if let Some(u) = completion.get("usage") {
-                add_usage(&mut report.usage, u);
-            }
-            let message = completion
-                .pointer("/choices/0/message")
-                .cloned()
-                .ok_or_else(|| {
-                    ApiError::from(UpstreamError::Invalid {
-                        upstream: self.resolved.upstream.name.clone(),
-                        message: "the completion has no choices[0].message".into(),
-                    })
-                })?;
-            let turn = Turn {
-                content: message["content"].as_str().map(str::to_owned),
-                calls: message["tool_calls"]
-                    .as_array()
-                    .map(|a| a.iter().map(ModelCall::from_json).collect())
-                    .unwrap_or_default(),
-                finish_reason: completion
-                    .pointer("/choices/0/finish_reason")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-            };
-            let _ = &turn.finish_reason;
-            match self.decide(&turn, iteration) {
-                Next::Answer => {}
-                Next::ClientCalls(calls) => {
-                    if let Some(m) = completion.pointer_mut("/choices/0/message") {
-                        m["tool_calls"] =
-                            Value::Array(calls.iter().map(ModelCall::to_json).collect());
-                    }
-                    completion["choices"][0]["finish_reason"] = json!("tool_calls");
-                }
-                Next::OutOfIterations => {
-                    if let Some(m) = completion
-                        .pointer_mut("/choices/0/message")
-                        .and_then(Value::as_object_mut)
-                    {
-                        m.remove("tool_calls");
-                        m.entry("content").or_insert(Value::Null);
-                        if m["content"].is_null() {
-                            m.insert("content".into(), json!(""));
-                        }
-                    }
-                    completion["choices"][0]["finish_reason"] = json!("max_tool_iterations");
-                }
-                Next::Run(calls) => {
-                    messages.push(assistant_message(&turn.content, &calls));
-                    let results = self.run_calls(&calls, iteration, &mut report).await;
-                    messages.extend(results);
-                    continue;
-                }
-            }
-            completion["model"] = json!(self.request.model);
-            if !report.usage.is_null() {
-                completion["usage"] = report.usage.clone();
-            }
-            completion["toolgate"] = report.to_json(&self);
-            return Ok(completion);
+            self.messages.push(
+                json!({"role": "tool", "tool_call_id": call.id, "content": result.to_model_text()}),
+            );
         }
     }
 
-    /// Starts the loop as a stream of SSE events (OpenAI chunks). The first
-    /// model call is made before the stream starts, so its failure is an
-    /// ordinary HTTP error. Dropping the stream (the client went away)
-    /// cancels the model call and the tools in progress.
-    pub async fn start_stream(
-        self,
-    ) -> Result<impl Stream<Item = Result<Event, Infallible>>, ApiError> {
-        let first = self
-            .resolved
-            .upstream
-            .chat(self.body(&self.request.messages(), 1, true))
-            .await?;
-        Ok(self.run_stream(first))
-    }
-
-    fn run_stream(self, first: reqwest::Response) -> impl Stream<Item = Result<Event, Infallible>> {
+    fn stream(mut self, first: reqwest::Response) -> impl Stream<Item = Result<Event, Infallible>> {
         async_stream::stream! {
+            let chunks = ChunkBuilder::new(&self.l.request.model);
             let mut pending = Some(first);
-            let chunks = ChunkBuilder::new(&self.request.model);
-            let mut messages = self.request.messages();
-            let mut report = Report { usage: Value::Null, ..Report::default() };
-            let mut iteration = 0;
+            let mut iteration = 1;
             let mut sent_role = false;
             loop {
-                iteration += 1;
-                report.iterations = iteration;
+                self.report.iterations = iteration;
                 let next = match pending.take() {
                     Some(r) => Ok(r),
-                    None => self.resolved.upstream.chat(self.body(&messages, iteration, true)).await,
+                    None => self.call(iteration, true).await,
                 };
                 let resp = match next {
                     Ok(r) => r,
                     Err(e) => {
-                        yield Ok(error_event(ApiError::from(e)));
+                        yield Ok(error_event(e));
                         return;
                     }
                 };
+                let mut parser = match &self.mode {
+                    Mode::Structured { offered, .. } => Some(StreamParser::with_options(offered.clone(), PARSE)),
+                    Mode::FunctionCalling { .. } => None,
+                };
                 let mut turn = Turn::default();
-                let mut partial: Vec<ModelCall> = Vec::new();
                 let mut events = resp.bytes_stream().eventsource();
                 let mut finished = false;
                 while let Some(ev) = events.next().await {
                     let ev = match ev {
                         Ok(ev) => ev,
                         Err(e) => {
-                            yield Ok(error_event(ApiError::from(UpstreamError::Invalid {
-                                upstream: self.resolved.upstream.name.clone(),
-                                message: format!("the stream broke: {e}"),
-                            })));
+                            yield Ok(error_event(self.invalid(format!("the stream broke: {e}"))));
                             return;
                         }
                     };
@@ -382,14 +477,15 @@ impl Loop {
                         break;
                     }
                     let Ok(chunk) = serde_json::from_str::<Value>(&ev.data) else {
-                        yield Ok(error_event(ApiError::from(UpstreamError::Invalid {
-                            upstream: self.resolved.upstream.name.clone(),
-                            message: "a stream chunk is not JSON".into(),
-                        })));
+                        yield Ok(error_event(self.invalid("a stream chunk is not JSON".into())));
                         return;
                     };
                     if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
-                        add_usage(&mut report.usage, u);
+                        add_usage(&mut self.report.usage, u);
+                    }
+                    if let Some(e) = chunk.get("error") {
+                        yield Ok(error_event(self.invalid(format!("it reported an error mid-stream: {e}"))));
+                        return;
                     }
                     let Some(choice) = chunk.pointer("/choices/0") else { continue };
                     if let Some(reason) = choice["finish_reason"].as_str() {
@@ -397,21 +493,21 @@ impl Loop {
                     }
                     let delta = &choice["delta"];
                     if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-                        turn.content.get_or_insert_with(String::new).push_str(text);
-                        let mut d = json!({"content": text});
-                        if !sent_role {
-                            d["role"] = json!("assistant");
-                            sent_role = true;
+                        let out = match &mut parser {
+                            None => vec![StreamEvent::Content(text.to_owned())],
+                            Some(p) => p.push(text),
+                        };
+                        for e in apply_events(out, &mut turn) {
+                            yield Ok(data_event(&chunks.delta(with_role(e, &mut sent_role), None)));
                         }
-                        yield Ok(data_event(&chunks.delta(d, None)));
                     }
                     if let Some(calls) = delta["tool_calls"].as_array() {
                         for c in calls {
-                            let idx = c["index"].as_u64().unwrap_or(partial.len() as u64) as usize;
-                            while partial.len() <= idx {
-                                partial.push(ModelCall { id: String::new(), name: String::new(), arguments: String::new() });
+                            let idx = c["index"].as_u64().map_or(turn.calls.len(), |i| i as usize);
+                            while turn.calls.len() <= idx {
+                                turn.calls.push(Call { id: String::new(), name: String::new(), arguments: String::new() });
                             }
-                            let p = &mut partial[idx];
+                            let p = &mut turn.calls[idx];
                             if let Some(id) = c["id"].as_str() { p.id.push_str(id); }
                             if let Some(n) = c.pointer("/function/name").and_then(Value::as_str) { p.name.push_str(n); }
                             if let Some(a) = c.pointer("/function/arguments").and_then(Value::as_str) { p.arguments.push_str(a); }
@@ -419,32 +515,27 @@ impl Loop {
                     }
                 }
                 if !finished && turn.finish_reason.is_none() {
-                    yield Ok(error_event(ApiError::from(UpstreamError::Invalid {
-                        upstream: self.resolved.upstream.name.clone(),
-                        message: "the stream ended before the answer was complete".into(),
-                    })));
+                    yield Ok(error_event(self.invalid("the stream ended before the answer was complete".into())));
                     return;
                 }
-                turn.calls = partial;
+                if let Some(p) = parser.take() {
+                    for e in apply_events(p.finish(), &mut turn) {
+                        yield Ok(data_event(&chunks.delta(with_role(e, &mut sent_role), None)));
+                    }
+                }
                 let finish = match self.decide(&turn, iteration) {
                     Next::Run(calls) => {
-                        messages.push(assistant_message(&turn.content, &calls));
-                        let results = self.run_calls(&calls, iteration, &mut report).await;
-                        messages.extend(results);
+                        self.run_calls(&turn, &calls, iteration).await;
+                        iteration += 1;
                         continue;
                     }
-                    Next::Answer => turn.finish_reason.clone().unwrap_or_else(|| "stop".into()),
+                    Next::Answer => turn.finish_reason.clone().filter(|r| r != "tool_calls").unwrap_or_else(|| "stop".into()),
                     Next::OutOfIterations => "max_tool_iterations".to_owned(),
                     Next::ClientCalls(calls) => {
                         let deltas: Vec<Value> = calls.iter().enumerate().map(|(i, c)| {
                             json!({"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
                         }).collect();
-                        let mut d = json!({"tool_calls": deltas});
-                        if !sent_role {
-                            d["role"] = json!("assistant");
-                            sent_role = true;
-                        }
-                        yield Ok(data_event(&chunks.delta(d, None)));
+                        yield Ok(data_event(&chunks.delta(with_role(json!({"tool_calls": deltas}), &mut sent_role), None)));
                         "tool_calls".to_owned()
                     }
                 };
@@ -454,16 +545,52 @@ impl Loop {
                     d["content"] = json!("");
                 }
                 let mut last = chunks.delta(d, Some(&finish));
-                last["toolgate"] = report.to_json(&self);
+                last["toolgate"] = self.report_json();
                 yield Ok(data_event(&last));
-                if self.request.include_usage && !report.usage.is_null() {
-                    yield Ok(data_event(&chunks.usage(&report.usage)));
+                if self.l.request.include_usage && !self.report.usage.is_null() {
+                    yield Ok(data_event(&chunks.usage(&self.report.usage)));
                 }
                 yield Ok(Event::default().data("[DONE]"));
                 return;
             }
         }
     }
+
+    fn invalid(&self, message: String) -> ApiError {
+        ApiError::from(UpstreamError::Invalid {
+            upstream: self.upstream_name().to_owned(),
+            message,
+        })
+    }
+}
+
+/// Folds parser events into the turn; returns the deltas to send.
+fn apply_events(events: Vec<StreamEvent>, turn: &mut Turn) -> Vec<Value> {
+    let mut out = Vec::new();
+    for e in events {
+        match e {
+            StreamEvent::Content(t) if !t.is_empty() => {
+                turn.content.get_or_insert_with(String::new).push_str(&t);
+                out.push(json!({"content": t}));
+            }
+            StreamEvent::Reasoning(t) if !t.is_empty() => {
+                turn.reasoning.get_or_insert_with(String::new).push_str(&t);
+                out.push(json!({"reasoning_content": t}));
+            }
+            StreamEvent::Call(c) => turn.calls.push(Call::from_parsed(c)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Adds `role: assistant` to the first delta of a response.
+fn with_role(mut delta: Value, sent_role: &mut bool) -> Value {
+    if !*sent_role {
+        delta["role"] = json!("assistant");
+        *sent_role = true;
+    }
+    delta
 }
 
 fn failed(e: ToolError) -> ToolResult {
@@ -478,12 +605,8 @@ fn failed(e: ToolError) -> ToolResult {
     }
 }
 
-fn assistant_message(content: &Option<String>, calls: &[ModelCall]) -> Value {
-    json!({
-        "role": "assistant",
-        "content": content,
-        "tool_calls": calls.iter().map(ModelCall::to_json).collect::<Vec<_>>(),
-    })
+fn internal(message: String) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
 }
 
 fn data_event(v: &Value) -> Event {

@@ -33,6 +33,10 @@ pub struct GatewayFile {
     /// Which upstream (and formatter) serves which model, first match wins.
     #[serde(default)]
     pub models: Vec<ModelRoute>,
+    /// The builtin tools (Rust functions shipped with the gateway): which
+    /// are offered, and their settings.
+    #[serde(default)]
+    pub builtins: BuiltinsDecl,
 }
 
 /// An OpenAI-compatible upstream.
@@ -105,6 +109,10 @@ pub struct ModelRoute {
     /// How tools are given to the model.
     #[serde(default)]
     pub formatter: FormatterKind,
+    /// A structured-prompt template file (minijinja), relative to the
+    /// configuration folder; default: the shipped template.
+    #[serde(default)]
+    pub template: Option<String>,
 }
 
 /// How tools reach a model.
@@ -112,8 +120,23 @@ pub struct ModelRoute {
 #[serde(rename_all = "snake_case")]
 pub enum FormatterKind {
     /// Native function calling: tools go into the request's `tools`.
-    #[default]
     FunctionCalling,
+    /// Tools rendered into the system prompt; calls parsed out of the text.
+    StructuredPrompt,
+    /// Function calling, falling back to the structured prompt (and
+    /// remembering it for the model) when the upstream rejects `tools`.
+    #[default]
+    Auto,
+}
+
+impl FormatterKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            FormatterKind::FunctionCalling => "function_calling",
+            FormatterKind::StructuredPrompt => "structured_prompt",
+            FormatterKind::Auto => "auto",
+        }
+    }
 }
 
 /// Defaults applied when a tool or request does not say otherwise.
@@ -173,13 +196,150 @@ impl Default for Limits {
     }
 }
 
-/// A file in `tools.d/`: HTTP tools (and, later, MCP servers).
+/// The builtin tools. None is offered unless named in `enabled`; `exec`
+/// in particular is off unless named.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuiltinsDecl {
+    /// Folder the file tools, `exec` and `execute_python` work in, relative
+    /// to the configuration folder. A request's project
+    /// (`X-Toolgate-Project`) narrows it to `<workspace>/<project>/`.
+    pub workspace: std::path::PathBuf,
+    /// The builtins to offer, by name (e.g. `calculator`, `file_read`,
+    /// `web_fetch`). `toolgate tools` lists them with the YAML tools, and
+    /// tool sets name them like any tool.
+    pub enabled: Vec<String>,
+    /// The `exec` tool (shell commands).
+    pub exec: ExecDecl,
+    /// The `execute_python` tool.
+    pub python: PythonDecl,
+    /// The `web_fetch` tool.
+    pub web_fetch: WebFetchDecl,
+}
+
+impl Default for BuiltinsDecl {
+    fn default() -> Self {
+        BuiltinsDecl {
+            workspace: "workspace".into(),
+            enabled: Vec::new(),
+            exec: ExecDecl::default(),
+            python: PythonDecl::default(),
+            web_fetch: WebFetchDecl::default(),
+        }
+    }
+}
+
+/// Settings of `exec`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecDecl {
+    /// Longest run of a command (the model may ask for less); on timeout
+    /// the command and its whole process group are killed.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub timeout: Duration,
+    /// Output beyond this many characters (stdout and stderr each) is cut.
+    pub max_output_chars: usize,
+    /// The shell that runs the command (`<shell> -c <command>`).
+    pub shell: String,
+}
+
+impl Default for ExecDecl {
+    fn default() -> Self {
+        ExecDecl {
+            timeout: Duration::from_secs(60),
+            max_output_chars: 10_000,
+            shell: "sh".into(),
+        }
+    }
+}
+
+/// How much `execute_python` allows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Strictness {
+    /// 30 s, any module, every builtin.
+    Lenient,
+    /// 10 s, a module allow-list, dangerous builtins removed.
+    #[default]
+    Standard,
+    /// 5 s, pure computation modules only.
+    Strict,
+}
+
+/// Settings of `execute_python`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PythonDecl {
+    /// The interpreter, found on `PATH` unless a path is given.
+    pub interpreter: String,
+    pub strictness: Strictness,
+    /// Modules allowed on top of a level's allow-list.
+    pub extra_modules: ExtraModules,
+    /// Address-space limit of the child process, in MiB.
+    pub memory_mb: u64,
+    /// Output beyond this many characters (stdout and stderr each) is cut.
+    pub max_output_chars: usize,
+}
+
+impl Default for PythonDecl {
+    fn default() -> Self {
+        PythonDecl {
+            interpreter: "python3".into(),
+            strictness: Strictness::Standard,
+            extra_modules: ExtraModules::default(),
+            memory_mb: 512,
+            max_output_chars: 10_000,
+        }
+    }
+}
+
+/// Extra modules per strictness level (`lenient` allows every module).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExtraModules {
+    pub standard: Vec<String>,
+    pub strict: Vec<String>,
+}
+
+/// Settings of `web_fetch`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebFetchDecl {
+    /// Allow private, loopback and link-local addresses (refused by
+    /// default, after DNS resolution and on every redirect).
+    pub allow_private: bool,
+    /// Longest text returned, in characters (the model may ask for less).
+    pub max_chars: usize,
+    /// Largest response read, in bytes; reading stops beyond it.
+    pub max_bytes: usize,
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub timeout: Duration,
+    /// Redirects followed, each checked like the first URL.
+    pub max_redirects: usize,
+}
+
+impl Default for WebFetchDecl {
+    fn default() -> Self {
+        WebFetchDecl {
+            allow_private: false,
+            max_chars: 50_000,
+            max_bytes: 5 * 1024 * 1024,
+            timeout: Duration::from_secs(20),
+            max_redirects: 5,
+        }
+    }
+}
+
+/// A file in `tools.d/`: HTTP tools and MCP servers.
 ///
-/// The loader reads each tool entry on its own (`T` is first a raw YAML
-/// value), so one malformed tool does not hide the errors of the others.
+/// The loader reads each tool and server entry on its own (`T` and `M` are
+/// first raw YAML values), so one malformed entry does not hide the errors
+/// of the others.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ToolFile<T = ToolDecl> {
+pub struct ToolFile<T = ToolDecl, M = McpServerDecl> {
     /// Environment variables this file's templates may read as `env.NAME`,
     /// each `optional` (a tool using it is disabled, with a warning, while it
     /// is unset) or `required` (unset is a configuration error).
@@ -188,15 +348,96 @@ pub struct ToolFile<T = ToolDecl> {
     /// The tools this file declares.
     #[serde(default, bound(deserialize = "T: Deserialize<'de>"))]
     pub tools: Vec<T>,
+    /// MCP servers whose tools the gateway offers.
+    #[serde(default, bound(deserialize = "M: Deserialize<'de>"))]
+    pub mcp_servers: Vec<M>,
 }
 
-impl<T> Default for ToolFile<T> {
+impl<T, M> Default for ToolFile<T, M> {
     fn default() -> Self {
         ToolFile {
             env: IndexMap::new(),
             tools: Vec::new(),
+            mcp_servers: Vec::new(),
         }
     }
+}
+
+/// An MCP server whose tools the gateway proxies, over one session kept for
+/// all calls.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerDecl {
+    /// The server's name, in logs and listings: 1-64 of `A-Z a-z 0-9 _ -`.
+    pub name: String,
+    /// `stdio` (the gateway runs `command` and speaks MCP on its
+    /// stdin/stdout) or `http` (streamable HTTP at `url`).
+    pub transport: McpTransport,
+    /// stdio: the program, found on `PATH`, or a path (relative to the
+    /// configuration folder).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// stdio: its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// stdio: environment variables for the process; values are templates
+    /// over `env` (e.g. `"{{ env.GITHUB_TOKEN }}"`). Besides these the
+    /// process only inherits PATH, HOME, USER, LOGNAME, SHELL, TERM, LANG,
+    /// LC_ALL, TMPDIR and TZ.
+    #[serde(default)]
+    pub env: IndexMap<String, String>,
+    /// stdio: working directory, relative to the configuration folder.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// http: the endpoint, e.g. `http://127.0.0.1:8000/mcp`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// http: headers sent with every request; values are templates over
+    /// `env` (e.g. `"Bearer {{ env.API_TOKEN }}"`).
+    #[serde(default)]
+    pub headers: IndexMap<String, String>,
+    /// Which tools to offer, and under which names.
+    #[serde(default)]
+    pub tools: McpToolsDecl,
+    /// Timeout of one call, e.g. `30s`; default `defaults.tool_timeout`. On
+    /// timeout the server is told to cancel the call.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
+    pub timeout: Option<Duration>,
+    /// How long starting may take (spawning or connecting, `initialize` and
+    /// the first `tools/list`); default `60s`.
+    #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
+    pub startup_timeout: Option<Duration>,
+    /// Cache the results of the tools the server marks read-only
+    /// (`readOnlyHint`); other tools are never cached.
+    #[serde(default)]
+    pub cache: Option<CacheDecl>,
+}
+
+/// How the gateway talks to an MCP server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum McpTransport {
+    Stdio,
+    Http,
+}
+
+/// Which tools of an MCP server are offered, and their names.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpToolsDecl {
+    /// Names or globs of the server's tools to offer; default: all.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Names or globs of tools not to offer.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Prepended to every tool's name, e.g. `everything_`. Characters other
+    /// than `A-Z a-z 0-9 _ -` in a server's tool names become `_`; a name
+    /// longer than 64 characters makes that tool unavailable.
+    #[serde(default)]
+    pub prefix: String,
 }
 
 /// Whether an environment variable must be set.

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 
 use super::diag::Diagnostic;
-use super::format::{GatewayFile, ToolDecl, ToolFile, ToolSetFile};
+use super::format::{GatewayFile, McpServerDecl, ToolDecl, ToolFile, ToolSetFile};
 use super::span::{Pos, SpanIndex};
 
 /// A parsed file and where its values stand.
@@ -33,12 +33,15 @@ impl<T> Loaded<T> {
 pub struct RawConfig {
     pub dir: PathBuf,
     pub gateway: Loaded<GatewayFile>,
-    /// Tool files; a tool that failed to parse is `None`.
-    pub tool_files: Vec<Loaded<ToolFile<Option<ToolDecl>>>>,
+    /// Tool files; a tool or MCP server that failed to parse is `None`.
+    pub tool_files: Vec<Loaded<RawToolFile>>,
     pub set_files: Vec<Loaded<ToolSetFile>>,
     /// A `tools.d` file failed to parse, so the tool list is incomplete.
     pub tools_incomplete: bool,
 }
+
+/// A tools file as read: each entry parsed on its own, `None` when it failed.
+pub type RawToolFile = ToolFile<Option<ToolDecl>, Option<McpServerDecl>>;
 
 pub const GATEWAY_FILE: &str = "toolgate.yaml";
 pub const TOOLS_DIR: &str = "tools.d";
@@ -60,7 +63,7 @@ pub fn load_dir(dir: &Path, diags: &mut Vec<Diagnostic>) -> RawConfig {
     });
     let tool_paths = yaml_files(dir, TOOLS_DIR, diags);
     let tool_count = tool_paths.len();
-    let tool_files: Vec<Loaded<ToolFile<Option<ToolDecl>>>> = tool_paths
+    let tool_files: Vec<Loaded<RawToolFile>> = tool_paths
         .into_iter()
         .filter_map(|p| parse_file(dir, &p, diags))
         .collect();
@@ -72,9 +75,10 @@ pub fn load_dir(dir: &Path, diags: &mut Vec<Diagnostic>) -> RawConfig {
         dir: dir.to_owned(),
         gateway,
         tools_incomplete: tool_files.len() < tool_count
-            || tool_files
-                .iter()
-                .any(|f| f.value.tools.iter().any(Option::is_none)),
+            || tool_files.iter().any(|f| {
+                f.value.tools.iter().any(Option::is_none)
+                    || f.value.mcp_servers.iter().any(Option::is_none)
+            }),
         tool_files,
         set_files,
     }
@@ -236,20 +240,28 @@ impl FromYaml for ToolSetFile {
     }
 }
 
-/// Tool files are read tool by tool: a malformed tool is reported and left
-/// out (as `None`, so the others keep their index) without hiding the rest.
-impl FromYaml for ToolFile<Option<ToolDecl>> {
+/// Tool files are read entry by entry: a malformed tool or server is
+/// reported and left out (as `None`, so the others keep their index) without
+/// hiding the rest.
+impl FromYaml for RawToolFile {
     fn from_yaml(value: serde_yaml::Value, ctx: &mut Ctx<'_>) -> Option<Self> {
-        let outer: ToolFile<serde_yaml::Value> = ctx.typed(value, "")?;
+        let outer: ToolFile<serde_yaml::Value, serde_yaml::Value> = ctx.typed(value, "")?;
         let tools = outer
             .tools
             .into_iter()
             .enumerate()
             .map(|(i, v)| ctx.typed(v, &format!("tools[{i}]")))
             .collect();
+        let mcp_servers = outer
+            .mcp_servers
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| ctx.typed(v, &format!("mcp_servers[{i}]")))
+            .collect();
         Some(ToolFile {
             env: outer.env,
             tools,
+            mcp_servers,
         })
     }
 }

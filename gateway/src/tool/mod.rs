@@ -1,7 +1,11 @@
 //! A tool, whatever its kind: its public face (name, description, schema)
 //! and how one call of it runs. The kinds live in submodules.
 
+pub mod context;
 pub mod http;
+pub mod mcp;
+pub mod native;
+pub mod strict;
 
 use std::time::Duration;
 
@@ -16,6 +20,8 @@ pub struct Tool {
     pub category: Option<String>,
     /// The canonical JSON Schema of the arguments (`type: object`).
     pub parameters: Value,
+    /// OpenAI's strict rendering of `parameters`, or why there is none.
+    pub strict: Result<Value, strict::NotStrict>,
     validator: jsonschema::Validator,
     /// Per-tool timeout; `None` uses the configured default.
     pub timeout: Option<Duration>,
@@ -34,12 +40,19 @@ pub type ResultCache = moka::sync::Cache<String, Value>;
 pub enum ToolKind {
     /// A templated request to an HTTP API.
     Http(http::HttpTool),
+    /// A Rust function annotated with `#[tool]` (a builtin or the user's).
+    Native(std::sync::Arc<native::NativeTool>),
+    /// A tool of an MCP server, called over the server's session.
+    Mcp(mcp::McpTool),
 }
 
 impl ToolKind {
     pub fn label(&self) -> &'static str {
         match self {
             ToolKind::Http(_) => "http",
+            ToolKind::Native(n) if n.builtin => "builtin",
+            ToolKind::Native(_) => "native",
+            ToolKind::Mcp(_) => "mcp",
         }
     }
 }
@@ -70,6 +83,7 @@ impl Tool {
             name: spec.name,
             description: spec.description,
             category: spec.category,
+            strict: strict::to_strict(&spec.parameters),
             parameters: spec.parameters,
             validator,
             timeout: spec.timeout,
@@ -111,16 +125,40 @@ impl Tool {
         }
     }
 
-    /// The tool in OpenAI's function format.
+    /// The tool in OpenAI's function format: with the strict rendering of
+    /// the schema and `strict: true` when there is one, else the canonical
+    /// schema.
     pub fn to_openai(&self) -> Value {
-        serde_json::json!({
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            }
-        })
+        match &self.strict {
+            Ok(strict) => serde_json::json!({
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": strict,
+                    "strict": true,
+                }
+            }),
+            Err(_) => serde_json::json!({
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": self.parameters,
+                }
+            }),
+        }
+    }
+
+    /// The arguments as the canonical schema expects them: a model that
+    /// answered the strict schema sends `null` for the optional properties
+    /// it leaves out, which are removed here.
+    pub fn normalize_arguments(&self, args: &Value) -> Value {
+        let mut args = args.clone();
+        if self.strict.is_ok() {
+            strict::drop_optional_nulls(&self.parameters, &mut args);
+        }
+        args
     }
 }
 

@@ -43,10 +43,10 @@ impl Tools {
         if self.schemas.contains_key(n) {
             return Some(n.to_string());
         }
-        if let Some(rest) = n.strip_suffix(".call") {
-            if self.schemas.contains_key(rest) {
-                return Some(rest.to_string());
-            }
+        if let Some(rest) = n.strip_suffix(".call")
+            && self.schemas.contains_key(rest)
+        {
+            return Some(rest.to_string());
         }
         None
     }

@@ -57,10 +57,10 @@ fn hint_type(hint: &str) -> Option<&'static str> {
 /// the model declared itself, used only when the schema declares none.
 pub(super) fn coerce_text(raw: &str, ps: Option<&Value>, hint: Option<&str>) -> Value {
     let mut types = schema_types(ps);
-    if types.is_empty() {
-        if let Some(t) = hint.and_then(hint_type) {
-            types.push(t);
-        }
+    if types.is_empty()
+        && let Some(t) = hint.and_then(hint_type)
+    {
+        types.push(t);
     }
     for t in &types {
         if let Some(v) = text_as(raw, t, ps) {

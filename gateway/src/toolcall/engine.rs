@@ -202,10 +202,10 @@ fn bare(src: &Src, s: usize) -> P<Block> {
     match json_scan::scan(src.b, s, src.eof, false) {
         Scan::More => P::More,
         Scan::Complete(c) => {
-            if let Some((pieces, n)) = span_pieces(src, (s, c.end), None, &c.elems) {
-                if n > 0 {
-                    return P::Ok(Block { pieces, end: c.end });
-                }
+            if let Some((pieces, n)) = span_pieces(src, (s, c.end), None, &c.elems)
+                && n > 0
+            {
+                return P::Ok(Block { pieces, end: c.end });
             }
             if is_array {
                 match python::py_list(src, s) {
@@ -238,14 +238,14 @@ fn bare(src: &Src, s: usize) -> P<Block> {
                 if a < cur || b > resume {
                     continue;
                 }
-                if let Some((ps, n)) = span_pieces(src, (a, b), None, &[]) {
-                    if n > 0 {
-                        if a > cur {
-                            pieces.push(Piece::Range(cur, a));
-                        }
-                        pieces.extend(ps);
-                        cur = b;
+                if let Some((ps, n)) = span_pieces(src, (a, b), None, &[])
+                    && n > 0
+                {
+                    if a > cur {
+                        pieces.push(Piece::Range(cur, a));
                     }
+                    pieces.extend(ps);
+                    cur = b;
                 }
             }
             if resume > cur {

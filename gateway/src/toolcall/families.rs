@@ -376,10 +376,9 @@ fn json_item(src: &Src, q: usize, ctx: Ctx, after_first: bool) -> P<Block> {
         Scan::More => P::More,
         Scan::Complete(c) => {
             if let Some((pieces, n)) = span_pieces(src, (q, c.end), c.repaired.as_deref(), &c.elems)
+                && n > 0
             {
-                if n > 0 {
-                    return P::Ok(Block { pieces, end: c.end });
-                }
+                return P::Ok(Block { pieces, end: c.end });
             }
             if is_array {
                 match python::py_list(src, q) {
@@ -412,10 +411,9 @@ fn json_item(src: &Src, q: usize, ctx: Ctx, after_first: bool) -> P<Block> {
                             fixed.extend(f.open_closers.iter().map(|&b| char::from(b)));
                             if let Some((pieces, n)) =
                                 span_pieces(src, (q, f.at), Some(&fixed), &[])
+                                && n > 0
                             {
-                                if n > 0 {
-                                    return P::Ok(Block { pieces, end: f.at });
-                                }
+                                return P::Ok(Block { pieces, end: f.at });
                             }
                             break;
                         }

@@ -81,10 +81,10 @@ impl Front {
                             if is_close && !self.orphan_close {
                                 continue;
                             }
-                            if let Some(i) = find_from(&self.buf, tag, self.scan_from) {
-                                if best.is_none_or(|(b, _, _)| i < b) {
-                                    best = Some((i, k, is_close));
-                                }
+                            if let Some(i) = find_from(&self.buf, tag, self.scan_from)
+                                && best.is_none_or(|(b, _, _)| i < b)
+                            {
+                                best = Some((i, k, is_close));
                             }
                         }
                     }

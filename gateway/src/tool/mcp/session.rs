@@ -1,0 +1,532 @@
+//! One MCP server's life: a supervisor task that starts the session (spawn
+//! or connect, `initialize`, `tools/list`), keeps it for every call, lists
+//! the tools again on `notifications/tools/list_changed`, and restarts the
+//! server with exponential backoff when the session ends. The current state
+//! is published through an `ArcSwap`, so calls read it without a lock.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
+use rmcp::service::{NotificationContext, QuitReason, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::spec::{PASSED_ENV, ServerSpec, StdioSpec, Transport};
+use super::{McpTool, Registry};
+use crate::tool::{Tool, ToolKind, ToolSpec};
+
+/// First delay before a restart; doubled after each failure.
+const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
+/// Longest delay between restarts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A session that lived this long resets the backoff.
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+/// Longest stderr line forwarded to the logs.
+const MAX_STDERR_LINE: usize = 2000;
+/// How long a stopping server may take to close.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// One declared server and its live state.
+pub(crate) struct Server {
+    pub spec: ServerSpec,
+    state: ArcSwap<ServerState>,
+    /// Bumped after every state change.
+    changes: watch::Sender<u64>,
+    list_changed: Arc<Notify>,
+}
+
+/// Where a server stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Status {
+    /// The gateway has not started its servers (yet).
+    #[default]
+    NotStarted,
+    Starting,
+    Ready,
+    /// It failed to start or its session ended; it is restarted after a
+    /// backoff delay.
+    Down {
+        reason: String,
+    },
+    /// It is never started (see [`ServerSpec::disabled`]).
+    Disabled {
+        reason: String,
+    },
+    /// The gateway shut it down.
+    Stopped,
+}
+
+impl Status {
+    /// Why its tools cannot be used now.
+    pub fn reason(&self, server: &str) -> String {
+        match self {
+            Status::NotStarted => format!("MCP server `{server}` has not been started"),
+            Status::Starting => format!("MCP server `{server}` is starting"),
+            Status::Ready => format!("MCP server `{server}` is ready"),
+            Status::Down { reason } => {
+                format!("MCP server `{server}` is not running ({reason}); it is being restarted")
+            }
+            Status::Disabled { reason } => format!("MCP server `{server}` is disabled: {reason}"),
+            Status::Stopped => format!("MCP server `{server}` has been stopped"),
+        }
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Status::NotStarted => "not started",
+            Status::Starting => "starting",
+            Status::Ready => "ready",
+            Status::Down { .. } => "down",
+            Status::Disabled { .. } => "disabled",
+            Status::Stopped => "stopped",
+        }
+    }
+}
+
+/// A server's state, replaced as a whole on every change.
+#[derive(Default)]
+pub(crate) struct ServerState {
+    pub status: Status,
+    /// The session, while `Ready`.
+    pub peer: Option<Peer<RoleClient>>,
+    /// The tools of the last listing (kept while the server is down, so
+    /// they can be reported unavailable by name).
+    pub listed: Arc<Vec<Listed>>,
+    /// Sessions attempted so far.
+    pub attempts: u32,
+    /// `name version` of the server, from `initialize`.
+    pub server_info: Option<String>,
+    /// Why the last session failed or ended; cleared when one is ready.
+    pub last_error: Option<String>,
+}
+
+impl ServerState {
+    /// Why the server's tools cannot be used now.
+    pub fn reason(&self, server: &str) -> String {
+        match (&self.status, &self.last_error) {
+            (Status::Starting, Some(e)) => {
+                format!("MCP server `{server}` is restarting (it stopped: {e})")
+            }
+            (status, _) => status.reason(server),
+        }
+    }
+}
+
+/// One tool of a listing that passed the include/exclude filter.
+pub(crate) struct Listed {
+    /// The server's name for it.
+    pub remote: String,
+    /// The gateway's name for it.
+    pub name: String,
+    /// The usable tool, or why it cannot be used (name too long, schema
+    /// unusable).
+    pub tool: Result<Arc<Tool>, String>,
+}
+
+impl Server {
+    pub fn new(spec: ServerSpec) -> Server {
+        let status = match &spec.disabled {
+            Some(reason) => Status::Disabled {
+                reason: reason.clone(),
+            },
+            None => Status::NotStarted,
+        };
+        Server {
+            spec,
+            state: ArcSwap::from_pointee(ServerState {
+                status,
+                ..ServerState::default()
+            }),
+            changes: watch::channel(0).0,
+            list_changed: Arc::new(Notify::new()),
+        }
+    }
+
+    pub fn state(&self) -> arc_swap::Guard<Arc<ServerState>> {
+        self.state.load()
+    }
+
+    /// The session, if the server is ready.
+    pub fn peer(&self) -> Result<Peer<RoleClient>, String> {
+        let state = self.state.load();
+        match (&state.status, &state.peer) {
+            (Status::Ready, Some(peer)) => Ok(peer.clone()),
+            _ => Err(state.reason(&self.spec.name)),
+        }
+    }
+
+    /// Replaces the state. Watchers are told by [`publish`], once the
+    /// registry's snapshot reflects the change.
+    fn update(&self, f: impl FnOnce(&ServerState) -> ServerState) {
+        let old = self.state.load_full();
+        self.state.store(Arc::new(f(&old)));
+    }
+
+    fn set_status(&self, status: Status) {
+        self.update(|old| ServerState {
+            last_error: match &status {
+                Status::Down { reason } => Some(reason.clone()),
+                _ => old.last_error.clone(),
+            },
+            status,
+            peer: None,
+            listed: Arc::clone(&old.listed),
+            attempts: old.attempts,
+            server_info: old.server_info.clone(),
+        });
+    }
+
+    /// Waits until `done` holds for the server's state.
+    pub async fn wait_until(&self, done: impl Fn(&ServerState) -> bool) {
+        let mut rx = self.changes.subscribe();
+        loop {
+            if done(&self.state.load()) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Receives the server's notifications on the client side.
+struct Handler {
+    list_changed: Arc<Notify>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        // The classic `initialize` handshake, so list-changed notifications
+        // arrive as notifications on every protocol version a server picks.
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changed.notify_one();
+    }
+}
+
+/// Runs a server until `stop`: sessions one after the other, with backoff.
+pub(crate) async fn supervise(
+    server: Arc<Server>,
+    registry: Weak<Registry>,
+    stop: CancellationToken,
+) {
+    let name = server.spec.name.clone();
+    if server.spec.disabled.is_some() {
+        return;
+    }
+    let mut backoff = INITIAL_BACKOFF;
+    loop {
+        server.update(|old| ServerState {
+            status: Status::Starting,
+            peer: None,
+            listed: Arc::clone(&old.listed),
+            attempts: old.attempts + 1,
+            server_info: old.server_info.clone(),
+            last_error: old.last_error.clone(),
+        });
+        publish(&server, &registry);
+        let began = Instant::now();
+        let end = run_session(&server, &registry, &stop).await;
+        // The same failure again is logged at debug level only.
+        let repeated = |reason: &str| server.state().last_error.as_deref() == Some(reason);
+        let reason = match end {
+            SessionEnd::Stopped => break,
+            SessionEnd::FailedToStart(reason) if repeated(&reason) => {
+                tracing::debug!(mcp_server = %name, "MCP server `{name}` failed to start again: {reason}");
+                reason
+            }
+            SessionEnd::FailedToStart(reason) => {
+                tracing::error!(mcp_server = %name, "MCP server `{name}` failed to start: {reason}");
+                reason
+            }
+            SessionEnd::Ended(reason) => {
+                tracing::warn!(mcp_server = %name, "MCP server `{name}` stopped: {reason}");
+                reason
+            }
+        };
+        if began.elapsed() >= HEALTHY_AFTER {
+            backoff = INITIAL_BACKOFF;
+        }
+        server.set_status(Status::Down { reason });
+        publish(&server, &registry);
+        tracing::debug!(mcp_server = %name, "restarting MCP server `{name}` in {backoff:?}");
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = stop.cancelled() => break,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+    server.set_status(Status::Stopped);
+    publish(&server, &registry);
+}
+
+/// Rebuilds the registry's snapshot, then wakes whoever waits for a change
+/// of `server` (so they see the snapshot up to date).
+fn publish(server: &Server, registry: &Weak<Registry>) {
+    if let Some(registry) = registry.upgrade() {
+        registry.publish();
+    }
+    server.changes.send_modify(|n| *n += 1);
+}
+
+enum SessionEnd {
+    Stopped,
+    FailedToStart(String),
+    Ended(String),
+}
+
+type Session = RunningService<RoleClient, Handler>;
+
+/// One session: start it, serve calls until it ends or `stop`.
+async fn run_session(
+    server: &Arc<Server>,
+    registry: &Weak<Registry>,
+    stop: &CancellationToken,
+) -> SessionEnd {
+    let spec = &server.spec;
+    let startup = async {
+        let session = connect(server).await?;
+        let tools = session
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("`tools/list` failed: {e}"))?;
+        Ok::<_, String>((session, tools))
+    };
+    let (session, tools) = tokio::select! {
+        r = tokio::time::timeout(spec.startup_timeout, startup) => match r {
+            Ok(Ok(started)) => started,
+            Ok(Err(reason)) => return SessionEnd::FailedToStart(reason),
+            Err(_) => return SessionEnd::FailedToStart(format!(
+                "it did not complete `initialize` and `tools/list` within {}",
+                humantime_serde::re::humantime::format_duration(spec.startup_timeout)
+            )),
+        },
+        () = stop.cancelled() => return SessionEnd::Stopped,
+    };
+    let peer = session.peer().clone();
+    let info = peer.peer_info().and_then(|i| {
+        i.server_info
+            .as_ref()
+            .map(|s| format!("{} {}", s.name, s.version).trim().to_owned())
+    });
+    let listed = build_tools(server, tools);
+    report_listing(server, &listed);
+    server.update(|old| ServerState {
+        status: Status::Ready,
+        peer: Some(peer.clone()),
+        listed: Arc::new(listed),
+        attempts: old.attempts,
+        server_info: info.clone(),
+        last_error: None,
+    });
+    publish(server, registry);
+
+    let cancel = session.cancellation_token();
+    let mut waiting = std::pin::pin!(session.waiting());
+    loop {
+        tokio::select! {
+            quit = &mut waiting => {
+                return SessionEnd::Ended(match quit {
+                    Ok(QuitReason::Closed) => "the session was closed (the process exited or the connection dropped)".to_owned(),
+                    Ok(QuitReason::Cancelled) => "the session was cancelled".to_owned(),
+                    Ok(QuitReason::JoinError(e)) | Err(e) => format!("the session task failed: {e}"),
+                    Ok(other) => format!("the session ended ({other:?})"),
+                });
+            }
+            () = server.list_changed.notified() => {
+                match tokio::time::timeout(spec.startup_timeout, peer.list_all_tools()).await {
+                    Ok(Ok(tools)) => {
+                        let listed = build_tools(server, tools);
+                        tracing::info!(mcp_server = %spec.name, tools = listed.len(), "MCP server `{}` changed its tools", spec.name);
+                        report_listing(server, &listed);
+                        server.update(|old| ServerState {
+                            status: Status::Ready,
+                            peer: Some(peer.clone()),
+                            listed: Arc::new(listed),
+                            attempts: old.attempts,
+                            server_info: old.server_info.clone(),
+                            last_error: None,
+                        });
+                        publish(server, registry);
+                    }
+                    Ok(Err(e)) => tracing::warn!(mcp_server = %spec.name, "listing the tools of MCP server `{}` again failed: {e}", spec.name),
+                    Err(_) => tracing::warn!(mcp_server = %spec.name, "listing the tools of MCP server `{}` again timed out", spec.name),
+                }
+            }
+            () = stop.cancelled() => {
+                cancel.cancel();
+                let _ = tokio::time::timeout(STOP_GRACE, &mut waiting).await;
+                return SessionEnd::Stopped;
+            }
+        }
+    }
+}
+
+/// Spawns or connects to the server and runs `initialize`.
+async fn connect(server: &Server) -> Result<Session, String> {
+    let handler = Handler {
+        list_changed: Arc::clone(&server.list_changed),
+    };
+    match &server.spec.transport {
+        Transport::Stdio(stdio) => {
+            let cmd = command(stdio);
+            let (transport, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot run `{}`: {e}", stdio.command))?;
+            if let Some(stderr) = stderr {
+                tokio::spawn(forward_stderr(server.spec.name.clone(), stderr));
+            }
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("`initialize` failed: {e}"))
+        }
+        Transport::Http(http) => {
+            let headers: HashMap<_, _> = http.headers.iter().cloned().collect();
+            let config = StreamableHttpClientTransportConfig::with_uri(http.url.clone())
+                .custom_headers(headers);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("`initialize` failed: {e}"))
+        }
+    }
+}
+
+/// The child process: its own process group (so stopping it also stops
+/// what it spawned, e.g. `npx` and node), killed when dropped, with a clean
+/// environment.
+fn command(stdio: &StdioSpec) -> process_wrap::tokio::CommandWrap {
+    let mut cmd = tokio::process::Command::new(&stdio.command);
+    cmd.args(&stdio.args).env_clear().kill_on_drop(true);
+    for var in PASSED_ENV {
+        if let Some(value) = std::env::var_os(var) {
+            cmd.env(var, value);
+        }
+    }
+    cmd.envs(stdio.env.iter().map(|(k, v)| (k, v)));
+    if let Some(cwd) = &stdio.cwd {
+        cmd.current_dir(cwd);
+    }
+    let mut wrap = process_wrap::tokio::CommandWrap::from(cmd);
+    #[cfg(unix)]
+    wrap.wrap(process_wrap::tokio::ProcessGroup::leader());
+    wrap
+}
+
+/// Copies the server's stderr to the logs, line by line, tagged with its name.
+async fn forward_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let line = match line.char_indices().nth(MAX_STDERR_LINE) {
+            Some((cut, _)) => format!("{}…", &line[..cut]),
+            None => line,
+        };
+        tracing::info!(target: "toolgate::mcp::stderr", mcp_server = %server, "{line}");
+    }
+}
+
+/// Turns a listing into gateway tools: filtered, renamed, with their schema
+/// compiled.
+fn build_tools(server: &Arc<Server>, tools: Vec<rmcp::model::Tool>) -> Vec<Listed> {
+    let spec = &server.spec;
+    let mut out = Vec::new();
+    for t in tools {
+        let remote = t.name.to_string();
+        if !spec.tools.admits(&remote) {
+            continue;
+        }
+        let (name, tool) = match spec.tools.local_name(&remote) {
+            Err(reason) => (
+                format!("{}{remote}", spec.tools.prefix),
+                Err(format!(
+                    "{reason} — use a shorter `tools.prefix`, or exclude the tool"
+                )),
+            ),
+            Ok(name) => {
+                let tool = make_tool(server, &name, &remote, &t);
+                (name, tool)
+            }
+        };
+        out.push(Listed { remote, name, tool });
+    }
+    out
+}
+
+fn make_tool(
+    server: &Arc<Server>,
+    name: &str,
+    remote: &str,
+    t: &rmcp::model::Tool,
+) -> Result<Arc<Tool>, String> {
+    let spec = &server.spec;
+    let mut parameters = Value::Object((*t.input_schema).clone());
+    if let Some(obj) = parameters.as_object_mut() {
+        obj.entry("type").or_insert_with(|| Value::from("object"));
+    }
+    let description = t
+        .description
+        .as_deref()
+        .map(str::to_owned)
+        .or_else(|| t.title.clone())
+        .filter(|d| !d.trim().is_empty())
+        .unwrap_or_else(|| format!("Tool `{remote}` of MCP server `{}`.", spec.name));
+    let read_only = t
+        .annotations
+        .as_ref()
+        .and_then(|a| a.read_only_hint)
+        .unwrap_or(false);
+    let tool = Tool::new(
+        ToolSpec {
+            name: name.to_owned(),
+            description,
+            category: Some(format!("mcp:{}", spec.name)),
+            parameters,
+            timeout: spec.timeout,
+            cache_ttl: spec.cache_ttl.filter(|_| read_only),
+            origin: format!("{} (MCP server `{}`)", spec.origin(), spec.name),
+        },
+        ToolKind::Mcp(McpTool {
+            server: Arc::downgrade(server),
+            server_name: spec.name.clone(),
+            remote: remote.to_owned(),
+            read_only,
+            annotations: t
+                .annotations
+                .as_ref()
+                .and_then(|a| serde_json::to_value(a).ok()),
+        }),
+    )
+    .map_err(|e| format!("its input schema is unusable: {e}"))?;
+    Ok(Arc::new(tool))
+}
+
+fn report_listing(server: &Server, listed: &[Listed]) {
+    let name = &server.spec.name;
+    let usable = listed.iter().filter(|l| l.tool.is_ok()).count();
+    tracing::info!(mcp_server = %name, "MCP server `{name}` is ready with {usable} tools");
+    for l in listed {
+        if let Err(reason) = &l.tool {
+            tracing::warn!(mcp_server = %name, "tool `{}` of MCP server `{name}` is unavailable: {reason}", l.remote);
+        }
+    }
+}

@@ -1,0 +1,141 @@
+"""A small MCP server for toolgate's end-to-end tests, written with the
+official Python SDK (`mcp` 2.x, installed by `make setup`).
+
+    python test_server.py stdio   # MCP over stdin/stdout
+    python test_server.py http    # streamable HTTP on 127.0.0.1, on a free
+                                  # port printed as `PORT <n>` on stdout
+
+Its tools exercise what the gateway must handle: plain text, structured
+content, errors, images and resources, a call that takes as long as asked
+(and counts the cancellations it receives), request headers, its own process
+id (so a test can kill it mid-call), and a tool list that grows at run time
+(with `notifications/tools/list_changed`).
+"""
+
+import os
+import socket
+import sys
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.types import Image
+from mcp_types import EmbeddedResource, TextResourceContents, ToolAnnotations
+
+server = MCPServer("toolgate-test-server", log_level="WARNING")
+stats = {"cancelled": 0, "calls": 0}
+READ_ONLY = ToolAnnotations(readOnlyHint=True)
+
+# A 1x1 transparent PNG.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082"
+)
+
+
+@server.tool(description="Echo a message back.", structured_output=False)
+def echo(message: str) -> str:
+    stats["calls"] += 1
+    return message
+
+
+@server.tool(description="Add two numbers.", annotations=READ_ONLY)
+def add(a: float, b: float) -> float:
+    stats["calls"] += 1
+    return a + b
+
+
+@server.tool(description="Count calls: answers a number that grows on every call.", annotations=READ_ONLY)
+def counter() -> int:
+    stats["calls"] += 1
+    return stats["calls"]
+
+
+@server.tool(description="Wait `seconds`, then answer.", structured_output=False)
+async def sleep(seconds: float) -> str:
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        stats["cancelled"] += 1
+        raise
+    return f"slept {seconds}s"
+
+
+@server.tool(description="How many calls were cancelled by the client so far.", structured_output=False)
+def cancelled() -> str:
+    return str(stats["cancelled"])
+
+
+@server.tool(description="Always fails with `message`.")
+def fail(message: str) -> str:
+    raise ToolError(message)
+
+
+@server.tool(description="A text and an image.", structured_output=False)
+def picture() -> list:
+    return ["a tiny picture", Image(data=PNG, format="png")]
+
+
+@server.tool(description="An embedded text resource.", structured_output=False)
+def document() -> list:
+    text = "lorem ipsum " * 100
+    return [
+        EmbeddedResource(
+            type="resource",
+            resource=TextResourceContents(uri="memo://document", mimeType="text/plain", text=text),
+        )
+    ]
+
+
+@server.tool(description="The value of one HTTP request header (HTTP only).", structured_output=False)
+def header(name: str, ctx: Context) -> str:
+    headers = ctx.headers or {}
+    return headers.get(name.lower(), "") or headers.get(name, "")
+
+
+@server.tool(description="The value of one environment variable of the server.", structured_output=False)
+def getenv(name: str) -> str:
+    return os.environ.get(name, "<unset>")
+
+
+@server.tool(description="The server's working directory.", structured_output=False)
+def cwd() -> str:
+    return os.getcwd()
+
+
+@server.tool(description="The server's process id.", structured_output=False)
+def pid() -> str:
+    return str(os.getpid())
+
+
+@server.tool(description="Register the tool `late` and announce the change.", structured_output=False)
+async def grow(ctx: Context) -> str:
+    def late() -> str:
+        """A tool that appeared after `grow` ran."""
+        return "late tool"
+
+    server.add_tool(late, name="late", description="A tool registered at run time.", structured_output=False)
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
+def main() -> None:
+    mode = sys.argv[1] if len(sys.argv) > 1 else "stdio"
+    print(f"toolgate-test-server starting ({mode})", file=sys.stderr, flush=True)
+    if mode == "stdio":
+        server.run("stdio")
+        return
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections queue up before uvicorn serves
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning")
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    anyio.run(uvicorn.Server(config).serve, [sock])
+
+
+if __name__ == "__main__":
+    main()

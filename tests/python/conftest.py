@@ -1,0 +1,163 @@
+"""Fixtures for the end-to-end tests that drive toolgate with the official
+`openai` SDK: a local HTTP backend for tools, the scripted model
+(`mock-llm`), and the `toolgate` binary serving a temporary configuration.
+
+The binaries come from `cargo build --workspace` (`make test` builds them
+first); when they are missing the tests are skipped, saying so.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TARGET = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug"
+
+
+def binary(name: str) -> pathlib.Path:
+    path = TARGET / name
+    if not path.exists():
+        pytest.skip(f"{path} is missing: run `cargo build --workspace` first (make test does)")
+    return path
+
+
+class Backend(BaseHTTPRequestHandler):
+    """Answers tools: /echo?q=... returns {"q": ...}; /sleep?ms=N sleeps."""
+
+    hits = 0
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        Backend.hits += 1
+        url = urllib.parse.urlparse(self.path)
+        params = dict(urllib.parse.parse_qsl(url.query))
+        if url.path == "/sleep":
+            time.sleep(int(params.get("ms", "100")) / 1000)
+        body = json.dumps({"path": url.path, **params}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def read_until(stream, needle: str, timeout: float = 30.0) -> str:
+    """Reads lines from a child's pipe until one contains `needle`."""
+    result = {}
+
+    def reader():
+        for raw in stream:
+            line = raw.decode(errors="replace")
+            if needle in line:
+                result["line"] = line
+                return
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    t.join(timeout)
+    if "line" not in result:
+        raise RuntimeError(f"never saw {needle!r}")
+    # Keep draining so the child never blocks on a full pipe.
+    threading.Thread(target=lambda: [None for _ in stream], daemon=True).start()
+    return result["line"]
+
+
+@pytest.fixture(scope="session")
+def backend():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Backend)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def model():
+    proc = subprocess.Popen([binary("mock-llm"), "127.0.0.1:0"], stdout=subprocess.PIPE)
+    line = read_until(proc.stdout, "listening on")
+    yield line.split("listening on ")[1].strip()
+    proc.kill()
+    proc.wait()
+
+
+GATEWAY_YAML = """
+defaults:
+  tool_set: web
+  max_tool_iterations: 5
+upstreams:
+  - name: mock
+    base_url: {model}
+    read_timeout: 2s
+    retries: {{ max_attempts: 3, initial_backoff: 10ms, max_backoff: 2s }}
+models:
+  - model: "text-*"
+    upstream: mock
+    formatter: structured_prompt
+  - model: "mock-*"
+    upstream: mock
+"""
+
+TOOLS_YAML = """
+tools:
+  - name: lookup
+    description: Look a word up.
+    parameters:
+      type: object
+      properties:
+        q: {{ type: string }}
+      required: [q]
+    http:
+      url: "{backend}/echo"
+      query: {{ q: "{{{{ args.q }}}}" }}
+    response:
+      select: /q
+  - name: slow
+    description: Takes its time.
+    parameters:
+      type: object
+      properties:
+        ms: {{ type: integer }}
+      required: [ms]
+    http:
+      url: "{backend}/sleep"
+      query: {{ ms: "{{{{ args.ms }}}}" }}
+      timeout: 300ms
+"""
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory, backend, model):
+    config = tmp_path_factory.mktemp("config")
+    (config / "tools.d").mkdir()
+    (config / "tool-sets").mkdir()
+    (config / "toolgate.yaml").write_text(GATEWAY_YAML.format(model=model))
+    (config / "tools.d" / "t.yaml").write_text(TOOLS_YAML.format(backend=backend))
+    (config / "tool-sets" / "web.yaml").write_text("name: web\ntools: [lookup, slow]\n")
+    (config / "tool-sets" / "small.yaml").write_text("name: small\ntools: [lookup]\n")
+    env = {**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info"}
+    env.pop("OPENAI_BASE_URL", None)
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    line = read_until(proc.stderr, "listening on http://")
+    yield "http://" + line.split("listening on http://")[1].strip()
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def client(gateway):
+    import openai
+
+    # No SDK retries: the gateway's own behaviour is under test.
+    return openai.OpenAI(base_url=gateway + "/v1", api_key="not-needed", max_retries=0)

@@ -1,0 +1,470 @@
+//! MCP servers end to end, against real servers installed by `make setup`:
+//! `@modelcontextprotocol/server-everything` (npm, stdio), `mcp-server-time`
+//! (PyPI, stdio) and the Python SDK test server `tests/mcp/test_server.py`
+//! (stdio and streamable HTTP on 127.0.0.1). Each test is skipped, with a
+//! message, when its server is not installed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod mcp_support;
+
+use std::time::Duration;
+
+use gateway::executor::{Executor, ToolCall, http_client};
+use gateway::tool::ToolKind;
+use gateway::tool::context::CallContext;
+use mcp_support::{
+    HttpServer, call, eventually, everything, python_stdio_yaml, start, text, time_server,
+};
+use serde_json::{Value, json};
+use toolgate_tests::{ConfigDir, Gateway, load_catalog};
+
+fn everything_yaml(bin: &str, timeout: &str) -> String {
+    format!(
+        r#"mcp_servers:
+  - name: everything
+    transport: stdio
+    command: {bin}
+    args: [stdio]
+    tools:
+      include: [echo, get-sum, get-tiny-image, get-structured-content, trigger-long-running-operation]
+      prefix: everything_
+    timeout: {timeout}
+"#
+    )
+}
+
+#[tokio::test]
+async fn everything_tools_are_listed_with_their_schemas_and_called() {
+    let bin = require!(everything());
+    let dir = ConfigDir::new(&[
+        ("tools.d/everything.yaml", &everything_yaml(&bin, "10s")),
+        (
+            "tool-sets/default.yaml",
+            "name: default\ntools: [\"everything_*\"]\n",
+        ),
+    ]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+
+    // Only the included tools, prefixed.
+    let mut names: Vec<String> = catalog.tools().map(|t| t.name.clone()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "everything_echo",
+            "everything_get-structured-content",
+            "everything_get-sum",
+            "everything_get-tiny-image",
+            "everything_trigger-long-running-operation"
+        ]
+    );
+    let echo = catalog.tool("everything_echo").unwrap();
+    assert!(matches!(echo.kind, ToolKind::Mcp(_)));
+    assert_eq!(echo.kind.label(), "mcp");
+    assert_eq!(echo.description, "Echoes back the input string");
+    assert_eq!(echo.parameters["properties"]["message"]["type"], "string");
+    assert_eq!(echo.parameters["required"], json!(["message"]));
+
+    let r = call(&catalog, "everything_echo", json!({"message": "hello"})).await;
+    assert_eq!(text(&r), "Echo: hello");
+    let r = call(&catalog, "everything_get-sum", json!({"a": 2, "b": 3})).await;
+    assert_eq!(text(&r), "The sum of 2 and 3 is 5.");
+    // Arguments are validated against the server's schema before the call.
+    let r = call(&catalog, "everything_get-sum", json!({"a": "two"})).await;
+    assert_eq!(r.error.unwrap().code(), "invalid_arguments");
+    // structuredContent is the data; images are summarised.
+    let r = call(
+        &catalog,
+        "everything_get-structured-content",
+        json!({"location": "Chicago"}),
+    )
+    .await;
+    assert!(r.success, "{:?}", r.error);
+    assert!(r.data.unwrap()["temperature"].is_number());
+    let r = call(&catalog, "everything_get-tiny-image", json!({})).await;
+    let t = text(&r);
+    assert!(t.contains("[image: image/png, "), "{t}");
+    assert!(t.len() < 1000, "no base64 in the result: {t}");
+
+    // Through the HTTP API too.
+    let gw = Gateway::start(catalog).await;
+    let listing: Value = reqwest::get(gw.url("/v1/tools?tool_set=default"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let data = listing["data"].as_array().unwrap();
+    assert_eq!(data.len(), 5, "{listing}");
+    let echo = data
+        .iter()
+        .find(|t| t["function"]["name"] == "everything_echo")
+        .unwrap();
+    assert_eq!(echo["toolgate"]["kind"], "mcp");
+    assert_eq!(echo["toolgate"]["mcp"]["server"], "everything");
+    assert_eq!(echo["toolgate"]["mcp"]["name"], "echo");
+    assert_eq!(echo["toolgate"]["mcp"]["annotations"]["readOnlyHint"], true);
+    let r: Value = reqwest::Client::new()
+        .post(gw.url("/v1/tools/everything_echo/invoke"))
+        .json(&json!({"arguments": {"message": "via api"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["data"], "Echo: via api", "{r}");
+}
+
+#[tokio::test]
+async fn a_long_call_is_cut_by_the_timeout_and_the_session_survives() {
+    let bin = require!(everything());
+    let dir = ConfigDir::new(&[("tools.d/everything.yaml", &everything_yaml(&bin, "1s"))]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let r = call(
+        &catalog,
+        "everything_trigger-long-running-operation",
+        json!({"duration": 30, "steps": 3}),
+    )
+    .await;
+    let e = r.error.expect("the call must time out");
+    assert_eq!(e.code(), "timeout", "{e}");
+    // The same session still serves calls.
+    let r = call(
+        &catalog,
+        "everything_echo",
+        json!({"message": "still here"}),
+    )
+    .await;
+    assert_eq!(text(&r), "Echo: still here");
+    let report = &catalog.mcp().reports()[0];
+    assert_eq!(report.status, "ready");
+}
+
+#[tokio::test]
+async fn one_session_serves_concurrent_calls() {
+    let yaml = require!(python_stdio_yaml("py", "py_", ""));
+    let dir = ConfigDir::new(&[("tools.d/py.yaml", &format!("mcp_servers:\n{yaml}"))]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let pid = text(&call(&catalog, "py_pid", json!({})).await);
+    let calls: Vec<ToolCall> = (0..24)
+        .map(|i| ToolCall {
+            id: format!("c{i}"),
+            name: "py_echo".into(),
+            arguments: json!({"message": format!("m{i}")}),
+        })
+        .collect();
+    let results = Executor::new(http_client())
+        .run_batch(&catalog, &calls, &CallContext::new())
+        .await;
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(text(r), format!("m{i}"));
+    }
+    // Still the first process: no process (or session) per call.
+    assert_eq!(text(&call(&catalog, "py_pid", json!({})).await), pid);
+}
+
+#[tokio::test]
+async fn the_time_server_from_pypi() {
+    let bin = require!(time_server());
+    let yaml = format!(
+        r#"mcp_servers:
+  - name: time
+    transport: stdio
+    command: {bin}
+    args: ["--local-timezone", "UTC"]
+    tools: {{ prefix: time_ }}
+"#
+    );
+    let dir = ConfigDir::new(&[("tools.d/time.yaml", &yaml)]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    assert!(catalog.tool("time_get_current_time").is_some());
+    let r = call(
+        &catalog,
+        "time_convert_time",
+        json!({"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}),
+    )
+    .await;
+    assert!(r.success, "{:?}", r.error);
+    let data = r.data.unwrap();
+    assert_eq!(data["target"]["timezone"], "Asia/Tokyo", "{data}");
+    assert!(
+        data["target"]["datetime"]
+            .as_str()
+            .unwrap()
+            .contains("T21:00:00+09:00"),
+        "{data}"
+    );
+    // Read-only but not cacheable unless the server declares `cache`.
+    assert!(
+        catalog
+            .tool("time_get_current_time")
+            .unwrap()
+            .cache
+            .is_none()
+    );
+    let r = call(
+        &catalog,
+        "time_get_current_time",
+        json!({"timezone": "Nowhere/City"}),
+    )
+    .await;
+    assert!(!r.success, "an unknown zone is an error result");
+}
+
+#[tokio::test]
+async fn streamable_http_with_headers_from_the_environment() {
+    let server = require!(HttpServer::start().await);
+    let yaml = format!(
+        r#"env:
+  TEST_TOKEN: required
+mcp_servers:
+  - name: remote
+    transport: http
+    url: {}
+    headers:
+      X-Test-Token: "tok-{{{{ env.TEST_TOKEN }}}}"
+    tools: {{ prefix: "r_", exclude: [grow] }}
+"#,
+        server.url
+    );
+    let dir = ConfigDir::new(&[("tools.d/remote.yaml", &yaml)]);
+    let catalog = load_catalog(dir.path(), &[("TEST_TOKEN", "s3cret")]);
+    start(&catalog).await;
+    assert!(catalog.tool("r_grow").is_none(), "excluded");
+    assert!(catalog.tool("r_echo").is_some());
+
+    let r = call(&catalog, "r_header", json!({"name": "x-test-token"})).await;
+    assert_eq!(text(&r), "tok-s3cret");
+    let r = call(&catalog, "r_add", json!({"a": 2, "b": 3})).await;
+    assert_eq!(
+        r.data,
+        Some(json!({"result": 5.0})),
+        "structuredContent wins"
+    );
+    let r = call(&catalog, "r_fail", json!({"message": "bad input"})).await;
+    let e = r.error.unwrap();
+    assert_eq!(e.code(), "tool_error");
+    assert!(e.to_string().contains("bad input"), "{e}");
+    let t = text(&call(&catalog, "r_picture", json!({})).await);
+    assert!(t.starts_with("a tiny picture\n[image: image/png, "), "{t}");
+    assert!(t.ends_with(" bytes]"), "{t}");
+    let t = text(&call(&catalog, "r_document", json!({})).await);
+    assert!(
+        t.starts_with("[resource memo://document, text/plain, 1200 characters]\nlorem ipsum"),
+        "{t}"
+    );
+    assert!(t.len() < 400, "{t}");
+    // The header value (a secret) never shows in the catalog's debug form.
+    assert!(!format!("{catalog:?}").contains("s3cret"));
+}
+
+#[tokio::test]
+async fn a_timed_out_call_is_cancelled_on_the_server() {
+    let server = require!(HttpServer::start().await);
+    let yaml = format!(
+        "mcp_servers:\n  - name: remote\n    transport: http\n    url: {}\n    timeout: 500ms\n",
+        server.url
+    );
+    let dir = ConfigDir::new(&[("tools.d/remote.yaml", &yaml)]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let r = call(&catalog, "sleep", json!({"seconds": 30})).await;
+    let e = r.error.unwrap();
+    assert_eq!(e.code(), "timeout", "{e}");
+    // The server saw `notifications/cancelled` and stopped the call.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = text(&call(&catalog, "cancelled", json!({})).await);
+        if n == "1" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server never saw the cancellation (count {n})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn tools_are_listed_again_when_the_server_says_they_changed() {
+    let yaml = require!(python_stdio_yaml("py", "py_", ""));
+    let dir = ConfigDir::new(&[
+        ("tools.d/py.yaml", &format!("mcp_servers:\n{yaml}")),
+        ("tool-sets/s.yaml", "name: s\ntools: [\"py_*\"]\n"),
+    ]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    assert!(catalog.tool("py_late").is_none());
+    assert_eq!(text(&call(&catalog, "py_grow", json!({})).await), "grown");
+    eventually("the new tool is listed", || {
+        catalog.tool("py_late").is_some()
+    })
+    .await;
+    assert_eq!(
+        text(&call(&catalog, "py_late", json!({})).await),
+        "late tool"
+    );
+    let set = catalog.set("s").unwrap();
+    assert!(catalog.tools_in(set).any(|t| t.name == "py_late"));
+}
+
+#[tokio::test]
+async fn read_only_tools_are_cached_only_when_the_server_asks_for_it() {
+    let cached = require!(python_stdio_yaml("a", "a_", "    cache: { ttl: 1m }\n"));
+    let plain = python_stdio_yaml("b", "b_", "").unwrap();
+    let dir = ConfigDir::new(&[("tools.d/py.yaml", &format!("mcp_servers:\n{cached}{plain}"))]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    // `counter` is readOnlyHint: cached on `a`; `echo` is not: never cached.
+    let first = call(&catalog, "a_counter", json!({})).await;
+    let second = call(&catalog, "a_counter", json!({})).await;
+    assert!(!first.cached && second.cached);
+    assert_eq!(first.data, second.data);
+    let e1 = call(&catalog, "a_echo", json!({"message": "x"})).await;
+    let e2 = call(&catalog, "a_echo", json!({"message": "x"})).await;
+    assert!(!e1.cached && !e2.cached);
+    assert!(catalog.tool("a_echo").unwrap().cache.is_none());
+    // Without `cache`, read-only tools run every time.
+    let first = call(&catalog, "b_counter", json!({})).await;
+    let second = call(&catalog, "b_counter", json!({})).await;
+    assert!(!second.cached);
+    assert_ne!(first.data, second.data);
+}
+
+#[tokio::test]
+async fn stdio_servers_get_their_env_and_cwd_and_not_the_gateway_environment() {
+    let (python, script) = require!(mcp_support::python_server());
+    let yaml = format!(
+        r#"env:
+  GREETING: optional
+mcp_servers:
+  - name: py
+    transport: stdio
+    command: {python}
+    args: ["{script}", "stdio"]
+    env:
+      SERVER_GREETING: "{{{{ env.GREETING }}}} from the gateway"
+    cwd: work
+    tools: {{ prefix: py_ }}
+"#
+    );
+    let dir = ConfigDir::new(&[("tools.d/py.yaml", &yaml), ("work/.keep", "")]);
+    let catalog = load_catalog(dir.path(), &[("GREETING", "hello")]);
+    start(&catalog).await;
+    let t = text(&call(&catalog, "py_getenv", json!({"name": "SERVER_GREETING"})).await);
+    assert_eq!(t, "hello from the gateway");
+    let cwd = text(&call(&catalog, "py_cwd", json!({})).await);
+    assert_eq!(
+        std::fs::canonicalize(cwd).unwrap(),
+        std::fs::canonicalize(dir.path().join("work")).unwrap()
+    );
+    // A variable of the gateway's own environment that is not declared.
+    assert!(std::env::var("CARGO_MANIFEST_DIR").is_ok());
+    let t = text(&call(&catalog, "py_getenv", json!({"name": "CARGO_MANIFEST_DIR"})).await);
+    assert_eq!(t, "<unset>");
+    assert_ne!(
+        text(&call(&catalog, "py_getenv", json!({"name": "PATH"})).await),
+        "<unset>"
+    );
+}
+
+#[tokio::test]
+async fn names_that_collide_or_are_too_long_are_reported_not_overwritten() {
+    let prefix = "p".repeat(58);
+    let long = require!(python_stdio_yaml("long", &prefix, ""));
+    let plain = python_stdio_yaml("py", "py_", "").unwrap();
+    let http = "tools:\n  - name: py_echo\n    description: An HTTP tool.\n    http: { url: \"http://127.0.0.1:9/x\" }\n";
+    let dir = ConfigDir::new(&[
+        ("tools.d/a_http.yaml", http),
+        (
+            "tools.d/b_mcp.yaml",
+            &format!("mcp_servers:\n{long}{plain}"),
+        ),
+    ]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    // The declared HTTP tool keeps its name; the server's is unavailable.
+    assert!(matches!(
+        catalog.tool("py_echo").unwrap().kind,
+        ToolKind::Http(_)
+    ));
+    let u = catalog.unavailable_tool("py_echo").unwrap();
+    assert!(
+        u.reason.contains("collides with the tool `py_echo`"),
+        "{}",
+        u.reason
+    );
+    // 58 + "pid" fits in 64; 58 + "cancelled" does not.
+    assert!(catalog.tool(&format!("{prefix}pid")).is_some());
+    let too_long = format!("{prefix}cancelled");
+    assert!(catalog.tool(&too_long).is_none());
+    let u = catalog.unavailable_tool(&too_long).unwrap();
+    assert!(u.reason.contains("over the limit of 64"), "{}", u.reason);
+    let reports = catalog.mcp().reports();
+    assert!(
+        !reports[1].is_ok(),
+        "the collision is a problem for check --connect"
+    );
+}
+
+#[tokio::test]
+async fn an_mcp_tool_in_the_chat_loop() {
+    let bin = require!(everything());
+    let model = toolgate_tests::mock_llm::MockLlm::start().await;
+    let gateway_yaml = format!(
+        "defaults:\n  tool_set: mcp\nupstreams:\n  - name: mock\n    base_url: {}\n",
+        model.base_url()
+    );
+    let dir = ConfigDir::new(&[
+        ("toolgate.yaml", &gateway_yaml),
+        ("tools.d/everything.yaml", &everything_yaml(&bin, "10s")),
+        (
+            "tool-sets/mcp.yaml",
+            "name: mcp\ntools: [everything_echo, \"everything_get-*\"]\n",
+        ),
+    ]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let gw = Gateway::start(catalog).await;
+    let body: Value = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&json!({
+            "model": "mock-model",
+            "messages": [{"role": "user", "content": "call everything_echo {\"message\": \"hi\"} call everything_get-sum {\"a\": 1, \"b\": 2}"}]
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "Tool results: [everything_echo] Echo: hi | [everything_get-sum] The sum of 1 and 2 is 3.",
+        "{body}"
+    );
+    // The model was offered the set's MCP tools, with their schemas.
+    let mut offered: Vec<String> = model.requests()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    offered.sort();
+    assert_eq!(
+        offered,
+        [
+            "everything_echo",
+            "everything_get-structured-content",
+            "everything_get-sum",
+            "everything_get-tiny-image"
+        ]
+    );
+}

@@ -1,0 +1,296 @@
+//! MCP servers that fail: a missing binary, a server killed in the middle of
+//! a call, a server that never answers. The gateway keeps running, reports
+//! the tools unavailable, answers calls with error results (never a hang),
+//! and uses the server again once it is back. Also the command line:
+//! `check --connect`, `tools` and `call`, with the server's stderr in the
+//! logs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod mcp_support;
+
+use std::time::Duration;
+
+use mcp_support::{call, python_stdio_yaml, start, text};
+use serde_json::{Value, json};
+use toolgate_tests::{ConfigDir, Gateway, load_catalog, toolgate_bin};
+
+const MISSING: &str = r#"mcp_servers:
+  - name: missing
+    transport: stdio
+    command: /nonexistent/mcp-server
+    tools: { prefix: "missing_" }
+  - name: listed
+    transport: stdio
+    command: /nonexistent/other-server
+    tools: { include: [search, fetch], prefix: "listed_" }
+"#;
+
+#[tokio::test]
+async fn a_server_that_does_not_start_leaves_the_gateway_running() {
+    let dir = ConfigDir::new(&[
+        ("tools.d/missing.yaml", MISSING),
+        (
+            "tool-sets/default.yaml",
+            "name: default\ntools: [\"missing_*\", listed_search]\n",
+        ),
+    ]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let gw = Gateway::start(catalog).await;
+
+    let health = reqwest::get(gw.url("/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+
+    let listing: Value = reqwest::get(gw.url("/v1/tools"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listing["data"], json!([]));
+    let unavailable = listing["unavailable"].as_array().unwrap();
+    let names: Vec<&str> = unavailable
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    // Unknown tools are reported per server; listed ones by name.
+    assert_eq!(names, ["mcp:missing", "listed_search", "listed_fetch"]);
+    let reason = unavailable[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("cannot run `/nonexistent/mcp-server`"),
+        "{reason}"
+    );
+
+    let in_set: Value = reqwest::get(gw.url("/v1/tools?tool_set=default"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = in_set["unavailable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["mcp:missing", "listed_search"]);
+
+    // Calls answer with an error, right away.
+    let r = reqwest::Client::new()
+        .post(gw.url("/v1/tools/missing_anything/invoke"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "tool_unavailable");
+    let r = call(&gw.catalog, "listed_fetch", json!({})).await;
+    let e = r.error.unwrap().to_string();
+    assert!(e.contains("is unavailable") && e.contains("listed"), "{e}");
+    // A name no server could offer is simply unknown.
+    let r = call(&gw.catalog, "other_tool", json!({})).await;
+    assert_eq!(r.error.unwrap().code(), "unknown_tool");
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_call_fails_the_call_and_is_restarted() {
+    let yaml = require!(python_stdio_yaml("py", "py_", "    timeout: 60s\n"));
+    let dir = ConfigDir::new(&[("tools.d/py.yaml", &format!("mcp_servers:\n{yaml}"))]);
+    let catalog = std::sync::Arc::new(load_catalog(dir.path(), &[]));
+    start(&catalog).await;
+    let pid = text(&call(&catalog, "py_pid", json!({})).await);
+
+    let slow = {
+        let catalog = std::sync::Arc::clone(&catalog);
+        tokio::spawn(async move { call(&catalog, "py_sleep", json!({"seconds": 50})).await })
+    };
+    // Let the call reach the server, then kill the server.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    let r = tokio::time::timeout(Duration::from_secs(20), slow)
+        .await
+        .expect("the call in flight must end when the server dies")
+        .unwrap();
+    let e = r.error.expect("the call in flight fails");
+    assert_eq!(
+        e.code(),
+        "backend_error",
+        "it fails because of the crash: {e}"
+    );
+    assert!(e.to_string().contains("closed the session"), "{e}");
+
+    // The server comes back (restarted with backoff) and serves again.
+    tokio::time::timeout(Duration::from_secs(30), catalog.mcp().wait_ready("py"))
+        .await
+        .expect("the server is restarted");
+    let new_pid = text(&call(&catalog, "py_pid", json!({})).await);
+    assert_ne!(new_pid, pid, "a new process");
+    assert_eq!(
+        text(&call(&catalog, "py_echo", json!({"message": "back"})).await),
+        "back"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_reported_and_calls_do_not_hang() {
+    let yaml = r#"mcp_servers:
+  - name: silent
+    transport: stdio
+    command: /bin/sh
+    args: ["-c", "exec sleep 600"]
+    tools: { include: [ping], prefix: "silent_" }
+    startup_timeout: 1s
+"#;
+    let dir = ConfigDir::new(&[("tools.d/silent.yaml", yaml)]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let report = &catalog.mcp().reports()[0];
+    assert!(!report.is_ok());
+    let reason = report.reason.clone().unwrap();
+    assert!(reason.contains("within 1s"), "{reason}");
+    let r = call(&catalog, "silent_ping", json!({})).await;
+    let e = r.error.unwrap().to_string();
+    assert!(e.contains("unavailable"), "{e}");
+}
+
+#[test]
+fn check_connect_reports_each_server() {
+    let (python, script) = require!(mcp_support::python_server());
+    let good = format!(
+        r#"mcp_servers:
+  - name: py
+    transport: stdio
+    command: {python}
+    args: ["{script}", "stdio"]
+    tools: {{ include: [echo, add], prefix: py_ }}
+"#
+    );
+    let dir = ConfigDir::new(&[
+        ("tools.d/py.yaml", &good),
+        ("tool-sets/s.yaml", "name: s\ntools: [py_echo, \"py_*\"]\n"),
+    ]);
+    let out = std::process::Command::new(toolgate_bin())
+        .args(["check", "--connect", "--config"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("MCP server `py` (toolgate-test-server) over stdio: 2 tools"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  py_echo  Echo a message back."),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ok: 0 tools (0 unavailable), 1 MCP server, 1 tool sets"),
+        "{stdout}"
+    );
+
+    // A server that does not start, and a set naming a tool the server
+    // (which does not list its tools by name) turns out not to offer.
+    let any = mcp_support::python_stdio_yaml("py", "py_", "").unwrap();
+    let bad = format!(
+        "mcp_servers:\n{any}{}",
+        MISSING.trim_start_matches("mcp_servers:\n")
+    );
+    let dir = ConfigDir::new(&[
+        ("tools.d/py.yaml", &bad),
+        ("tool-sets/s.yaml", "name: s\ntools: [py_echo, py_nope]\n"),
+    ]);
+    let out = std::process::Command::new(toolgate_bin())
+        .args(["check", "--connect", "--config"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(
+            "tool-sets/s.yaml:2:18: tool set `s` names `py_nope`, which no MCP server offers (py)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("tools.d/py.yaml:7:9: error: MCP server `missing` did not start: cannot run `/nonexistent/mcp-server`"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("3 of 3 MCP servers failed"), "{stdout}");
+    // Without --connect the same folder is valid: nothing is started.
+    let out = std::process::Command::new(toolgate_bin())
+        .args(["check", "--config"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
+#[test]
+fn the_command_line_calls_mcp_tools_and_logs_their_stderr() {
+    let yaml = require!(python_stdio_yaml("pyserver", "py_", ""));
+    let dir = ConfigDir::new(&[
+        ("tools.d/py.yaml", &format!("mcp_servers:\n{yaml}")),
+        ("tools.d/missing.yaml", MISSING),
+    ]);
+    let out = std::process::Command::new(toolgate_bin())
+        .args([
+            "call",
+            "py_echo",
+            "--args",
+            r#"{"message": "from the cli"}"#,
+            "--config",
+        ])
+        .arg(dir.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from the cli\n");
+    // The server's own stderr line, tagged with its name.
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("toolgate-test-server starting (stdio)"))
+        .unwrap_or_else(|| panic!("the server's stderr is not in the logs:\n{stderr}"));
+    assert!(line.contains("mcp_server=pyserver"), "{line}");
+    // The failed server is in the logs too.
+    assert!(
+        stderr.contains("MCP server `missing` failed to start"),
+        "{stderr}"
+    );
+
+    let out = std::process::Command::new(toolgate_bin())
+        .args(["tools", "--config"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    let line = |start: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no `{start}` in:\n{stdout}"))
+            .to_owned()
+    };
+    let echo = line("py_echo ");
+    assert!(
+        echo.contains(" mcp ") && echo.contains("Echo a message back."),
+        "{echo}"
+    );
+    let missing = line("mcp:missing ");
+    assert!(
+        missing.contains("unavailable: MCP server `missing` is")
+            && missing.contains("cannot run `/nonexistent/mcp-server`"),
+        "{missing}"
+    );
+    assert!(line("listed_search ").contains("unavailable"));
+}

@@ -1,0 +1,252 @@
+//! Models without function calling: the structured-prompt formatter end to
+//! end (the scripted model answers in text), and `auto` falling back to it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::{Value, json};
+use toolgate_tests::mock_llm::MockLlm;
+use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog};
+
+struct Setup {
+    model: MockLlm,
+    gateway: Gateway,
+    _backend: Backend,
+    _dir: ConfigDir,
+}
+
+async fn setup() -> Setup {
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let gateway_yaml = format!(
+        "
+defaults:
+  tool_set: web
+upstreams:
+  - name: mock
+    base_url: {}
+    retries: {{ max_attempts: 1 }}
+models:
+  - model: text-model
+    upstream: mock
+    formatter: structured_prompt
+  - model: fc-model
+    upstream: mock
+    formatter: function_calling
+  - model: \"*\"
+    upstream: mock
+",
+        model.base_url()
+    );
+    let tools = format!(
+        r#"
+tools:
+  - name: lookup
+    description: Look something up.
+    parameters:
+      type: object
+      properties:
+        q: {{ type: string }}
+        n: {{ type: integer }}
+      required: [q]
+    http:
+      url: "{base}/echo/lookup"
+      query: {{ q: "{{{{ args.q }}}}", n: "{{{{ args.n }}}}" }}
+    response:
+      select: /params
+"#,
+        base = backend.url()
+    );
+    let dir = ConfigDir::new(&[
+        ("toolgate.yaml", &gateway_yaml),
+        ("tools.d/t.yaml", &tools),
+        ("tool-sets/web.yaml", "name: web\ntools: [lookup]\n"),
+    ]);
+    let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
+    Setup {
+        model,
+        gateway,
+        _backend: backend,
+        _dir: dir,
+    }
+}
+
+async fn post(s: &Setup, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(s.gateway.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+async fn post_stream(s: &Setup, body: Value) -> Vec<Value> {
+    let r = reqwest::Client::new()
+        .post(s.gateway.url("/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.text()
+        .await
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+#[tokio::test]
+async fn a_text_only_model_runs_the_loop_in_every_format() {
+    let s = setup().await;
+    for format in ["hermes", "json", "pythonic", "mistral"] {
+        let (status, body) = post(
+            &s,
+            json!({"model": "text-model", "messages": user(&format!("[[mock:text={format}]] call lookup {{\"q\": \"{format}\", \"n\": 2}}"))}),
+        )
+        .await;
+        assert_eq!(status, 200, "{format}: {body}");
+        assert_eq!(body["toolgate"]["formatter"], "structured_prompt");
+        let call = &body["toolgate"]["tool_calls"][0];
+        assert_eq!(call["success"], true, "{format}: {call}");
+        assert_eq!(call["result"], json!({"q": format, "n": "2"}), "{format}");
+        let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(
+            content.starts_with("Tool results: [lookup]"),
+            "{format}: {content}"
+        );
+    }
+    // What the model saw: no `tools`, the tools in the system prompt, and
+    // the earlier call and its result as plain messages.
+    let reqs = s.model.requests();
+    let first = &reqs[0];
+    assert!(first.get("tools").is_none());
+    let system = first["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("<tools>") && system.contains("\"name\":\"lookup\""),
+        "{system}"
+    );
+    let second = reqs[1]["messages"].as_array().unwrap();
+    assert_eq!(second[2]["role"], "assistant");
+    assert!(
+        second[2]["content"]
+            .as_str()
+            .unwrap()
+            .contains("<tool_call>")
+    );
+    assert_eq!(second[3]["role"], "user");
+    assert!(
+        second[3]["content"]
+            .as_str()
+            .unwrap()
+            .contains("<tool_response>")
+    );
+    assert!(second.iter().all(|m| m["role"] != "tool"));
+}
+
+#[tokio::test]
+async fn streaming_never_leaks_call_text() {
+    let s = setup().await;
+    let events = post_stream(
+        &s,
+        json!({"model": "text-model", "stream": true, "messages": user("call lookup {\"q\": \"s\"}")}),
+    )
+    .await;
+    let content: String = events
+        .iter()
+        .filter_map(|e| {
+            e.pointer("/choices/0/delta/content")
+                .and_then(Value::as_str)
+        })
+        .collect();
+    assert!(content.starts_with("Tool results: [lookup]"), "{content}");
+    assert!(!content.contains("tool_call"), "{content}");
+    let last = events
+        .iter()
+        .rev()
+        .find(|e| e.get("toolgate").is_some())
+        .unwrap();
+    assert_eq!(last["toolgate"]["formatter"], "structured_prompt");
+    assert_eq!(last["choices"][0]["finish_reason"], "stop");
+}
+
+#[tokio::test]
+async fn client_tools_come_back_as_tool_calls() {
+    let s = setup().await;
+    let ask = json!({"type": "function", "function": {"name": "ask_user", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}});
+    let (status, body) = post(
+        &s,
+        json!({"model": "text-model", "messages": user("[[mock:text=pythonic]] call ask_user {\"n\": 3}"), "tools": [ask]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+    let call = &body["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "ask_user");
+    assert_eq!(
+        serde_json::from_str::<Value>(call["function"]["arguments"].as_str().unwrap()).unwrap(),
+        json!({"n": 3})
+    );
+    assert!(call["id"].as_str().unwrap().starts_with("call_"));
+}
+
+#[tokio::test]
+async fn auto_falls_back_when_tools_are_rejected_and_remembers() {
+    let s = setup().await;
+    let (status, body) = post(&s, json!({"model": "picky", "messages": user("[[mock:reject-tools]] call lookup {\"q\": \"fb\"}")})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["toolgate"]["formatter"], "structured_prompt");
+    assert_eq!(body["toolgate"]["tool_calls"][0]["success"], true);
+    let reqs = s.model.requests();
+    assert!(reqs[0].get("tools").is_some(), "the first try offers tools");
+    assert!(
+        reqs[1].get("tools").is_none(),
+        "the retry is in structured mode"
+    );
+    // Remembered for the model: the next request goes structured at once.
+    let before = s.model.requests().len();
+    let (_, body) = post(
+        &s,
+        json!({"model": "picky", "messages": user("[[mock:reject-tools]] hello")}),
+    )
+    .await;
+    assert_eq!(body["toolgate"]["formatter"], "structured_prompt");
+    assert!(s.model.requests()[before].get("tools").is_none());
+    // Another model still starts with function calling.
+    let (_, body) = post(
+        &s,
+        json!({"model": "other", "messages": user("call lookup {\"q\": \"x\"}")}),
+    )
+    .await;
+    assert_eq!(body["toolgate"]["formatter"], "function_calling");
+    // An explicit function_calling route does not fall back: the 400 is the answer.
+    let (status, body) = post(
+        &s,
+        json!({"model": "fc-model", "messages": user("[[mock:reject-tools]] hi")}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+}
+
+#[tokio::test]
+async fn plain_answers_pass_through_structured_mode() {
+    let s = setup().await;
+    let (status, body) = post(
+        &s,
+        json!({"model": "text-model", "messages": user("just chat")}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "Hello! You said: just chat"
+    );
+    assert_eq!(body["toolgate"]["tool_calls"], json!([]));
+}
