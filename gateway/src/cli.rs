@@ -12,7 +12,6 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
-use crate::api::{AppState, router};
 use crate::catalog::Catalog;
 use crate::config::format::json_schemas;
 use crate::executor::{Executor, ToolCall, http_client};
@@ -201,7 +200,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .parse()
                     .context("invalid listen address")?,
             };
-            serve(catalog, addr).await?;
+            serve(catalog, addr, &cli.config).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -334,47 +333,28 @@ fn list_tools(catalog: &Catalog, set: Option<&str>) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// Serves the HTTP API until SIGINT/SIGTERM.
+/// Serves the HTTP API until SIGINT/SIGTERM, reloading the configuration
+/// folder `dir` when it changes (and on SIGHUP); see [`crate::server`].
 ///
 /// MCP servers are started first (each until it is ready or has failed its
 /// first attempt, within its `startup_timeout`), so the first requests
 /// already see their tools; a server that fails keeps being retried in the
 /// background. They are stopped after the server.
-pub async fn serve(catalog: Catalog, addr: SocketAddr) -> anyhow::Result<()> {
-    tracing::info!("catalog: {}", catalog.summary());
-    let mcp = catalog.mcp().clone();
-    mcp.start().await;
-    let state = AppState::new(Arc::new(catalog), Executor::new(http_client()));
+pub async fn serve(catalog: Catalog, addr: SocketAddr, dir: &Path) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
-    tracing::info!("listening on http://{}", listener.local_addr()?);
-    let served = axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
-    mcp.shutdown().await;
-    served?;
+    let loader: crate::reload::Loader = Arc::new(|dir: &Path| load_catalog(dir));
+    let running = crate::server::start(
+        catalog,
+        listener,
+        crate::server::Options {
+            dir: dir.to_owned(),
+            loader,
+            signals: true,
+        },
+    )
+    .await?;
+    running.wait().await?;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-    tracing::info!("shutting down");
 }

@@ -6,6 +6,10 @@
 //! A batch runs with bounded parallelism; identical calls in one batch run
 //! once and the copies are marked `skipped`. Nothing is retried: the model
 //! decides what to do with a failure. Every outcome is a [`ToolResult`].
+//!
+//! Every call that reaches the executor is counted in the metrics and, when
+//! an audit log is attached, written to it (off the request path); calls of
+//! an API key over its tool-call rate limit fail with `rate_limited`.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -15,8 +19,11 @@ use std::time::{Duration, Instant};
 use futures::{FutureExt, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument;
 
+use crate::audit::{AuditEntry, AuditLog};
 use crate::catalog::Catalog;
+use crate::limits::{Rate, RateLimits};
 use crate::tool::context::{CallContext, ToolContext};
 use crate::tool::{Tool, ToolError, ToolKind};
 
@@ -76,15 +83,44 @@ fn elapsed_ms(started: Instant) -> f64 {
     started.elapsed().as_secs_f64() * 1000.0
 }
 
-/// Runs calls. Cheap to clone; holds the shared HTTP connection pool.
+/// Runs calls. Cheap to clone; holds the shared HTTP connection pool, the
+/// audit log and the per-key tool-call buckets, if any.
 #[derive(Debug, Clone)]
 pub struct Executor {
     http: reqwest::Client,
+    audit: Option<AuditLog>,
+    rates: Option<Arc<RateLimits>>,
 }
 
 impl Executor {
     pub fn new(http: reqwest::Client) -> Self {
-        Executor { http }
+        Executor {
+            http,
+            audit: None,
+            rates: None,
+        }
+    }
+
+    /// Writes every call to `audit`.
+    pub fn with_audit(mut self, audit: Option<AuditLog>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// Applies the tool-call rate limits of API keys, counted in `rates`.
+    pub fn with_rate_limits(mut self, rates: Arc<RateLimits>) -> Self {
+        self.rates = Some(rates);
+        self
+    }
+
+    /// The audit log, if one is attached.
+    pub fn audit(&self) -> Option<&AuditLog> {
+        self.audit.as_ref()
+    }
+
+    /// `true` when tool-call rate limits are applied.
+    pub fn has_rate_limits(&self) -> bool {
+        self.rates.is_some()
     }
 
     /// The shared HTTP client.
@@ -95,6 +131,68 @@ impl Executor {
     /// Runs one call; `ctx` describes the request it belongs to (native
     /// tools receive it, the model never sees it).
     pub async fn run(&self, catalog: &Catalog, call: &ToolCall, ctx: &CallContext) -> ToolResult {
+        let span = tracing::info_span!(
+            "tool",
+            tool = %call.name,
+            call_id = %call.id,
+            request_id = %ctx.request_id
+        );
+        let result = self.execute(catalog, call, ctx).instrument(span).await;
+        self.record(catalog, call, ctx, &result).await;
+        result
+    }
+
+    /// Counts a finished call in the metrics and writes it to the audit log.
+    /// [`run`](Self::run) does it for the calls it runs; callers that refuse
+    /// a call themselves (e.g. a tool outside the request's set) call it
+    /// with their error result.
+    pub async fn record(
+        &self,
+        catalog: &Catalog,
+        call: &ToolCall,
+        ctx: &CallContext,
+        result: &ToolResult,
+    ) {
+        let tool = catalog.tool(&call.name);
+        // Names the catalog does not know are the model's inventions:
+        // counted together, so they cannot grow the metrics without bound.
+        let label = if tool.is_some() || catalog.unavailable_tool(&call.name).is_some() {
+            call.name.as_str()
+        } else {
+            "unknown"
+        };
+        let outcome = result.error.as_ref().map_or("ok", ToolError::code);
+        let duration = Duration::from_secs_f64(result.duration_ms.max(0.0) / 1000.0);
+        crate::metrics::record(|m| m.tool_call(label, outcome, duration, result.cached));
+        let Some(audit) = &self.audit else { return };
+        let (arguments, arguments_sha256) =
+            audit.arguments(tool.as_ref().map(|t| &t.parameters), &call.arguments);
+        let bytes = match (&result.data, &result.error) {
+            (_, Some(e)) => e.to_string().len(),
+            (Some(Value::String(s)), None) => s.len(),
+            (Some(v), None) => json_len(v),
+            (None, None) => 0,
+        };
+        audit
+            .record(AuditEntry {
+                ts: crate::audit::now_rfc3339(),
+                request_id: ctx.request_id.clone(),
+                key: ctx.key.clone(),
+                tool_set: ctx.tool_set.clone(),
+                tool: call.name.clone(),
+                call_id: call.id.clone(),
+                arguments,
+                arguments_sha256,
+                outcome,
+                duration_ms: result.duration_ms,
+                bytes,
+                cached: result.cached,
+                truncated: result.truncated,
+            })
+            .await;
+    }
+
+    async fn execute(&self, catalog: &Catalog, call: &ToolCall, ctx: &CallContext) -> ToolResult {
         let started = Instant::now();
         let Some(tool) = catalog.tool(&call.name) else {
             let error = match catalog.unavailable_tool(&call.name) {
@@ -105,9 +203,32 @@ impl Executor {
             };
             return ToolResult::failure(error, started);
         };
+        let max_bytes = catalog.settings.limits.max_tool_argument_bytes;
+        let size = json_len(&call.arguments);
+        if size > max_bytes {
+            return ToolResult::failure(
+                ToolError::InvalidArguments(vec![crate::tool::ArgError {
+                    path: "/".into(),
+                    rule: "maxBytes".into(),
+                    message: format!(
+                        "the arguments are {size} bytes of JSON, over the limit of {max_bytes} (limits.max_tool_argument_bytes)"
+                    ),
+                }]),
+                started,
+            );
+        }
         let arguments = tool.normalize_arguments(&call.arguments);
         if let Err(errors) = tool.validate(&arguments) {
             return ToolResult::failure(ToolError::InvalidArguments(errors), started);
+        }
+        if let (Some(rates), Some(key)) = (&self.rates, &ctx.key)
+            && let Some(per_minute) = catalog
+                .keys()
+                .by_name(key)
+                .and_then(|k| k.tool_calls_per_minute)
+            && let Err(wait) = rates.check(key, Rate::ToolCalls, per_minute)
+        {
+            return ToolResult::failure(ToolError::RateLimited(wait), started);
         }
         let cache_key = tool.cache.as_ref().map(|_| match &tool.kind {
             // A tool reading the context may answer differently per project.
@@ -151,7 +272,10 @@ impl Executor {
         catalog: &Catalog,
     ) -> Result<Value, ToolError> {
         match &tool.kind {
-            ToolKind::Http(http) => http.call(&self.http, &args).await,
+            ToolKind::Http(http) => {
+                http.call_traced(&self.http, &args, Some(&ctx.request_id))
+                    .await
+            }
             ToolKind::Native(native) => {
                 let ctx = ToolContext::new(ctx, &call.id, &tool.name, catalog.builtins());
                 native.call(args, ctx).await
@@ -243,6 +367,23 @@ impl Executor {
             })
             .collect()
     }
+}
+
+/// The length of a value's JSON text, without building it.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 /// Cuts output longer than `max` characters. Strings are cut in place;

@@ -106,7 +106,41 @@ impl Upstream {
     /// `POST {base}/chat/completions` with `body`, retried per the policy.
     /// Returns a response with a success status whose body is unread.
     pub async fn chat(&self, body: Bytes) -> Result<reqwest::Response, UpstreamError> {
+        self.chat_with(body, None).await
+    }
+
+    /// [`chat`](Self::chat), sending `request_id` as `X-Request-Id` and
+    /// recording the time to the response head in the metrics.
+    pub async fn chat_with(
+        &self,
+        body: Bytes,
+        request_id: Option<&str>,
+    ) -> Result<reqwest::Response, UpstreamError> {
+        let began = std::time::Instant::now();
+        let result = self.chat_attempts(body, request_id).await;
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(UpstreamError::Status { status, .. }) if status.is_client_error() => "client_error",
+            Err(UpstreamError::Status { .. }) => "server_error",
+            Err(UpstreamError::Timeout { .. }) => "timeout",
+            Err(UpstreamError::Unreachable { .. }) => "unreachable",
+            Err(UpstreamError::Invalid { .. }) => "invalid",
+        };
+        crate::metrics::record(|m| {
+            m.upstream_duration
+                .with_label_values(&[self.name.as_str(), outcome])
+                .observe(began.elapsed().as_secs_f64());
+        });
+        result
+    }
+
+    async fn chat_attempts(
+        &self,
+        body: Bytes,
+        request_id: Option<&str>,
+    ) -> Result<reqwest::Response, UpstreamError> {
         let url = format!("{}/chat/completions", self.base_url);
+        let request_id = request_id.and_then(|id| HeaderValue::from_str(id).ok());
         let mut attempt = 1;
         loop {
             let mut req = self
@@ -114,6 +148,9 @@ impl Upstream {
                 .post(&url)
                 .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
                 .body(body.clone());
+            if let Some(id) = &request_id {
+                req = req.header("x-request-id", id.clone());
+            }
             if let Some(key) = &self.api_key {
                 req = req.bearer_auth(key);
             }

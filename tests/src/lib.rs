@@ -244,3 +244,95 @@ pub fn repo_root() -> PathBuf {
         .unwrap()
         .to_owned()
 }
+
+/// A gateway run in process the way `toolgate serve` runs it (hot reload,
+/// audit log, limits, graceful shutdown), without signal handlers.
+pub struct Served {
+    pub running: gateway::server::Running,
+    pub addr: SocketAddr,
+}
+
+impl Served {
+    /// Loads `dir` with the fixed environment `env` (on start and on every
+    /// reload) and serves it on 127.0.0.1.
+    pub async fn start(dir: &Path, env: &[(&str, &str)]) -> Served {
+        let env: BTreeMap<String, String> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let loader: gateway::reload::Loader =
+            Arc::new(move |dir: &Path| Catalog::load_with_env(dir, &|k| env.get(k).cloned()));
+        let catalog = loader(dir).unwrap_or_else(|e| panic!("{e}"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let running = gateway::server::start(
+            catalog,
+            listener,
+            gateway::server::Options {
+                dir: dir.to_owned(),
+                loader,
+                signals: false,
+            },
+        )
+        .await
+        .unwrap();
+        let addr = running.addr();
+        Served { running, addr }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// `GET /healthz`.
+    pub async fn health(&self) -> Value {
+        reqwest::get(self.url("/healthz"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Waits (at most 30 s) until the catalog in service has at least
+    /// `version`; returns `/healthz`.
+    pub async fn reloaded(&self, version: u64) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let h = self.health().await;
+            if h["catalog"]["version"].as_u64() >= Some(version) {
+                return h;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the configuration was not reloaded to version {version}: {h}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits (at most 30 s) until a reload attempt failed; returns `/healthz`.
+    pub async fn reload_failed(&self) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let h = self.health().await;
+            if h["catalog"]["last_reload"]["outcome"] == "failed" {
+                return h;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no reload failed: {h}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Writes `content` to `dir/path` the way editors do: a temporary file
+/// renamed over the old one.
+pub fn write_atomically(dir: &Path, path: &str, content: &str) {
+    let full = dir.join(path);
+    std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+    let tmp = full.with_extension("tmp~");
+    std::fs::write(&tmp, content).unwrap();
+    std::fs::rename(&tmp, &full).unwrap();
+}

@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 #[derive(Default)]
 struct MockState {
     requests: Mutex<Vec<Value>>,
+    headers: Mutex<Vec<HashMap<String, String>>>,
     attempts: Mutex<HashMap<String, usize>>,
 }
 
@@ -74,6 +75,11 @@ impl MockLlm {
     /// Every chat request received, as JSON.
     pub fn requests(&self) -> Vec<Value> {
         self.state.requests.lock().unwrap().clone()
+    }
+
+    /// The headers of every chat request received (names in lower case).
+    pub fn request_headers(&self) -> Vec<HashMap<String, String>> {
+        self.state.headers.lock().unwrap().clone()
     }
 }
 
@@ -367,7 +373,22 @@ fn calls_as_text(format: &str, calls: &[(String, Value)]) -> String {
     }
 }
 
-async fn chat(State(state): State<Arc<MockState>>, body: Bytes) -> Response {
+async fn chat(
+    State(state): State<Arc<MockState>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
+    state.headers.lock().unwrap().push(
+        headers
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+    );
     let Ok(req) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "the body is not JSON");
     };

@@ -708,15 +708,29 @@ async fn python_has_a_memory_limit_and_a_clean_environment() {
     .await;
     let (_, msg) = err(&r);
     assert!(msg.contains("MemoryError"), "{msg}");
-    // Nothing of the gateway's environment reaches the child.
+    // Nothing of the gateway's environment reaches the child but `PATH`
+    // (an interpreter shim, like pyenv's, may add its own variables).
     assert!(std::env::var("CARGO_PKG_NAME").is_ok());
     let r = call(
         &lenient,
         "execute_python",
-        json!({"code": "import os\nprint(sorted(os.environ))"}),
+        json!({"code": "import os, json\nprint(json.dumps(dict(os.environ)))"}),
     )
     .await;
-    assert_eq!(ok(&r)["stdout"], json!("['HOME', 'LANG', 'PATH']\n"));
+    let env: Value = serde_json::from_str(ok(&r)["stdout"].as_str().unwrap()).unwrap();
+    // (What a shell sets by itself is no leak.)
+    let own = ["PATH", "HOME", "LANG", "SHLVL", "PWD", "OLDPWD", "_"];
+    for (key, value) in std::env::vars() {
+        if !own.contains(&key.as_str()) && !key.starts_with("PYENV") {
+            assert!(
+                env.get(&key).is_none_or(|v| v != &json!(value)),
+                "{key} leaked"
+            );
+        }
+    }
+    assert!(env.get("CARGO_PKG_NAME").is_none(), "{env}");
+    assert_eq!(env["HOME"], json!(ws.path().display().to_string()));
+    assert_eq!(env["LANG"], json!("C.UTF-8"));
 }
 
 #[tokio::test]

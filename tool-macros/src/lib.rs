@@ -534,7 +534,6 @@ fn expand(attrs: ToolAttrs, mut func: ItemFn) -> syn::Result<TokenStream2> {
 
         impl #ident {
             /// The tool's registration, for the catalog.
-            #[allow(clippy::needless_update, clippy::unused_async)]
             #vis fn tool() -> ::gateway::tool::native::NativeTool {
                 #[derive(
                     ::gateway::tool::native::__private::serde::Deserialize,

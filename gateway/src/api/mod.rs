@@ -1,6 +1,8 @@
-//! The HTTP surface (axum): routes, shared state and the error format.
+//! The HTTP surface (axum): routes, shared state, the layers around every
+//! handler (request id, metrics, API keys) and the error format.
 
 mod error;
+mod layers;
 mod tools;
 
 use std::sync::Arc;
@@ -12,40 +14,65 @@ use axum::routing::{get, post};
 use tower_http::trace::TraceLayer;
 
 pub use error::{ApiError, body_error};
+pub use layers::{Caller, REQUEST_ID_HEADER, RequestId, forbidden_set};
 pub use tools::{PROJECT_HEADER, call_context};
 
 use crate::catalog::Catalog;
 use crate::executor::Executor;
+use crate::limits::Guards;
+use crate::reload::Live;
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    catalog: Arc<Catalog>,
+    live: Arc<Live>,
     pub executor: Executor,
     /// Formatters learned in `auto` mode; outlives catalog reloads.
     pub learned: Arc<crate::formatter::Learned>,
+    /// Caps on concurrent loops and streams, per-key rate limits.
+    pub guards: Arc<Guards>,
 }
 
 impl AppState {
+    /// State serving `catalog`, which never changes.
     pub fn new(catalog: Arc<Catalog>, executor: Executor) -> Self {
+        Self::with_live(Arc::new(Live::new(catalog)), executor)
+    }
+
+    /// State serving whatever catalog `live` holds (reloads swap it).
+    pub fn with_live(live: Arc<Live>, executor: Executor) -> Self {
+        let guards = Arc::new(Guards::default());
+        let executor = if executor.has_rate_limits() {
+            executor
+        } else {
+            executor.with_rate_limits(Arc::clone(&guards.rates))
+        };
         AppState {
-            catalog,
+            live,
             executor,
             learned: Arc::default(),
+            guards,
         }
     }
 
-    /// The catalog a request works with, from start to end.
+    /// The catalog a request works with, from start to end: take it once.
     pub fn catalog(&self) -> Arc<Catalog> {
-        Arc::clone(&self.catalog)
+        self.live.load()
+    }
+
+    /// The catalog in service, its version and the last reload.
+    pub fn live(&self) -> &Arc<Live> {
+        &self.live
     }
 }
 
-/// The gateway's routes.
+/// The gateway's routes. `limits.max_request_bytes` is read here, once:
+/// changing it takes a restart.
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.catalog.settings.limits.max_request_bytes;
+    let body_limit = state.catalog().settings.limits.max_request_bytes;
     Router::new()
         .route("/healthz", get(tools::healthz))
+        .route("/metrics", get(tools::metrics))
         .route("/v1/tools", get(tools::list_tools))
         .route("/v1/tool-sets", get(tools::list_sets))
         .route("/v1/tools/{name}/invoke", post(tools::invoke))
@@ -60,6 +87,11 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            layers::authenticate,
+        ))
         .layer(TraceLayer::new_for_http())
+        .layer(axum::middleware::from_fn(layers::observe))
         .with_state(state)
 }

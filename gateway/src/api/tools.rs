@@ -1,26 +1,48 @@
 //! Tool endpoints: health, listings and direct invocation.
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse;
+use axum::{Json, response::Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, Caller, forbidden_set};
 use crate::catalog::Catalog;
-use crate::executor::{ToolCall, ToolResult};
+use crate::executor::ToolCall;
 use crate::tool::ToolError;
 use crate::tool::context::CallContext;
 
+/// `GET /healthz`: always open; the catalog version and the outcome of
+/// the last reload (errors are counted here, detailed in the logs).
 pub async fn healthz(State(state): State<AppState>) -> Json<Value> {
     let catalog = state.catalog();
     Json(json!({
         "status": "ok",
         "tools": catalog.tools().count(),
         "tool_sets": catalog.sets().count(),
+        "catalog": state.live().report(),
     }))
+}
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let catalog = state.catalog();
+    match crate::metrics::global() {
+        Some(m) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            m.render(&catalog),
+        )
+            .into_response(),
+        None => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "metrics_unavailable",
+            "metrics are disabled (see the logs)",
+        )
+        .into_response(),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -28,15 +50,17 @@ pub struct ToolsQuery {
     tool_set: Option<String>,
 }
 
-/// `GET /v1/tools[?tool_set=]`: tools in OpenAI's function format.
+/// `GET /v1/tools[?tool_set=]`: tools in OpenAI's function format. With
+/// API keys, only what the caller's key may use.
 pub async fn list_tools(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Query(q): Query<ToolsQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let catalog = state.catalog();
     let (tools, unavailable): (Vec<Value>, Vec<Value>) = match &q.tool_set {
         Some(name) => {
-            let set = find_set(&catalog, name)?;
+            let set = find_set(&catalog, &caller, name)?;
             (
                 catalog.tools_in(set).map(|t| describe_tool(&t)).collect(),
                 catalog
@@ -45,6 +69,25 @@ pub async fn list_tools(
                     .map(|u| json!({"name": u.name, "reason": u.reason}))
                     .collect(),
             )
+        }
+        None if caller.key.as_ref().is_some_and(|k| k.tool_sets.is_some()) => {
+            // The union of the sets the key may use, each tool once.
+            let mut seen = std::collections::HashSet::new();
+            let mut tools = Vec::new();
+            let mut unavailable = Vec::new();
+            for set in catalog.sets().filter(|s| caller.may_use(&s.name)) {
+                for t in catalog.tools_in(set) {
+                    if seen.insert(t.name.clone()) {
+                        tools.push(describe_tool(&t));
+                    }
+                }
+                for u in catalog.unavailable_in(set) {
+                    if seen.insert(u.name.clone()) {
+                        unavailable.push(json!({"name": u.name, "reason": u.reason}));
+                    }
+                }
+            }
+            (tools, unavailable)
         }
         None => (
             catalog.tools().map(|t| describe_tool(&t)).collect(),
@@ -89,9 +132,17 @@ fn describe_tool(tool: &crate::tool::Tool) -> Value {
     v
 }
 
-fn find_set<'a>(catalog: &'a Catalog, name: &str) -> Result<&'a crate::catalog::ToolSet, ApiError> {
-    catalog.set(name).ok_or_else(|| {
-        let names: Vec<&str> = catalog.sets().map(|s| s.name.as_str()).collect();
+fn find_set<'a>(
+    catalog: &'a Catalog,
+    caller: &Caller,
+    name: &str,
+) -> Result<&'a crate::catalog::ToolSet, ApiError> {
+    let set = catalog.set(name).ok_or_else(|| {
+        let names: Vec<&str> = catalog
+            .sets()
+            .filter(|s| caller.may_use(&s.name))
+            .map(|s| s.name.as_str())
+            .collect();
         ApiError::not_found(
             "unknown_tool_set",
             format!(
@@ -99,15 +150,27 @@ fn find_set<'a>(catalog: &'a Catalog, name: &str) -> Result<&'a crate::catalog::
                 names.join(", ")
             ),
         )
-    })
+    })?;
+    if !caller.may_use(name) {
+        return Err(forbidden_set(caller, name));
+    }
+    Ok(set)
 }
 
-/// `GET /v1/tool-sets`.
-pub async fn list_sets(State(state): State<AppState>) -> Json<Value> {
+/// `GET /v1/tool-sets`. With API keys, only the sets the caller's key may
+/// use, `default` marking the key's default.
+pub async fn list_sets(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Json<Value> {
     let catalog = state.catalog();
-    let default = catalog.default_set().map(|s| s.name.clone());
+    let default = match &caller.key {
+        Some(key) => key.default_tool_set.clone(),
+        None => catalog.default_set().map(|s| s.name.clone()),
+    };
     let data: Vec<Value> = catalog
         .sets()
+        .filter(|s| caller.may_use(&s.name))
         .map(|s| {
             json!({
                 "name": s.name,
@@ -132,9 +195,10 @@ struct InvokeBody {
 /// reaches native tools through their context, never the model.
 pub const PROJECT_HEADER: &str = "x-toolgate-project";
 
-/// The context of a request's tool calls: a fresh request id and the
-/// project from `X-Toolgate-Project` (400 when it is not a safe folder name).
-pub fn call_context(headers: &HeaderMap) -> Result<CallContext, ApiError> {
+/// The context of a request's tool calls: the request's id, the caller's
+/// key and the project from `X-Toolgate-Project` (400 when it is not a safe
+/// folder name).
+pub fn call_context(headers: &HeaderMap, caller: &Caller) -> Result<CallContext, ApiError> {
     let project = match headers.get(PROJECT_HEADER) {
         None => None,
         Some(v) => Some(
@@ -145,22 +209,47 @@ pub fn call_context(headers: &HeaderMap) -> Result<CallContext, ApiError> {
                 .to_owned(),
         ),
     };
-    CallContext::new()
+    Ok(CallContext::new()
+        .with_request_id(caller.request_id.clone())
+        .with_key(caller.key_name())
         .with_project(project)
-        .map_err(|e| ApiError::bad_request(format!("X-Toolgate-Project: {e}")))
+        .map_err(|e| ApiError::bad_request(format!("X-Toolgate-Project: {e}")))?)
 }
 
-/// `POST /v1/tools/{name}/invoke` with `{"arguments": {...}}`.
+/// `POST /v1/tools/{name}/invoke` with `{"arguments": {...}}`. With API
+/// keys, the tool must belong to a set the caller's key may use (else 403).
 pub async fn invoke(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<ToolResult>, ApiError> {
+) -> Result<Response, ApiError> {
     let body = body.map_err(super::body_error)?;
-    let context = call_context(&headers)?;
+    let context = call_context(&headers, &caller)?;
     let arguments = parse_arguments(&body)?;
     let catalog = state.catalog();
+    if let Some(key) = caller.key.as_ref().filter(|k| k.tool_sets.is_some()) {
+        let allowed = catalog
+            .sets()
+            .filter(|s| key.may_use(&s.name))
+            .any(|s| {
+                s.tools.contains(&name)
+                    || s.unavailable.contains(&name)
+                    || s.mcp.iter().any(|p| p.matches(&name))
+            });
+        if !allowed {
+            crate::metrics::record(|m| m.reject("forbidden"));
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "tool_not_allowed",
+                format!(
+                    "API key `{}` may not use tool `{name}`: it is in none of the key's tool sets",
+                    key.name
+                ),
+            ));
+        }
+    }
     if catalog.tool(&name).is_none() {
         return Err(match catalog.unavailable_tool(&name) {
             Some(u) => ApiError::new(
@@ -178,7 +267,7 @@ pub async fn invoke(
     };
     let result = state.executor.run(&catalog, &call, &context).await;
     match &result.error {
-        None => Ok(Json(result)),
+        None => Ok(Json(result).into_response()),
         Some(e) => Err(error_for(e)),
     }
 }
@@ -211,10 +300,15 @@ fn error_for(e: &ToolError) -> ApiError {
         ToolError::Backend(_) | ToolError::Failed(_) | ToolError::Panicked(_) => {
             StatusCode::BAD_GATEWAY
         }
+        ToolError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
     };
-    let err = ApiError::new(status, e.code(), e.to_string());
+    let mut err = ApiError::new(status, e.code(), e.to_string());
     match e {
         ToolError::InvalidArguments(details) => err.with_details(json!(details)),
+        ToolError::RateLimited(wait) => {
+            err.retry_after = Some(crate::limits::retry_after_secs(*wait));
+            err
+        }
         _ => err,
     }
 }

@@ -177,6 +177,16 @@ pub(super) fn build(
         None => sets.contains_key("default").then(|| "default".to_owned()),
     };
 
+    crate::limits::check(&raw.gateway, &mut diags);
+    crate::audit::check(&raw.gateway, &mut diags);
+    let keys = crate::auth::check(
+        &raw.gateway,
+        &sets,
+        default_set.as_deref(),
+        env,
+        &mut diags,
+    );
+
     diag::sort(&mut diags);
     if diags.iter().any(Diagnostic::is_error) {
         return Err(ConfigErrors { diagnostics: diags });
@@ -232,6 +242,7 @@ pub(super) fn build(
         default_set,
         upstreams,
         warnings: diags,
+        keys,
     })
 }
 

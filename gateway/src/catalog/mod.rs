@@ -40,6 +40,8 @@ pub struct Catalog {
     builtins: Arc<BuiltinSettings>,
     /// The declared MCP servers and the tools they currently offer.
     mcp: McpRegistry,
+    /// The API keys (`auth.keys`); empty when the API is open.
+    keys: crate::auth::ApiKeys,
 }
 
 /// A declared tool that cannot be used, and why.
@@ -132,6 +134,19 @@ impl Catalog {
     /// The MCP servers.
     pub fn mcp(&self) -> &McpRegistry {
         &self.mcp
+    }
+
+    /// Keeps, for each MCP server declared here exactly as in `previous`
+    /// (the catalog in service), the running server and its session; call
+    /// it on a freshly loaded catalog before starting its servers. Returns
+    /// the names of the servers kept.
+    pub fn adopt_mcp_sessions(&mut self, previous: &Catalog) -> Vec<String> {
+        self.mcp.adopt(&previous.mcp)
+    }
+
+    /// The API keys; none configured means the API is open.
+    pub fn keys(&self) -> &crate::auth::ApiKeys {
+        &self.keys
     }
 
     pub fn set(&self, name: &str) -> Option<&ToolSet> {

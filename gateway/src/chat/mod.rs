@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -19,7 +19,8 @@ use serde_json::Value;
 pub use request::ChatRequest;
 pub use tool_loop::Loop;
 
-use crate::api::{ApiError, AppState, body_error};
+use crate::api::{ApiError, AppState, Caller, body_error};
+use crate::limits::InFlightGuard;
 
 /// The header that picks a tool set when the body does not.
 pub const TOOL_SET_HEADER: &str = "x-tool-set";
@@ -28,10 +29,11 @@ pub const NO_TOOL_SET: &str = "none";
 
 pub async fn completions(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match handle(state, headers, body).await {
+    match handle(state, caller, headers, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
@@ -39,12 +41,29 @@ pub async fn completions(
 
 async fn handle(
     state: AppState,
+    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let mut request = ChatRequest::parse(&body)?;
     let catalog = state.catalog();
+    let max_messages = catalog.settings.limits.max_messages;
+    let messages = request
+        .raw
+        .get("messages")
+        .and_then(|m| serde_json::from_str::<Vec<&serde_json::value::RawValue>>(m.get()).ok())
+        .map_or(0, |m| m.len());
+    if messages > max_messages {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_messages",
+            format!(
+                "the request has {messages} messages; this gateway accepts at most {max_messages} (limits.max_messages)"
+            ),
+        )
+        .param("messages"));
+    }
 
     let header_set = match headers.get(TOOL_SET_HEADER) {
         None => None,
@@ -56,15 +75,30 @@ async fn handle(
     };
     let set = match request.tool_set.take().or(header_set).as_deref() {
         Some(NO_TOOL_SET) => None,
-        Some(name) => Some(catalog.set(name).ok_or_else(|| {
-            let names: Vec<&str> = catalog.sets().map(|s| s.name.as_str()).collect();
-            ApiError::bad_request(format!(
-                "tool set `{name}` does not exist; available: {} (or `{NO_TOOL_SET}` for no gateway tools)",
-                names.join(", ")
-            ))
-            .param("tool_set")
-        })?),
-        None => catalog.default_set(),
+        Some(name) => {
+            let set = catalog.set(name).ok_or_else(|| {
+                let names: Vec<&str> = catalog
+                    .sets()
+                    .filter(|s| caller.may_use(&s.name))
+                    .map(|s| s.name.as_str())
+                    .collect();
+                ApiError::bad_request(format!(
+                    "tool set `{name}` does not exist; available: {} (or `{NO_TOOL_SET}` for no gateway tools)",
+                    names.join(", ")
+                ))
+                .param("tool_set")
+            })?;
+            if !caller.may_use(name) {
+                return Err(crate::api::forbidden_set(&caller, name));
+            }
+            Some(set)
+        }
+        // A key's own default (resolved against the catalog's when the key
+        // was validated), else the catalog's.
+        None => match &caller.key {
+            Some(key) => key.default_tool_set.as_deref().and_then(|n| catalog.set(n)),
+            None => catalog.default_set(),
+        },
     };
 
     if catalog.upstreams.is_empty() {
@@ -85,9 +119,30 @@ async fn handle(
         .param("model")
     })?;
 
+    let limits = &catalog.settings.limits;
+    let stream_guard = if request.stream {
+        Some(
+            state
+                .guards
+                .streams
+                .try_enter(limits.max_concurrent_streams)
+                .ok_or_else(|| {
+                    overloaded(
+                        "too_many_streams",
+                        format!(
+                            "the gateway has {} streaming responses open, its limit (limits.max_concurrent_streams); retry shortly",
+                            limits.max_concurrent_streams
+                        ),
+                    )
+                })?,
+        )
+    } else {
+        None
+    };
+
     if set.is_none() && request.client_tools.is_empty() {
         let body = request.proxy_body(body, &resolved.model);
-        return proxy(&resolved.upstream, body).await;
+        return proxy(&resolved.upstream, body, &caller.request_id, stream_guard).await;
     }
 
     // Tool mode: the set's tools, then the client's, with no name twice.
@@ -118,6 +173,19 @@ async fn handle(
         )
         .param("n"));
     }
+    let loop_guard = state
+        .guards
+        .loops
+        .try_enter(limits.max_concurrent_loops)
+        .ok_or_else(|| {
+            overloaded(
+                "too_many_loops",
+                format!(
+                    "the gateway runs {} tool loops, its limit (limits.max_concurrent_loops); retry shortly",
+                    limits.max_concurrent_loops
+                ),
+            )
+        })?;
     let mut tools: Vec<Value> = gateway.iter().map(|t| t.to_openai()).collect();
     tools.extend(request.client_tools.iter().cloned());
     let limits = &catalog.settings;
@@ -136,27 +204,54 @@ async fn handle(
         max_iterations,
         request,
         learned: Arc::clone(&state.learned),
-        context: crate::api::call_context(&headers)?.with_tool_set(set.map(|s| s.name.clone())),
+        context: crate::api::call_context(&headers, &caller)?
+            .with_tool_set(set.map(|s| s.name.clone())),
     };
     if stream {
         let events = the_loop.start_stream().await?;
+        // The guards are held until the stream ends (or the client leaves).
+        let guards = (loop_guard, stream_guard);
+        let events = futures::StreamExt::map(events, move |e| {
+            let _held = &guards;
+            e
+        });
         Ok(Sse::new(events)
             .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
             .into_response())
     } else {
-        Ok(axum::Json(the_loop.run().await?).into_response())
+        let answer = the_loop.run().await?;
+        drop(loop_guard);
+        Ok(axum::Json(answer).into_response())
     }
 }
 
+/// 503 with `Retry-After` for a request over a concurrency cap.
+fn overloaded(code: &'static str, message: String) -> ApiError {
+    crate::metrics::record(|m| m.reject(code));
+    let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+    err.retry_after = Some(1);
+    err
+}
+
 /// Forwards a request and streams the upstream's answer back unchanged.
-async fn proxy(upstream: &crate::upstream::Upstream, body: Bytes) -> Result<Response, ApiError> {
-    let resp = upstream.chat(body).await?;
+/// `guard` (a stream's place under the cap) is held until the body ends.
+async fn proxy(
+    upstream: &crate::upstream::Upstream,
+    body: Bytes,
+    request_id: &str,
+    guard: Option<InFlightGuard>,
+) -> Result<Response, ApiError> {
+    let resp = upstream.chat_with(body, Some(request_id)).await?;
     let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::OK);
     let mut out = Response::builder().status(status);
     if let Some(ct) = resp.headers().get(reqwest::header::CONTENT_TYPE) {
         out = out.header(header::CONTENT_TYPE, ct.as_bytes());
     }
-    out.body(Body::from_stream(resp.bytes_stream()))
+    let chunks = futures::StreamExt::map(resp.bytes_stream(), move |chunk| {
+        let _held = &guard;
+        chunk
+    });
+    out.body(Body::from_stream(chunks))
         .map_err(|e| {
             ApiError::new(
                 StatusCode::BAD_GATEWAY,

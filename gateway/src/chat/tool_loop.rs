@@ -200,6 +200,7 @@ impl Loop {
             if let Some(r) = &turn.reasoning {
                 out["reasoning_content"] = json!(r);
             }
+            crate::metrics::record(|m| m.loop_finished(iteration, &finish));
             completion["choices"][0]["message"] = out;
             completion["choices"][0]["finish_reason"] = json!(finish);
             completion["model"] = json!(run.l.request.model);
@@ -292,7 +293,11 @@ impl Run {
     /// (and remembers it) when the upstream rejects `tools`.
     async fn call(&mut self, iteration: u32, stream: bool) -> Result<reqwest::Response, ApiError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
-        match upstream.chat(self.body(iteration, stream)?).await {
+        let request_id = self.l.context.request_id.clone();
+        match upstream
+            .chat_with(self.body(iteration, stream)?, Some(&request_id))
+            .await
+        {
             Ok(r) => Ok(r),
             Err(e)
                 if matches!(self.mode, Mode::FunctionCalling { fallback: true })
@@ -307,7 +312,9 @@ impl Run {
                     .learned
                     .remember_structured(&upstream.name, &self.l.resolved.model);
                 self.mode = self.l.structured()?;
-                Ok(upstream.chat(self.body(iteration, stream)?).await?)
+                Ok(upstream
+                    .chat_with(self.body(iteration, stream)?, Some(&request_id))
+                    .await?)
             }
             Err(e) => Err(e.into()),
         }
@@ -411,7 +418,20 @@ impl Run {
                 Ok(_) => results
                     .next()
                     .unwrap_or_else(|| failed(ToolError::Failed("the call did not run".into()))),
-                Err(r) => r,
+                // Refused before the executor (not in the set, arguments not
+                // JSON): counted and audited like any call.
+                Err(r) => {
+                    let refused = ToolCall {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
+                    };
+                    self.l
+                        .executor
+                        .record(&self.l.catalog, &refused, &self.l.context, &r)
+                        .await;
+                    r
+                }
             };
             tracing::info!(
                 tool = %call.name,
@@ -539,6 +559,7 @@ impl Run {
                         "tool_calls".to_owned()
                     }
                 };
+                crate::metrics::record(|m| m.loop_finished(iteration, &finish));
                 let mut d = json!({});
                 if !sent_role {
                     d["role"] = json!("assistant");

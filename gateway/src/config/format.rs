@@ -37,6 +37,144 @@ pub struct GatewayFile {
     /// are offered, and their settings.
     #[serde(default)]
     pub builtins: BuiltinsDecl,
+    /// API keys. With none, the API is open (bind it to a private
+    /// address); with at least one, every endpoint but `/healthz` needs
+    /// `Authorization: Bearer <key>`.
+    #[serde(default)]
+    pub auth: AuthDecl,
+    /// The audit log: one JSON line per tool call. Off unless set.
+    #[serde(default)]
+    pub audit: Option<AuditDecl>,
+    /// Reloading the configuration while the gateway runs.
+    #[serde(default)]
+    pub reload: ReloadDecl,
+    /// Stopping the gateway (SIGTERM, SIGINT).
+    #[serde(default)]
+    pub shutdown: ShutdownDecl,
+}
+
+/// `auth`: the API keys clients present.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AuthDecl {
+    /// The keys; each needs `sha256` (the hex SHA-256 of the key, e.g.
+    /// `printf %s "$KEY" | sha256sum`) or `key_env` (a variable holding the
+    /// key itself).
+    #[serde(default)]
+    pub keys: Vec<ApiKeyDecl>,
+}
+
+/// One API key.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyDecl {
+    /// Who holds the key, in logs and the audit log: 1-64 of
+    /// `A-Z a-z 0-9 _ -`.
+    pub name: String,
+    /// Hex SHA-256 of the key (64 hex digits); the key itself is never
+    /// written in the configuration.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Environment variable holding the key itself.
+    #[serde(default)]
+    pub key_env: Option<String>,
+    /// Tool sets the key may use; `"*"` for all. Listings show only these.
+    #[serde(default = "all_sets")]
+    pub tool_sets: Vec<String>,
+    /// The set used when a request names none; default: the gateway's
+    /// default set when the key may use it, else no gateway tools.
+    #[serde(default)]
+    pub default_tool_set: Option<String>,
+    /// Rate limits of this key.
+    #[serde(default)]
+    pub limits: KeyLimitsDecl,
+}
+
+fn all_sets() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+/// Rate limits of one key (a token bucket: the full amount may be used at
+/// once, then it refills evenly over the minute).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeyLimitsDecl {
+    /// Requests per minute, to any endpoint; beyond it, 429 with `Retry-After`.
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Tool calls per minute (chat loops and `/v1/tools/{name}/invoke`);
+    /// beyond it a call fails with `rate_limited` (429 from the tool API).
+    #[serde(default)]
+    pub tool_calls_per_minute: Option<u32>,
+}
+
+/// `audit`: where audit lines go and what they show of the arguments.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AuditDecl {
+    /// A file (relative to the configuration folder), appended to; `-` for
+    /// standard output.
+    pub path: String,
+    /// What a line shows of a call's arguments. Properties a tool's schema
+    /// marks `writeOnly: true` (or `x-secret: true`) are never written.
+    #[serde(default)]
+    pub arguments: AuditArguments,
+}
+
+/// How arguments appear in the audit log.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditArguments {
+    /// The arguments, secret properties replaced by `"[redacted]"`.
+    #[default]
+    Redacted,
+    /// Only a SHA-256 of the redacted arguments (canonical JSON).
+    Digest,
+    /// Nothing.
+    None,
+}
+
+/// `reload`: the configuration folder is watched and reloaded on change
+/// (and on SIGHUP); an invalid change is logged and the running
+/// configuration stays.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReloadDecl {
+    /// Watch `toolgate.yaml`, `tools.d/` and `tool-sets/` for changes.
+    pub watch: bool,
+    /// Quiet time after the last change before reloading, so a burst of
+    /// writes is one reload.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub debounce: Duration,
+}
+
+impl Default for ReloadDecl {
+    fn default() -> Self {
+        ReloadDecl {
+            watch: true,
+            debounce: Duration::from_millis(300),
+        }
+    }
+}
+
+/// `shutdown`: how the gateway stops.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShutdownDecl {
+    /// How long requests in flight (streams included) may take to finish
+    /// after SIGTERM/SIGINT; what is still open then is closed.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub grace: Duration,
+}
+
+impl Default for ShutdownDecl {
+    fn default() -> Self {
+        ShutdownDecl {
+            grace: Duration::from_secs(30),
+        }
+    }
 }
 
 /// An OpenAI-compatible upstream.
@@ -184,6 +322,17 @@ pub struct Limits {
     pub max_response_bytes: usize,
     /// The most tool-loop iterations a request may ask for.
     pub max_tool_iterations: u32,
+    /// The most messages a chat request may carry.
+    pub max_messages: usize,
+    /// Largest arguments of one tool call (as JSON text), in bytes; larger
+    /// ones are refused as invalid arguments.
+    pub max_tool_argument_bytes: usize,
+    /// Tool loops (chat requests with gateway tools) running at once;
+    /// beyond it, 503 with `Retry-After`.
+    pub max_concurrent_loops: usize,
+    /// Streaming responses open at once (proxied or tool loops); beyond
+    /// it, 503 with `Retry-After`.
+    pub max_concurrent_streams: usize,
 }
 
 impl Default for Limits {
@@ -192,6 +341,10 @@ impl Default for Limits {
             max_request_bytes: 2 * 1024 * 1024,
             max_response_bytes: 4 * 1024 * 1024,
             max_tool_iterations: 32,
+            max_messages: 1024,
+            max_tool_argument_bytes: 256 * 1024,
+            max_concurrent_loops: 512,
+            max_concurrent_streams: 1024,
         }
     }
 }

@@ -20,6 +20,9 @@ pub struct CallContext {
     pub request_id: String,
     /// The tool set in force, if any.
     pub tool_set: Option<String>,
+    /// The name of the API key the request came with, if keys are
+    /// configured (audit log, tool-call rate limits).
+    pub key: Option<String>,
     /// The project (or workspace) the request works for; file tools work
     /// under `<workspace>/<project>/` when it is set. Always a valid
     /// [project name](is_valid_project).
@@ -39,8 +42,21 @@ impl CallContext {
         CallContext {
             request_id: new_request_id(),
             tool_set: None,
+            key: None,
             project: None,
         }
+    }
+
+    /// Sets the request id (e.g. the one the HTTP layer assigned).
+    pub fn with_request_id(mut self, request_id: impl Into<String>) -> CallContext {
+        self.request_id = request_id.into();
+        self
+    }
+
+    /// Sets the name of the caller's API key.
+    pub fn with_key(mut self, key: Option<String>) -> CallContext {
+        self.key = key;
+        self
     }
 
     /// Sets the tool set in force.

@@ -65,12 +65,28 @@ const ERROR_BODY_CHARS: usize = 500;
 impl HttpTool {
     /// Runs one call with validated `args`.
     pub async fn call(&self, client: &reqwest::Client, args: &Value) -> Result<Value, ToolError> {
-        self.call_inner(client, args)
+        self.call_traced(client, args, None).await
+    }
+
+    /// Runs one call with validated `args`, sending `request_id` as
+    /// `X-Request-Id` (unless the tool declares that header itself).
+    pub async fn call_traced(
+        &self,
+        client: &reqwest::Client,
+        args: &Value,
+        request_id: Option<&str>,
+    ) -> Result<Value, ToolError> {
+        self.call_inner(client, args, request_id)
             .await
             .map_err(|e| self.redact_error(e))
     }
 
-    async fn call_inner(&self, client: &reqwest::Client, args: &Value) -> Result<Value, ToolError> {
+    async fn call_inner(
+        &self,
+        client: &reqwest::Client,
+        args: &Value,
+        request_id: Option<&str>,
+    ) -> Result<Value, ToolError> {
         let env = minijinja::Value::from_serialize(&self.env);
         let ctx = minijinja::context! { args => minijinja::Value::from_serialize(args), env => env.clone() };
         let url_ctx = minijinja::context! {
@@ -104,6 +120,12 @@ impl HttpTool {
         }
 
         let mut request = client.request(self.method.clone(), url);
+        if let Some(id) = request_id
+            && !self.headers.iter().any(|(name, _)| *name == "x-request-id")
+            && let Ok(value) = HeaderValue::from_str(id)
+        {
+            request = request.header("x-request-id", value);
+        }
         for (name, tmpl) in &self.headers {
             let value = self.render(tmpl, ctx.clone(), &format!("http.headers.{name}"))?;
             if value.is_empty() {

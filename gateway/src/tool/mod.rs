@@ -201,6 +201,12 @@ pub enum ToolError {
     Failed(String),
     #[error("the tool crashed: {0}")]
     Panicked(String),
+    /// The caller's API key used up its tool calls per minute.
+    #[error(
+        "the tool-call rate limit of this API key is reached; retry in {} s",
+        .0.as_secs_f64().ceil()
+    )]
+    RateLimited(Duration),
 }
 
 fn join_arg_errors(errors: &[ArgError]) -> String {
@@ -222,6 +228,7 @@ impl ToolError {
             ToolError::Refused(_) => "refused",
             ToolError::Failed(_) => "tool_error",
             ToolError::Panicked(_) => "tool_crashed",
+            ToolError::RateLimited(_) => "rate_limited",
         }
     }
 }

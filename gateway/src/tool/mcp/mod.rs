@@ -27,7 +27,6 @@ use indexmap::IndexMap;
 use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Pos;
 use crate::tool::{Tool, ToolError};
@@ -137,7 +136,7 @@ struct Snapshot {
 }
 
 /// The declared servers and the snapshot of their tools. Dropping it (the
-/// last catalog holding it) stops the servers.
+/// last catalog holding it) stops the servers no newer registry took over.
 pub(crate) struct Registry {
     servers: Vec<Arc<Server>>,
     /// Names of the catalog's other tools, which win over MCP tools, with
@@ -147,13 +146,14 @@ pub(crate) struct Registry {
     snapshot: ArcSwap<Snapshot>,
     /// Serialises the rebuilding of the snapshot.
     publishing: Mutex<()>,
-    stop: CancellationToken,
     started: std::sync::atomic::AtomicBool,
 }
 
 impl Drop for Registry {
     fn drop(&mut self) {
-        self.stop.cancel();
+        for server in &self.servers {
+            server.release();
+        }
     }
 }
 
@@ -295,11 +295,50 @@ impl McpRegistry {
             expected,
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             publishing: Mutex::new(()),
-            stop: CancellationToken::new(),
             started: std::sync::atomic::AtomicBool::new(false),
         });
         inner.publish();
         McpRegistry { inner }
+    }
+
+    /// Takes over, from `previous` (the registry of the catalog in service),
+    /// every server declared the same way here: its supervisor and session
+    /// go on, and this registry offers its tools at once. Must be called
+    /// before this registry is cloned or started (the servers learn which
+    /// registries hold them when those start). Returns the names of the
+    /// servers taken over.
+    pub fn adopt(&mut self, previous: &McpRegistry) -> Vec<String> {
+        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+            tracing::warn!("MCP sessions cannot be kept: the new catalog is already in use");
+            return Vec::new();
+        };
+        let mut kept = Vec::new();
+        let mut taken = Vec::new();
+        for slot in &mut inner.servers {
+            let Some(old) = previous.inner.servers.iter().find(|o| {
+                o.spec.same_declaration(&slot.spec) && !o.stop.is_cancelled()
+            }) else {
+                continue;
+            };
+            *slot = Arc::clone(old);
+            kept.push(old.spec.name.clone());
+            taken.push(Arc::clone(old));
+        }
+        let weak = Arc::downgrade(&self.inner);
+        for server in taken {
+            server.add_owner(weak.clone());
+        }
+        self.inner.publish();
+        kept
+    }
+
+    /// Each server's name and whether it is ready, for metrics.
+    pub fn health(&self) -> Vec<(String, bool)> {
+        self.inner
+            .servers
+            .iter()
+            .map(|s| (s.spec.name.clone(), s.state().status == Status::Ready))
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -320,13 +359,11 @@ impl McpRegistry {
             .inner
             .started
             .swap(true, std::sync::atomic::Ordering::SeqCst);
-        if first {
-            for server in &self.inner.servers {
-                tokio::spawn(session::supervise(
-                    Arc::clone(server),
-                    Arc::downgrade(&self.inner),
-                    self.inner.stop.child_token(),
-                ));
+        for server in &self.inner.servers {
+            server.add_owner(Arc::downgrade(&self.inner));
+            // Servers taken over from a previous catalog already run.
+            if server.claim_supervision() {
+                tokio::spawn(session::supervise(Arc::clone(server)));
             }
         }
         let waits = self.inner.servers.iter().map(|s| async move {
@@ -357,7 +394,9 @@ impl McpRegistry {
 
     /// Stops every server and waits (briefly) until they have closed.
     pub async fn shutdown(&self) {
-        self.inner.stop.cancel();
+        for server in &self.inner.servers {
+            server.stop.cancel();
+        }
         let waits = self.inner.servers.iter().map(|s| {
             tokio::time::timeout(
                 Duration::from_secs(10),

@@ -6,7 +6,8 @@
 
 use std::collections::HashMap;
 use std::process::Stdio;
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -36,12 +37,24 @@ const MAX_STDERR_LINE: usize = 2000;
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// One declared server and its live state.
+///
+/// A server belongs to the registries (catalogs) that declare it: a reload
+/// whose catalog declares it the same way takes it over, session and all.
+/// It stops when the last of them is dropped, or on
+/// [`McpRegistry::shutdown`](super::McpRegistry::shutdown).
 pub(crate) struct Server {
     pub spec: ServerSpec,
     state: ArcSwap<ServerState>,
     /// Bumped after every state change.
     changes: watch::Sender<u64>,
     list_changed: Arc<Notify>,
+    /// Stops the supervisor (and the session).
+    pub stop: CancellationToken,
+    /// The registries holding this server; each gets its snapshot rebuilt
+    /// when the server's state changes.
+    owners: Mutex<Vec<Weak<Registry>>>,
+    /// Its supervisor has been spawned.
+    supervised: AtomicBool,
 }
 
 /// Where a server stands.
@@ -148,7 +161,39 @@ impl Server {
             }),
             changes: watch::channel(0).0,
             list_changed: Arc::new(Notify::new()),
+            stop: CancellationToken::new(),
+            owners: Mutex::new(Vec::new()),
+            supervised: AtomicBool::new(false),
         }
+    }
+
+    fn owners(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Registry>>> {
+        self.owners
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds a registry holding this server (once).
+    pub fn add_owner(&self, registry: Weak<Registry>) {
+        let mut owners = self.owners();
+        if !owners.iter().any(|w| w.ptr_eq(&registry)) {
+            owners.push(registry);
+        }
+    }
+
+    /// Forgets registries that are gone; stops the server when none is
+    /// left. Called when a registry is dropped.
+    pub fn release(&self) {
+        let mut owners = self.owners();
+        owners.retain(|w| w.strong_count() > 0);
+        if owners.is_empty() {
+            self.stop.cancel();
+        }
+    }
+
+    /// Marks the supervisor spawned; `true` the first time.
+    pub fn claim_supervision(&self) -> bool {
+        !self.supervised.swap(true, Ordering::SeqCst)
     }
 
     pub fn state(&self) -> arc_swap::Guard<Arc<ServerState>> {
@@ -220,12 +265,10 @@ impl ClientHandler for Handler {
     }
 }
 
-/// Runs a server until `stop`: sessions one after the other, with backoff.
-pub(crate) async fn supervise(
-    server: Arc<Server>,
-    registry: Weak<Registry>,
-    stop: CancellationToken,
-) {
+/// Runs a server until it is stopped: sessions one after the other, with
+/// backoff.
+pub(crate) async fn supervise(server: Arc<Server>) {
+    let stop = server.stop.clone();
     let name = server.spec.name.clone();
     if server.spec.disabled.is_some() {
         return;
@@ -240,9 +283,9 @@ pub(crate) async fn supervise(
             server_info: old.server_info.clone(),
             last_error: old.last_error.clone(),
         });
-        publish(&server, &registry);
+        publish(&server);
         let began = Instant::now();
-        let end = run_session(&server, &registry, &stop).await;
+        let end = run_session(&server, &stop).await;
         // The same failure again is logged at debug level only.
         let repeated = |reason: &str| server.state().last_error.as_deref() == Some(reason);
         let reason = match end {
@@ -264,7 +307,7 @@ pub(crate) async fn supervise(
             backoff = INITIAL_BACKOFF;
         }
         server.set_status(Status::Down { reason });
-        publish(&server, &registry);
+        publish(&server);
         tracing::debug!(mcp_server = %name, "restarting MCP server `{name}` in {backoff:?}");
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
@@ -273,13 +316,16 @@ pub(crate) async fn supervise(
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
     server.set_status(Status::Stopped);
-    publish(&server, &registry);
+    publish(&server);
 }
 
-/// Rebuilds the registry's snapshot, then wakes whoever waits for a change
-/// of `server` (so they see the snapshot up to date).
-fn publish(server: &Server, registry: &Weak<Registry>) {
-    if let Some(registry) = registry.upgrade() {
+/// Rebuilds the snapshots of the registries holding `server`, then wakes
+/// whoever waits for a change of it (so they see the snapshots up to date).
+fn publish(server: &Server) {
+    // Upgraded outside the lock: dropping the last reference to a registry
+    // runs its `Drop`, which takes the lock.
+    let owners: Vec<Weak<Registry>> = server.owners().clone();
+    for registry in owners.iter().filter_map(Weak::upgrade) {
         registry.publish();
     }
     server.changes.send_modify(|n| *n += 1);
@@ -294,11 +340,7 @@ enum SessionEnd {
 type Session = RunningService<RoleClient, Handler>;
 
 /// One session: start it, serve calls until it ends or `stop`.
-async fn run_session(
-    server: &Arc<Server>,
-    registry: &Weak<Registry>,
-    stop: &CancellationToken,
-) -> SessionEnd {
+async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionEnd {
     let spec = &server.spec;
     let startup = async {
         let session = connect(server).await?;
@@ -336,7 +378,7 @@ async fn run_session(
         server_info: info.clone(),
         last_error: None,
     });
-    publish(server, registry);
+    publish(server);
 
     let cancel = session.cancellation_token();
     let mut waiting = std::pin::pin!(session.waiting());
@@ -364,7 +406,7 @@ async fn run_session(
                             server_info: old.server_info.clone(),
                             last_error: None,
                         });
-                        publish(server, registry);
+                        publish(server);
                     }
                     Ok(Err(e)) => tracing::warn!(mcp_server = %spec.name, "listing the tools of MCP server `{}` again failed: {e}", spec.name),
                     Err(_) => tracing::warn!(mcp_server = %spec.name, "listing the tools of MCP server `{}` again timed out", spec.name),

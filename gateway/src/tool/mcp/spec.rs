@@ -35,6 +35,27 @@ impl ServerSpec {
     pub fn origin(&self) -> String {
         format!("{}:{}", self.file, self.pos.line)
     }
+
+    /// `true` when `other` declares the same server: everything that shapes
+    /// the session or its tools is equal (rendered `env` and header values
+    /// included). Where it is declared is not: moving a declaration keeps
+    /// its session on reload.
+    pub fn same_declaration(&self, other: &ServerSpec) -> bool {
+        let transport = match (&self.transport, &other.transport) {
+            (Transport::Stdio(a), Transport::Stdio(b)) => {
+                a.command == b.command && a.args == b.args && a.env == b.env && a.cwd == b.cwd
+            }
+            (Transport::Http(a), Transport::Http(b)) => a.url == b.url && a.headers == b.headers,
+            _ => false,
+        };
+        transport
+            && self.name == other.name
+            && self.tools.same_as(&other.tools)
+            && self.timeout == other.timeout
+            && self.startup_timeout == other.startup_timeout
+            && self.cache_ttl == other.cache_ttl
+            && self.disabled == other.disabled
+    }
 }
 
 /// How the gateway reaches a server.
@@ -122,6 +143,8 @@ pub struct ToolFilter {
     exclude: Option<GlobSet>,
     /// The include list, when every entry is a plain name.
     literal: Option<Vec<String>>,
+    /// The patterns as declared.
+    patterns: (Vec<String>, Vec<String>),
 }
 
 impl ToolFilter {
@@ -150,7 +173,13 @@ impl ToolFilter {
             include: set(include, 0)?,
             exclude: set(exclude, include.len())?,
             literal,
+            patterns: (include.to_vec(), exclude.to_vec()),
         })
+    }
+
+    /// `true` when both filters were declared the same way.
+    pub fn same_as(&self, other: &ToolFilter) -> bool {
+        self.prefix == other.prefix && self.patterns == other.patterns
     }
 
     /// `true` when the server's tool `remote` is offered.

@@ -1,0 +1,262 @@
+//! Prometheus metrics, served at `GET /metrics`.
+//!
+//! One process-wide registry ([`global`]): the instrumented places (HTTP
+//! layer, upstream calls, the executor, the tool loop, reloads) record into
+//! it without being handed anything, and a process runs one gateway. Label
+//! values are bounded by the configuration (routes, tool names, upstream
+//! names, outcome codes), never by what a client or a model sends: a tool
+//! name the catalog does not know is recorded as `unknown`.
+//!
+//! MCP server health is read from the current catalog at scrape time.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use crate::catalog::Catalog;
+
+/// Every metric the gateway exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// HTTP requests answered, by route pattern, method and status.
+    pub http_requests: IntCounterVec,
+    /// Time to the response head, by route pattern.
+    pub http_duration: HistogramVec,
+    /// Upstream model calls: time to the response head, by upstream and
+    /// outcome (`ok`, or the error kind).
+    pub upstream_duration: HistogramVec,
+    /// Tool calls by tool and outcome (`ok` or the error code).
+    pub tool_calls: IntCounterVec,
+    /// Tool call duration by tool and outcome.
+    pub tool_duration: HistogramVec,
+    /// Tool results answered from the cache, by tool.
+    pub cache_hits: IntCounterVec,
+    /// Model round trips per finished tool loop.
+    pub loop_iterations: Histogram,
+    /// Tool loops finished, by finish reason.
+    pub loops: IntCounterVec,
+    /// Tool loops running now.
+    pub active_loops: IntGauge,
+    /// Streaming responses open now.
+    pub active_streams: IntGauge,
+    /// Requests refused before any work, by reason (`unauthorized`,
+    /// `forbidden`, `rate_limited`, `too_many_loops`, `too_many_streams`...).
+    pub rejected: IntCounterVec,
+    /// Configuration reloads by outcome (`applied`, `failed`, `unchanged`).
+    pub reloads: IntCounterVec,
+    /// The catalog version in service (1 at start, +1 per applied reload).
+    pub config_version: IntGauge,
+    /// 1 when the last reload attempt succeeded (or none was made yet).
+    pub config_last_reload_ok: IntGauge,
+    /// 1 per MCP server that is ready, 0 otherwise, by server.
+    pub mcp_up: IntGaugeVec,
+    /// Audit lines that had to wait for room in the writer's queue.
+    pub audit_waits: IntCounter,
+}
+
+fn seconds_buckets() -> Vec<f64> {
+    vec![
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+        120.0,
+    ]
+}
+
+impl Metrics {
+    fn new() -> Result<Metrics, prometheus::Error> {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
+            let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str]| -> Result<HistogramVec, prometheus::Error> {
+            let h = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(seconds_buckets()),
+                labels,
+            )?;
+            registry.register(Box::new(h.clone()))?;
+            Ok(h)
+        };
+        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let loop_iterations = Histogram::with_opts(
+            HistogramOpts::new(
+                "toolgate_tool_loop_iterations",
+                "Model round trips per finished tool loop.",
+            )
+            .buckets(vec![1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0]),
+        )?;
+        registry.register(Box::new(loop_iterations.clone()))?;
+        let mcp_up = IntGaugeVec::new(
+            Opts::new(
+                "toolgate_mcp_server_up",
+                "1 when the MCP server is ready, 0 when it is starting, down or disabled.",
+            ),
+            &["server"],
+        )?;
+        registry.register(Box::new(mcp_up.clone()))?;
+        let audit_waits = IntCounter::new(
+            "toolgate_audit_queue_waits_total",
+            "Audit lines that waited for room in the writer's queue.",
+        )?;
+        registry.register(Box::new(audit_waits.clone()))?;
+        Ok(Metrics {
+            http_requests: counter(
+                "toolgate_http_requests_total",
+                "HTTP requests answered, by route, method and status.",
+                &["route", "method", "status"],
+            )?,
+            http_duration: histogram(
+                "toolgate_http_request_duration_seconds",
+                "Time until the response head was ready, by route.",
+                &["route"],
+            )?,
+            upstream_duration: histogram(
+                "toolgate_upstream_request_duration_seconds",
+                "Upstream model calls: time to the response head, by upstream and outcome.",
+                &["upstream", "outcome"],
+            )?,
+            tool_calls: counter(
+                "toolgate_tool_calls_total",
+                "Tool calls, by tool and outcome (ok or the error code).",
+                &["tool", "outcome"],
+            )?,
+            tool_duration: histogram(
+                "toolgate_tool_call_duration_seconds",
+                "Tool call duration, by tool and outcome.",
+                &["tool", "outcome"],
+            )?,
+            cache_hits: counter(
+                "toolgate_tool_cache_hits_total",
+                "Tool results answered from the cache, by tool.",
+                &["tool"],
+            )?,
+            loop_iterations,
+            loops: counter(
+                "toolgate_tool_loops_total",
+                "Tool loops finished, by finish reason.",
+                &["finish_reason"],
+            )?,
+            active_loops: gauge("toolgate_active_tool_loops", "Tool loops running now.")?,
+            active_streams: gauge(
+                "toolgate_active_streams",
+                "Streaming responses open now.",
+            )?,
+            rejected: counter(
+                "toolgate_rejected_requests_total",
+                "Requests refused before any work, by reason.",
+                &["reason"],
+            )?,
+            reloads: counter(
+                "toolgate_config_reloads_total",
+                "Configuration reloads, by outcome (applied, failed, unchanged).",
+                &["outcome"],
+            )?,
+            config_version: gauge(
+                "toolgate_config_version",
+                "The catalog version in service (1 at start, +1 per applied reload).",
+            )?,
+            config_last_reload_ok: gauge(
+                "toolgate_config_last_reload_success",
+                "1 when the last reload attempt succeeded (or none was made).",
+            )?,
+            mcp_up,
+            audit_waits,
+            registry,
+        })
+    }
+
+    /// Records one finished tool call.
+    pub fn tool_call(&self, tool: &str, outcome: &str, duration: Duration, cached: bool) {
+        self.tool_calls.with_label_values(&[tool, outcome]).inc();
+        self.tool_duration
+            .with_label_values(&[tool, outcome])
+            .observe(duration.as_secs_f64());
+        if cached {
+            self.cache_hits.with_label_values(&[tool]).inc();
+        }
+    }
+
+    /// Records one finished tool loop.
+    pub fn loop_finished(&self, iterations: u32, finish_reason: &str) {
+        self.loop_iterations.observe(f64::from(iterations));
+        // Finish reasons come from the upstream; keep the label bounded.
+        let reason = match finish_reason {
+            "stop" | "length" | "tool_calls" | "content_filter" | "max_tool_iterations" => {
+                finish_reason
+            }
+            _ => "other",
+        };
+        self.loops.with_label_values(&[reason]).inc();
+    }
+
+    /// Records a request refused before any work.
+    pub fn reject(&self, reason: &str) {
+        self.rejected.with_label_values(&[reason]).inc();
+    }
+
+    /// The text exposition of every metric, MCP health read from `catalog`.
+    pub fn render(&self, catalog: &Catalog) -> String {
+        self.mcp_up.reset();
+        for (server, ready) in catalog.mcp().health() {
+            self.mcp_up
+                .with_label_values(&[server.as_str()])
+                .set(i64::from(ready));
+        }
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::warn!("cannot encode the metrics: {e}");
+        }
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+/// The process-wide metrics; `None` only if their definitions were invalid
+/// (a programming error the unit tests catch), which is logged once.
+pub fn global() -> Option<&'static Metrics> {
+    static METRICS: OnceLock<Option<Metrics>> = OnceLock::new();
+    METRICS
+        .get_or_init(|| match Metrics::new() {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::error!("metrics are disabled: their definitions are invalid: {e}");
+                None
+            }
+        })
+        .as_ref()
+}
+
+/// Runs `f` with the process-wide metrics.
+pub fn record(f: impl FnOnce(&Metrics)) {
+    if let Some(m) = global() {
+        f(m);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_registers_and_renders() {
+        let m = Metrics::new().unwrap_or_else(|e| panic!("{e}"));
+        m.tool_call("t", "ok", Duration::from_millis(3), true);
+        m.loop_finished(2, "weird");
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&m.registry.gather(), &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8(out).unwrap_or_default();
+        assert!(text.contains("toolgate_tool_calls_total{outcome=\"ok\",tool=\"t\"} 1"));
+        assert!(text.contains("toolgate_tool_cache_hits_total{tool=\"t\"} 1"));
+        assert!(text.contains("toolgate_tool_loops_total{finish_reason=\"other\"} 1"));
+    }
+}
