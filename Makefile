@@ -70,6 +70,7 @@ bench: $(MCP_NODE)
 	target/release/bench-parser
 	target/release/bench-mcp
 	tests/bench/proxy.sh
+	target/release/bench-load
 
 ## schema: write the JSON Schema of the configuration formats to docs/schema.json
 schema:

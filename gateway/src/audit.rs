@@ -171,7 +171,11 @@ impl AuditLog {
     }
 
     /// The arguments as this log writes them: `(arguments, digest)`.
-    pub fn arguments(&self, schema: Option<&Value>, args: &Value) -> (Option<Value>, Option<String>) {
+    pub fn arguments(
+        &self,
+        schema: Option<&Value>,
+        args: &Value,
+    ) -> (Option<Value>, Option<String>) {
         if self.arguments == AuditArguments::None {
             return (None, None);
         }
@@ -181,7 +185,10 @@ impl AuditLog {
             None => Value::String(REDACTED.to_owned()),
         };
         match self.arguments {
-            AuditArguments::Digest => (None, Some(sha256_hex(&crate::executor::canonical_json(&redacted)))),
+            AuditArguments::Digest => (
+                None,
+                Some(sha256_hex(&crate::executor::canonical_json(&redacted))),
+            ),
             _ => (Some(redacted), None),
         }
     }
@@ -299,7 +306,12 @@ impl<'a> Redactor<'a> {
             self.applicable(target, out, depth + 1);
         }
         for k in ["allOf", "anyOf", "oneOf"] {
-            for branch in schema.get(k).and_then(Value::as_array).into_iter().flatten() {
+            for branch in schema
+                .get(k)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 self.applicable(branch, out, depth + 1);
             }
         }

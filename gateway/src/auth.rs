@@ -113,8 +113,13 @@ pub(crate) fn check(
     diags: &mut Vec<Diagnostic>,
 ) -> ApiKeys {
     let mut keys = ApiKeys::default();
-    let mut names: HashMap<&str, usize> = HashMap::new();
-    let set_names = || sets.keys().map(String::as_str).collect::<Vec<_>>().join(", ");
+    let mut names: HashMap<&str, crate::config::Pos> = HashMap::new();
+    let set_names = || {
+        sets.keys()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     for (i, decl) in file.value.auth.keys.iter().enumerate() {
         let at = |p: &str| file.pos(&format!("auth.keys[{i}]{p}"));
         let before = diags.iter().filter(|d| d.is_error()).count();
@@ -128,16 +133,18 @@ pub(crate) fn check(
                 format!("API key name {:?} is invalid", decl.name),
                 "use 1-64 letters, digits, `_` or `-`".into(),
             );
-        } else if let Some(other) = names.insert(&decl.name, i) {
+        } else if let Some(other) = names.get(decl.name.as_str()) {
             err(
                 diags,
                 ".name",
                 format!(
-                    "API key `{}` is also declared at auth.keys[{other}]",
-                    decl.name
+                    "API key `{}` is also declared at {}:{}:{}",
+                    decl.name, file.file, other.line, other.column
                 ),
                 "give every key its own name".into(),
             );
+        } else {
+            names.insert(&decl.name, at(".name"));
         }
         let digest = key_digest(decl, &at, &file.file, env, diags);
         let tool_sets = check_sets(decl, sets, &at, &file.file, &set_names, diags);

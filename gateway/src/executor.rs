@@ -285,7 +285,9 @@ impl Executor {
         }
     }
 
-    fn finish(
+    /// The result of an outcome: output capped, duration measured. Public
+    /// for tools run outside the executor (sub-agents).
+    pub fn finish(
         &self,
         outcome: Result<Value, ToolError>,
         catalog: &Catalog,

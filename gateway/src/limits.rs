@@ -156,10 +156,13 @@ pub enum Rate {
     ToolCalls,
 }
 
+/// A bucket and the quota it was made for.
+type Bucket = (NonZeroU32, Arc<DefaultDirectRateLimiter>);
+
 /// Per-key token buckets, kept across reloads.
 #[derive(Debug, Default)]
 pub struct RateLimits {
-    buckets: Mutex<HashMap<(String, Rate), (NonZeroU32, Arc<DefaultDirectRateLimiter>)>>,
+    buckets: Mutex<HashMap<(String, Rate), Bucket>>,
 }
 
 impl RateLimits {

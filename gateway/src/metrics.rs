@@ -69,19 +69,21 @@ fn seconds_buckets() -> Vec<f64> {
 impl Metrics {
     fn new() -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
-        let counter = |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
-            let c = IntCounterVec::new(Opts::new(name, help), labels)?;
-            registry.register(Box::new(c.clone()))?;
-            Ok(c)
-        };
-        let histogram = |name: &str, help: &str, labels: &[&str]| -> Result<HistogramVec, prometheus::Error> {
-            let h = HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(seconds_buckets()),
-                labels,
-            )?;
-            registry.register(Box::new(h.clone()))?;
-            Ok(h)
-        };
+        let counter =
+            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
+                let c = IntCounterVec::new(Opts::new(name, help), labels)?;
+                registry.register(Box::new(c.clone()))?;
+                Ok(c)
+            };
+        let histogram =
+            |name: &str, help: &str, labels: &[&str]| -> Result<HistogramVec, prometheus::Error> {
+                let h = HistogramVec::new(
+                    HistogramOpts::new(name, help).buckets(seconds_buckets()),
+                    labels,
+                )?;
+                registry.register(Box::new(h.clone()))?;
+                Ok(h)
+            };
         let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
             let g = IntGauge::new(name, help)?;
             registry.register(Box::new(g.clone()))?;
@@ -146,10 +148,7 @@ impl Metrics {
                 &["finish_reason"],
             )?,
             active_loops: gauge("toolgate_active_tool_loops", "Tool loops running now.")?,
-            active_streams: gauge(
-                "toolgate_active_streams",
-                "Streaming responses open now.",
-            )?,
+            active_streams: gauge("toolgate_active_streams", "Streaming responses open now.")?,
             rejected: counter(
                 "toolgate_rejected_requests_total",
                 "Requests refused before any work, by reason.",

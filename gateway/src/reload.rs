@@ -238,6 +238,13 @@ impl Reloader {
             }
             Ok(mut catalog) => {
                 let old = self.live.load();
+                let pending = restart_only_changes(&old.settings, &catalog.settings);
+                if !pending.is_empty() {
+                    tracing::warn!(
+                        "changed settings that take effect at the next restart: {}",
+                        pending.join(", ")
+                    );
+                }
                 let kept = catalog.adopt_mcp_sessions(&old);
                 catalog.mcp().start().await;
                 for w in &catalog.warnings {
@@ -262,6 +269,27 @@ impl Reloader {
         self.live.note(trigger, &outcome);
         outcome
     }
+}
+
+/// Settings read once at start: what changed among them.
+fn restart_only_changes(
+    old: &crate::config::GatewayFile,
+    new: &crate::config::GatewayFile,
+) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if old.listen != new.listen {
+        out.push("listen");
+    }
+    if old.limits.max_request_bytes != new.limits.max_request_bytes {
+        out.push("limits.max_request_bytes");
+    }
+    if serde_json::to_value(&old.audit).ok() != serde_json::to_value(&new.audit).ok() {
+        out.push("audit");
+    }
+    if serde_json::to_value(&old.reload).ok() != serde_json::to_value(&new.reload).ok() {
+        out.push("reload");
+    }
+    out
 }
 
 /// SHA-256 over the names and contents of the configuration files.
@@ -293,10 +321,7 @@ fn fingerprint(dir: &Path) -> [u8; 32] {
 }
 
 fn is_yaml(p: &Path) -> bool {
-    matches!(
-        p.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    )
+    matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
 }
 
 /// Waits for a change, then until `quiet` has passed without another one

@@ -114,7 +114,10 @@ pub async fn start(
     let state = AppState::with_live(Arc::clone(&live), executor);
     let reloader = Arc::new(Reloader::new(live, options.loader, options.dir));
     let watch = if reload_settings.watch {
-        Some(reload::watch(Arc::clone(&reloader), reload_settings.debounce)?)
+        Some(reload::watch(
+            Arc::clone(&reloader),
+            reload_settings.debounce,
+        )?)
     } else {
         None
     };

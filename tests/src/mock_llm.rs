@@ -148,13 +148,16 @@ fn script(text: &str) -> Vec<(String, String, Value)> {
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
             .collect();
         let json_part = after[name.len()..].trim_start();
+        let mut consumed = 0;
         if !name.is_empty() && json_part.starts_with('{') {
             let mut de = serde_json::Deserializer::from_str(json_part).into_iter::<Value>();
             if let Some(Ok(args)) = de.next() {
                 out.push((verb.trim().to_owned(), name.clone(), args));
+                // Skip the arguments: a script nested in them is not ours.
+                consumed = (after.len() - json_part.len()) + de.byte_offset();
             }
         }
-        i += at + verb.len();
+        i += at + verb.len() + consumed;
     }
     out
 }

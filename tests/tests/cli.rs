@@ -29,7 +29,7 @@ fn check_passes_on_the_shipped_configuration() {
     assert_eq!(code, 0, "{out}");
     let last = out.lines().last().unwrap();
     assert!(
-        last.starts_with("ok: 16 tools (1 unavailable), 3 tool sets, default set: default"),
+        last.starts_with("ok: 17 tools (1 unavailable), 3 tool sets, default set: default"),
         "{out}"
     );
     assert!(
@@ -68,6 +68,7 @@ fn tools_lists_a_set() {
         [
             "wikipedia_summary",
             "web_fetch",
+            "spawn",
             "geocode",
             "get_forecast",
             "calculator",

@@ -157,7 +157,10 @@ fn stream_content(text: &str) -> Result<String, String> {
         if let Some(e) = v.get("error") {
             return Err(e.to_string());
         }
-        if let Some(c) = v.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+        if let Some(c) = v
+            .pointer("/choices/0/delta/content")
+            .and_then(Value::as_str)
+        {
             content.push_str(c);
         }
     }
@@ -178,7 +181,10 @@ async fn a_valid_change_makes_a_new_tool_callable_without_restart() {
     let model = MockLlm::start().await;
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml(&model, "")),
-        ("tools.d/a.yaml", &lookup_yaml(&backend, "lookup", "Look up.")),
+        (
+            "tools.d/a.yaml",
+            &lookup_yaml(&backend, "lookup", "Look up."),
+        ),
         ("tool-sets/default.yaml", "name: default\ntools: [lookup]\n"),
     ]);
     let s = Served::start(dir.path(), ENV).await;
@@ -235,7 +241,9 @@ async fn a_valid_change_makes_a_new_tool_callable_without_restart() {
         "{metrics}"
     );
     assert!(metrics.contains("toolgate_tool_calls_total{outcome=\"ok\",tool=\"fresh\"} 2"));
-    assert!(metrics.contains("toolgate_upstream_request_duration_seconds_count{outcome=\"ok\",upstream=\"mock\"}"));
+    assert!(metrics.contains(
+        "toolgate_upstream_request_duration_seconds_count{outcome=\"ok\",upstream=\"mock\"}"
+    ));
     assert!(metrics.contains("toolgate_tool_loop_iterations_count"));
     assert!(metrics.contains(
         "toolgate_http_requests_total{method=\"POST\",route=\"/v1/tools/{name}/invoke\",status=\"200\"}"
@@ -248,7 +256,10 @@ async fn a_broken_change_keeps_the_old_catalog_serving() {
     let model = MockLlm::start().await;
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml(&model, "")),
-        ("tools.d/a.yaml", &lookup_yaml(&backend, "lookup", "Look up.")),
+        (
+            "tools.d/a.yaml",
+            &lookup_yaml(&backend, "lookup", "Look up."),
+        ),
     ]);
     let s = Served::start(dir.path(), ENV).await;
     let c = Client::new(&s);
@@ -287,7 +298,10 @@ async fn reloads_during_a_stream_of_requests_fail_no_request() {
     let model = MockLlm::start().await;
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml(&model, "")),
-        ("tools.d/a.yaml", &lookup_yaml(&backend, "lookup", "Look up.")),
+        (
+            "tools.d/a.yaml",
+            &lookup_yaml(&backend, "lookup", "Look up."),
+        ),
         ("tool-sets/default.yaml", "name: default\ntools: [lookup]\n"),
     ]);
     let s = Served::start(dir.path(), ENV).await;
@@ -392,14 +406,16 @@ async fn keyed_setup() -> (Backend, MockLlm, ConfigDir, Served) {
     let tools = format!(
         "{}{}",
         lookup_yaml(&backend, "lookup", "Look up."),
-        lookup_yaml(&backend, "secret_tool", "Admins only.")
-            .trim_start_matches("tools:\n")
+        lookup_yaml(&backend, "secret_tool", "Admins only.").trim_start_matches("tools:\n")
     );
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml(&model, &keys_yaml())),
         ("tools.d/a.yaml", &tools),
         ("tool-sets/web.yaml", "name: web\ntools: [lookup]\n"),
-        ("tool-sets/admin.yaml", "name: admin\ntools: [secret_tool]\n"),
+        (
+            "tool-sets/admin.yaml",
+            "name: admin\ntools: [secret_tool]\n",
+        ),
     ]);
     let s = Served::start(dir.path(), ENV).await;
     (backend, model, dir, s)
@@ -448,7 +464,9 @@ async fn api_keys_authenticate_and_scope_tool_sets() {
     assert_eq!(status, 403, "{body}");
     assert_eq!(body["error"]["code"], "tool_set_not_allowed");
     assert_eq!(body["error"]["type"], "permission_error");
-    let (status, _, body) = c.invoke(Some(ALICE), "secret_tool", json!({"q": "x"})).await;
+    let (status, _, body) = c
+        .invoke(Some(ALICE), "secret_tool", json!({"q": "x"}))
+        .await;
     assert_eq!(status, 403, "{body}");
     let (status, _, body) = c.invoke(Some(ALICE), "lookup", json!({"q": "x"})).await;
     assert_eq!(status, 200, "{body}");
@@ -459,12 +477,7 @@ async fn api_keys_authenticate_and_scope_tool_sets() {
         )
         .await;
     assert_eq!(status, 403, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("alice")
-    );
+    assert!(body["error"]["message"].as_str().unwrap().contains("alice"));
     // Her default set (the gateway's, which she may use) runs the loop; the
     // request id travels to the model and to the tool.
     let r = reqwest::Client::new()
@@ -627,7 +640,11 @@ async fn the_audit_log_has_a_line_per_call_with_secrets_redacted() {
     let s = Served::start(dir.path(), ENV).await;
     let c = Client::new(&s);
     let (status, ok_headers, _) = c
-        .invoke(None, "login", json!({"user": "ann", "password": "hunter2-secret"}))
+        .invoke(
+            None,
+            "login",
+            json!({"user": "ann", "password": "hunter2-secret"}),
+        )
         .await;
     assert_eq!(status, 200);
     let (status, _, _) = c
@@ -676,7 +693,10 @@ async fn the_audit_log_has_a_line_per_call_with_secrets_redacted() {
         direct["arguments"],
         json!({"user": "ann", "password": "[redacted]"})
     );
-    assert_eq!(direct["request_id"], ok_headers["x-request-id"].to_str().unwrap());
+    assert_eq!(
+        direct["request_id"],
+        ok_headers["x-request-id"].to_str().unwrap()
+    );
     assert_eq!(direct["key"], Value::Null);
     assert_eq!(direct["bytes"], 3);
     assert!(direct["duration_ms"].as_f64().unwrap() > 0.0);
@@ -710,7 +730,10 @@ async fn limits_are_answered_with_clear_errors() {
 ";
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml(&model, limits)),
-        ("tools.d/a.yaml", &lookup_yaml(&backend, "lookup", "Look up.")),
+        (
+            "tools.d/a.yaml",
+            &lookup_yaml(&backend, "lookup", "Look up."),
+        ),
         ("tool-sets/default.yaml", "name: default\ntools: [lookup]\n"),
     ]);
     let s = Served::start(dir.path(), ENV).await;
@@ -734,10 +757,12 @@ async fn limits_are_answered_with_clear_errors() {
         .invoke(None, "lookup", json!({"q": "x".repeat(100)}))
         .await;
     assert_eq!(status, 422, "{body}");
-    assert!(body["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("limits.max_tool_argument_bytes"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limits.max_tool_argument_bytes")
+    );
 
     let (status, body) = c
         .chat(
@@ -821,7 +846,10 @@ async fn mcp_sessions_survive_reloads_that_do_not_change_their_server() {
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml(&model, "")),
         ("tools.d/mcp.yaml", &format!("mcp_servers:\n{server}")),
-        ("tools.d/http.yaml", &lookup_yaml(&backend, "lookup", "Look up.")),
+        (
+            "tools.d/http.yaml",
+            &lookup_yaml(&backend, "lookup", "Look up."),
+        ),
     ]);
     let s = Served::start(dir.path(), ENV).await;
     let c = Client::new(&s);

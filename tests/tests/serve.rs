@@ -187,7 +187,10 @@ async fn sigterm_lets_a_stream_in_flight_finish_and_flushes_the_audit_log() {
         }
         let v: Value = serde_json::from_str(data).unwrap();
         assert!(v.get("error").is_none(), "{v}");
-        if let Some(c) = v.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+        if let Some(c) = v
+            .pointer("/choices/0/delta/content")
+            .and_then(Value::as_str)
+        {
             content.push_str(c);
         }
     }

@@ -32,7 +32,10 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     let catalog = state.catalog();
     match crate::metrics::global() {
         Some(m) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
             m.render(&catalog),
         )
             .into_response(),
@@ -209,11 +212,11 @@ pub fn call_context(headers: &HeaderMap, caller: &Caller) -> Result<CallContext,
                 .to_owned(),
         ),
     };
-    Ok(CallContext::new()
+    CallContext::new()
         .with_request_id(caller.request_id.clone())
         .with_key(caller.key_name())
         .with_project(project)
-        .map_err(|e| ApiError::bad_request(format!("X-Toolgate-Project: {e}")))?)
+        .map_err(|e| ApiError::bad_request(format!("X-Toolgate-Project: {e}")))
 }
 
 /// `POST /v1/tools/{name}/invoke` with `{"arguments": {...}}`. With API
@@ -230,14 +233,11 @@ pub async fn invoke(
     let arguments = parse_arguments(&body)?;
     let catalog = state.catalog();
     if let Some(key) = caller.key.as_ref().filter(|k| k.tool_sets.is_some()) {
-        let allowed = catalog
-            .sets()
-            .filter(|s| key.may_use(&s.name))
-            .any(|s| {
-                s.tools.contains(&name)
-                    || s.unavailable.contains(&name)
-                    || s.mcp.iter().any(|p| p.matches(&name))
-            });
+        let allowed = catalog.sets().filter(|s| key.may_use(&s.name)).any(|s| {
+            s.tools.contains(&name)
+                || s.unavailable.contains(&name)
+                || s.mcp.iter().any(|p| p.matches(&name))
+        });
         if !allowed {
             crate::metrics::record(|m| m.reject("forbidden"));
             return Err(ApiError::new(

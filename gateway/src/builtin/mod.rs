@@ -17,6 +17,7 @@ pub mod files;
 pub mod json;
 pub mod process;
 pub mod python;
+pub mod spawn;
 pub mod text;
 pub mod weather;
 pub mod web_fetch;
@@ -47,6 +48,7 @@ pub fn all() -> Vec<NativeTool> {
         python::execute_python,
         web_fetch::web_fetch,
         weather::get_weather,
+        spawn::spawn,
     ]
     .into_iter()
     .map(NativeTool::into_builtin)
@@ -220,6 +222,19 @@ fn check_settings(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
                     "write it as `name` or `package.module`",
                 );
             }
+        }
+    }
+    for (field, value) in [
+        ("max_tasks", decl.spawn.max_tasks),
+        ("concurrency", decl.spawn.concurrency),
+        ("max_iterations", decl.spawn.max_iterations as usize),
+    ] {
+        if value == 0 {
+            err(
+                &format!("spawn.{field}"),
+                format!("spawn.{field} must be at least 1"),
+                "give a whole number of at least 1",
+            );
         }
     }
 }

@@ -179,13 +179,7 @@ pub(super) fn build(
 
     crate::limits::check(&raw.gateway, &mut diags);
     crate::audit::check(&raw.gateway, &mut diags);
-    let keys = crate::auth::check(
-        &raw.gateway,
-        &sets,
-        default_set.as_deref(),
-        env,
-        &mut diags,
-    );
+    let keys = crate::auth::check(&raw.gateway, &sets, default_set.as_deref(), env, &mut diags);
 
     diag::sort(&mut diags);
     if diags.iter().any(Diagnostic::is_error) {

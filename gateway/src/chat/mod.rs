@@ -2,6 +2,7 @@
 //! either proxies the request untouched or runs the tool loop.
 
 mod request;
+mod subagent;
 mod tool_loop;
 
 use std::collections::HashSet;
@@ -251,12 +252,11 @@ async fn proxy(
         let _held = &guard;
         chunk
     });
-    out.body(Body::from_stream(chunks))
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_invalid_response",
-                e.to_string(),
-            )
-        })
+    out.body(Body::from_stream(chunks)).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_invalid_response",
+            e.to_string(),
+        )
+    })
 }

@@ -118,6 +118,26 @@ impl ChatRequest {
         })
     }
 
+    /// A new non-streaming request with the same model and sampling fields
+    /// but its own `messages` and none of the client's tools (a sub-agent's).
+    pub fn derived(&self, messages: &[Value]) -> ChatRequest {
+        let mut raw = self.raw.clone();
+        for field in ["tools", "tool_choice", "parallel_tool_calls", "stream", "stream_options", "n"] {
+            raw.shift_remove(field);
+        }
+        raw.insert("messages".into(), crate::openai::raw(&messages));
+        ChatRequest {
+            raw,
+            model: self.model.clone(),
+            stream: false,
+            include_usage: false,
+            tool_set: None,
+            max_tool_iterations: None,
+            client_tools: Vec::new(),
+            modified: true,
+        }
+    }
+
     /// The messages of the request.
     pub fn messages(&self) -> Vec<Value> {
         field::<Vec<Value>>(&self.raw, "messages")

@@ -30,6 +30,7 @@ use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 
 use super::request::ChatRequest;
+use super::subagent;
 use crate::api::ApiError;
 use crate::catalog::Catalog;
 use crate::config::format::FormatterKind;
@@ -150,8 +151,13 @@ impl Loop {
         })
     }
 
-    /// Runs the loop and returns the final chat completion.
-    pub async fn run(self) -> Result<Value, ApiError> {
+    /// Runs the loop and returns the final chat completion. (Boxed: a loop
+    /// may run sub-agents, which are loops.)
+    pub fn run(self) -> futures::future::BoxFuture<'static, Result<Value, ApiError>> {
+        Box::pin(self.run_to_end())
+    }
+
+    async fn run_to_end(self) -> Result<Value, ApiError> {
         let mut run = self.start()?;
         let mut iteration = 0;
         loop {
@@ -403,20 +409,21 @@ impl Run {
                 ]))),
             });
         }
-        let batch: Vec<ToolCall> = parsed
+        // `spawn` (sub-agents) needs the model, so the loop runs it itself,
+        // next to the executor's batch.
+        let (spawns, batch): (Vec<ToolCall>, Vec<ToolCall>) = parsed
             .iter()
             .filter_map(|p| p.as_ref().ok().cloned())
-            .collect();
-        let mut results = self
-            .l
-            .executor
-            .run_batch(&self.l.catalog, &batch, &self.l.context)
-            .await
-            .into_iter();
+            .partition(|c| c.name == subagent::SPAWN);
+        let (batch_results, spawn_results) = futures::join!(
+            self.l.executor.run_batch(&self.l.catalog, &batch, &self.l.context),
+            self.run_spawns(&spawns),
+        );
+        let mut results = batch_results.into_iter();
+        let mut spawn_results = spawn_results.into_iter();
         for (call, p) in calls.iter().zip(parsed) {
             let result = match p {
-                Ok(_) => results
-                    .next()
+                Ok(c) => if c.name == subagent::SPAWN { spawn_results.next() } else { results.next() }
                     .unwrap_or_else(|| failed(ToolError::Failed("the call did not run".into()))),
                 // Refused before the executor (not in the set, arguments not
                 // JSON): counted and audited like any call.
@@ -456,6 +463,35 @@ impl Run {
                 json!({"role": "tool", "tool_call_id": call.id, "content": result.to_model_text()}),
             );
         }
+    }
+
+    /// Runs `spawn` calls: validated like any call, then each call's tasks
+    /// as sub-agents.
+    async fn run_spawns(&self, calls: &[ToolCall]) -> Vec<ToolResult> {
+        let mut out = Vec::with_capacity(calls.len());
+        for call in calls {
+            let started = std::time::Instant::now();
+            let outcome = match self.l.catalog.tool(subagent::SPAWN) {
+                None => Err(ToolError::UnknownTool(call.name.clone())),
+                Some(tool) => match tool.validate(&call.arguments) {
+                    Err(errors) => Err(ToolError::InvalidArguments(errors)),
+                    Ok(()) => {
+                        let tasks: Vec<String> = call.arguments["tasks"]
+                            .as_array()
+                            .map(|t| t.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                            .unwrap_or_default();
+                        subagent::run(&self.l, tasks).await
+                    }
+                },
+            };
+            let result = self.l.executor.finish(outcome, &self.l.catalog, started);
+            self.l
+                .executor
+                .record(&self.l.catalog, call, &self.l.context, &result)
+                .await;
+            out.push(result);
+        }
+        out
     }
 
     fn stream(mut self, first: reqwest::Response) -> impl Stream<Item = Result<Event, Infallible>> {

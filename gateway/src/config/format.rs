@@ -368,6 +368,8 @@ pub struct BuiltinsDecl {
     pub python: PythonDecl,
     /// The `web_fetch` tool.
     pub web_fetch: WebFetchDecl,
+    /// The `spawn` tool (sub-agents).
+    pub spawn: SpawnDecl,
 }
 
 impl Default for BuiltinsDecl {
@@ -378,6 +380,30 @@ impl Default for BuiltinsDecl {
             exec: ExecDecl::default(),
             python: PythonDecl::default(),
             web_fetch: WebFetchDecl::default(),
+            spawn: SpawnDecl::default(),
+        }
+    }
+}
+
+/// Settings of `spawn`: sub-agents, each its own tool loop against the same
+/// model with the same tool set minus `spawn` (no recursive spawning).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SpawnDecl {
+    /// The most tasks one call may start.
+    pub max_tasks: usize,
+    /// Sub-agents running at the same time, per call.
+    pub concurrency: usize,
+    /// Model round trips of each sub-agent's loop.
+    pub max_iterations: u32,
+}
+
+impl Default for SpawnDecl {
+    fn default() -> Self {
+        SpawnDecl {
+            max_tasks: 8,
+            concurrency: 4,
+            max_iterations: 4,
         }
     }
 }

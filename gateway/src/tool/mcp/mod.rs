@@ -315,9 +315,12 @@ impl McpRegistry {
         let mut kept = Vec::new();
         let mut taken = Vec::new();
         for slot in &mut inner.servers {
-            let Some(old) = previous.inner.servers.iter().find(|o| {
-                o.spec.same_declaration(&slot.spec) && !o.stop.is_cancelled()
-            }) else {
+            let Some(old) = previous
+                .inner
+                .servers
+                .iter()
+                .find(|o| o.spec.same_declaration(&slot.spec) && !o.stop.is_cancelled())
+            else {
                 continue;
             };
             *slot = Arc::clone(old);

@@ -1,0 +1,111 @@
+//! Sub-agents (`spawn`): each task runs as its own tool loop against the
+//! same model, with the same tools minus `spawn`, bounded in number.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::{Value, json};
+use toolgate_tests::mock_llm::MockLlm;
+use toolgate_tests::{ConfigDir, Gateway, load_catalog};
+
+async fn setup() -> (MockLlm, Gateway, ConfigDir) {
+    let model = MockLlm::start().await;
+    let gateway_yaml = format!(
+        "
+defaults:
+  tool_set: agents
+upstreams:
+  - name: mock
+    base_url: {}
+builtins:
+  enabled: [calculator, spawn]
+  spawn: {{ max_tasks: 3, concurrency: 2, max_iterations: 3 }}
+",
+        model.base_url()
+    );
+    let dir = ConfigDir::new(&[
+        ("toolgate.yaml", &gateway_yaml),
+        ("tool-sets/agents.yaml", "name: agents\ntools: [spawn, calculator]\n"),
+    ]);
+    let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
+    (model, gateway, dir)
+}
+
+async fn chat(gateway: &Gateway, text: &str) -> Value {
+    let r = reqwest::Client::new()
+        .post(gateway.url("/v1/chat/completions"))
+        .json(&json!({"model": "mock-model", "messages": [{"role": "user", "content": text}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+fn spawn_script(tasks: &[&str]) -> String {
+    format!("call spawn {}", json!({ "tasks": tasks }))
+}
+
+#[tokio::test]
+async fn each_task_runs_its_own_loop_and_answers() {
+    let (model, gateway, _dir) = setup().await;
+    let body = chat(
+        &gateway,
+        &spawn_script(&[
+            r#"call calculator {"expression": "1+2"}"#,
+            r#"call calculator {"expression": "2*3"}"#,
+        ]),
+    )
+    .await;
+    let call = &body["toolgate"]["tool_calls"][0];
+    assert_eq!(call["function"]["name"], "spawn");
+    assert_eq!(call["success"], true, "{call}");
+    let answers = call["result"].as_array().unwrap();
+    assert_eq!(answers.len(), 2);
+    assert_eq!(answers[0]["answer"], "Tool results: [calculator] 3");
+    assert_eq!(answers[1]["answer"], "Tool results: [calculator] 6");
+    assert!(answers.iter().all(|a| a["success"] == true && a["tool_calls"] == 1));
+    // The sub-agents were offered the set's tools minus `spawn`.
+    let child_requests: Vec<Value> = model
+        .requests()
+        .into_iter()
+        .filter(|r| r["messages"][0]["content"].as_str().is_some_and(|c| c.contains("sub-agent")))
+        .collect();
+    assert_eq!(child_requests.len(), 4, "two model calls per sub-agent");
+    for r in &child_requests {
+        let names: Vec<&str> = r["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["calculator"]);
+    }
+}
+
+#[tokio::test]
+async fn sub_agents_cannot_spawn_and_tasks_are_bounded() {
+    let (_model, gateway, _dir) = setup().await;
+    // A task asking to spawn: the sub-agent has no `spawn` to call.
+    let nested = spawn_script(&["x"]);
+    let body = chat(&gateway, &spawn_script(&[&nested])).await;
+    let answer = &body["toolgate"]["tool_calls"][0]["result"][0];
+    assert_eq!(answer["tool_calls"], 0, "{answer}");
+    assert!(answer["answer"].as_str().unwrap().starts_with("Hello!"), "{answer}");
+    // More tasks than builtins.spawn.max_tasks: an error result the model sees.
+    let body = chat(&gateway, &spawn_script(&["a", "b", "c", "d"])).await;
+    let call = &body["toolgate"]["tool_calls"][0];
+    assert_eq!(call["success"], false);
+    assert!(call["error"]["message"].as_str().unwrap().contains("at most 3"), "{call}");
+    // Invalid arguments are validated like any call.
+    let body = chat(&gateway, r#"call spawn {"tasks": []}"#).await;
+    assert_eq!(body["toolgate"]["tool_calls"][0]["error"]["code"], "invalid_arguments");
+}
+
+#[tokio::test]
+async fn outside_a_chat_loop_spawn_says_where_it_works() {
+    let (_model, gateway, _dir) = setup().await;
+    let r = reqwest::Client::new()
+        .post(gateway.url("/v1/tools/spawn/invoke"))
+        .json(&json!({"arguments": {"tasks": ["x"]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("/v1/chat/completions"));
+}
