@@ -47,6 +47,16 @@ pub enum Trigger {
     Manual,
 }
 
+impl Trigger {
+    fn label(self) -> &'static str {
+        match self {
+            Trigger::Watch => "a file change",
+            Trigger::Signal => "SIGHUP",
+            Trigger::Manual => "a request",
+        }
+    }
+}
+
 /// How a reload ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "outcome")]
@@ -256,7 +266,8 @@ impl Reloader {
                 tracing::info!(
                     version,
                     ms = began.elapsed().as_millis() as u64,
-                    "configuration reloaded ({trigger:?}): {summary}{}",
+                    "configuration reloaded after {}: {summary}{}",
+                    trigger.label(),
                     if kept.is_empty() {
                         String::new()
                     } else {

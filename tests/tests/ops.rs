@@ -549,6 +549,39 @@ async fn api_keys_authenticate_and_scope_tool_sets() {
 }
 
 #[tokio::test]
+async fn keys_reload_with_the_configuration() {
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = ConfigDir::new(&[
+        ("toolgate.yaml", &gateway_yaml(&model, "")),
+        (
+            "tools.d/a.yaml",
+            &lookup_yaml(&backend, "lookup", "Look up."),
+        ),
+    ]);
+    let s = Served::start(dir.path(), ENV).await;
+    let c = Client::new(&s);
+    let (status, _, _) = c.get(None, "/v1/tools").await;
+    assert_eq!(status, 200, "no keys: the API is open");
+    write_atomically(
+        dir.path(),
+        "toolgate.yaml",
+        &gateway_yaml(
+            &model,
+            &format!(
+                "auth:\n  keys:\n    - name: alice\n      sha256: {}\n",
+                gateway::auth::digest_hex(ALICE)
+            ),
+        ),
+    );
+    s.reloaded(2).await;
+    let (status, _, _) = c.get(None, "/v1/tools").await;
+    assert_eq!(status, 401);
+    let (status, _, _) = c.get(Some(ALICE), "/v1/tools").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
 async fn rate_limits_answer_429_with_retry_after() {
     let (_backend, _model, _dir, s) = keyed_setup().await;
     let c = Client::new(&s);

@@ -24,7 +24,10 @@ builtins:
     );
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml),
-        ("tool-sets/agents.yaml", "name: agents\ntools: [spawn, calculator]\n"),
+        (
+            "tool-sets/agents.yaml",
+            "name: agents\ntools: [spawn, calculator]\n",
+        ),
     ]);
     let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
     (model, gateway, dir)
@@ -63,16 +66,29 @@ async fn each_task_runs_its_own_loop_and_answers() {
     assert_eq!(answers.len(), 2);
     assert_eq!(answers[0]["answer"], "Tool results: [calculator] 3");
     assert_eq!(answers[1]["answer"], "Tool results: [calculator] 6");
-    assert!(answers.iter().all(|a| a["success"] == true && a["tool_calls"] == 1));
+    assert!(
+        answers
+            .iter()
+            .all(|a| a["success"] == true && a["tool_calls"] == 1)
+    );
     // The sub-agents were offered the set's tools minus `spawn`.
     let child_requests: Vec<Value> = model
         .requests()
         .into_iter()
-        .filter(|r| r["messages"][0]["content"].as_str().is_some_and(|c| c.contains("sub-agent")))
+        .filter(|r| {
+            r["messages"][0]["content"]
+                .as_str()
+                .is_some_and(|c| c.contains("sub-agent"))
+        })
         .collect();
     assert_eq!(child_requests.len(), 4, "two model calls per sub-agent");
     for r in &child_requests {
-        let names: Vec<&str> = r["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = r["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["calculator"]);
     }
 }
@@ -85,15 +101,27 @@ async fn sub_agents_cannot_spawn_and_tasks_are_bounded() {
     let body = chat(&gateway, &spawn_script(&[&nested])).await;
     let answer = &body["toolgate"]["tool_calls"][0]["result"][0];
     assert_eq!(answer["tool_calls"], 0, "{answer}");
-    assert!(answer["answer"].as_str().unwrap().starts_with("Hello!"), "{answer}");
+    assert!(
+        answer["answer"].as_str().unwrap().starts_with("Hello!"),
+        "{answer}"
+    );
     // More tasks than builtins.spawn.max_tasks: an error result the model sees.
     let body = chat(&gateway, &spawn_script(&["a", "b", "c", "d"])).await;
     let call = &body["toolgate"]["tool_calls"][0];
     assert_eq!(call["success"], false);
-    assert!(call["error"]["message"].as_str().unwrap().contains("at most 3"), "{call}");
+    assert!(
+        call["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 3"),
+        "{call}"
+    );
     // Invalid arguments are validated like any call.
     let body = chat(&gateway, r#"call spawn {"tasks": []}"#).await;
-    assert_eq!(body["toolgate"]["tool_calls"][0]["error"]["code"], "invalid_arguments");
+    assert_eq!(
+        body["toolgate"]["tool_calls"][0]["error"]["code"],
+        "invalid_arguments"
+    );
 }
 
 #[tokio::test]
@@ -107,5 +135,10 @@ async fn outside_a_chat_loop_spawn_says_where_it_works() {
         .unwrap();
     assert_eq!(r.status(), 502);
     let body: Value = r.json().await.unwrap();
-    assert!(body["error"]["message"].as_str().unwrap().contains("/v1/chat/completions"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/v1/chat/completions")
+    );
 }

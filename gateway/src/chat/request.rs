@@ -122,7 +122,14 @@ impl ChatRequest {
     /// but its own `messages` and none of the client's tools (a sub-agent's).
     pub fn derived(&self, messages: &[Value]) -> ChatRequest {
         let mut raw = self.raw.clone();
-        for field in ["tools", "tool_choice", "parallel_tool_calls", "stream", "stream_options", "n"] {
+        for field in [
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+            "stream",
+            "stream_options",
+            "n",
+        ] {
             raw.shift_remove(field);
         }
         raw.insert("messages".into(), crate::openai::raw(&messages));

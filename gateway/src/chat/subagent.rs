@@ -36,11 +36,15 @@ pub async fn run(parent: &Loop, tasks: Vec<String>) -> Result<Value, ToolError> 
     let mut running = FuturesUnordered::new();
     loop {
         while running.len() < concurrency {
-            let Some((i, task)) = pending.next() else { break };
+            let Some((i, task)) = pending.next() else {
+                break;
+            };
             let child = child_loop(parent, task);
             running.push(async move { (i, child.run().await) });
         }
-        let Some((i, outcome)) = running.next().await else { break };
+        let Some((i, outcome)) = running.next().await else {
+            break;
+        };
         let task = &tasks[i];
         answers[i] = Some(match outcome {
             Ok(completion) => json!({
@@ -66,7 +70,10 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
         .tools
         .iter()
         .filter(|t| {
-            let name = t.pointer("/function/name").and_then(Value::as_str).unwrap_or_default();
+            let name = t
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             name != SPAWN && parent.gateway_tools.contains(name)
         })
         .cloned()

@@ -416,15 +416,21 @@ impl Run {
             .filter_map(|p| p.as_ref().ok().cloned())
             .partition(|c| c.name == subagent::SPAWN);
         let (batch_results, spawn_results) = futures::join!(
-            self.l.executor.run_batch(&self.l.catalog, &batch, &self.l.context),
+            self.l
+                .executor
+                .run_batch(&self.l.catalog, &batch, &self.l.context),
             self.run_spawns(&spawns),
         );
         let mut results = batch_results.into_iter();
         let mut spawn_results = spawn_results.into_iter();
         for (call, p) in calls.iter().zip(parsed) {
             let result = match p {
-                Ok(c) => if c.name == subagent::SPAWN { spawn_results.next() } else { results.next() }
-                    .unwrap_or_else(|| failed(ToolError::Failed("the call did not run".into()))),
+                Ok(c) => if c.name == subagent::SPAWN {
+                    spawn_results.next()
+                } else {
+                    results.next()
+                }
+                .unwrap_or_else(|| failed(ToolError::Failed("the call did not run".into()))),
                 // Refused before the executor (not in the set, arguments not
                 // JSON): counted and audited like any call.
                 Err(r) => {
@@ -478,7 +484,11 @@ impl Run {
                     Ok(()) => {
                         let tasks: Vec<String> = call.arguments["tasks"]
                             .as_array()
-                            .map(|t| t.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                            .map(|t| {
+                                t.iter()
+                                    .filter_map(|v| v.as_str().map(str::to_owned))
+                                    .collect()
+                            })
                             .unwrap_or_default();
                         subagent::run(&self.l, tasks).await
                     }
