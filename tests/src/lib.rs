@@ -336,3 +336,59 @@ pub fn write_atomically(dir: &Path, path: &str, content: &str) {
     std::fs::write(&tmp, content).unwrap();
     std::fs::rename(&tmp, &full).unwrap();
 }
+
+/// Runs a command-line binary of the workspace with `NO_COLOR` set and the
+/// shipped web-search key unset; returns (exit code, stdout, stderr).
+pub fn run_cli(bin: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(bin)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env_remove("BRAVE_API_KEY")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `[{"role": "user", "content": text}]`.
+pub fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+/// POSTs JSON; returns the status and the JSON answer.
+pub async fn post_json(url: &str, body: &Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+/// POSTs a streaming request; returns the status, the parsed `data:`
+/// payloads and whether `[DONE]` arrived.
+pub async fn post_sse(url: &str, body: &Value) -> (u16, Vec<Value>, bool) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    let mut events = Vec::new();
+    let mut done = false;
+    for data in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if data == "[DONE]" {
+            done = true;
+        } else {
+            events.push(serde_json::from_str(data).unwrap());
+        }
+    }
+    (status, events, done)
+}

@@ -5,7 +5,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -1106,16 +1105,7 @@ fn tool_sets_name_builtins_like_any_tool() {
 }
 
 fn toolgate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(toolgate_bin())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    toolgate_tests::run_cli(&toolgate_bin(), args)
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 use toolgate_tests::mock_llm::MockLlm;
-use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog};
+use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog, post_json, post_sse, user};
 
 struct Setup {
     backend: Backend,
@@ -84,43 +84,12 @@ tools:
     }
 }
 
-fn user(text: &str) -> Value {
-    json!([{"role": "user", "content": text}])
-}
-
 async fn post(s: &Setup, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(s.gateway.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
+    post_json(&s.gateway.url("/v1/chat/completions"), &body).await
 }
 
-/// Posts a streaming request and returns the parsed `data:` payloads.
 async fn post_stream(s: &Setup, body: Value) -> (u16, Vec<Value>, bool) {
-    let r = reqwest::Client::new()
-        .post(s.gateway.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    let mut events = Vec::new();
-    let mut done = false;
-    for line in text.lines() {
-        if let Some(data) = line.strip_prefix("data: ") {
-            if data == "[DONE]" {
-                done = true;
-            } else {
-                events.push(serde_json::from_str(data).unwrap());
-            }
-        }
-    }
-    (status, events, done)
+    post_sse(&s.gateway.url("/v1/chat/completions"), &body).await
 }
 
 #[tokio::test]

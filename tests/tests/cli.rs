@@ -10,16 +10,7 @@ use serde_json::Value;
 use toolgate_tests::{Backend, ConfigDir, repo_root, toolgate_bin};
 
 fn toolgate(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(toolgate_bin())
-        .args(args)
-        .env_remove("BRAVE_API_KEY")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    toolgate_tests::run_cli(&toolgate_bin(), args)
 }
 
 #[test]

@@ -31,16 +31,7 @@ fn example_config() -> String {
 }
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(custom_bin())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    toolgate_tests::run_cli(&custom_bin(), args)
 }
 
 #[test]

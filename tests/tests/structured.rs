@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 use toolgate_tests::mock_llm::MockLlm;
-use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog};
+use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog, post_json, post_sse, user};
 
 struct Setup {
     model: MockLlm,
@@ -71,36 +71,13 @@ tools:
 }
 
 async fn post(s: &Setup, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(s.gateway.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
+    post_json(&s.gateway.url("/v1/chat/completions"), &body).await
 }
 
 async fn post_stream(s: &Setup, body: Value) -> Vec<Value> {
-    let r = reqwest::Client::new()
-        .post(s.gateway.url("/v1/chat/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    r.text()
-        .await
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
-}
-
-fn user(text: &str) -> Value {
-    json!([{"role": "user", "content": text}])
+    let (status, events, _) = post_sse(&s.gateway.url("/v1/chat/completions"), &body).await;
+    assert_eq!(status, 200);
+    events
 }
 
 #[tokio::test]
