@@ -6,9 +6,11 @@
 //! whole life.
 
 mod build;
+mod http_tools;
 mod mcp;
 mod natives;
 mod toolset;
+mod upstreams;
 
 use std::path::Path;
 use std::sync::Arc;
