@@ -33,7 +33,37 @@ pub struct Tool {
 }
 
 /// Cached successful results of one tool, keyed by canonical arguments.
-pub type ResultCache = moka::sync::Cache<String, Value>;
+/// The underlying cache is created on the first insert: a moka cache costs
+/// tens of KiB even empty, and most declared tools are never called.
+#[derive(Debug)]
+pub struct ResultCache {
+    ttl: Duration,
+    cache: std::sync::OnceLock<moka::sync::Cache<String, Value>>,
+}
+
+impl ResultCache {
+    pub fn new(ttl: Duration) -> Self {
+        ResultCache {
+            ttl,
+            cache: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.cache.get().and_then(|c| c.get(key))
+    }
+
+    pub fn insert(&self, key: String, value: Value) {
+        self.cache
+            .get_or_init(|| {
+                moka::sync::Cache::builder()
+                    .max_capacity(10_000)
+                    .time_to_live(self.ttl)
+                    .build()
+            })
+            .insert(key, value);
+    }
+}
 
 /// What runs when the tool is called.
 #[derive(Debug)]
@@ -73,12 +103,7 @@ impl Tool {
     /// Builds a tool; fails when `parameters` is not a usable JSON Schema.
     pub fn new(spec: ToolSpec, kind: ToolKind) -> Result<Tool, String> {
         let validator = compile_schema(&spec.parameters)?;
-        let cache = spec.cache_ttl.map(|ttl| {
-            moka::sync::Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(ttl)
-                .build()
-        });
+        let cache = spec.cache_ttl.map(ResultCache::new);
         Ok(Tool {
             name: spec.name,
             description: spec.description,

@@ -15,7 +15,12 @@ const TOOLS: usize = 1_000;
 const FILES: usize = 50;
 const RUNS: usize = 15;
 
-fn tool_yaml(i: usize) -> String {
+fn tool_yaml(i: usize, cached: bool) -> String {
+    let cache = if cached {
+        "    cache: { ttl: 1m }\n"
+    } else {
+        ""
+    };
     format!(
         r#"  - name: tool_{i:04}
     description: Generated tool number {i}, which looks up an item by id and query.
@@ -38,8 +43,7 @@ fn tool_yaml(i: usize) -> String {
       timeout: 5s
     response:
       select: /data
-    cache: {{ ttl: 1m }}
-"#
+{cache}"#
     )
 }
 
@@ -58,28 +62,51 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-fn main() {
-    let dir = tempfile::tempdir().unwrap();
-    let tools_dir = dir.path().join("tools.d");
+/// Writes a configuration folder of `TOOLS` generated tools.
+fn write_config(dir: &std::path::Path, cached: bool) -> u64 {
+    let tools_dir = dir.join("tools.d");
     std::fs::create_dir_all(&tools_dir).unwrap();
     let per_file = TOOLS / FILES;
     for f in 0..FILES {
         let mut text = String::from("tools:\n");
         for i in f * per_file..(f + 1) * per_file {
-            text.push_str(&tool_yaml(i));
+            text.push_str(&tool_yaml(i, cached));
         }
         std::fs::write(tools_dir.join(format!("gen-{f:03}.yaml")), text).unwrap();
     }
-    std::fs::create_dir_all(dir.path().join("tool-sets")).unwrap();
+    std::fs::create_dir_all(dir.join("tool-sets")).unwrap();
     std::fs::write(
-        dir.path().join("tool-sets/all.yaml"),
+        dir.join("tool-sets/all.yaml"),
         "name: all\ntools: [\"tool_*\"]\n",
     )
     .unwrap();
-    let bytes: u64 = std::fs::read_dir(&tools_dir)
+    std::fs::read_dir(&tools_dir)
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
-        .sum();
+        .sum()
+}
+
+fn load(dir: &std::path::Path) -> Catalog {
+    Catalog::load_with_env(dir, &|_| None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = write_config(dir.path(), true);
+    let plain = tempfile::tempdir().unwrap();
+    write_config(plain.path(), false);
+    let tools_dir = dir.path().join("tools.d");
+
+    // Memory first, in a process that has loaded nothing yet: one catalog
+    // without result caches, then one with a cache per tool.
+    let rss_start = rss_bytes();
+    let without_caches = load(plain.path());
+    let rss_plain = rss_bytes();
+    let with_caches = load(dir.path());
+    let rss_cached = rss_bytes();
+    assert_eq!(without_caches.tools().count(), TOOLS);
+    drop(without_caches);
+    drop(with_caches);
 
     // Baseline: read and parse the same files as untyped YAML.
     let mut baseline = Vec::new();
@@ -98,23 +125,19 @@ fn main() {
         baseline.push(start.elapsed());
     }
 
-    let rss_before = rss_bytes();
     let mut loads = Vec::new();
-    let mut kept = None;
     for _ in 0..RUNS {
         let start = Instant::now();
-        let catalog =
-            Catalog::load_with_env(dir.path(), &|_| None).unwrap_or_else(|e| panic!("{e}"));
+        let catalog = load(dir.path());
         loads.push(start.elapsed());
-        kept = Some(catalog);
+        assert_eq!(catalog.tools().count(), TOOLS);
+        assert_eq!(catalog.set("all").unwrap().tools.len(), TOOLS);
+        black_box(catalog);
     }
-    let catalog = kept.unwrap();
-    let rss_after = rss_bytes();
-    assert_eq!(catalog.tools().count(), TOOLS);
-    assert_eq!(catalog.set("all").unwrap().tools.len(), TOOLS);
 
     let load = median(loads);
     let base = median(baseline);
+    let mib = |b: usize| b as f64 / (1024.0 * 1024.0);
     println!(
         "catalog load: {TOOLS} HTTP tools in {FILES} files ({} KiB of YAML), median of {RUNS} runs",
         bytes / 1024
@@ -132,11 +155,19 @@ fn main() {
         load.as_secs_f64() / base.as_secs_f64()
     );
     println!(
-        "  resident memory after loading:         {:>8.1} MiB (growth over the process before loading: {:.1} MiB)",
-        rss_after as f64 / (1024.0 * 1024.0),
-        rss_after.saturating_sub(rss_before) as f64 / (1024.0 * 1024.0)
+        "  resident memory before loading:        {:>8.1} MiB",
+        mib(rss_start)
     );
-    black_box(catalog);
+    println!(
+        "  + one catalog, no result caches:       {:>8.1} MiB ({:.1} KiB per tool)",
+        mib(rss_plain.saturating_sub(rss_start)),
+        rss_plain.saturating_sub(rss_start) as f64 / 1024.0 / TOOLS as f64
+    );
+    println!(
+        "  + one catalog, a cache on every tool:  {:>8.1} MiB ({:.1} KiB per tool)",
+        mib(rss_cached.saturating_sub(rss_plain)),
+        rss_cached.saturating_sub(rss_plain) as f64 / 1024.0 / TOOLS as f64
+    );
 }
 
 /// Plain YAML parsing through the same parser the loader uses.
