@@ -70,7 +70,8 @@ curl -sf "http://$GATE/v1/chat/completions" -H 'content-type: application/json' 
 # run NAME ADDR LUA CONNECTIONS -> "rps p50_ms p99_ms"
 run() {
   local out
-  out=$(wrk -t2 -c"$4" -d"${DURATION}s" --latency -s "$work/$3.lua" "http://$2/v1/chat/completions")
+  local threads=$(( $4 < 2 ? $4 : 2 ))
+  out=$(wrk -t"$threads" -c"$4" -d"${DURATION}s" --latency -s "$work/$3.lua" "http://$2/v1/chat/completions")
   if grep -q "Non-2xx" <<<"$out"; then echo "$1: non-2xx answers" >&2; echo "$out" >&2; exit 1; fi
   local rps p50 p99
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
@@ -79,7 +80,7 @@ run() {
   echo "$rps $(ms "$p50") $(ms "$p99")"
 }
 ms() { # wrk prints 123.45us / 1.23ms / 1.02s
-  python3 -c "import sys; v=sys.argv[1]; u=v.rstrip('0123456789.'); n=float(v[:len(v)-len(u)]); print(round(n*{'us':0.001,'ms':1,'s':1000}[u],4))" "$1"
+  python3 -c "import re,sys; n,u=re.fullmatch(r'([0-9.]+)([a-z]+)', sys.argv[1]).groups(); print(round(float(n)*{'us':0.001,'ms':1,'s':1000,'m':60000}[u],4))" "$1"
 }
 
 read -r d_rps _ _ <<<"$(run direct "$MOCK" plain 64)"
