@@ -11,7 +11,6 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use tower_http::trace::TraceLayer;
 
 pub use error::{ApiError, body_error};
 pub use layers::{Caller, REQUEST_ID_HEADER, RequestId, forbidden_set};
@@ -91,7 +90,6 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             layers::authenticate,
         ))
-        .layer(TraceLayer::new_for_http())
         .layer(axum::middleware::from_fn(layers::observe))
         .with_state(state)
 }
