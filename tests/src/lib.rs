@@ -392,3 +392,21 @@ pub async fn post_sse(url: &str, body: &Value) -> (u16, Vec<Value>, bool) {
     }
     (status, events, done)
 }
+
+/// Reads a `toolgate serve` child's stderr until it says where it listens;
+/// returns the `host:port`.
+pub async fn listening_address(stderr: std::process::ChildStderr) -> String {
+    tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        const MARK: &str = "listening on http://";
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            if let Some(at) = line.find(MARK) {
+                return line[at + MARK.len()..].trim().to_owned();
+            }
+        }
+        panic!("the server never said where it listens");
+    })
+    .await
+    .unwrap()
+}

@@ -3,7 +3,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -132,17 +131,7 @@ async fn serve_answers_the_readme_requests() {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let addr = tokio::task::spawn_blocking(move || {
-        for line in BufReader::new(stderr).lines() {
-            let line = line.unwrap();
-            if let Some(at) = line.find("listening on http://") {
-                return line[at + "listening on http://".len()..].trim().to_owned();
-            }
-        }
-        panic!("the server never said where it listens");
-    })
-    .await
-    .unwrap();
+    let addr = toolgate_tests::listening_address(stderr).await;
     let get = |path: &str| {
         let url = format!("http://{addr}{path}");
         async move {

@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -172,17 +171,7 @@ async fn served_it_injects_the_request_context() {
         .spawn()
         .unwrap();
     let stderr = child.stderr.take().unwrap();
-    let addr = tokio::task::spawn_blocking(move || {
-        for line in BufReader::new(stderr).lines() {
-            let line = line.unwrap();
-            if let Some(at) = line.find("listening on http://") {
-                return line[at + "listening on http://".len()..].trim().to_owned();
-            }
-        }
-        panic!("the server never said where it listens");
-    })
-    .await
-    .unwrap();
+    let addr = toolgate_tests::listening_address(stderr).await;
     let resp: Value = reqwest::Client::new()
         .post(format!("http://{addr}/v1/tools/whoami/invoke"))
         .header("X-Toolgate-Project", "acme")
