@@ -274,8 +274,9 @@ fn is_secret(schema: &Value) -> bool {
 }
 
 /// `args` with every value the schema marks secret (`writeOnly: true` or
-/// `x-secret: true`, at any depth: properties, `additionalProperties`,
-/// `items`, local `$ref`s and the branches of `allOf`/`anyOf`/`oneOf`)
+/// `x-secret: true`, at any depth: properties, `patternProperties`,
+/// `additionalProperties`, `prefixItems`, `items`, local `$ref`s and the
+/// branches of `allOf`/`anyOf`/`oneOf`/`if`/`then`/`else`)
 /// replaced by `"[redacted]"`.
 pub fn redact(schema: &Value, args: &Value) -> Value {
     Redactor { root: schema }.value(schema, args, 0)
@@ -315,6 +316,39 @@ impl<'a> Redactor<'a> {
                 self.applicable(branch, out, depth + 1);
             }
         }
+        // A value may be described by either branch of a condition.
+        for k in ["if", "then", "else"] {
+            if let Some(branch) = schema.get(k) {
+                self.applicable(branch, out, depth + 1);
+            }
+        }
+    }
+
+    /// The schemas of property `key` in `schema`: its `properties` entry and
+    /// every `patternProperties` entry whose pattern matches, else
+    /// `additionalProperties`. A pattern that does not compile (within a
+    /// size limit) is taken to match: redacting too much is the safe side.
+    fn property_schemas(schema: &'a Value, key: &str, out: &mut Vec<&'a Value>) {
+        let before = out.len();
+        if let Some(s) = schema.get("properties").and_then(|p| p.get(key)) {
+            out.push(s);
+        }
+        if let Some(patterns) = schema.get("patternProperties").and_then(Value::as_object) {
+            for (pattern, s) in patterns {
+                let matches = regex::RegexBuilder::new(pattern)
+                    .size_limit(1 << 16)
+                    .build()
+                    .map_or(true, |re| re.is_match(key));
+                if matches {
+                    out.push(s);
+                }
+            }
+        }
+        if out.len() == before
+            && let Some(s) = schema.get("additionalProperties").filter(|a| a.is_object())
+        {
+            out.push(s);
+        }
     }
 
     fn value(&self, schema: &'a Value, v: &Value, depth: usize) -> Value {
@@ -327,30 +361,34 @@ impl<'a> Redactor<'a> {
             Value::Object(map) => {
                 let mut out = Map::with_capacity(map.len());
                 for (k, item) in map {
-                    let subs: Vec<&Value> = schemas
-                        .iter()
-                        .filter_map(|s| {
-                            s.get("properties")
-                                .and_then(|p| p.get(k))
-                                .or_else(|| s.get("additionalProperties").filter(|a| a.is_object()))
-                        })
-                        .collect();
+                    let mut subs: Vec<&Value> = Vec::new();
+                    for s in &schemas {
+                        Self::property_schemas(s, k, &mut subs);
+                    }
                     out.insert(k.clone(), self.any_of(&subs, item, depth));
                 }
                 Value::Object(out)
             }
-            Value::Array(items) => {
-                let subs: Vec<&Value> = schemas
+            Value::Array(items) => Value::Array(
+                items
                     .iter()
-                    .filter_map(|s| s.get("items").filter(|i| i.is_object()))
-                    .collect();
-                Value::Array(
-                    items
-                        .iter()
-                        .map(|item| self.any_of(&subs, item, depth))
-                        .collect(),
-                )
-            }
+                    .enumerate()
+                    .map(|(i, item)| {
+                        // `prefixItems[i]` describes item i; `items` the
+                        // rest (or all, without `prefixItems`).
+                        let subs: Vec<&Value> = schemas
+                            .iter()
+                            .filter_map(|s| {
+                                s.get("prefixItems")
+                                    .and_then(Value::as_array)
+                                    .and_then(|p| p.get(i))
+                                    .or_else(|| s.get("items").filter(|i| i.is_object()))
+                            })
+                            .collect();
+                        self.any_of(&subs, item, depth)
+                    })
+                    .collect(),
+            ),
             other => other.clone(),
         }
     }
@@ -407,6 +445,23 @@ pub fn millis(d: Duration) -> f64 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn secrets_under_pattern_properties_and_prefix_items_are_redacted() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "headers": {"type": "object", "patternProperties": {"^x-token": {"type": "string", "writeOnly": true}}},
+                "pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "string", "x-secret": true}]}
+            }
+        });
+        let args =
+            json!({"headers": {"x-token-a": "s1", "accept": "json"}, "pair": ["user", "s2"]});
+        assert_eq!(
+            redact(&schema, &args),
+            json!({"headers": {"x-token-a": "[redacted]", "accept": "json"}, "pair": ["user", "[redacted]"]})
+        );
+    }
 
     #[test]
     fn secret_properties_are_redacted_at_any_depth() {

@@ -34,9 +34,27 @@ pub struct ApiKey {
     pub default_tool_set: Option<String>,
     pub requests_per_minute: Option<NonZeroU32>,
     pub tool_calls_per_minute: Option<NonZeroU32>,
+    pub max_concurrent_loops: Option<NonZeroU32>,
+    pub max_concurrent_streams: Option<NonZeroU32>,
+    /// The projects the key may use, the first by default; empty: any.
+    pub projects: Vec<String>,
 }
 
 impl ApiKey {
+    /// The project a request of this key works in: the one it names (if
+    /// the key may use it) or the key's first. `Err` names the refusal.
+    pub fn project(&self, asked: Option<String>) -> Result<Option<String>, String> {
+        match asked {
+            None => Ok(self.projects.first().cloned()),
+            Some(p) if self.projects.is_empty() || self.projects.contains(&p) => Ok(Some(p)),
+            Some(p) => Err(format!(
+                "API key `{}` may not use the project `{p}`; it may use: {}",
+                self.name,
+                self.projects.join(", ")
+            )),
+        }
+    }
+
     /// `true` when the key may use the tool set `name`.
     pub fn may_use(&self, name: &str) -> bool {
         self.tool_sets.as_ref().is_none_or(|s| s.contains(name))
@@ -194,6 +212,25 @@ pub(crate) fn check(
             ".limits.tool_calls_per_minute",
             decl.limits.tool_calls_per_minute,
         );
+        let max_concurrent_loops = limit(
+            ".limits.max_concurrent_loops",
+            decl.limits.max_concurrent_loops,
+        );
+        let max_concurrent_streams = limit(
+            ".limits.max_concurrent_streams",
+            decl.limits.max_concurrent_streams,
+        );
+        for (j, p) in decl.projects.iter().enumerate() {
+            if !crate::tool::context::is_valid_project(p) {
+                err(
+                    diags,
+                    &format!(".projects[{j}]"),
+                    format!("{p:?} is not a valid project name"),
+                    "use 1-64 letters, digits, `_`, `-` or `.`, starting with a letter or digit"
+                        .into(),
+                );
+            }
+        }
         if diags.iter().filter(|d| d.is_error()).count() != before {
             continue;
         }
@@ -204,6 +241,9 @@ pub(crate) fn check(
             default_tool_set,
             requests_per_minute,
             tool_calls_per_minute,
+            max_concurrent_loops,
+            max_concurrent_streams,
+            projects: decl.projects.clone(),
         });
         if let Some(other) = keys.by_digest.insert(digest, key) {
             diags.push(Diagnostic::error(

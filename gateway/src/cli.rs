@@ -111,13 +111,17 @@ pub fn main_with(tools: Vec<NativeTool>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // Blocking work still running (a tool stuck in a system call) must not
+    // keep the process alive: the shutdown grace period is a hard deadline.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
 }
 
 fn init_tracing() {
@@ -160,7 +164,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             catalog.mcp().start().await;
             let arguments: serde_json::Value =
                 serde_json::from_str(&args).context("--args is not valid JSON")?;
-            let executor = Executor::new(http_client());
+            let executor = Executor::new(http_client()?);
             let result = executor
                 .run(
                     &catalog,

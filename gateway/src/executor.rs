@@ -443,13 +443,19 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Builds the shared HTTP client used by HTTP tools.
-pub fn http_client() -> reqwest::Client {
+///
+/// It follows no redirect by itself (HTTP tools follow theirs as they
+/// declare, see [`crate::tool::http`]) and never sends `Referer`. A client
+/// that cannot be built is an error, never a default client without these
+/// settings.
+pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder()
         .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(90))
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
         .build()
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

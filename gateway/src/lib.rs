@@ -29,6 +29,7 @@ pub mod limits;
 pub mod metrics;
 pub mod openai;
 pub mod reload;
+pub mod secrets;
 pub mod server;
 pub mod template;
 pub mod tool;

@@ -47,7 +47,35 @@ pub(crate) fn check(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
             l.max_concurrent_streams,
             "how many streaming responses may be open at once, e.g. 1024",
         ),
+        (
+            "limits.max_upstream_response_bytes",
+            l.max_upstream_response_bytes,
+            "the largest model answer in bytes, e.g. 16777216",
+        ),
+        (
+            "limits.max_tool_calls_per_turn",
+            l.max_tool_calls_per_turn,
+            "the most tool calls one model turn may make, e.g. 128",
+        ),
+        (
+            "limits.max_connections",
+            l.max_connections,
+            "how many client connections may be open at once, e.g. 4096",
+        ),
     ];
+    for (path, value) in [
+        ("limits.header_timeout", l.header_timeout),
+        ("limits.body_timeout", l.body_timeout),
+    ] {
+        if value.is_zero() {
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos(path),
+                format!("`{path}` is zero, which would cut off every request"),
+                "give a duration such as `10s`",
+            ));
+        }
+    }
     for (path, value, hint) in positive {
         if value == 0 {
             diags.push(Diagnostic::error(
@@ -197,12 +225,124 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
     (wait.as_secs_f64().ceil() as u64).max(1)
 }
 
+/// Counters per key name, each with the key's own cap.
+#[derive(Debug, Default)]
+pub struct KeyedInFlight {
+    by_key: Mutex<HashMap<String, Arc<InFlight>>>,
+}
+
+impl KeyedInFlight {
+    /// Enters `key`'s counter unless it is at `max`.
+    pub fn try_enter(&self, key: &str, max: usize) -> Option<InFlightGuard> {
+        let counter = {
+            let mut map = self
+                .by_key
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            Arc::clone(map.entry(key.to_owned()).or_default())
+        };
+        counter.try_enter(max)
+    }
+}
+
+/// A place under the caps (global and the key's), held until dropped.
+#[derive(Debug)]
+pub struct Permit {
+    _global: InFlightGuard,
+    _key: Option<InFlightGuard>,
+}
+
+/// Why a request was refused a place: a code and a sentence.
+#[derive(Debug, Clone)]
+pub struct Full {
+    pub code: &'static str,
+    pub message: String,
+}
+
 /// What every request shares: the caps and the buckets.
 #[derive(Debug)]
 pub struct Guards {
     pub loops: Arc<InFlight>,
     pub streams: Arc<InFlight>,
     pub rates: Arc<RateLimits>,
+    /// Loops and streams per key, for keys with their own caps.
+    pub key_loops: KeyedInFlight,
+    pub key_streams: KeyedInFlight,
+}
+
+impl Guards {
+    /// A place for a tool loop (sub-agents included): under
+    /// `limits.max_concurrent_loops`, and the key's own cap if it has one.
+    pub fn enter_loop(
+        &self,
+        limits: &crate::config::format::Limits,
+        key: Option<&crate::auth::ApiKey>,
+    ) -> Result<Permit, Full> {
+        let global = self.loops.try_enter(limits.max_concurrent_loops).ok_or_else(|| Full {
+            code: "too_many_loops",
+            message: format!(
+                "the gateway runs {} tool loops, its limit (limits.max_concurrent_loops); retry shortly",
+                limits.max_concurrent_loops
+            ),
+        })?;
+        let key = Self::key_place(
+            &self.key_loops,
+            key,
+            |k| k.max_concurrent_loops,
+            "tool loops",
+        )?;
+        Ok(Permit {
+            _global: global,
+            _key: key,
+        })
+    }
+
+    /// A place for a streaming response: under
+    /// `limits.max_concurrent_streams`, and the key's own cap if it has one.
+    pub fn enter_stream(
+        &self,
+        limits: &crate::config::format::Limits,
+        key: Option<&crate::auth::ApiKey>,
+    ) -> Result<Permit, Full> {
+        let global = self.streams.try_enter(limits.max_concurrent_streams).ok_or_else(|| Full {
+            code: "too_many_streams",
+            message: format!(
+                "the gateway has {} streaming responses open, its limit (limits.max_concurrent_streams); retry shortly",
+                limits.max_concurrent_streams
+            ),
+        })?;
+        let key = Self::key_place(
+            &self.key_streams,
+            key,
+            |k| k.max_concurrent_streams,
+            "streaming responses",
+        )?;
+        Ok(Permit {
+            _global: global,
+            _key: key,
+        })
+    }
+
+    fn key_place(
+        counters: &KeyedInFlight,
+        key: Option<&crate::auth::ApiKey>,
+        cap: impl Fn(&crate::auth::ApiKey) -> Option<NonZeroU32>,
+        what: &str,
+    ) -> Result<Option<InFlightGuard>, Full> {
+        let Some((key, max)) = key.and_then(|k| cap(k).map(|m| (k, m))) else {
+            return Ok(None);
+        };
+        counters
+            .try_enter(&key.name, max.get() as usize)
+            .map(Some)
+            .ok_or_else(|| Full {
+                code: "key_concurrency_limit",
+                message: format!(
+                    "API key `{}` has {max} {what} in progress, its limit; retry shortly",
+                    key.name
+                ),
+            })
+    }
 }
 
 impl Default for Guards {
@@ -216,6 +356,8 @@ impl Default for Guards {
                 metrics.map(|m| m.active_streams.clone()),
             )),
             rates: Arc::default(),
+            key_loops: KeyedInFlight::default(),
+            key_streams: KeyedInFlight::default(),
         }
     }
 }

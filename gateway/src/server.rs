@@ -57,6 +57,8 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
     #[error("the server task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[error("the HTTP client of the tools cannot be built: {0}")]
+    Client(reqwest::Error),
 }
 
 /// A running gateway.
@@ -102,6 +104,7 @@ pub async fn start(
     listener: tokio::net::TcpListener,
     options: Options,
 ) -> Result<Running, ServeError> {
+    crate::builtin::process::protect_gateway();
     tracing::info!("catalog: {}", catalog.summary());
     catalog.mcp().start().await;
     let audit = match &catalog.settings.audit {
@@ -110,7 +113,8 @@ pub async fn start(
     };
     let reload_settings = catalog.settings.reload.clone();
     let live = Arc::new(Live::new(Arc::new(catalog)));
-    let executor = Executor::new(http_client()).with_audit(audit.clone());
+    let executor =
+        Executor::new(http_client().map_err(ServeError::Client)?).with_audit(audit.clone());
     let state = AppState::with_live(Arc::clone(&live), executor);
     let reloader = Arc::new(Reloader::new(live, options.loader, options.dir));
     let watch = if reload_settings.watch {
@@ -154,9 +158,8 @@ async fn run(
     watch: Option<WatchHandle>,
     audit: Option<AuditLog>,
 ) -> Result<(), ServeError> {
-    let serve = axum::serve(listener, router(state.clone()))
-        .with_graceful_shutdown(stop.clone().cancelled_owned())
-        .into_future();
+    let limits = state.catalog().settings.limits.clone();
+    let serve = serve_connections(listener, router(state.clone()), stop.clone(), limits);
     tokio::pin!(serve);
     let grace_over = async {
         stop.cancelled().await;
@@ -191,6 +194,84 @@ async fn run(
     }
     tracing::info!("stopped");
     Ok(served?)
+}
+
+/// Accepts connections until `stop`, then waits for the open ones to
+/// finish (each is told to close once its requests are answered).
+///
+/// Bounded for hostile clients: at most `limits.max_connections` open at
+/// once (beyond it, new connections wait in the kernel's queue), and each
+/// must send a request's headers within `limits.header_timeout` (the
+/// request body has its own deadline, see `api::layers::body_deadline`).
+async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    stop: CancellationToken,
+    limits: crate::config::format::Limits,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let open = tokio_util::task::TaskTracker::new();
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.header_timeout)
+        .keep_alive_timeout(limits.header_timeout);
+    let builder = Arc::new(builder);
+    loop {
+        let slot = tokio::select! {
+            () = stop.cancelled() => break,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
+        let (stream, _peer) = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, go on.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let builder = Arc::clone(&builder);
+        let stop = stop.clone();
+        open.spawn(async move {
+            let _slot = slot;
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                    return;
+                }
+                () = stop.cancelled() => conn.as_mut().graceful_shutdown(),
+            }
+            if let Err(e) = conn.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+    }
+    drop(listener);
+    open.close();
+    open.wait().await;
+    Ok(())
 }
 
 /// SIGHUP reloads; the first SIGTERM/SIGINT starts a graceful shutdown, a

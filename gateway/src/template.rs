@@ -91,14 +91,43 @@ const URL_VALUE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
-/// Percent-encodes every string inside `value`, for rendering into a URL.
+/// Percent-encodes every string inside `value`, object keys included, for
+/// rendering into a URL: whatever part of an argument a template prints,
+/// it cannot add a path segment, a query parameter or a fragment.
 pub fn url_encode_strings(value: &Value) -> Value {
+    encode_strings(value, &|s| utf8_percent_encode(s, URL_VALUE).to_string())
+}
+
+/// Form-encodes (`application/x-www-form-urlencoded`) every string inside
+/// `value`, object keys included, for a form body.
+pub fn form_encode_strings(value: &Value) -> Value {
+    encode_strings(value, &|s| {
+        url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+    })
+}
+
+/// The top-level keys are the declared parameter names (templates name
+/// them), so they stay as they are; every value and nested key is encoded.
+fn encode_strings(value: &Value, encode: &dyn Fn(&str) -> String) -> Value {
     match value {
-        Value::String(s) => Value::String(utf8_percent_encode(s, URL_VALUE).to_string()),
-        Value::Array(items) => Value::Array(items.iter().map(url_encode_strings).collect()),
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (k.clone(), url_encode_strings(v)))
+                .map(|(k, v)| (k.clone(), encode_nested(v, encode)))
+                .collect(),
+        ),
+        other => encode_nested(other, encode),
+    }
+}
+
+fn encode_nested(value: &Value, encode: &dyn Fn(&str) -> String) -> Value {
+    match value {
+        Value::String(s) => Value::String(encode(s)),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| encode_nested(v, encode)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (encode(k), encode_nested(v, encode)))
                 .collect(),
         ),
         other => other.clone(),
@@ -171,6 +200,15 @@ mod tests {
         assert_eq!(
             v,
             json!({"a": "..%2Fadmin", "b": "a%3Fb%3Dc", "c": "x%23y", "d": "%252F", "n": 5})
+        );
+        // Keys of object-typed arguments are encoded too.
+        assert_eq!(
+            url_encode_strings(&json!({"o": {"?injected=1&x": [1, "a/b"]}})),
+            json!({"o": {"%3Finjected%3D1%26x": [1, "a%2Fb"]}})
+        );
+        assert_eq!(
+            form_encode_strings(&json!({"t": "x&role=admin"})),
+            json!({"t": "x%26role%3Dadmin"})
         );
     }
 

@@ -27,6 +27,27 @@ pub struct Upstream {
     api_key: Option<String>,
     client: reqwest::Client,
     retry: RetryDecl,
+    /// Longest time one model call may take in all (retries and body).
+    timeout: Duration,
+}
+
+/// How long an upstream's calls may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// To open a connection.
+    pub connect: Duration,
+    /// Between two reads of a response.
+    pub read: Duration,
+    /// One model call in all, from the first attempt to the last byte.
+    pub total: Duration,
+}
+
+/// A successful answer whose body is not read yet, and the deadline its
+/// body must arrive by.
+#[derive(Debug)]
+pub struct Reply {
+    pub response: reqwest::Response,
+    pub deadline: tokio::time::Instant,
 }
 
 /// How a model is served.
@@ -75,56 +96,74 @@ pub enum UpstreamError {
     /// The upstream answered 2xx with something that is not a chat completion.
     #[error("upstream `{upstream}` sent an invalid response: {message}")]
     Invalid { upstream: String, message: String },
+    /// The answer is larger than `limits.max_upstream_response_bytes`.
+    #[error(
+        "upstream `{upstream}` sent more than {limit} bytes (limits.max_upstream_response_bytes)"
+    )]
+    TooLarge { upstream: String, limit: usize },
 }
 
 impl Upstream {
+    /// An upstream; fails only when its HTTP client cannot be built (no
+    /// silent fallback to a client without the timeouts).
     pub fn new(
         name: String,
         base_url: &str,
         api_key: Option<String>,
-        connect_timeout: Duration,
-        read_timeout: Duration,
+        timeouts: Timeouts,
         retry: RetryDecl,
-    ) -> Upstream {
+    ) -> Result<Upstream, String> {
         let client = reqwest::Client::builder()
             .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(connect_timeout)
-            .read_timeout(read_timeout)
+            .connect_timeout(timeouts.connect)
+            .read_timeout(timeouts.read)
             .pool_idle_timeout(Duration::from_secs(90))
+            .redirect(reqwest::redirect::Policy::none())
+            .referer(false)
             .tcp_nodelay(true)
             .build()
-            .unwrap_or_default();
-        Upstream {
+            .map_err(|e| format!("the HTTP client of upstream `{name}` cannot be built: {e}"))?;
+        Ok(Upstream {
             name,
             base_url: base_url.trim_end_matches('/').to_owned(),
             api_key,
             client,
             retry,
-        }
+            timeout: timeouts.total,
+        })
     }
 
     /// `POST {base}/chat/completions` with `body`, retried per the policy.
     /// Returns a response with a success status whose body is unread.
-    pub async fn chat(&self, body: Bytes) -> Result<reqwest::Response, UpstreamError> {
+    pub async fn chat(&self, body: Bytes) -> Result<Reply, UpstreamError> {
         self.chat_with(body, None).await
     }
 
     /// [`chat`](Self::chat), sending `request_id` as `X-Request-Id` and
-    /// recording the time to the response head in the metrics.
+    /// recording the time to the response head in the metrics. The whole
+    /// call, retries included, has the upstream's total deadline; the
+    /// [`Reply`] carries what is left of it for the body.
     pub async fn chat_with(
         &self,
         body: Bytes,
         request_id: Option<&str>,
-    ) -> Result<reqwest::Response, UpstreamError> {
+    ) -> Result<Reply, UpstreamError> {
         let began = std::time::Instant::now();
-        let result = self.chat_attempts(body, request_id).await;
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let result =
+            match tokio::time::timeout_at(deadline, self.chat_attempts(body, request_id)).await {
+                Ok(r) => r.map(|response| Reply { response, deadline }),
+                Err(_) => Err(UpstreamError::Timeout {
+                    upstream: self.name.clone(),
+                }),
+            };
         let outcome = match &result {
             Ok(_) => "ok",
             Err(UpstreamError::Status { status, .. }) if status.is_client_error() => "client_error",
             Err(UpstreamError::Status { .. }) => "server_error",
             Err(UpstreamError::Timeout { .. }) => "timeout",
             Err(UpstreamError::Unreachable { .. }) => "unreachable",
-            Err(UpstreamError::Invalid { .. }) => "invalid",
+            Err(UpstreamError::Invalid { .. } | UpstreamError::TooLarge { .. }) => "invalid",
         };
         crate::metrics::record(|m| {
             m.upstream_duration
@@ -164,7 +203,7 @@ impl Upstream {
                     let err = UpstreamError::Status {
                         upstream: self.name.clone(),
                         status,
-                        message: crate::openai::error_message(&text),
+                        message: self.scrub(&crate::openai::error_message(&text)),
                         retry_after,
                     };
                     if !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()) {
@@ -205,6 +244,73 @@ impl Upstream {
             tracing::warn!(upstream = %self.name, attempt, wait_ms = wait.as_millis() as u64, "retrying: {error}");
             tokio::time::sleep(wait).await;
             attempt += 1;
+        }
+    }
+
+    /// `text` with the upstream's API key removed in every form the gateway
+    /// sends it (an upstream echoing the request's headers must not hand the
+    /// key to the client).
+    fn scrub(&self, text: &str) -> String {
+        match &self.api_key {
+            Some(key) => crate::secrets::Scrubber::new([key.as_str()]).scrub(text),
+            None => text.to_owned(),
+        }
+    }
+
+    /// The whole body of `reply`, under `limit` bytes and the reply's
+    /// deadline.
+    pub async fn read_body(&self, reply: Reply, limit: usize) -> Result<Vec<u8>, UpstreamError> {
+        let mut stream = std::pin::pin!(self.body_stream(reply, limit));
+        let mut body = Vec::new();
+        while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+            body.extend_from_slice(&chunk?);
+        }
+        Ok(body)
+    }
+
+    /// The body of `reply` as chunks; the stream ends with an error once
+    /// more than `limit` bytes came or the reply's deadline passed.
+    pub fn body_stream(
+        &self,
+        reply: Reply,
+        limit: usize,
+    ) -> impl futures::Stream<Item = Result<Bytes, UpstreamError>> + Send + 'static + use<> {
+        let name = self.name.clone();
+        let Reply { response, deadline } = reply;
+        async_stream::stream! {
+            if response.content_length().is_some_and(|n| n > limit as u64) {
+                yield Err(UpstreamError::TooLarge { upstream: name, limit });
+                return;
+            }
+            let mut seen = 0usize;
+            let mut chunks = response.bytes_stream();
+            loop {
+                let next = tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut chunks)).await;
+                match next {
+                    Err(_) => {
+                        yield Err(UpstreamError::Timeout { upstream: name });
+                        return;
+                    }
+                    Ok(None) => return,
+                    Ok(Some(Err(e))) => {
+                        let timeout = e.is_timeout();
+                        yield Err(if timeout {
+                            UpstreamError::Timeout { upstream: name }
+                        } else {
+                            UpstreamError::Unreachable { upstream: name, message: describe(&e) }
+                        });
+                        return;
+                    }
+                    Ok(Some(Ok(chunk))) => {
+                        seen = seen.saturating_add(chunk.len());
+                        if seen > limit {
+                            yield Err(UpstreamError::TooLarge { upstream: name, limit });
+                            return;
+                        }
+                        yield Ok(chunk);
+                    }
+                }
+            }
         }
     }
 
@@ -396,14 +502,20 @@ mod tests {
     }
 
     fn up(name: &str) -> Arc<Upstream> {
-        Arc::new(Upstream::new(
-            name.into(),
-            "http://127.0.0.1:1/v1/",
-            None,
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-            RetryDecl::default(),
-        ))
+        Arc::new(
+            Upstream::new(
+                name.into(),
+                "http://127.0.0.1:1/v1/",
+                None,
+                Timeouts {
+                    connect: Duration::from_secs(1),
+                    read: Duration::from_secs(1),
+                    total: Duration::from_secs(1),
+                },
+                RetryDecl::default(),
+            )
+            .unwrap(),
+        )
     }
 
     #[test]

@@ -7,11 +7,16 @@
 pub mod mock_llm;
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -48,7 +53,9 @@ struct BackendState {
 /// - `/sleep?ms=N`: answers after N ms (and tracks concurrency);
 /// - `/status/N`: answers status N with a text body (`?body=` to choose it);
 /// - `/big?bytes=N`: streams N bytes, without a Content-Length;
-/// - `/json`: a nested JSON document.
+/// - `/json`: a nested JSON document;
+/// - `/redirect?to=URL[&status=N]`: a redirect (302 unless told);
+/// - `/echo-error`: a 400 whose text repeats the request's query and headers.
 pub struct Backend {
     pub addr: SocketAddr,
     state: Arc<BackendState>,
@@ -112,6 +119,18 @@ async fn handle(
     };
     state.requests.lock().unwrap().push(recorded.clone());
     let path = uri.path();
+    if path == "/echo-error" {
+        // A backend that repeats the request in its error message.
+        return (
+            StatusCode::BAD_REQUEST,
+            format!(
+                "bad request: query {} headers {:?}",
+                recorded.query.clone().unwrap_or_default(),
+                recorded.headers
+            ),
+        )
+            .into_response();
+    }
     if path.starts_with("/echo") {
         let body_json = serde_json::from_slice::<Value>(&recorded.body).unwrap_or_else(|_| {
             Value::String(String::from_utf8_lossy(&recorded.body).into_owned())
@@ -125,6 +144,15 @@ async fn handle(
             "body": body_json,
         }))
         .into_response();
+    }
+    if path == "/redirect" {
+        let to = params.get("to").cloned().unwrap_or_default();
+        let status = params
+            .get("status")
+            .and_then(|s| s.parse().ok())
+            .and_then(|c| StatusCode::from_u16(c).ok())
+            .unwrap_or(StatusCode::FOUND);
+        return (status, [("location", to)], "moved").into_response();
     }
     if path == "/sleep" {
         let ms: u64 = params.get("ms").and_then(|v| v.parse().ok()).unwrap_or(100);
@@ -209,7 +237,7 @@ pub struct Gateway {
 impl Gateway {
     pub async fn start(catalog: Catalog) -> Gateway {
         let catalog = Arc::new(catalog);
-        let state = AppState::new(Arc::clone(&catalog), Executor::new(http_client()));
+        let state = AppState::new(Arc::clone(&catalog), Executor::new(http_client().unwrap()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -324,6 +352,124 @@ impl Served {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// A running `toolgate serve` process and what it logged so far; killed
+/// when dropped.
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    /// Starts `toolgate serve` on `dir` with `env` added to its environment.
+    pub async fn start(dir: &Path, env: &[(&str, &str)]) -> Server {
+        let mut child = Command::new(toolgate_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(dir)
+            .envs(env.iter().copied())
+            .env("TOOLGATE_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let lines = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                lines.lock().unwrap().push(line);
+            }
+        });
+        let mut server = Server {
+            child,
+            addr: String::new(),
+            log,
+        };
+        let line = server.logged("listening on http://").await;
+        let at = line.find("listening on http://").unwrap();
+        server.addr = line[at + "listening on http://".len()..].trim().to_owned();
+        server
+    }
+
+    /// Waits (at most 30 s) for a log line containing `text`.
+    pub async fn logged(&self, text: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(l) = self.log.lock().unwrap().iter().find(|l| l.contains(text)) {
+                return l.clone();
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no log line contains {text:?}:\n{}",
+                self.log.lock().unwrap().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
+    }
+
+    /// Waits (at most 60 s) for the process to exit; its exit code.
+    pub async fn exited(&mut self) -> i32 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the gateway did not exit"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn invoke(&self, tool: &str, args: Value) -> (u16, Value) {
+        let r = reqwest::Client::new()
+            .post(self.url(&format!("/v1/tools/{tool}/invoke")))
+            .json(&json!({ "arguments": args }))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub async fn version(&self) -> u64 {
+        let h: Value = reqwest::get(self.url("/healthz"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        h["catalog"]["version"].as_u64().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -19,6 +19,12 @@
 //! stops halfway), `latency=MS`, `reject-tools` (a 400 about tools when the
 //! request carries `tools`), `text=FORMAT` (tool calls written as text in
 //! FORMAT: `hermes`, `json`, `pythonic`, `mistral` instead of `tool_calls`).
+//! Hostile answers, for the hardening tests: `huge=BYTES` (an answer of that
+//! many bytes, produced as it is sent), `trickle=MS` (a 200 whose body comes
+//! one byte every MS milliseconds, forever), `huge-index` (a streamed tool
+//! call with index 1,000,000,000), `many-calls=N` (N tool calls in one
+//! turn), `echo-auth` (a 400 whose message repeats the Authorization
+//! header).
 //! When the tools come only through a structured prompt (no `tools` field),
 //! it always answers in text (`hermes` unless `text=` says otherwise), and
 //! it reads results back from `<tool_response>` blocks.
@@ -451,6 +457,9 @@ async fn chat(
             "this model does not support tools (function calling is not enabled)",
         );
     }
+    if let Some(reply) = hostile(&d, &req, &headers) {
+        return reply;
+    }
     if d.contains_key("malformed") {
         return (
             StatusCode::OK,
@@ -518,6 +527,106 @@ async fn chat(
         "usage": usage,
     }))
     .into_response()
+}
+
+/// The hostile answers (see the module's header).
+fn hostile(
+    d: &HashMap<String, String>,
+    req: &Value,
+    headers: &axum::http::HeaderMap,
+) -> Option<Response> {
+    let stream = req["stream"] == json!(true);
+    let sse = |events: futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>| {
+        Response::builder()
+            .header(
+                "content-type",
+                if stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
+            )
+            .body(Body::from_stream(events))
+            .unwrap()
+    };
+    if d.contains_key("echo-auth") {
+        let auth = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        return Some(error(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "invalid request; you sent Authorization: {auth} (json: {})",
+                json!(auth)
+            ),
+        ));
+    }
+    if let Some(bytes) = d.get("huge").and_then(|v| v.parse::<usize>().ok()) {
+        const PIECE: usize = 64 * 1024;
+        let pieces = bytes.div_ceil(PIECE);
+        let body: futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>> = if stream {
+            let event = format!(
+                "data: {}\n\n",
+                json!({"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "x".repeat(PIECE)}, "finish_reason": null}]})
+            );
+            Box::pin(futures::stream::iter(
+                (0..pieces).map(move |_| Ok(Bytes::from(event.clone()))),
+            ))
+        } else {
+            let head = futures::stream::iter([Ok(Bytes::from_static(
+                br#"{"id":"x","object":"chat.completion","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":""#,
+            ))]);
+            let middle =
+                futures::stream::iter((0..pieces).map(|_| Ok(Bytes::from(vec![b'x'; PIECE]))));
+            let tail = futures::stream::iter([Ok(Bytes::from_static(b"\"}}]}"))]);
+            Box::pin(futures::StreamExt::chain(
+                futures::StreamExt::chain(head, middle),
+                tail,
+            ))
+        };
+        return Some(sse(body));
+    }
+    if let Some(ms) = d.get("trickle").and_then(|v| v.parse::<u64>().ok()) {
+        let body = futures::stream::unfold(0u64, move |n| async move {
+            if n > 0 {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            let byte = match (stream, n) {
+                (true, _) => Bytes::from_static(b":"),
+                (false, 0) => Bytes::from_static(b"{"),
+                (false, _) => Bytes::from_static(b" "),
+            };
+            Some((Ok(byte), n + 1))
+        });
+        return Some(sse(Box::pin(body)));
+    }
+    if d.contains_key("huge-index") && stream {
+        let event = json!({"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 1_000_000_000u64, "id": "c", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}]}, "finish_reason": null}]});
+        let events = [
+            format!("data: {event}\n\n"),
+            format!(
+                "data: {}\n\ndata: [DONE]\n\n",
+                json!({"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+            ),
+        ];
+        return Some(sse(Box::pin(futures::stream::iter(
+            events.map(|e| Ok(Bytes::from(e))),
+        ))));
+    }
+    if let Some(n) = d.get("many-calls").and_then(|v| v.parse::<usize>().ok()) {
+        let calls: Vec<Value> = (0..n)
+            .map(|i| json!({"id": format!("c{i}"), "type": "function", "function": {"name": "calculator", "arguments": "{\"expression\": \"1+1\"}"}}))
+            .collect();
+        return Some(
+            axum::Json(json!({
+                "id": "x", "object": "chat.completion", "model": "m",
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null, "tool_calls": calls}}],
+            }))
+            .into_response(),
+        );
+    }
+    None
 }
 
 fn stream_reply(

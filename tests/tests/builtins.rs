@@ -43,7 +43,7 @@ async fn call_in(catalog: &Catalog, name: &str, args: Value, project: Option<&st
     let ctx = CallContext::new()
         .with_project(project.map(str::to_owned))
         .unwrap();
-    Executor::new(http_client())
+    Executor::new(http_client().unwrap())
         .run(
             catalog,
             &ToolCall {

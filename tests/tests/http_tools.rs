@@ -428,7 +428,7 @@ fn call(id: &str, name: &str, args: Value) -> ToolCall {
 #[tokio::test]
 async fn a_batch_runs_identical_calls_once() {
     let s = setup().await;
-    let exec = Executor::new(http_client());
+    let exec = Executor::new(http_client().unwrap());
     let calls = vec![
         call("1", "slow", json!({"ms": 50, "tag": "a"})),
         call("2", "slow", json!({"tag": "a", "ms": 50})),
@@ -450,7 +450,7 @@ async fn a_batch_runs_identical_calls_once() {
 #[tokio::test]
 async fn a_batch_overlaps_up_to_the_parallelism_limit() {
     let s = setup().await;
-    let exec = Executor::new(http_client());
+    let exec = Executor::new(http_client().unwrap());
     // parallelism is 4 in GATEWAY_YAML; 8 distinct calls of 200 ms each.
     let calls: Vec<ToolCall> = (0..8)
         .map(|i| {

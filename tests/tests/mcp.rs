@@ -158,7 +158,7 @@ async fn one_session_serves_concurrent_calls() {
             arguments: json!({"message": format!("m{i}")}),
         })
         .collect();
-    let results = Executor::new(http_client())
+    let results = Executor::new(http_client().unwrap())
         .run_batch(&catalog, &calls, &CallContext::new())
         .await;
     for (i, r) in results.iter().enumerate() {

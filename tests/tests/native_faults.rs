@@ -52,7 +52,7 @@ async fn panics_and_timeouts_are_error_results() {
     let dir = ConfigDir::new(&[]);
     let natives = gateway::tools![boom_sync, boom_async, too_slow];
     let catalog = Catalog::load_with(dir.path(), &|_| None, &natives).unwrap();
-    let exec = Executor::new(http_client());
+    let exec = Executor::new(http_client().unwrap());
     let ctx = CallContext::new();
 
     let r = exec

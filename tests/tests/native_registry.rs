@@ -144,7 +144,7 @@ async fn every_builtin_is_valid_strict_or_explained_and_runs() {
     let dir = all_builtins(workspace.path());
     let catalog = load_catalog(dir.path(), &[]);
     let examples = examples(&backend);
-    let executor = Executor::new(http_client());
+    let executor = Executor::new(http_client().unwrap());
     let ctx = CallContext::new();
 
     let builtins = gateway::builtin::all();

@@ -3,122 +3,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use toolgate_tests::mock_llm::MockLlm;
-use toolgate_tests::{Backend, ConfigDir, toolgate_bin, write_atomically};
-
-/// A running `toolgate serve` and what it logged so far.
-struct Server {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Server {
-    async fn start(dir: &Path) -> Server {
-        let mut child = Command::new(toolgate_bin())
-            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-            .arg(dir)
-            .env("TOOLGATE_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let lines = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                lines.lock().unwrap().push(line);
-            }
-        });
-        let mut server = Server {
-            child,
-            addr: String::new(),
-            log,
-        };
-        let line = server.logged("listening on http://").await;
-        let at = line.find("listening on http://").unwrap();
-        server.addr = line[at + "listening on http://".len()..].trim().to_owned();
-        server
-    }
-
-    /// Waits (at most 30 s) for a log line containing `text`.
-    async fn logged(&self, text: &str) -> String {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(l) = self.log.lock().unwrap().iter().find(|l| l.contains(text)) {
-                return l.clone();
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no log line contains {text:?}:\n{}",
-                self.log.lock().unwrap().join("\n")
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    fn signal(&self, signal: Signal) {
-        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
-    }
-
-    /// Waits (at most 60 s) for the process to exit; its exit code.
-    async fn exited(&mut self) -> i32 {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the gateway did not exit"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn invoke(&self, tool: &str, args: Value) -> (u16, Value) {
-        let r = reqwest::Client::new()
-            .post(self.url(&format!("/v1/tools/{tool}/invoke")))
-            .json(&json!({ "arguments": args }))
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap())
-    }
-
-    async fn version(&self) -> u64 {
-        let h: Value = reqwest::get(self.url("/healthz"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        h["catalog"]["version"].as_u64().unwrap()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use toolgate_tests::{Backend, ConfigDir, Server, write_atomically};
 
 fn lookup_yaml(backend: &Backend, name: &str) -> String {
     format!(
@@ -155,7 +45,7 @@ async fn sigterm_lets_a_stream_in_flight_finish_and_flushes_the_audit_log() {
         ("tools.d/a.yaml", &lookup_yaml(&backend, "lookup")),
         ("tool-sets/default.yaml", "name: default\ntools: [lookup]\n"),
     ]);
-    let mut server = Server::start(dir.path()).await;
+    let mut server = Server::start(dir.path(), &[]).await;
 
     // The first model call answers before the response starts; the second
     // (after the tool) takes a second, so the stream is open meanwhile.
@@ -213,7 +103,7 @@ async fn a_broken_change_is_logged_with_its_position_and_the_old_tools_keep_work
         ("toolgate.yaml", "reload: { debounce: 100ms }\n"),
         ("tools.d/a.yaml", &lookup_yaml(&backend, "lookup")),
     ]);
-    let server = Server::start(dir.path()).await;
+    let server = Server::start(dir.path(), &[]).await;
     write_atomically(
         dir.path(),
         "tools.d/a.yaml",
@@ -237,7 +127,7 @@ async fn sighup_reloads_the_configuration() {
         ("toolgate.yaml", "reload: { watch: false }\n"),
         ("tools.d/a.yaml", &lookup_yaml(&backend, "lookup")),
     ]);
-    let server = Server::start(dir.path()).await;
+    let server = Server::start(dir.path(), &[]).await;
     write_atomically(
         dir.path(),
         "tools.d/b.yaml",

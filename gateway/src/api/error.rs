@@ -126,6 +126,11 @@ impl From<crate::upstream::UpstreamError> for ApiError {
                 "upstream_invalid_response",
                 message,
             ),
+            U::TooLarge { .. } => ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_response_too_large",
+                message,
+            ),
         }
     }
 }

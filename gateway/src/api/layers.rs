@@ -193,3 +193,46 @@ mod tests {
         assert!(!valid_request_id(&"a".repeat(129)));
     }
 }
+
+/// Reads a request's body within `limits.body_timeout` (408 after it) and
+/// `limits.max_request_bytes` (413 beyond it) before the handler runs: a
+/// client sending its body a byte at a time cannot hold a request open.
+pub async fn body_deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    use futures::StreamExt;
+    let limits = &state.catalog().settings.limits;
+    let (timeout, max) = (limits.body_timeout, limits.max_request_bytes);
+    let (parts, body) = req.into_parts();
+    let read = async {
+        let mut data = body.into_data_stream();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = data.next().await {
+            let chunk = chunk
+                .map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+            if bytes.len() + chunk.len() > max {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request_too_large",
+                    "the request body is larger than limits.max_request_bytes",
+                ));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Err(_) => {
+            crate::metrics::record(|m| m.reject("body_timeout"));
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the request body did not arrive in time (limits.body_timeout)",
+            )
+            .into_response()
+        }
+        Ok(Err(e)) => e.into_response(),
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+                .await
+        }
+    }
+}

@@ -88,6 +88,10 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            layers::body_deadline,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             layers::authenticate,
         ))
         .layer(axum::middleware::from_fn(layers::observe))

@@ -212,6 +212,14 @@ pub fn call_context(headers: &HeaderMap, caller: &Caller) -> Result<CallContext,
                 .to_owned(),
         ),
     };
+    // A key with projects is pinned to them.
+    let project = match &caller.key {
+        Some(key) => key.project(project).map_err(|message| {
+            crate::metrics::record(|m| m.reject("forbidden"));
+            ApiError::new(StatusCode::FORBIDDEN, "project_not_allowed", message)
+        })?,
+        None => project,
+    };
     CallContext::new()
         .with_request_id(caller.request_id.clone())
         .with_key(caller.key_name())

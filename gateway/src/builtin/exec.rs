@@ -4,8 +4,10 @@
 //! `builtins.enabled`.
 //!
 //! The child gets a clean environment (no secrets of the gateway), the
-//! workspace (or the project's folder) as working directory and `HOME`.
-//! That is not a sandbox: the command runs with the gateway's user rights.
+//! workspace (or the project's folder) as working directory and `HOME`, and
+//! runs in the sandbox of [`super::process`]: its own PID namespace (where
+//! the machine allows), a process limit, and an unprivileged user when the
+//! gateway runs as root.
 
 use std::time::Duration;
 
@@ -42,10 +44,11 @@ pub async fn exec(
         program: settings.shell.clone(),
         args: vec!["-c".into(), command],
         stdin: None,
-        cwd: ws.root().to_owned(),
+        cwd: ws.cwd(),
         env: process::base_env(ws.root()),
         timeout,
         max_chars: settings.max_output_chars,
+        sandbox: ctx.builtins().sandbox()?.clone(),
     })
     .await?;
     if out.timed_out {

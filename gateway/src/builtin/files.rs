@@ -1,7 +1,12 @@
 //! The file tools: read, write, edit, list, exists, mkdir and delete,
 //! confined to the workspace (see [`workspace`](super::workspace)).
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -50,18 +55,119 @@ fn read_text(ws: &Workspace, path: &str) -> Result<String, ToolError> {
             "{path:?} is a folder; use file_list to see its content"
         )));
     }
-    if meta.len() > MAX_FILE_BYTES {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    let file = open_regular(ws.dir(), &rel, &mut options, path)?;
+    let len = file.metadata().map_err(|e| io_error(&e, path))?.len();
+    if len > MAX_FILE_BYTES {
         return Err(ToolError::Failed(format!(
-            "{path:?} is {} bytes, more than the {MAX_FILE_BYTES} this tool reads",
-            meta.len()
+            "{path:?} is {len} bytes, more than the {MAX_FILE_BYTES} this tool reads"
         )));
     }
     let mut bytes = Vec::new();
-    ws.dir()
-        .open(&rel)
-        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
         .map_err(|e| io_error(&e, path))?;
     String::from_utf8(bytes).map_err(|_| ToolError::Failed(format!("{path:?} is not UTF-8 text")))
+}
+
+/// Opens `rel` without blocking (a FIFO would hold the call forever) and
+/// refuses anything but a regular file: FIFOs, sockets and devices that
+/// code run by a tool may have made in the workspace.
+fn open_regular(
+    dir: &Dir,
+    rel: &Path,
+    options: &mut OpenOptions,
+    shown: &str,
+) -> Result<cap_std::fs::File, ToolError> {
+    options.custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY);
+    let file = dir
+        .open_with(rel, options)
+        .map_err(|e| match e.raw_os_error() {
+            // A FIFO opened for writing with no reader.
+            Some(nix::libc::ENXIO) => not_regular(shown),
+            _ => io_error(&e, shown),
+        })?;
+    if !file.metadata().map_err(|e| io_error(&e, shown))?.is_file() {
+        return Err(not_regular(shown));
+    }
+    Ok(file)
+}
+
+fn not_regular(shown: &str) -> ToolError {
+    ToolError::Refused(format!(
+        "{shown:?} is not a regular file (a FIFO, socket or device); the file tools read and write regular files only"
+    ))
+}
+
+/// Edits of one file run one at a time: a read-modify-write must not lose
+/// another's change. One lock per (workspace folder, path), dropped when
+/// unused.
+fn lock_path(ws: &Workspace, rel: &Path) -> Arc<Mutex<()>> {
+    static LOCKS: Mutex<Option<HashMap<PathBuf, Weak<Mutex<()>>>>> = Mutex::new(None);
+    let key = ws.root().join(rel);
+    let mut guard = LOCKS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let locks = guard.get_or_insert_with(HashMap::new);
+    if let Some(lock) = locks.get(&key).and_then(Weak::upgrade) {
+        return lock;
+    }
+    locks.retain(|_, w| w.strong_count() > 0);
+    let lock = Arc::new(Mutex::new(()));
+    locks.insert(key, Arc::downgrade(&lock));
+    lock
+}
+
+/// Replaces the content of `rel` at once: written to a temporary file in
+/// the same folder, then renamed over it, so a reader sees the old content
+/// or the new, never a part. The new file keeps the old one's owner and
+/// permissions.
+fn replace_atomically(
+    ws: &Workspace,
+    rel: &Path,
+    content: &[u8],
+    shown: &str,
+) -> Result<(), ToolError> {
+    use cap_std::fs::{MetadataExt, PermissionsExt};
+    let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
+    let name = rel
+        .file_name()
+        .ok_or_else(|| ToolError::Failed(format!("{shown:?} names no file")))?;
+    let tmp_name = format!(
+        ".{}.toolgate-{}.tmp",
+        name.to_string_lossy(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let tmp = parent.map_or_else(|| PathBuf::from(&tmp_name), |p| p.join(&tmp_name));
+    let old = match ws.dir().symlink_metadata(rel) {
+        Ok(m) if m.is_file() => Some(m),
+        Ok(m) if m.is_dir() => {
+            return Err(ToolError::Failed(format!("{shown:?} is a folder")));
+        }
+        Ok(_) => return Err(not_regular(shown)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_error(&e, shown)),
+    };
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    let written = ws.dir().open_with(&tmp, &options).and_then(|mut f| {
+        f.write_all(content)?;
+        if let Some(old) = &old {
+            f.set_permissions(cap_std::fs::Permissions::from_mode(old.mode()))?;
+            // Only root may give a file away; others keep their own.
+            if nix::unistd::geteuid().is_root() {
+                std::os::unix::fs::fchown(&f, Some(old.uid()), Some(old.gid()))?;
+            }
+        }
+        f.sync_data()
+    });
+    let renamed = written.and_then(|()| ws.dir().rename(&tmp, ws.dir(), rel));
+    if let Err(e) = renamed {
+        let _ = ws.dir().remove_file(&tmp);
+        return Err(io_error(&e, shown));
+    }
+    Ok(())
 }
 
 /// How `file_write` writes.
@@ -98,18 +204,20 @@ pub fn file_write(
         ensure_dir(&ws, parent, &path)?;
     }
     let mode = mode.unwrap_or_default();
-    let mut options = cap_std::fs::OpenOptions::new();
-    options.create(true);
+    let lock = lock_path(&ws, &rel);
+    let _one_at_a_time = lock
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     match mode {
-        WriteMode::Write => options.write(true).truncate(true),
-        WriteMode::Append => options.append(true),
-    };
-    let mut file = ws
-        .dir()
-        .open_with(&rel, &options)
-        .map_err(|e| io_error(&e, &path))?;
-    file.write_all(content.as_bytes())
-        .map_err(|e| io_error(&e, &path))?;
+        WriteMode::Write => replace_atomically(&ws, &rel, content.as_bytes(), &path)?,
+        WriteMode::Append => {
+            let mut options = OpenOptions::new();
+            options.create(true).append(true);
+            let mut file = open_regular(ws.dir(), &rel, &mut options, &path)?;
+            file.write_all(content.as_bytes())
+                .map_err(|e| io_error(&e, &path))?;
+        }
+    }
     Ok(json!({
         "path": path,
         "bytes_written": content.len(),
@@ -134,6 +242,11 @@ pub fn file_edit(
         return Err(ToolError::Failed("`old_text` is empty".into()));
     }
     let ws = Workspace::of(ctx)?;
+    let rel = relative(&path)?;
+    let lock = lock_path(&ws, &rel);
+    let _one_at_a_time = lock
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let text = read_text(&ws, &path)?;
     let count = text.matches(old_text.as_str()).count();
     match count {
@@ -141,10 +254,14 @@ pub fn file_edit(
             "`old_text` was not found in {path:?} (0 occurrences); copy it exactly from the file"
         ))),
         1 => {
+            let size = (text.len() - old_text.len()).saturating_add(new_text.len());
+            if size as u64 > MAX_FILE_BYTES {
+                return Err(ToolError::Failed(format!(
+                    "the edited file would be {size} bytes, more than the {MAX_FILE_BYTES} these tools handle"
+                )));
+            }
             let edited = text.replacen(old_text.as_str(), &new_text, 1);
-            ws.dir()
-                .write(relative(&path)?, edited.as_bytes())
-                .map_err(|e| io_error(&e, &path))?;
+            replace_atomically(&ws, &rel, edited.as_bytes(), &path)?;
             Ok(json!({"path": path, "replacements": 1}))
         }
         n => Err(ToolError::Failed(format!(

@@ -55,9 +55,18 @@ pub fn json_process(
     };
     Ok(match operation {
         JsonOperation::Validate => json!({"valid": true, "type": type_name(&doc)}),
-        JsonOperation::Pretty => Value::String(
-            serde_json::to_string_pretty(&doc).map_err(|e| ToolError::Failed(e.to_string()))?,
-        ),
+        JsonOperation::Pretty => {
+            // Indentation grows with depth: a deep input can come out far
+            // larger than it went in.
+            let size =
+                super::json_size_within(&doc, true, super::MAX_RESULT_BYTES).ok_or_else(|| {
+                    super::too_large("the pretty-printed document", super::MAX_RESULT_BYTES)
+                })?;
+            let mut out = Vec::with_capacity(size);
+            serde_json::to_writer_pretty(&mut out, &doc)
+                .map_err(|e| ToolError::Failed(e.to_string()))?;
+            Value::String(String::from_utf8_lossy(&out).into_owned())
+        }
         JsonOperation::Minify => Value::String(doc.to_string()),
         JsonOperation::Keys => {
             let target = match path.as_deref() {
@@ -93,14 +102,76 @@ fn select(doc: &Value, path: &str) -> Result<Value, ToolError> {
             .ok_or_else(|| ToolError::Failed(format!("nothing at JSON pointer {path:?}")));
     }
     if path.starts_with('$') {
+        check_path_shape(path)?;
         let query = serde_json_path::JsonPath::parse(path)
             .map_err(|e| ToolError::Failed(format!("the JSONPath is invalid: {e}")))?;
-        let nodes: Vec<Value> = query.query(doc).all().into_iter().cloned().collect();
-        return Ok(Value::Array(nodes));
+        let nodes = query.query(doc).all();
+        // `$..*` selects every node with its subtree, `$[*,*,*]` the same
+        // nodes again: the selection can be far larger than the document.
+        // Its size is counted before anything is copied.
+        let mut size = 2usize;
+        for node in &nodes {
+            let room = super::MAX_RESULT_BYTES.saturating_sub(size);
+            size += super::json_size_within(node, false, room)
+                .ok_or_else(|| super::too_large("the selection", super::MAX_RESULT_BYTES))?
+                + 1;
+        }
+        return Ok(Value::Array(nodes.into_iter().cloned().collect()));
     }
     Err(ToolError::Failed(format!(
         "{path:?} is neither a JSON pointer (`/a/0`) nor a JSONPath (`$.a[0]`)"
     )))
+}
+
+/// Longest JSONPath accepted, in bytes.
+const MAX_PATH_BYTES: usize = 4096;
+/// Deepest nesting of brackets, parentheses and negations in a JSONPath:
+/// the JSONPath parser recurses on each level, and its stack is the
+/// gateway's.
+const MAX_PATH_NESTING: usize = 32;
+
+/// Refuses a JSONPath too long or nested too deep to parse safely (the
+/// parser is recursive): checked on the text, before parsing.
+fn check_path_shape(path: &str) -> Result<(), ToolError> {
+    if path.len() > MAX_PATH_BYTES {
+        return Err(ToolError::Refused(format!(
+            "the JSONPath is {} bytes long, over the limit of {MAX_PATH_BYTES}",
+            path.len()
+        )));
+    }
+    let (mut depth, mut deepest, mut quote) = (0usize, 0usize, None::<char>);
+    let mut negations = 0usize;
+    let mut chars = path.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(_), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '(' | '[' | '{') => {
+                depth += 1;
+                deepest = deepest.max(depth + negations);
+            }
+            (None, ')' | ']' | '}') => {
+                depth = depth.saturating_sub(1);
+                negations = 0;
+            }
+            (None, '!') => {
+                negations += 1;
+                deepest = deepest.max(depth + negations);
+            }
+            (None, c) if !c.is_whitespace() => negations = 0,
+            _ => {}
+        }
+    }
+    if deepest > MAX_PATH_NESTING {
+        return Err(ToolError::Refused(format!(
+            "the JSONPath nests {deepest} levels deep, over the limit of {MAX_PATH_NESTING}"
+        )));
+    }
+    Ok(())
 }
 
 fn type_name(v: &Value) -> &'static str {

@@ -55,6 +55,47 @@ pub fn all() -> Vec<NativeTool> {
     .collect()
 }
 
+/// The most a builtin produces, in bytes of text or JSON: work whose
+/// result would be larger is refused *before* it is done (the executor's
+/// output cap applies afterwards, too late to protect memory).
+pub const MAX_RESULT_BYTES: usize = 4 * 1024 * 1024;
+
+/// The error of a result that would exceed [`MAX_RESULT_BYTES`].
+pub fn too_large(what: &str, bytes: usize) -> crate::tool::ToolError {
+    crate::tool::ToolError::Refused(format!(
+        "{what} would be {bytes} bytes or more, over the {MAX_RESULT_BYTES} bytes a builtin produces; narrow the input"
+    ))
+}
+
+/// The size of `value` as JSON text (pretty or compact), or `None` when it
+/// exceeds `limit`: counted without building the text, stopping at the
+/// limit.
+pub fn json_size_within(value: &serde_json::Value, pretty: bool, limit: usize) -> Option<usize> {
+    struct Counter {
+        n: usize,
+        limit: usize,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.n += buf.len();
+            if self.n > self.limit {
+                return Err(std::io::Error::other("over the limit"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Counter { n: 0, limit };
+    let written = if pretty {
+        serde_json::to_writer_pretty(&mut c, value)
+    } else {
+        serde_json::to_writer(&mut c, value)
+    };
+    written.ok().map(|()| c.n)
+}
+
 /// Time a tool's own timeout is given before the executor's cuts it off,
 /// so the tool can kill its child and say what happened.
 const GRACE: Duration = Duration::from_secs(5);
@@ -68,6 +109,9 @@ pub struct BuiltinSettings {
     pub python: PythonDecl,
     pub web_fetch: WebFetchDecl,
     fetcher: web_fetch::Fetcher,
+    /// How children are contained, or why that could not be resolved (then
+    /// `exec` and `execute_python` refuse to run: never unconfined).
+    sandbox: Result<process::Sandbox, String>,
 }
 
 impl Default for BuiltinSettings {
@@ -88,7 +132,15 @@ impl BuiltinSettings {
             python: decl.python.clone(),
             web_fetch: decl.web_fetch.clone(),
             fetcher: web_fetch::Fetcher::new(&decl.web_fetch),
+            sandbox: process::Sandbox::resolve(&decl.sandbox),
         }
+    }
+
+    /// How child processes are contained.
+    pub fn sandbox(&self) -> Result<&process::Sandbox, crate::tool::ToolError> {
+        self.sandbox
+            .as_ref()
+            .map_err(|e| crate::tool::ToolError::Failed(format!("builtins.sandbox: {e}")))
     }
 
     /// The same settings with another workspace folder (tests, embedders).
@@ -223,6 +275,24 @@ fn check_settings(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
                 );
             }
         }
+    }
+    let runs_code = decl
+        .enabled
+        .iter()
+        .any(|n| n == "exec" || n == "execute_python");
+    if runs_code && let Err(e) = process::Sandbox::resolve(&decl.sandbox) {
+        err(
+            "sandbox.user",
+            e,
+            "name an unprivileged user that exists here (e.g. `nobody`), or a uid",
+        );
+    }
+    if decl.sandbox.max_processes == 0 {
+        err(
+            "sandbox.max_processes",
+            "sandbox.max_processes is 0, so no command could start".into(),
+            "give the most processes code may have at once, e.g. 64",
+        );
     }
     for (field, value) in [
         ("max_tasks", decl.spawn.max_tasks),

@@ -1,10 +1,21 @@
-//! Running a child process for `exec` and `execute_python`: its own process
-//! group, a clean environment, a timeout after which the whole group is
-//! killed, and output read under a cap.
+//! Running a child process for `exec` and `execute_python`: a clean
+//! environment, a timeout, and output read under a cap, inside a sandbox:
 //!
-//! The group is also killed when the command ends (nothing it started in
-//! the background outlives the call) and when the call is dropped (the
-//! executor's timeout, a client that went away).
+//! - **its own PID namespace** (`unshare --pid --fork --kill-child`, with a
+//!   user namespace when the gateway is not root): the command is the
+//!   namespace's first process, so when it ends or is killed the kernel
+//!   kills everything it started, `setsid` and double forks included;
+//! - **a process limit** (`prlimit --nproc`, `builtins.sandbox.max_processes`);
+//! - **another user** when the gateway runs as root (`setpriv`, the
+//!   `builtins.sandbox.user`): the code has none of root's rights and cannot
+//!   read the gateway's memory or environment (which the gateway also
+//!   makes non-dumpable, see [`protect_gateway`]).
+//!
+//! The wrappers are util-linux's; where the namespace cannot be made (no
+//! privilege, no user namespaces) the child still runs in its own process
+//! group, which is killed when the call ends, with a warning logged once.
+//! The group is killed when the command ends, on timeout, and when the call
+//! is dropped (the executor's timeout, a client that went away).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -15,6 +26,133 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::tool::ToolError;
+
+/// How children are contained, resolved from `builtins.sandbox`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    /// The uid and gid children switch to (only when the gateway is root).
+    pub user: Option<(u32, u32)>,
+    /// `RLIMIT_NPROC` of the children.
+    pub max_processes: u32,
+}
+
+impl Sandbox {
+    /// Resolves `decl`: the user only matters (and must exist) when the
+    /// gateway runs as root.
+    pub fn resolve(decl: &crate::config::format::SandboxDecl) -> Result<Sandbox, String> {
+        let user = if nix::unistd::geteuid().is_root() {
+            Some(lookup_user(&decl.user)?)
+        } else {
+            None
+        };
+        Ok(Sandbox {
+            user,
+            max_processes: decl.max_processes,
+        })
+    }
+
+    /// No user switch, the default process limit (tests, embedders).
+    pub fn unprivileged() -> Sandbox {
+        Sandbox {
+            user: None,
+            max_processes: crate::config::format::SandboxDecl::default().max_processes,
+        }
+    }
+}
+
+/// The uid and gid of a user name or number.
+fn lookup_user(user: &str) -> Result<(u32, u32), String> {
+    let found = match user.parse::<u32>() {
+        Ok(uid) => nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)),
+        Err(_) => nix::unistd::User::from_name(user),
+    };
+    match found {
+        Ok(Some(u)) if u.uid.is_root() => Err(format!(
+            "the sandbox user `{user}` is root, which would give code run by tools every right of the gateway"
+        )),
+        Ok(Some(u)) => Ok((u.uid.as_raw(), u.gid.as_raw())),
+        Ok(None) => match user.parse::<u32>() {
+            // A bare number need not have a passwd entry.
+            Ok(uid) if uid != 0 => Ok((uid, uid)),
+            _ => Err(format!("there is no user `{user}` on this machine")),
+        },
+        Err(e) => Err(format!("cannot look up the user `{user}`: {e}")),
+    }
+}
+
+/// Makes the gateway's process non-dumpable: another process of the same
+/// user (code run by a tool, when the gateway is not root) can then no
+/// longer read its memory or `/proc/<pid>/environ`, where the upstream keys
+/// and tool secrets live. Called once at start.
+pub fn protect_gateway() {
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(
+            "cannot make the gateway non-dumpable: {e}; code run by tools as the gateway's user could read its secrets"
+        );
+    }
+}
+
+/// Whether children can get a PID namespace here, probed once.
+static NAMESPACES: tokio::sync::OnceCell<bool> = tokio::sync::OnceCell::const_new();
+
+/// The `unshare` arguments that give a child its own PID namespace.
+fn unshare_args() -> Vec<&'static str> {
+    let mut args = vec!["--pid", "--fork", "--kill-child"];
+    if !nix::unistd::geteuid().is_root() {
+        args.splice(0..0, ["--user", "--map-current-user"]);
+    }
+    args
+}
+
+async fn namespaces_work() -> bool {
+    *NAMESPACES
+        .get_or_init(|| async {
+            let ok = tokio::process::Command::new("unshare")
+                .args(unshare_args())
+                .arg("true")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .await
+                .is_ok_and(|s| s.success());
+            if !ok {
+                tracing::warn!(
+                    "code run by tools cannot get a PID namespace here (`unshare` missing or not permitted): processes it starts in a new session may outlive the call"
+                );
+            }
+            ok
+        })
+        .await
+}
+
+/// The program and arguments that run `spec` inside the sandbox.
+async fn sandboxed(spec: &ChildSpec) -> (String, Vec<String>) {
+    let mut argv: Vec<String> = Vec::new();
+    if namespaces_work().await {
+        argv.push("unshare".into());
+        argv.extend(unshare_args().into_iter().map(str::to_owned));
+        argv.push("--".into());
+    }
+    argv.extend([
+        "prlimit".into(),
+        format!("--nproc={0}:{0}", spec.sandbox.max_processes),
+        "--".into(),
+    ]);
+    if let Some((uid, gid)) = spec.sandbox.user {
+        argv.extend([
+            "setpriv".into(),
+            format!("--reuid={uid}"),
+            format!("--regid={gid}"),
+            "--clear-groups".into(),
+            "--".into(),
+        ]);
+    }
+    argv.push(spec.program.clone());
+    argv.extend(spec.args.iter().cloned());
+    let program = argv.remove(0);
+    (program, argv)
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -30,6 +168,7 @@ pub struct ChildSpec {
     pub timeout: Duration,
     /// Characters kept of stdout and of stderr.
     pub max_chars: usize,
+    pub sandbox: Sandbox,
 }
 
 /// What a child did.
@@ -81,9 +220,36 @@ pub fn base_env(home: &std::path::Path) -> Vec<(String, String)> {
 }
 
 /// Runs a child to completion (or timeout).
-pub async fn run(spec: ChildSpec) -> Result<ChildOutput, ToolError> {
-    let mut cmd = tokio::process::Command::new(&spec.program);
-    cmd.args(&spec.args)
+pub async fn run(mut spec: ChildSpec) -> Result<ChildOutput, ToolError> {
+    // A sandbox user cannot use folders only the gateway's user may enter
+    // (an interpreter shim under /root): its PATH keeps the others.
+    if spec.sandbox.user.is_some() {
+        for (k, v) in &mut spec.env {
+            if k == "PATH" {
+                *v = v
+                    .split(':')
+                    .filter(|d| searchable_by_anyone(std::path::Path::new(d)))
+                    .collect::<Vec<_>>()
+                    .join(":");
+            }
+        }
+    }
+    // The wrappers start whatever the program is: say clearly when it is
+    // not there, as a direct start would.
+    let search = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    if !is_program(&spec.program, search.unwrap_or_default()) {
+        return Err(ToolError::Failed(format!(
+            "cannot start `{}`: no such program",
+            spec.program
+        )));
+    }
+    let (program, args) = sandboxed(&spec).await;
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(&args)
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -98,7 +264,7 @@ pub async fn run(spec: ChildSpec) -> Result<ChildOutput, ToolError> {
         .kill_on_drop(true);
     let mut child = cmd
         .spawn()
-        .map_err(|e| ToolError::Failed(format!("cannot start `{}`: {e}", spec.program)))?;
+        .map_err(|e| ToolError::Failed(format!("cannot start `{program}`: {e}")))?;
     let mut guard = GroupGuard(
         child
             .id()
@@ -165,6 +331,32 @@ pub async fn run(spec: ChildSpec) -> Result<ChildOutput, ToolError> {
         truncated: cut_out || cut_err,
         timed_out,
     })
+}
+
+/// `true` when every folder from `/` down to `dir` may be entered by any
+/// user (the sandbox user is neither owner nor group of the gateway's).
+fn searchable_by_anyone(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    dir.is_absolute()
+        && dir
+            .ancestors()
+            .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
+/// `true` when `program` names an executable file, directly (with a `/`) or
+/// in one of the `search` folders.
+fn is_program(program: &str, search: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return executable(std::path::Path::new(program));
+    }
+    search
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .any(|d| executable(&std::path::Path::new(d).join(program)))
 }
 
 /// Reads everything, keeping the first `max` bytes; returns them and how
@@ -240,6 +432,7 @@ mod tests {
             env: base_env(dir.path()),
             timeout: Duration::from_secs(30),
             max_chars: 1000,
+            sandbox: Sandbox::unprivileged(),
         })
         .await
         .unwrap();
@@ -262,6 +455,7 @@ mod tests {
             env: vec![],
             timeout: Duration::from_secs(5),
             max_chars: 100,
+            sandbox: Sandbox::unprivileged(),
         })
         .await
         .unwrap_err();

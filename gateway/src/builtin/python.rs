@@ -158,9 +158,13 @@ pub async fn execute_python(
     ctx: &ToolContext,
     /// The code (a whole script; use print() for output).
     code: String,
+    /// A stricter level to run at (`standard` or `strict`); never looser
+    /// than the gateway's configured level.
+    strictness: Option<Strictness>,
 ) -> Result<Value, ToolError> {
     let settings = &ctx.builtins().python;
-    let level = settings.strictness;
+    // A caller may tighten the level, never loosen it.
+    let level = strictness.map_or(settings.strictness, |asked| asked.max(settings.strictness));
     let timeout = level_timeout(level);
     let (allowed, banned): (Option<Vec<String>>, Vec<&str>) = match level {
         Strictness::Lenient => (None, Vec::new()),
@@ -190,10 +194,11 @@ pub async fn execute_python(
         program: settings.interpreter.clone(),
         args: vec!["-I".into(), "-c".into(), RUNNER.into(), config.to_string()],
         stdin: Some(code.into_bytes()),
-        cwd: ws.root().to_owned(),
+        cwd: ws.cwd(),
         env: process::base_env(ws.root()),
         timeout,
         max_chars: settings.max_output_chars,
+        sandbox: ctx.builtins().sandbox()?.clone(),
     })
     .await?;
     if out.timed_out {

@@ -69,18 +69,27 @@ pub fn text_process(
             "lines": text.lines().count(),
             "bytes": text.len(),
         }),
-        TextOperation::Upper => json!(text.to_uppercase()),
-        TextOperation::Lower => json!(text.to_lowercase()),
+        // A character's case mapping is at most three characters of at most
+        // four bytes: bounded before mapping.
+        TextOperation::Upper => {
+            json!(within(text.len().saturating_mul(3), "the text").map(|()| text.to_uppercase())?)
+        }
+        TextOperation::Lower => {
+            json!(within(text.len().saturating_mul(3), "the text").map(|()| text.to_lowercase())?)
+        }
         TextOperation::Trim => json!(text.trim()),
         TextOperation::Replace => {
             let p = need_pattern()?;
             let count = text.matches(p.as_str()).count();
+            let size = (text.len() - count * p.len())
+                .saturating_add(count.saturating_mul(replacement.len()));
+            within(size, "the replaced text")?;
             json!({"text": text.replace(p.as_str(), &replacement), "replacements": count})
         }
         TextOperation::RegexReplace => {
             let re = regex(&need_pattern()?)?;
-            let count = re.find_iter(&text).count();
-            json!({"text": re.replace_all(&text, replacement.as_str()), "replacements": count})
+            let (out, count) = replace_within(&re, &text, &replacement)?;
+            json!({"text": out, "replacements": count})
         }
         TextOperation::Split => {
             let pieces: Vec<&str> = match pattern.as_deref().filter(|p| !p.is_empty()) {
@@ -91,9 +100,21 @@ pub fn text_process(
         }
         TextOperation::RegexFind => {
             let re = regex(&need_pattern()?)?;
+            // Nested groups copy the same text again: the copies are
+            // counted before they are made.
+            let mut size = 0usize;
             let matches: Vec<Value> = re
                 .captures_iter(&text)
                 .take(MAX_ITEMS)
+                .map(|caps| {
+                    size = caps
+                        .iter()
+                        .flatten()
+                        .fold(size, |n, m| n.saturating_add(m.len() + 16));
+                    within(size, "the matches").map(|()| caps)
+                })
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
                 .filter_map(|caps| {
                     let whole = caps.get(0)?;
                     let groups: Vec<Value> = caps
@@ -111,6 +132,47 @@ pub fn text_process(
             json!(matches)
         }
     })
+}
+
+/// `Ok` when a result of `size` bytes stays within the builtin's bound.
+fn within(size: usize, what: &str) -> Result<(), ToolError> {
+    if size > super::MAX_RESULT_BYTES {
+        return Err(super::too_large(what, size));
+    }
+    Ok(())
+}
+
+/// `regex_replace`: every match replaced (`$1` for groups), the output
+/// checked against the bound as it grows; returns it and the count.
+fn replace_within(
+    re: &regex::Regex,
+    text: &str,
+    replacement: &str,
+) -> Result<(String, usize), ToolError> {
+    let mut out = String::new();
+    let mut last = 0;
+    let mut count = 0;
+    // Each `$` of the replacement may insert the whole match (or less).
+    let refs = replacement.matches('$').count();
+    for caps in re.captures_iter(text) {
+        let Some(whole) = caps.get(0) else { continue };
+        let most = out
+            .len()
+            .saturating_add(whole.start() - last)
+            .saturating_add(
+                replacement
+                    .len()
+                    .saturating_add(refs.saturating_mul(whole.len())),
+            );
+        within(most, "the replaced text")?;
+        out.push_str(&text[last..whole.start()]);
+        caps.expand(replacement, &mut out);
+        last = whole.end();
+        count += 1;
+        within(out.len() + (text.len() - last), "the replaced text")?;
+    }
+    out.push_str(&text[last..]);
+    Ok((out, count))
 }
 
 fn regex(pattern: &str) -> Result<regex::Regex, ToolError> {

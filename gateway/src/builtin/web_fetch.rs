@@ -25,7 +25,8 @@ use crate::tool::context::ToolContext;
 /// The HTTP client of `web_fetch` and its address policy.
 #[derive(Debug, Clone)]
 pub struct Fetcher {
-    client: reqwest::Client,
+    /// The client with the address policy, or why it could not be built.
+    client: Result<reqwest::Client, String>,
     policy: AddressPolicy,
     max_redirects: usize,
     max_bytes: usize,
@@ -84,8 +85,10 @@ impl Fetcher {
             .redirect(reqwest::redirect::Policy::none())
             .timeout(decl.timeout)
             .connect_timeout(decl.timeout.min(std::time::Duration::from_secs(10)))
+            .referer(false)
             .build()
-            .unwrap_or_default();
+            // Never a default client: it would lose the address checks.
+            .map_err(|e| format!("web_fetch's HTTP client cannot be built: {e}"));
         Fetcher {
             client,
             policy,
@@ -98,10 +101,13 @@ impl Fetcher {
     pub async fn fetch(&self, url: &str) -> Result<Fetched, ToolError> {
         let mut url =
             Url::parse(url).map_err(|e| ToolError::Failed(format!("{url:?} is not a URL: {e}")))?;
+        let client = self
+            .client
+            .as_ref()
+            .map_err(|e| ToolError::Failed(e.clone()))?;
         for _ in 0..=self.max_redirects {
             self.check(&url)?;
-            let resp = self
-                .client
+            let resp = client
                 .get(url.clone())
                 .send()
                 .await

@@ -10,12 +10,19 @@
 //!    lead outside, symlinks included, without a window between check and
 //!    use.
 //!
-//! With a project in the context, the workspace is `<workspace>/<project>/`.
+//! With a project in the context, the workspace is `<workspace>/<project>/`,
+//! opened through the workspace's `Dir` without following a symlink: code
+//! run by a tool can make `<workspace>/p` a link (to `/`, or to another
+//! project), and such a project is refused, not followed.
+//!
+//! When code runs as a sandbox user (the gateway is root), the workspace
+//! folder is handed to that user so the code can write in it.
 
 use std::io;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Component, Path, PathBuf};
 
-use cap_std::fs::Dir;
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
 use crate::tool::ToolError;
 use crate::tool::context::{ToolContext, is_valid_project};
@@ -29,24 +36,57 @@ pub struct Workspace {
 
 impl Workspace {
     /// The workspace of a call: `<workspace>/<project>/` when the context
-    /// names a project, else the workspace itself; created when missing.
+    /// names a project, else the workspace itself; created when missing,
+    /// and owned by the sandbox user when there is one.
     pub fn of(ctx: &ToolContext) -> Result<Workspace, ToolError> {
-        Workspace::open(&ctx.builtins().workspace, ctx.project.as_deref())
+        let owner = ctx.builtins().sandbox().ok().and_then(|s| s.user);
+        Workspace::open_for(&ctx.builtins().workspace, ctx.project.as_deref(), owner)
     }
 
     /// Opens `root` (or `root/project`), creating it when missing.
     pub fn open(root: &Path, project: Option<&str>) -> Result<Workspace, ToolError> {
-        let root = match project {
-            Some(p) if !is_valid_project(p) => {
-                return Err(ToolError::Refused(format!("project {p:?} is invalid")));
-            }
-            Some(p) => root.join(p),
-            None => root.to_owned(),
-        };
-        std::fs::create_dir_all(&root)
+        Workspace::open_for(root, project, None)
+    }
+
+    /// [`open`](Self::open), handing the folder to `owner` (uid, gid).
+    pub fn open_for(
+        root: &Path,
+        project: Option<&str>,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Workspace, ToolError> {
+        if let Some(p) = project
+            && !is_valid_project(p)
+        {
+            return Err(ToolError::Refused(format!("project {p:?} is invalid")));
+        }
+        // The configured folder is the operator's: opened as configured.
+        std::fs::create_dir_all(root)
             .map_err(|e| ToolError::Failed(format!("the workspace cannot be created: {e}")))?;
-        let dir = Dir::open_ambient_dir(&root, cap_std::ambient_authority())
+        let base = Dir::open_ambient_dir(root, cap_std::ambient_authority())
             .map_err(|e| ToolError::Failed(format!("the workspace cannot be opened: {e}")))?;
+        let (dir, root) = match project {
+            None => (base, root.to_owned()),
+            Some(p) => (open_project(&base, p)?, root.join(p)),
+        };
+        if let Some((uid, gid)) = owner {
+            use cap_std::fs::MetadataExt;
+            let meta = dir
+                .dir_metadata()
+                .map_err(|e| ToolError::Failed(format!("the workspace cannot be read: {e}")))?;
+            if meta.uid() != uid {
+                // The configured folder by its (trusted) path; a project
+                // folder by the descriptor opened without following links.
+                let given = match project {
+                    None => std::os::unix::fs::chown(&root, Some(uid), Some(gid)),
+                    Some(_) => std::os::unix::fs::fchown(dir.as_fd(), Some(uid), Some(gid)),
+                };
+                given.map_err(|e| {
+                    ToolError::Failed(format!(
+                        "the workspace cannot be given to the sandbox user: {e}"
+                    ))
+                })?;
+            }
+        }
         Ok(Workspace { dir, root })
     }
 
@@ -55,9 +95,45 @@ impl Workspace {
         &self.dir
     }
 
-    /// The folder's path (for the working directory of child processes).
+    /// The folder's path (for `HOME` of child processes and messages).
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The working directory for a child: the opened folder itself, by its
+    /// descriptor (the child changes into it before it starts, so no
+    /// symlink swapped in meanwhile can move it elsewhere). Valid while
+    /// `self` lives.
+    pub fn cwd(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.dir.as_fd().as_raw_fd()))
+    }
+}
+
+/// Opens (creating it when missing) the project folder `name` inside
+/// `base`, refusing a symlink.
+fn open_project(base: &Dir, name: &str) -> Result<Dir, ToolError> {
+    match base.create_dir(name) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_error(&e, name)),
+    }
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW);
+    match base.open_with(name, &options) {
+        Ok(file) => Ok(Dir::from_std_file(file.into_std())),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(nix::libc::ELOOP | nix::libc::ENOTDIR)
+            ) =>
+        {
+            Err(ToolError::Refused(format!(
+                "the project folder {name:?} is a symlink or not a folder; refusing to follow it"
+            )))
+        }
+        Err(e) => Err(io_error(&e, name)),
     }
 }
 

@@ -198,7 +198,9 @@ pub(super) fn build(
             select: http.select,
             output: http.output,
             env: http.env,
+            secret_templates: http.secret_templates,
             max_response_bytes,
+            redirects: http.redirects,
         });
         // The schema compiled during validation, so this cannot fail; if it
         // somehow did, the tool is reported unavailable rather than lost.

@@ -61,6 +61,9 @@ pub(super) struct PendingHttp {
     pub(super) output: Option<String>,
     pub(super) env_used: BTreeSet<String>,
     pub(super) env: BTreeMap<String, String>,
+    /// Templates that read `env` (what they render is secret).
+    pub(super) secret_templates: BTreeSet<String>,
+    pub(super) redirects: Option<crate::tool::http::Redirects>,
 }
 
 /// What names a template may read.
@@ -101,6 +104,8 @@ pub(super) fn check_tool(
     let http = &decl.http;
     let name = &decl.name;
     let mut env_used = BTreeSet::new();
+    let mut secret_templates = BTreeSet::new();
+    let mut args_templates = BTreeSet::new();
     let plain = Scope {
         args: &params,
         env: &file.value.env,
@@ -119,6 +124,9 @@ pub(super) fn check_tool(
                         err(diags, at, msg, &hint);
                     } else if let Some(v) = var.strip_prefix("env.") {
                         env_used.insert(v.split('.').next().unwrap_or(v).to_owned());
+                        secret_templates.insert(key.clone());
+                    } else if var == "args" || var.starts_with("args.") {
+                        args_templates.insert(key.clone());
                     }
                 }
                 Some(key)
@@ -316,6 +324,56 @@ pub(super) fn check_tool(
         );
     }
 
+    if let Some(Body::Text {
+        template,
+        content_type,
+    }) = &body
+        && args_templates.contains(template)
+        && !crate::tool::http::is_form(content_type)
+    {
+        diags.push(Diagnostic::warning(
+            &file.file,
+            file.pos(&path(".http.body.text")),
+            format!(
+                "the text body inserts arguments as they are (content type {content_type}), so a value can change the body's structure"
+            ),
+            "use a `json` body (values stay JSON values) or content_type application/x-www-form-urlencoded (values are form-encoded)",
+        ));
+    }
+    let redirects = http.redirects.as_ref().and_then(|r| {
+        let mut ok = true;
+        if !(1..=10).contains(&r.max) {
+            err(
+                diags,
+                ".http.redirects.max",
+                format!("{} redirects is outside 1 to 10", r.max),
+                "give a number from 1 to 10, or remove `redirects` to follow none",
+            );
+            ok = false;
+        }
+        let mut origins = Vec::new();
+        for (j, o) in r.origins.iter().enumerate() {
+            match url::Url::parse(o) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.path() == "/" => {
+                    origins.push(u.origin());
+                }
+                _ => {
+                    err(
+                        diags,
+                        &format!(".http.redirects.origins[{j}]"),
+                        format!("{o:?} is not an origin"),
+                        "write scheme and host (and port), e.g. https://cdn.example.com",
+                    );
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(crate::tool::http::Redirects {
+            max: usize::from(r.max),
+            origins,
+        })
+    });
+
     Some(PendingHttp {
         method: match http.method {
             Method::Get => reqwest::Method::GET,
@@ -332,6 +390,8 @@ pub(super) fn check_tool(
         output,
         env_used,
         env: BTreeMap::new(),
+        secret_templates,
+        redirects,
     })
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::config::load::Loaded;
 use crate::config::{Diagnostic, Pos};
 use crate::tool::is_valid_name;
-use crate::upstream::{Upstream, Upstreams};
+use crate::upstream::{Timeouts, Upstream, Upstreams};
 
 /// Builds the upstreams and model routes; with none declared,
 /// `OPENAI_BASE_URL`/`OPENAI_API_KEY` define one that serves every model.
@@ -33,14 +33,20 @@ pub(super) fn build_upstreams(
                 ));
             }
             let retry = crate::config::format::RetryDecl::default();
-            list.push(Arc::new(Upstream::new(
-                "default".into(),
-                &base,
-                key,
-                Duration::from_secs(5),
-                Duration::from_secs(120),
-                retry,
-            )));
+            let timeouts = Timeouts {
+                connect: Duration::from_secs(5),
+                read: Duration::from_secs(120),
+                total: crate::config::format::default_total_timeout(),
+            };
+            match Upstream::new("default".into(), &base, key, timeouts, retry) {
+                Ok(u) => list.push(Arc::new(u)),
+                Err(e) => diags.push(Diagnostic::error(
+                    &file.file,
+                    Pos { line: 1, column: 1 },
+                    e,
+                    "check OPENAI_BASE_URL and the machine's TLS setup",
+                )),
+            }
         }
     }
     let mut seen = std::collections::HashSet::new();
@@ -98,15 +104,36 @@ pub(super) fn build_upstreams(
             ));
             ok = false;
         }
+        if u.timeout.is_zero() {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(".timeout"),
+                "the total timeout is zero",
+                "give the longest a model call may take, e.g. `600s`",
+            ));
+            ok = false;
+        }
         if ok {
-            list.push(Arc::new(Upstream::new(
+            let timeouts = Timeouts {
+                connect: u.connect_timeout,
+                read: u.read_timeout,
+                total: u.timeout,
+            };
+            match Upstream::new(
                 u.name.clone(),
                 &u.base_url,
                 key,
-                u.connect_timeout,
-                u.read_timeout,
+                timeouts,
                 u.retries.clone(),
-            )));
+            ) {
+                Ok(up) => list.push(Arc::new(up)),
+                Err(e) => diags.push(Diagnostic::error(
+                    &file.file,
+                    at(""),
+                    e,
+                    "check the machine's TLS setup",
+                )),
+            }
         }
     }
     let mut upstreams = Upstreams::new(list.clone());

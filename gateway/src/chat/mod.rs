@@ -21,7 +21,7 @@ pub use request::ChatRequest;
 pub use tool_loop::Loop;
 
 use crate::api::{ApiError, AppState, Caller, body_error};
-use crate::limits::InFlightGuard;
+use crate::limits::Permit;
 
 /// The header that picks a tool set when the body does not.
 pub const TOOL_SET_HEADER: &str = "x-tool-set";
@@ -125,17 +125,8 @@ async fn handle(
         Some(
             state
                 .guards
-                .streams
-                .try_enter(limits.max_concurrent_streams)
-                .ok_or_else(|| {
-                    overloaded(
-                        "too_many_streams",
-                        format!(
-                            "the gateway has {} streaming responses open, its limit (limits.max_concurrent_streams); retry shortly",
-                            limits.max_concurrent_streams
-                        ),
-                    )
-                })?,
+                .enter_stream(limits, caller.key.as_deref())
+                .map_err(overloaded)?,
         )
     } else {
         None
@@ -176,17 +167,8 @@ async fn handle(
     }
     let loop_guard = state
         .guards
-        .loops
-        .try_enter(limits.max_concurrent_loops)
-        .ok_or_else(|| {
-            overloaded(
-                "too_many_loops",
-                format!(
-                    "the gateway runs {} tool loops, its limit (limits.max_concurrent_loops); retry shortly",
-                    limits.max_concurrent_loops
-                ),
-            )
-        })?;
+        .enter_loop(limits, caller.key.as_deref())
+        .map_err(overloaded)?;
     let mut tools: Vec<Value> = gateway.iter().map(|t| t.to_openai()).collect();
     tools.extend(request.client_tools.iter().cloned());
     let limits = &catalog.settings;
@@ -205,6 +187,8 @@ async fn handle(
         max_iterations,
         request,
         learned: Arc::clone(&state.learned),
+        guards: Arc::clone(&state.guards),
+        key: caller.key.clone(),
         context: crate::api::call_context(&headers, &caller)?
             .with_tool_set(set.map(|s| s.name.clone())),
     };
@@ -227,9 +211,9 @@ async fn handle(
 }
 
 /// 503 with `Retry-After` for a request over a concurrency cap.
-fn overloaded(code: &'static str, message: String) -> ApiError {
-    crate::metrics::record(|m| m.reject(code));
-    let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+fn overloaded(full: crate::limits::Full) -> ApiError {
+    crate::metrics::record(|m| m.reject(full.code));
+    let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, full.code, full.message);
     err.retry_after = Some(1);
     err
 }
@@ -240,15 +224,18 @@ async fn proxy(
     upstream: &crate::upstream::Upstream,
     body: Bytes,
     request_id: &str,
-    guard: Option<InFlightGuard>,
+    guard: Option<Permit>,
 ) -> Result<Response, ApiError> {
-    let resp = upstream.chat_with(body, Some(request_id)).await?;
-    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::OK);
+    let reply = upstream.chat_with(body, Some(request_id)).await?;
+    let status = StatusCode::from_u16(reply.response.status().as_u16()).unwrap_or(StatusCode::OK);
     let mut out = Response::builder().status(status);
-    if let Some(ct) = resp.headers().get(reqwest::header::CONTENT_TYPE) {
+    if let Some(ct) = reply.response.headers().get(reqwest::header::CONTENT_TYPE) {
         out = out.header(header::CONTENT_TYPE, ct.as_bytes());
     }
-    let chunks = futures::StreamExt::map(resp.bytes_stream(), move |chunk| {
+    // Not buffered, so not size-capped; the upstream's total deadline
+    // still ends a trickling answer.
+    let body = upstream.body_stream(reply, usize::MAX);
+    let chunks = futures::StreamExt::map(body, move |chunk| {
         let _held = &guard;
         chunk
     });

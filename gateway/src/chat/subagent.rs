@@ -1,8 +1,11 @@
 //! Sub-agents: the chat loop's implementation of the `spawn` builtin. Each
 //! task becomes its own [`Loop`] against the same route, with the same tool
 //! set minus `spawn` (so a sub-agent cannot spawn), a bounded number of
-//! iterations, and a bounded number running at once. The result lists each
-//! task's answer or error, in the order of the tasks.
+//! iterations, and a bounded number running at once. Each sub-agent counts
+//! as a request of the caller's key (its requests per minute) and as a tool
+//! loop (the gateway's and the key's concurrent-loop caps): spawning cannot
+//! multiply what a key may do. The result lists each task's answer or
+//! error, in the order of the tasks.
 
 use std::sync::Arc;
 
@@ -39,8 +42,19 @@ pub async fn run(parent: &Loop, tasks: Vec<String>) -> Result<Value, ToolError> 
             let Some((i, task)) = pending.next() else {
                 break;
             };
-            let child = child_loop(parent, task);
-            running.push(async move { (i, child.run().await) });
+            match admit(parent) {
+                Ok(permit) => {
+                    let child = child_loop(parent, task);
+                    running.push(async move {
+                        let outcome = child.run().await;
+                        drop(permit);
+                        (i, outcome.map_err(|e| e.message))
+                    });
+                }
+                Err(why) => {
+                    answers[i] = Some(json!({"task": task, "success": false, "error": why}))
+                }
+            }
         }
         let Some((i, outcome)) = running.next().await else {
             break;
@@ -54,10 +68,32 @@ pub async fn run(parent: &Loop, tasks: Vec<String>) -> Result<Value, ToolError> 
                 "finish_reason": completion.pointer("/choices/0/finish_reason").cloned().unwrap_or(Value::Null),
                 "tool_calls": completion.pointer("/toolgate/tool_calls").and_then(Value::as_array).map_or(0, Vec::len),
             }),
-            Err(e) => json!({"task": task, "success": false, "error": e.message}),
+            Err(e) => json!({"task": task, "success": false, "error": e}),
         });
     }
     Ok(Value::Array(answers.into_iter().flatten().collect()))
+}
+
+/// A sub-agent's place: one request of the key's per-minute budget, and a
+/// place under the loop caps (held while it runs).
+fn admit(parent: &Loop) -> Result<crate::limits::Permit, String> {
+    if let Some(key) = &parent.key
+        && let Some(per_minute) = key.requests_per_minute
+        && parent
+            .guards
+            .rates
+            .check(&key.name, crate::limits::Rate::Requests, per_minute)
+            .is_err()
+    {
+        return Err(format!(
+            "not started: API key `{}` may make {per_minute} requests per minute, and each sub-agent is one",
+            key.name
+        ));
+    }
+    parent
+        .guards
+        .enter_loop(&parent.catalog.settings.limits, parent.key.as_deref())
+        .map_err(|full| format!("not started: {}", full.message))
 }
 
 /// The loop of one sub-agent.
@@ -91,5 +127,7 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
         max_iterations: parent.catalog.settings.builtins.spawn.max_iterations,
         learned: Arc::clone(&parent.learned),
         context: parent.context.clone(),
+        guards: Arc::clone(&parent.guards),
+        key: parent.key.clone(),
     }
 }

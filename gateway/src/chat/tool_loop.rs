@@ -39,7 +39,7 @@ use crate::formatter::{self, Call, Learned, PromptTemplate, Turn};
 use crate::openai::{ChunkBuilder, add_usage};
 use crate::tool::ToolError;
 use crate::toolcall::{OfferedTool, ParseOptions, StreamEvent, StreamParser};
-use crate::upstream::{Resolved, UpstreamError};
+use crate::upstream::{Reply, Resolved, UpstreamError};
 
 /// How text is parsed for structured-prompt models. A `</think>` without an
 /// opener is content: treating it as the end of reasoning would hold back
@@ -66,6 +66,10 @@ pub struct Loop {
     pub learned: Arc<Learned>,
     /// The request's context, injected into native tool calls.
     pub context: crate::tool::context::CallContext,
+    /// The caps and buckets sub-agents are counted against.
+    pub guards: Arc<crate::limits::Guards>,
+    /// The caller's key, whose limits sub-agents count against.
+    pub key: Option<Arc<crate::auth::ApiKey>>,
 }
 
 /// The formatter in force for one loop.
@@ -163,16 +167,20 @@ impl Loop {
         loop {
             iteration += 1;
             run.report.iterations = iteration;
-            let resp = run.call(iteration, false).await?;
-            let mut completion: Value = resp.json().await.map_err(|e| {
+            let reply = run.call(iteration, false).await?;
+            let body = run
+                .l
+                .resolved
+                .upstream
+                .read_body(reply, run.limits().max_upstream_response_bytes)
+                .await?;
+            let mut completion: Value = serde_json::from_slice(&body).map_err(|e| {
                 ApiError::from(UpstreamError::Invalid {
                     upstream: run.l.resolved.upstream.name.clone(),
-                    message: format!(
-                        "not a JSON chat completion: {}",
-                        std::error::Error::source(&e).map_or(e.to_string(), ToString::to_string)
-                    ),
+                    message: format!("not a JSON chat completion: {e}"),
                 })
             })?;
+            drop(body);
             if let Some(u) = completion.get("usage") {
                 add_usage(&mut run.report.usage, u);
             }
@@ -183,6 +191,7 @@ impl Loop {
                 }));
             };
             let mut turn = run.turn_of(&message);
+            run.check_call_count(turn.calls.len())?;
             turn.finish_reason = completion
                 .pointer("/choices/0/finish_reason")
                 .and_then(Value::as_str)
@@ -229,6 +238,7 @@ impl Loop {
         run.report.iterations = 1;
         let first = run.call(1, true).await?;
         let is_sse = first
+            .response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -246,6 +256,22 @@ impl Loop {
 impl Run {
     fn upstream_name(&self) -> &str {
         &self.l.resolved.upstream.name
+    }
+
+    fn limits(&self) -> &crate::config::format::Limits {
+        &self.l.catalog.settings.limits
+    }
+
+    /// A turn with more calls than `limits.max_tool_calls_per_turn` is a
+    /// broken (or hostile) model answer.
+    fn check_call_count(&self, calls: usize) -> Result<(), ApiError> {
+        let max = self.limits().max_tool_calls_per_turn;
+        if calls > max {
+            return Err(self.invalid(format!(
+                "the model made {calls} tool calls in one turn, more than {max} (limits.max_tool_calls_per_turn)"
+            )));
+        }
+        Ok(())
     }
 
     fn report_json(&self) -> Value {
@@ -297,7 +323,7 @@ impl Run {
 
     /// Calls the model; in `auto` mode, falls back to the structured prompt
     /// (and remembers it) when the upstream rejects `tools`.
-    async fn call(&mut self, iteration: u32, stream: bool) -> Result<reqwest::Response, ApiError> {
+    async fn call(&mut self, iteration: u32, stream: bool) -> Result<Reply, ApiError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
         let request_id = self.l.context.request_id.clone();
         match upstream
@@ -504,7 +530,7 @@ impl Run {
         out
     }
 
-    fn stream(mut self, first: reqwest::Response) -> impl Stream<Item = Result<Event, Infallible>> {
+    fn stream(mut self, first: Reply) -> impl Stream<Item = Result<Event, Infallible>> {
         async_stream::stream! {
             let chunks = ChunkBuilder::new(&self.l.request.model);
             let mut pending = Some(first);
@@ -528,11 +554,18 @@ impl Run {
                     Mode::FunctionCalling { .. } => None,
                 };
                 let mut turn = Turn::default();
-                let mut events = resp.bytes_stream().eventsource();
+                let limit = self.limits().max_upstream_response_bytes;
+                let max_calls = self.limits().max_tool_calls_per_turn;
+                let mut events = Box::pin(self.l.resolved.upstream.body_stream(resp, limit).eventsource());
                 let mut finished = false;
                 while let Some(ev) = events.next().await {
                     let ev = match ev {
                         Ok(ev) => ev,
+                        // Over the byte cap or past the deadline.
+                        Err(eventsource_stream::EventStreamError::Transport(e)) => {
+                            yield Ok(error_event(ApiError::from(e)));
+                            return;
+                        }
                         Err(e) => {
                             yield Ok(error_event(self.invalid(format!("the stream broke: {e}"))));
                             return;
@@ -569,7 +602,15 @@ impl Run {
                     }
                     if let Some(calls) = delta["tool_calls"].as_array() {
                         for c in calls {
-                            let idx = c["index"].as_u64().map_or(turn.calls.len(), |i| i as usize);
+                            let idx = c["index"].as_u64().map_or(turn.calls.len() as u64, |i| i);
+                            // The index sizes the list of calls: bounded
+                            // before anything is allocated for it.
+                            let Some(idx) = usize::try_from(idx).ok().filter(|i| *i < max_calls) else {
+                                yield Ok(error_event(self.invalid(format!(
+                                    "a streamed tool call has index {idx}, beyond {max_calls} calls in one turn (limits.max_tool_calls_per_turn)"
+                                ))));
+                                return;
+                            };
                             while turn.calls.len() <= idx {
                                 turn.calls.push(Call { id: String::new(), name: String::new(), arguments: String::new() });
                             }
@@ -588,6 +629,10 @@ impl Run {
                     for e in apply_events(p.finish(), &mut turn) {
                         yield Ok(data_event(&chunks.delta(with_role(e, &mut sent_role), None)));
                     }
+                }
+                if let Err(e) = self.check_call_count(turn.calls.len()) {
+                    yield Ok(error_event(e));
+                    return;
                 }
                 let finish = match self.decide(&turn, iteration) {
                     Next::Run(calls) => {

@@ -88,6 +88,13 @@ pub struct ApiKeyDecl {
     /// Rate limits of this key.
     #[serde(default)]
     pub limits: KeyLimitsDecl,
+    /// The projects (workspace sub-folders) the key may use. A request
+    /// naming none in `X-Toolgate-Project` gets the first; naming another
+    /// is refused (403). Without it, the key may name any project, and
+    /// works in the whole workspace when it names none: give every key that
+    /// must not see the others' files its own projects.
+    #[serde(default)]
+    pub projects: Vec<String>,
 }
 
 fn all_sets() -> Vec<String> {
@@ -106,6 +113,13 @@ pub struct KeyLimitsDecl {
     /// beyond it a call fails with `rate_limited` (429 from the tool API).
     #[serde(default)]
     pub tool_calls_per_minute: Option<u32>,
+    /// Tool loops (chat requests with gateway tools, sub-agents included)
+    /// this key may run at once; beyond it, 503 with `Retry-After`.
+    #[serde(default)]
+    pub max_concurrent_loops: Option<u32>,
+    /// Streaming responses this key may have open at once.
+    #[serde(default)]
+    pub max_concurrent_streams: Option<u32>,
 }
 
 /// `audit`: where audit lines go and what they show of the arguments.
@@ -194,8 +208,19 @@ pub struct UpstreamDecl {
     #[serde(default = "default_read_timeout", with = "humantime_serde")]
     #[schemars(with = "String")]
     pub read_timeout: Duration,
+    /// Longest time one model call may take in all, from sending the
+    /// request (retries included) to the last byte of the answer; an
+    /// upstream that trickles its answer is cut off at this deadline.
+    #[serde(default = "default_total_timeout", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub timeout: Duration,
     #[serde(default)]
     pub retries: RetryDecl,
+}
+
+/// The total deadline of one model call when the upstream sets none.
+pub fn default_total_timeout() -> Duration {
+    Duration::from_secs(600)
 }
 
 fn default_connect_timeout() -> Duration {
@@ -333,6 +358,27 @@ pub struct Limits {
     /// Streaming responses open at once (proxied or tool loops); beyond
     /// it, 503 with `Retry-After`.
     pub max_concurrent_streams: usize,
+    /// Largest answer of the model the tool loop reads, in bytes (a whole
+    /// completion, or the whole of one streamed turn); beyond it the
+    /// request fails with 502. The transparent proxy does not buffer and
+    /// is not cut.
+    pub max_upstream_response_bytes: usize,
+    /// The most tool calls one model turn may make; a turn with more (or a
+    /// streamed call `index` beyond it) fails the request with 502.
+    pub max_tool_calls_per_turn: usize,
+    /// Client connections open at once; beyond it, new connections wait
+    /// until one closes.
+    pub max_connections: usize,
+    /// Longest time a client may take to send a request's headers (also
+    /// how long an idle kept-alive connection stays open).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub header_timeout: Duration,
+    /// Longest time a client may take to send a request's body; beyond it,
+    /// 408.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub body_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -345,6 +391,11 @@ impl Default for Limits {
             max_tool_argument_bytes: 256 * 1024,
             max_concurrent_loops: 512,
             max_concurrent_streams: 1024,
+            max_upstream_response_bytes: 16 * 1024 * 1024,
+            max_tool_calls_per_turn: 128,
+            max_connections: 4096,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -370,6 +421,33 @@ pub struct BuiltinsDecl {
     pub web_fetch: WebFetchDecl,
     /// The `spawn` tool (sub-agents).
     pub spawn: SpawnDecl,
+    /// How code run by `exec` and `execute_python` is contained.
+    pub sandbox: SandboxDecl,
+}
+
+/// How code run by `exec` and `execute_python` is contained (see
+/// SECURITY.md). Every child runs in a PID namespace of its own when the
+/// machine allows it (so nothing it starts outlives the call), with a
+/// process limit, and, when the gateway runs as root, as `user`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxDecl {
+    /// The user (name or number) code runs as when the gateway runs as
+    /// root; the gateway gives it the workspace folder. Ignored when the
+    /// gateway does not run as root (code then runs as the gateway's user).
+    pub user: String,
+    /// The most processes the code's user may have at once
+    /// (`RLIMIT_NPROC`): a fork bomb stops there.
+    pub max_processes: u32,
+}
+
+impl Default for SandboxDecl {
+    fn default() -> Self {
+        SandboxDecl {
+            user: "nobody".into(),
+            max_processes: 64,
+        }
+    }
 }
 
 impl Default for BuiltinsDecl {
@@ -381,6 +459,7 @@ impl Default for BuiltinsDecl {
             python: PythonDecl::default(),
             web_fetch: WebFetchDecl::default(),
             spawn: SpawnDecl::default(),
+            sandbox: SandboxDecl::default(),
         }
     }
 }
@@ -434,7 +513,9 @@ impl Default for ExecDecl {
 }
 
 /// How much `execute_python` allows.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema, PartialOrd, Ord,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Strictness {
     /// 30 s, any module, every builtin.
@@ -694,6 +775,25 @@ pub struct HttpDecl {
     #[serde(default, with = "humantime_serde")]
     #[schemars(with = "Option<String>")]
     pub timeout: Option<Duration>,
+    /// Redirects this tool follows. Without it, none: a 3xx answer is an
+    /// error saying where it pointed.
+    #[serde(default)]
+    pub redirects: Option<RedirectsDecl>,
+}
+
+/// Which redirects an HTTP tool follows: up to `max`, to the request's own
+/// origin, and to the other origins listed. The tool's declared headers
+/// (which may carry secrets) are sent only to the request's own origin; no
+/// `Referer` is ever sent.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedirectsDecl {
+    /// The most redirects of one call, 1 to 10.
+    pub max: u8,
+    /// Other origins the tool may be redirected to, such as
+    /// `https://cdn.example.com` (scheme, host and port if not the default).
+    #[serde(default)]
+    pub origins: Vec<String>,
 }
 
 fn default_method() -> Method {

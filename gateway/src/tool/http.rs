@@ -8,7 +8,7 @@
 //! refused, and JSON bodies are built as JSON values, never by pasting text.
 //! Values of `env` (secrets) are scrubbed from every error message.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use minijinja::Environment;
@@ -16,6 +16,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use super::ToolError;
+use crate::secrets::Scrubber;
 use crate::template::{self, JSON_SUFFIX};
 
 /// A compiled HTTP tool. Templates are referred to by their name in the
@@ -34,7 +35,20 @@ pub struct HttpTool {
     pub output: Option<String>,
     /// Values of the environment variables this tool reads. Secret.
     pub env: BTreeMap<String, String>,
+    /// Templates that read `env`: what they render is a secret too (a
+    /// header `Basic <base64 of user:pass>`), scrubbed from errors.
+    pub secret_templates: BTreeSet<String>,
     pub max_response_bytes: usize,
+    /// Redirects followed; `None`: a 3xx answer is an error.
+    pub redirects: Option<Redirects>,
+}
+
+/// Which redirects a tool follows.
+#[derive(Debug)]
+pub struct Redirects {
+    pub max: usize,
+    /// Origins other than the request's own that it may be sent to.
+    pub origins: Vec<url::Origin>,
 }
 
 /// A compiled request body.
@@ -76,9 +90,10 @@ impl HttpTool {
         args: &Value,
         request_id: Option<&str>,
     ) -> Result<Value, ToolError> {
-        self.call_inner(client, args, request_id)
+        let mut secrets = Scrubber::new(self.env.values().map(String::as_str));
+        self.call_inner(client, args, request_id, &mut secrets)
             .await
-            .map_err(|e| self.redact_error(e))
+            .map_err(|e| redact_error(e, &secrets))
     }
 
     async fn call_inner(
@@ -86,6 +101,7 @@ impl HttpTool {
         client: &reqwest::Client,
         args: &Value,
         request_id: Option<&str>,
+        secrets: &mut Scrubber,
     ) -> Result<Value, ToolError> {
         let env = minijinja::Value::from_serialize(&self.env);
         let ctx = minijinja::context! { args => minijinja::Value::from_serialize(args), env => env.clone() };
@@ -109,6 +125,7 @@ impl HttpTool {
             let mut rendered = Vec::with_capacity(self.query.len());
             for (key, tmpl) in &self.query {
                 let value = self.render(tmpl, ctx.clone(), &format!("http.query.{key}"))?;
+                self.note_secret(tmpl, &value, secrets);
                 if !value.is_empty() {
                     rendered.push((key, value));
                 }
@@ -128,6 +145,7 @@ impl HttpTool {
         }
         for (name, tmpl) in &self.headers {
             let value = self.render(tmpl, ctx.clone(), &format!("http.headers.{name}"))?;
+            self.note_secret(tmpl, &value, secrets);
             if value.is_empty() {
                 continue;
             }
@@ -151,17 +169,28 @@ impl HttpTool {
                 template,
                 content_type,
             }) => {
-                let text = self.render(template, ctx.clone(), "http.body")?;
+                // A form body gets its argument values form-encoded, so a
+                // value cannot add a field.
+                let text = if is_form(content_type) {
+                    let form_ctx = minijinja::context! {
+                        args => minijinja::Value::from_serialize(template::form_encode_strings(args)),
+                        env => minijinja::Value::from_serialize(&self.env),
+                    };
+                    self.render(template, form_ctx, "http.body")?
+                } else {
+                    self.render(template, ctx.clone(), "http.body")?
+                };
+                self.note_secret(template, &text, secrets);
                 request = request
                     .header(CONTENT_TYPE, content_type.as_str())
                     .body(text);
             }
         }
 
-        let response = request
-            .send()
-            .await
-            .map_err(|e| ToolError::Backend(format!("request failed: {}", describe_reqwest(e))))?;
+        let request = request.build().map_err(|e| {
+            ToolError::Failed(format!("cannot build the request: {}", describe_reqwest(e)))
+        })?;
+        let response = self.send(client, request).await?;
         let status = response.status();
         let is_json = response
             .headers()
@@ -204,6 +233,96 @@ impl HttpTool {
         Ok(data)
     }
 
+    /// Sends `request`, following redirects only as the tool declares: up
+    /// to `max`, to its own origin (with every header) or to a listed
+    /// origin (without the tool's declared headers). The shared client
+    /// follows none by itself and sends no `Referer`.
+    async fn send(
+        &self,
+        client: &reqwest::Client,
+        mut request: reqwest::Request,
+    ) -> Result<reqwest::Response, ToolError> {
+        let origin = request.url().origin();
+        let mut hops = 0;
+        loop {
+            let retry = request.try_clone();
+            let response = client.execute(request).await.map_err(|e| {
+                ToolError::Backend(format!("request failed: {}", describe_reqwest(e)))
+            })?;
+            let status = response.status();
+            if !status.is_redirection() || status == reqwest::StatusCode::NOT_MODIFIED {
+                return Ok(response);
+            }
+            let location = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let Some(location) = location else {
+                return Ok(response);
+            };
+            let Some(policy) = &self.redirects else {
+                return Err(ToolError::Backend(format!(
+                    "backend answered HTTP {status} (a redirect to {location}); redirects are not followed unless the tool declares `http.redirects`"
+                )));
+            };
+            let Some(mut next) = retry else {
+                return Err(ToolError::Backend(format!(
+                    "backend answered HTTP {status}; the request cannot be sent again"
+                )));
+            };
+            hops += 1;
+            if hops > policy.max {
+                return Err(ToolError::Backend(format!(
+                    "more than {} redirects (http.redirects.max)",
+                    policy.max
+                )));
+            }
+            let target = next
+                .url()
+                .join(&location)
+                .map_err(|e| ToolError::Backend(format!("the redirect target is invalid: {e}")))?;
+            if !matches!(target.scheme(), "http" | "https") {
+                return Err(ToolError::Backend("a redirect left http(s)".into()));
+            }
+            let to = target.origin();
+            if to != origin {
+                if !policy.origins.contains(&to) {
+                    return Err(ToolError::Backend(format!(
+                        "backend redirected to {}, another origin not listed in http.redirects.origins",
+                        to.ascii_serialization()
+                    )));
+                }
+                // Another origin never gets the tool's headers: they may
+                // carry its credentials.
+                for (name, _) in &self.headers {
+                    next.headers_mut().remove(name);
+                }
+                next.headers_mut().remove(reqwest::header::AUTHORIZATION);
+                next.headers_mut().remove(reqwest::header::COOKIE);
+            }
+            // 303, and 301/302 after anything but GET/HEAD: GET, no body
+            // (what every client does).
+            let downgrade = status == reqwest::StatusCode::SEE_OTHER
+                || (matches!(status.as_u16(), 301 | 302)
+                    && !matches!(*next.method(), reqwest::Method::GET | reqwest::Method::HEAD));
+            if downgrade {
+                *next.method_mut() = reqwest::Method::GET;
+                *next.body_mut() = None;
+                next.headers_mut().remove(CONTENT_TYPE);
+            }
+            *next.url_mut() = target;
+            request = next;
+        }
+    }
+
+    /// Remembers what a template reading `env` rendered: a secret.
+    fn note_secret(&self, template: &str, rendered: &str, secrets: &mut Scrubber) {
+        if self.secret_templates.contains(template) {
+            secrets.add(rendered);
+        }
+    }
+
     fn render(&self, name: &str, ctx: minijinja::Value, what: &str) -> Result<String, ToolError> {
         template::render(&self.templates, name, ctx)
             .map_err(|e| ToolError::Failed(format!("cannot render {what}: {e}")))
@@ -237,22 +356,25 @@ impl HttpTool {
             ),
         })
     }
+}
 
-    /// Replaces every secret value in an error message.
-    fn redact_error(&self, e: ToolError) -> ToolError {
-        let redact = |msg: String| {
-            self.env
-                .values()
-                .filter(|v| !v.is_empty())
-                .fold(msg, |m, secret| m.replace(secret.as_str(), "[redacted]"))
-        };
-        match e {
-            ToolError::Backend(m) => ToolError::Backend(redact(m)),
-            ToolError::Failed(m) => ToolError::Failed(redact(m)),
-            ToolError::Refused(m) => ToolError::Refused(redact(m)),
-            other => other,
-        }
+/// Replaces every secret, in every encoding, in an error message.
+fn redact_error(e: ToolError, secrets: &Scrubber) -> ToolError {
+    match e {
+        ToolError::Backend(m) => ToolError::Backend(secrets.scrub(&m)),
+        ToolError::Failed(m) => ToolError::Failed(secrets.scrub(&m)),
+        ToolError::Refused(m) => ToolError::Refused(secrets.scrub(&m)),
+        other => other,
     }
+}
+
+/// `true` for `application/x-www-form-urlencoded` (with or without
+/// parameters).
+pub fn is_form(content_type: &str) -> bool {
+    content_type.split(';').next().is_some_and(|t| {
+        t.trim()
+            .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+    })
 }
 
 /// The name under which a JSON body leaf template is stored.

@@ -145,14 +145,31 @@ pub fn into_tool_error<E: fmt::Display + 'static>(error: E) -> ToolError {
     }
 }
 
+/// Sync tool calls running at once: the rest of the blocking pool stays
+/// free for the gateway's own work (reloads, file I/O), whatever the tools
+/// do.
+const MAX_BLOCKING_CALLS: usize = 64;
+static BLOCKING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_BLOCKING_CALLS);
+
 /// Runs a sync tool function on the blocking thread pool, so blocking I/O
-/// does not stall the server; a panic becomes [`ToolError::Panicked`].
+/// does not stall the server, at most [`MAX_BLOCKING_CALLS`] at once (a
+/// call waits for a slot within its timeout); a panic becomes
+/// [`ToolError::Panicked`].
 pub async fn blocking<R, F>(f: F) -> Result<R, ToolError>
 where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
-    tokio::task::spawn_blocking(f).await.map_err(|e| {
+    let permit = BLOCKING
+        .acquire()
+        .await
+        .map_err(|_| ToolError::Failed("the gateway is shutting down".into()))?;
+    tokio::task::spawn_blocking(move || {
+        let _held = permit;
+        f()
+    })
+    .await
+    .map_err(|e| {
         if e.is_panic() {
             let panic = e.into_panic();
             let msg = panic

@@ -173,7 +173,7 @@ async fn main() {
     );
     let gateway = Arc::new(Gateway {
         catalog,
-        executor: Executor::new(http_client()),
+        executor: Executor::new(http_client().unwrap()),
         ctx: CallContext::new(),
     });
 

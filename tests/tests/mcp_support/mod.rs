@@ -113,7 +113,7 @@ pub async fn call(catalog: &Catalog, name: &str, arguments: Value) -> ToolResult
         name: name.into(),
         arguments,
     };
-    let executor = Executor::new(http_client());
+    let executor = Executor::new(http_client().unwrap());
     let ctx = CallContext::new();
     tokio::time::timeout(Duration::from_secs(60), executor.run(catalog, &call, &ctx))
         .await
