@@ -499,6 +499,33 @@ pub fn run_cli(bin: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Live (not zombie) processes whose command line contains `marker`:
+/// how tests find what a sandboxed command started (in its PID namespace,
+/// the pids it sees are not the ones the test sees).
+pub fn processes_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(marker)
+                })
+                .unwrap_or(false)
+        })
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| {
+                    let state = s.rsplit(')').next().unwrap_or_default().trim_start();
+                    !state.starts_with('Z')
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
 /// `[{"role": "user", "content": text}]`.
 pub fn user(text: &str) -> Value {
     json!([{"role": "user", "content": text}])

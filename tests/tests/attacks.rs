@@ -14,7 +14,7 @@ use gateway::executor::{Executor, ToolCall, http_client};
 use gateway::tool::context::CallContext;
 use serde_json::{Value, json};
 use toolgate_tests::mock_llm::MockLlm;
-use toolgate_tests::{Backend, ConfigDir, Served, Server, load_catalog, user};
+use toolgate_tests::{Backend, ConfigDir, Served, Server, load_catalog, processes_with, user};
 
 /// A gateway configuration for attacks: the hostile scripted model as the
 /// upstream (a small answer cap and deadline), every builtin that reads
@@ -288,31 +288,6 @@ async fn code_run_by_tools_cannot_read_the_gateways_secrets() {
 
 // ---------------------------------------------------------------------------
 // 9. Nothing a command starts outlives the call; forks are bounded.
-
-/// Processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| {
-                    String::from_utf8_lossy(&c)
-                        .replace('\0', " ")
-                        .contains(marker)
-                })
-                .unwrap_or(false)
-        })
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| {
-                    let state = s.rsplit(')').next().unwrap_or_default().trim_start();
-                    !state.starts_with('Z')
-                })
-                .unwrap_or(false)
-        })
-        .collect()
-}
 
 async fn gone(marker: &str) -> bool {
     for _ in 0..100 {

@@ -180,20 +180,6 @@ pub fn forbidden_set(caller: &Caller, set: &str) -> ApiError {
     .param("tool_set")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_ids_from_clients_are_kept_only_when_plain() {
-        assert!(valid_request_id("abc-123_x.y:z"));
-        assert!(!valid_request_id(""));
-        assert!(!valid_request_id("a b"));
-        assert!(!valid_request_id("a\r\nX-Evil: 1"));
-        assert!(!valid_request_id(&"a".repeat(129)));
-    }
-}
-
 /// Reads a request's body within `limits.body_timeout` (408 after it) and
 /// `limits.max_request_bytes` (413 beyond it) before the handler runs: a
 /// client sending its body a byte at a time cannot hold a request open.
@@ -234,5 +220,19 @@ pub async fn body_deadline(State(state): State<AppState>, req: Request, next: Ne
             next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
                 .await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_from_clients_are_kept_only_when_plain() {
+        assert!(valid_request_id("abc-123_x.y:z"));
+        assert!(!valid_request_id(""));
+        assert!(!valid_request_id("a b"));
+        assert!(!valid_request_id("a\r\nX-Evil: 1"));
+        assert!(!valid_request_id(&"a".repeat(129)));
     }
 }

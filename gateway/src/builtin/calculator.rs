@@ -630,4 +630,18 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.to_string(), "division by zero");
     }
+
+    proptest::proptest! {
+        /// Any expression text: a number or a positioned error, never a
+        /// panic (deep nesting included).
+        #[test]
+        fn any_expression_is_answered_or_refused(
+            text in "[0-9+\\-*/^()!.,% a-z]{0,300}",
+            depth in 0usize..5000,
+        ) {
+            let _ = evaluate(&text);
+            let _ = evaluate(&format!("{}{text}{}", "(".repeat(depth), ")".repeat(depth)));
+            let _ = evaluate(&format!("{}1", "-".repeat(depth)));
+        }
+    }
 }

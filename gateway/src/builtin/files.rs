@@ -145,6 +145,14 @@ fn replace_atomically(
         Ok(m) if m.is_dir() => {
             return Err(ToolError::Failed(format!("{shown:?} is a folder")));
         }
+        // A link is written through (renaming over it would replace the
+        // link): cap-std follows it only while it stays in the workspace.
+        Ok(m) if m.file_type().is_symlink() => {
+            let mut options = OpenOptions::new();
+            options.write(true).truncate(true);
+            let mut file = open_regular(ws.dir(), rel, &mut options, shown)?;
+            return file.write_all(content).map_err(|e| io_error(&e, shown));
+        }
         Ok(_) => return Err(not_regular(shown)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(io_error(&e, shown)),

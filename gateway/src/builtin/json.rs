@@ -283,4 +283,32 @@ mod tests {
             assert!(e.contains(expected), "{args}: {e}");
         }
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Any JSONPath text, including deep and long ones: an answer or a
+        /// clear error, never a panic or a stack overflow.
+        #[test]
+        fn any_jsonpath_is_answered_or_refused(
+            body in "[\\[\\]()?!@.*,'\"a1 <=&|$-]{0,400}",
+            depth in 0usize..3000,
+            opener in prop::sample::select(vec!["(", "[", "!", "[?(", "[?!"]),
+        ) {
+            let path = format!("${}{}", opener.repeat(depth / opener.len().max(1)), body);
+            let _ = run(json!({"input": DOC, "operation": "select", "path": path}));
+            let _ = run(json!({"input": DOC, "operation": "select", "path": format!("${body}")}));
+        }
+
+        /// Any input document: pretty, minify and keys answer or refuse.
+        #[test]
+        fn any_document_is_answered_or_refused(input in "[\\[\\]{}:,\"a1 ]{0,300}", depth in 0usize..200) {
+            let deep = format!("{}{input}{}", "[".repeat(depth), "]".repeat(depth));
+            for op in ["validate", "pretty", "minify", "keys"] {
+                let _ = run(json!({"input": deep, "operation": op}));
+            }
+        }
+    }
 }

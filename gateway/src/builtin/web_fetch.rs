@@ -308,7 +308,14 @@ fn render(
         || mime == "application/xhtml+xml"
         || (mime.is_empty() && looks_like_html())
     {
-        let (title, content) = html_to_readable(&text(), doc.url.as_str(), format);
+        let html = text();
+        // Readability's work grows with nesting depth (a hostile page of
+        // 100,000 nested elements would hold a thread for minutes): such a
+        // page is reduced to its text, which takes one pass.
+        if html_depth(&html) > MAX_HTML_DEPTH {
+            return Ok((None, strip_tags(&html), "html"));
+        }
+        let (title, content) = html_to_readable(&html, doc.url.as_str(), format);
         return Ok((title, content, "html"));
     }
     let is_text = mime.starts_with("text/")
@@ -333,6 +340,46 @@ fn render(
 
 /// Readability's article, as markdown or text; the whole page's text when
 /// no article stands out.
+/// Deepest element nesting Readability is given.
+const MAX_HTML_DEPTH: usize = 256;
+
+/// The deepest element nesting of `html`, estimated in one pass over its
+/// tags (void and self-closed elements do not nest).
+fn html_depth(html: &str) -> usize {
+    const VOID: &[&str] = &[
+        "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+        "track", "wbr", "!doctype",
+    ];
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let bytes = html.as_bytes();
+    let mut i = 0;
+    while let Some(off) = bytes[i..].iter().position(|b| *b == b'<') {
+        i += off + 1;
+        let closing = bytes.get(i) == Some(&b'/');
+        let start = if closing { i + 1 } else { i };
+        let end = bytes[start..]
+            .iter()
+            .position(|b| !(b.is_ascii_alphanumeric() || *b == b'!'))
+            .map_or(bytes.len(), |n| start + n);
+        if end == start {
+            continue;
+        }
+        let name = html[start..end].to_ascii_lowercase();
+        let self_closed = bytes[end..]
+            .iter()
+            .position(|b| *b == b'>')
+            .is_some_and(|n| n > 0 && bytes[end + n - 1] == b'/');
+        if closing {
+            depth = depth.saturating_sub(1);
+        } else if !VOID.contains(&name.as_str()) && !self_closed {
+            depth += 1;
+            deepest = deepest.max(depth);
+        }
+        i = end;
+    }
+    deepest
+}
+
 fn html_to_readable(html: &str, url: &str, format: FetchFormat) -> (Option<String>, String) {
     let text_mode = match format {
         FetchFormat::Markdown => dom_smoothie::TextMode::Markdown,
@@ -376,4 +423,46 @@ fn strip_tags(html: &str) -> String {
         }
     }
     out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod deep_html {
+    use super::*;
+
+    #[test]
+    fn depth_is_estimated_from_tags() {
+        assert_eq!(
+            html_depth("<html><body><p>a<br>b<img src=x/></p></body></html>"),
+            3
+        );
+        assert_eq!(
+            html_depth("<!doctype html><div><div></div><div></div></div>"),
+            2
+        );
+    }
+
+    /// A hostile page nested 100,000 elements deep is reduced to its text
+    /// at once: no stack overflow (rendering runs on a blocking thread,
+    /// where one would abort the gateway) and no minutes of work.
+    #[test]
+    fn deeply_nested_html_does_not_overflow() {
+        for depth in [1_000usize, 100_000] {
+            let body = format!(
+                "<html><body>{}deep{}</body></html>",
+                "<div>".repeat(depth),
+                "</div>".repeat(depth)
+            );
+            let doc = Fetched {
+                url: Url::parse("http://example.com/").unwrap(),
+                status: 200,
+                content_type: Some("text/html".into()),
+                body: body.into_bytes(),
+                truncated: false,
+            };
+            for format in [FetchFormat::Markdown, FetchFormat::Text] {
+                let (_, content, _) = render(&doc, format).unwrap();
+                assert!(content.contains("deep"), "{content}");
+            }
+        }
+    }
 }

@@ -289,4 +289,51 @@ mod tests {
             json!({"model": "real", "messages": [{"role": "user", "content": "x"}], "tool_choice": "auto", "tools": [{"type": "function"}]})
         );
     }
+
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(json!(null)),
+            any::<bool>().prop_map(|b| json!(b)),
+            any::<i64>().prop_map(|n| json!(n)),
+            ".{0,12}".prop_map(|s| json!(s)),
+        ];
+        leaf.prop_recursive(6, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec![
+                        "model",
+                        "messages",
+                        "stream",
+                        "tools",
+                        "tool_set",
+                        "max_tool_iterations",
+                        "role",
+                        "content",
+                        "function",
+                        "name",
+                        "x"
+                    ]),
+                    inner,
+                    0..6,
+                )
+                .prop_map(|m| serde_json::Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Any JSON body, and any bytes: a request or a 400, never a panic.
+        #[test]
+        fn any_body_is_parsed_or_refused(v in json_value(), bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+            let _ = ChatRequest::parse(v.to_string().as_bytes());
+            let _ = ChatRequest::parse(&bytes);
+            let deep = format!("{{\"model\": \"m\", \"messages\": {}{}", "[".repeat(200_000), "]".repeat(200_000));
+            prop_assert!(ChatRequest::parse(deep.as_bytes()).is_err());
+        }
+    }
 }

@@ -600,25 +600,11 @@ impl Run {
                             yield Ok(data_event(&chunks.delta(with_role(e, &mut sent_role), None)));
                         }
                     }
-                    if let Some(calls) = delta["tool_calls"].as_array() {
-                        for c in calls {
-                            let idx = c["index"].as_u64().map_or(turn.calls.len() as u64, |i| i);
-                            // The index sizes the list of calls: bounded
-                            // before anything is allocated for it.
-                            let Some(idx) = usize::try_from(idx).ok().filter(|i| *i < max_calls) else {
-                                yield Ok(error_event(self.invalid(format!(
-                                    "a streamed tool call has index {idx}, beyond {max_calls} calls in one turn (limits.max_tool_calls_per_turn)"
-                                ))));
-                                return;
-                            };
-                            while turn.calls.len() <= idx {
-                                turn.calls.push(Call { id: String::new(), name: String::new(), arguments: String::new() });
-                            }
-                            let p = &mut turn.calls[idx];
-                            if let Some(id) = c["id"].as_str() { p.id.push_str(id); }
-                            if let Some(n) = c.pointer("/function/name").and_then(Value::as_str) { p.name.push_str(n); }
-                            if let Some(a) = c.pointer("/function/arguments").and_then(Value::as_str) { p.arguments.push_str(a); }
-                        }
+                    if let Some(deltas) = delta["tool_calls"].as_array()
+                        && let Err(e) = merge_call_deltas(&mut turn.calls, deltas, max_calls)
+                    {
+                        yield Ok(error_event(self.invalid(e)));
+                        return;
                     }
                 }
                 if !finished && turn.finish_reason.is_none() {
@@ -676,6 +662,38 @@ impl Run {
     }
 }
 
+/// Folds one streamed `tool_calls` delta into the turn's calls (OpenAI
+/// streams each call as pieces keyed by `index`). The index sizes the list,
+/// so one beyond `max` calls is refused before anything is allocated.
+fn merge_call_deltas(calls: &mut Vec<Call>, deltas: &[Value], max: usize) -> Result<(), String> {
+    for c in deltas {
+        let idx = c["index"].as_u64().unwrap_or(calls.len() as u64);
+        let Some(idx) = usize::try_from(idx).ok().filter(|i| *i < max) else {
+            return Err(format!(
+                "a streamed tool call has index {idx}, beyond {max} calls in one turn (limits.max_tool_calls_per_turn)"
+            ));
+        };
+        while calls.len() <= idx {
+            calls.push(Call {
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+            });
+        }
+        let p = &mut calls[idx];
+        if let Some(id) = c["id"].as_str() {
+            p.id.push_str(id);
+        }
+        if let Some(n) = c.pointer("/function/name").and_then(Value::as_str) {
+            p.name.push_str(n);
+        }
+        if let Some(a) = c.pointer("/function/arguments").and_then(Value::as_str) {
+            p.arguments.push_str(a);
+        }
+    }
+    Ok(())
+}
+
 /// Folds parser events into the turn; returns the deltas to send.
 fn apply_events(events: Vec<StreamEvent>, turn: &mut Turn) -> Vec<Value> {
     let mut out = Vec::new();
@@ -731,4 +749,61 @@ fn data_event(v: &Value) -> Event {
 fn error_event(e: ApiError) -> Event {
     tracing::warn!("stream failed: {}", e.message);
     data_event(&json!({"error": {"message": e.message, "type": "api_error", "code": e.code}}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn delta() -> impl Strategy<Value = Value> {
+        (
+            prop_oneof![
+                Just(None),
+                any::<u64>().prop_map(Some),
+                (0u64..8).prop_map(Some)
+            ],
+            proptest::option::of("[a-z_]{0,8}"),
+            proptest::option::of(".{0,16}"),
+        )
+            .prop_map(|(index, name, args)| {
+                let mut d = json!({"function": {}});
+                if let Some(i) = index {
+                    d["index"] = json!(i);
+                }
+                if let Some(n) = name {
+                    d["function"]["name"] = json!(n);
+                }
+                if let Some(a) = args {
+                    d["function"]["arguments"] = json!(a);
+                }
+                d
+            })
+    }
+
+    proptest! {
+        /// Any sequence of streamed call pieces: no panic, never more calls
+        /// than the cap, and an index beyond it is an error.
+        #[test]
+        fn streamed_call_deltas_are_bounded(chunks in prop::collection::vec(prop::collection::vec(delta(), 0..4), 0..16)) {
+            let mut calls = Vec::new();
+            for chunk in &chunks {
+                let r = merge_call_deltas(&mut calls, chunk, 16);
+                prop_assert!(calls.len() <= 16);
+                if r.is_err() {
+                    prop_assert!(chunk.iter().any(|c| c["index"].as_u64().is_some_and(|i| i >= 16)) || calls.len() >= 16);
+                    break;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_index_allocates_nothing() {
+        let mut calls = Vec::new();
+        let e =
+            merge_call_deltas(&mut calls, &[json!({"index": 1_000_000_000u64})], 128).unwrap_err();
+        assert!(e.contains("1000000000"), "{e}");
+        assert!(calls.is_empty());
+    }
 }

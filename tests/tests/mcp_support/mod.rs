@@ -89,7 +89,7 @@ impl HttpServer {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let port = tokio::time::timeout(Duration::from_secs(30), async {
+        let port = tokio::time::timeout(Duration::from_secs(120), async {
             while let Some(line) = lines.next_line().await.unwrap() {
                 if let Some(port) = line.strip_prefix("PORT ") {
                     return port.trim().to_owned();
@@ -98,7 +98,7 @@ impl HttpServer {
             panic!("the HTTP test server exited without printing its port");
         })
         .await
-        .expect("the HTTP test server did not start within 30s");
+        .expect("the HTTP test server did not start within 120s");
         Some(HttpServer {
             _child: child,
             url: format!("http://127.0.0.1:{port}/mcp"),
