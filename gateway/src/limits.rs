@@ -278,23 +278,21 @@ impl Guards {
         limits: &crate::config::format::Limits,
         key: Option<&crate::auth::ApiKey>,
     ) -> Result<Permit, Full> {
-        let global = self.loops.try_enter(limits.max_concurrent_loops).ok_or_else(|| Full {
-            code: "too_many_loops",
-            message: format!(
-                "the gateway runs {} tool loops, its limit (limits.max_concurrent_loops); retry shortly",
-                limits.max_concurrent_loops
+        Self::enter(
+            (&self.loops, limits.max_concurrent_loops),
+            || Full {
+                code: "too_many_loops",
+                message: format!(
+                    "the gateway runs {} tool loops, its limit (limits.max_concurrent_loops); retry shortly",
+                    limits.max_concurrent_loops
+                ),
+            },
+            (
+                &self.key_loops,
+                key.and_then(|k| k.max_concurrent_loops.map(|m| (k, m))),
             ),
-        })?;
-        let key = Self::key_place(
-            &self.key_loops,
-            key,
-            |k| k.max_concurrent_loops,
             "tool loops",
-        )?;
-        Ok(Permit {
-            _global: global,
-            _key: key,
-        })
+        )
     }
 
     /// A place for a streaming response: under
@@ -304,44 +302,47 @@ impl Guards {
         limits: &crate::config::format::Limits,
         key: Option<&crate::auth::ApiKey>,
     ) -> Result<Permit, Full> {
-        let global = self.streams.try_enter(limits.max_concurrent_streams).ok_or_else(|| Full {
-            code: "too_many_streams",
-            message: format!(
-                "the gateway has {} streaming responses open, its limit (limits.max_concurrent_streams); retry shortly",
-                limits.max_concurrent_streams
+        Self::enter(
+            (&self.streams, limits.max_concurrent_streams),
+            || Full {
+                code: "too_many_streams",
+                message: format!(
+                    "the gateway has {} streaming responses open, its limit (limits.max_concurrent_streams); retry shortly",
+                    limits.max_concurrent_streams
+                ),
+            },
+            (
+                &self.key_streams,
+                key.and_then(|k| k.max_concurrent_streams.map(|m| (k, m))),
             ),
-        })?;
-        let key = Self::key_place(
-            &self.key_streams,
-            key,
-            |k| k.max_concurrent_streams,
             "streaming responses",
-        )?;
+        )
+    }
+
+    /// A place under the global counter, then under the key's, if capped.
+    fn enter(
+        (global, max): (&Arc<InFlight>, usize),
+        full: impl FnOnce() -> Full,
+        (keyed, key): (&KeyedInFlight, Option<(&crate::auth::ApiKey, NonZeroU32)>),
+        what: &str,
+    ) -> Result<Permit, Full> {
+        let global = global.try_enter(max).ok_or_else(full)?;
+        let key = match key {
+            None => None,
+            Some((key, max)) => Some(keyed.try_enter(&key.name, max.get() as usize).ok_or_else(
+                || Full {
+                    code: "key_concurrency_limit",
+                    message: format!(
+                        "API key `{}` has {max} {what} in progress, its limit; retry shortly",
+                        key.name
+                    ),
+                },
+            )?),
+        };
         Ok(Permit {
             _global: global,
             _key: key,
         })
-    }
-
-    fn key_place(
-        counters: &KeyedInFlight,
-        key: Option<&crate::auth::ApiKey>,
-        cap: impl Fn(&crate::auth::ApiKey) -> Option<NonZeroU32>,
-        what: &str,
-    ) -> Result<Option<InFlightGuard>, Full> {
-        let Some((key, max)) = key.and_then(|k| cap(k).map(|m| (k, m))) else {
-            return Ok(None);
-        };
-        counters
-            .try_enter(&key.name, max.get() as usize)
-            .map(Some)
-            .ok_or_else(|| Full {
-                code: "key_concurrency_limit",
-                message: format!(
-                    "API key `{}` has {max} {what} in progress, its limit; retry shortly",
-                    key.name
-                ),
-            })
     }
 }
 
