@@ -327,10 +327,27 @@ impl Upstream {
             upstream: self.name.clone(),
             message: describe(&e),
         })?;
-        let v: serde_json::Value = resp.json().await.map_err(|e| UpstreamError::Invalid {
+        // The list is read under a cap, like every upstream answer.
+        const MAX_MODELS_BYTES: usize = 4 * 1024 * 1024;
+        let mut resp = resp;
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| UpstreamError::Unreachable {
             upstream: self.name.clone(),
             message: describe(&e),
-        })?;
+        })? {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_MODELS_BYTES {
+                return Err(UpstreamError::Invalid {
+                    upstream: self.name.clone(),
+                    message: format!("its model list is larger than {MAX_MODELS_BYTES} bytes"),
+                });
+            }
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| UpstreamError::Invalid {
+                upstream: self.name.clone(),
+                message: e.to_string(),
+            })?;
         Ok(v["data"]
             .as_array()
             .map(|d| {
