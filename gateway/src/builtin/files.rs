@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 
@@ -104,12 +104,12 @@ fn not_regular(shown: &str) -> ToolError {
 /// another's change. One lock per (workspace folder, path), dropped when
 /// unused.
 fn lock_path(ws: &Workspace, rel: &Path) -> Arc<Mutex<()>> {
-    static LOCKS: Mutex<Option<HashMap<PathBuf, Weak<Mutex<()>>>>> = Mutex::new(None);
+    static LOCKS: LazyLock<Mutex<HashMap<PathBuf, Weak<Mutex<()>>>>> =
+        LazyLock::new(Mutex::default);
     let key = ws.root().join(rel);
-    let mut guard = LOCKS
+    let mut locks = LOCKS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let locks = guard.get_or_insert_with(HashMap::new);
     if let Some(lock) = locks.get(&key).and_then(Weak::upgrade) {
         return lock;
     }

@@ -90,10 +90,18 @@ impl HttpTool {
         args: &Value,
         request_id: Option<&str>,
     ) -> Result<Value, ToolError> {
-        let mut secrets = Scrubber::new(self.env.values().map(String::as_str));
-        self.call_inner(client, args, request_id, &mut secrets)
+        // What secret-reading templates rendered this call; the scrubber
+        // is built only when there is an error to scrub.
+        let mut rendered = Vec::new();
+        self.call_inner(client, args, request_id, &mut rendered)
             .await
-            .map_err(|e| redact_error(e, &secrets))
+            .map_err(|e| {
+                let mut secrets = Scrubber::new(self.env.values().map(String::as_str));
+                for r in &rendered {
+                    secrets.add(r);
+                }
+                redact_error(e, &secrets)
+            })
     }
 
     async fn call_inner(
@@ -101,7 +109,7 @@ impl HttpTool {
         client: &reqwest::Client,
         args: &Value,
         request_id: Option<&str>,
-        secrets: &mut Scrubber,
+        secrets: &mut Vec<String>,
     ) -> Result<Value, ToolError> {
         let env = minijinja::Value::from_serialize(&self.env);
         let ctx = minijinja::context! { args => minijinja::Value::from_serialize(args), env => env.clone() };
@@ -317,9 +325,9 @@ impl HttpTool {
     }
 
     /// Remembers what a template reading `env` rendered: a secret.
-    fn note_secret(&self, template: &str, rendered: &str, secrets: &mut Scrubber) {
+    fn note_secret(&self, template: &str, rendered: &str, secrets: &mut Vec<String>) {
         if self.secret_templates.contains(template) {
-            secrets.add(rendered);
+            secrets.push(rendered.to_owned());
         }
     }
 
