@@ -124,7 +124,7 @@ def test_tool_set_from_header_and_unknown_set(client):
         model="mock-model", messages=user("hello"), extra_headers={"X-Tool-Set": "small"}
     )
     assert report(r)["tool_set"] == "small"
-    with pytest.raises(openai.BadRequestError) as e:
+    with pytest.raises(openai.NotFoundError) as e:
         client.chat.completions.create(model="mock-model", messages=user("hello"), extra_body={"tool_set": "nope"})
     assert "available: small, web" in str(e.value)
 

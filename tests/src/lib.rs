@@ -24,10 +24,10 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use gateway::api::{AppState, router};
-use gateway::catalog::Catalog;
-use gateway::executor::{Executor, http_client};
 use serde_json::{Value, json};
+use toolgate_engine::catalog::Catalog;
+use toolgate_engine::executor::{Executor, http_client};
+use toolgate_server::api::{AppState, router};
 
 /// One request the backend received.
 #[derive(Debug, Clone)]
@@ -276,7 +276,7 @@ pub fn repo_root() -> PathBuf {
 /// A gateway run in process the way `toolgate serve` runs it (hot reload,
 /// audit log, limits, graceful shutdown), without signal handlers.
 pub struct Served {
-    pub running: gateway::server::Running,
+    pub running: toolgate_server::server::Running,
     pub addr: SocketAddr,
 }
 
@@ -288,14 +288,14 @@ impl Served {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        let loader: gateway::reload::Loader =
+        let loader: toolgate_server::reload::Loader =
             Arc::new(move |dir: &Path| Catalog::load_with_env(dir, &|k| env.get(k).cloned()));
         let catalog = loader(dir).unwrap_or_else(|e| panic!("{e}"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let running = gateway::server::start(
+        let running = toolgate_server::server::start(
             catalog,
             listener,
-            gateway::server::Options {
+            toolgate_server::server::Options {
                 dir: dir.to_owned(),
                 loader,
                 signals: false,

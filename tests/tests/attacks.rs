@@ -10,9 +10,9 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
-use gateway::executor::{Executor, ToolCall, http_client};
-use gateway::tool::context::CallContext;
 use serde_json::{Value, json};
+use toolgate::context::CallContext;
+use toolgate_engine::executor::{Executor, ToolCall, http_client};
 use toolgate_tests::mock_llm::MockLlm;
 use toolgate_tests::{Backend, ConfigDir, Served, Server, load_catalog, processes_with, user};
 

@@ -13,13 +13,13 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use gateway::builtin::address::AddressPolicy;
-use gateway::builtin::web_fetch::Fetcher;
-use gateway::catalog::Catalog;
-use gateway::config::format::WebFetchDecl;
-use gateway::executor::{Executor, ToolCall, ToolResult, http_client};
-use gateway::tool::context::CallContext;
 use serde_json::{Value, json};
+use toolgate::context::CallContext;
+use toolgate_builtins::address::AddressPolicy;
+use toolgate_builtins::web_fetch::Fetcher;
+use toolgate_config::format::WebFetchDecl;
+use toolgate_engine::catalog::Catalog;
+use toolgate_engine::executor::{Executor, ToolCall, ToolResult, http_client};
 use toolgate_tests::mock_llm::MockLlm;
 use toolgate_tests::{ConfigDir, Gateway, load_catalog, processes_with, repo_root, toolgate_bin};
 
@@ -1058,7 +1058,7 @@ fn a_yaml_tool_with_a_builtins_name_is_an_error_naming_both() {
     ]);
     let out = Catalog::load(dir.path()).unwrap_err().to_string();
     assert!(
-        out.contains("tools.d/mine.yaml:2:11: error: tool `calculator` is also registered as the builtin tool `calculator` (gateway/src/builtin/calculator.rs:"),
+        out.contains("tools.d/mine.yaml:2:11: error: tool `calculator` is also registered as the builtin tool `calculator` (gateway/builtins/src/calculator.rs:"),
         "{out}"
     );
     assert!(

@@ -337,13 +337,14 @@ async fn tool_sets_come_from_body_header_or_default() {
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["lookup"]);
-    // Unknown set: 400 listing the sets.
+    // Unknown set: 404 listing the sets (the same answer as the tool API's).
     let (status, body) = post(
         &s,
         json!({"model": "mock-model", "messages": user("hi"), "tool_set": "nope"}),
     )
     .await;
-    assert_eq!(status, 400);
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["code"], "unknown_tool_set");
     let msg = body["error"]["message"].as_str().unwrap();
     assert!(msg.contains("available: other, web"), "{msg}");
     // Aliases route to the upstream model name.

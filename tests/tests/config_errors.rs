@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use gateway::catalog::Catalog;
+use toolgate_engine::catalog::Catalog;
 
 fn report(dir: &Path) -> String {
     // A fixed environment: only PRESENT is set.

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use gateway::executor::{Executor, ToolCall, http_client};
-use gateway::tool::context::CallContext;
 use serde_json::{Value, json};
+use toolgate::context::CallContext;
+use toolgate_engine::executor::{Executor, ToolCall, http_client};
 use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog};
 
 /// A tools.d file whose tools talk to `backend`.

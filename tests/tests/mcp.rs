@@ -10,13 +10,13 @@ mod mcp_support;
 
 use std::time::Duration;
 
-use gateway::executor::{Executor, ToolCall, http_client};
-use gateway::tool::ToolKind;
-use gateway::tool::context::CallContext;
 use mcp_support::{
     HttpServer, call, eventually, everything, python_stdio_yaml, start, text, time_server,
 };
 use serde_json::{Value, json};
+use toolgate::context::CallContext;
+use toolgate_engine::executor::{Executor, ToolCall, http_client};
+use toolgate_engine::tool::ToolKind;
 use toolgate_tests::{ConfigDir, Gateway, load_catalog};
 
 fn everything_yaml(bin: &str, timeout: &str) -> String {

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use gateway::catalog::Catalog;
+use toolgate_engine::catalog::Catalog;
 use toolgate_tests::ConfigDir;
 
 fn report(dir: &ConfigDir, env: &[(&str, &str)]) -> Result<Catalog, Vec<String>> {
@@ -212,7 +212,7 @@ mcp_servers:
 
 #[test]
 fn the_schema_describes_mcp_servers() {
-    let schemas = gateway::config::format::json_schemas();
+    let schemas = toolgate_config::format::json_schemas();
     let tools = &schemas["tools.d/*.yaml"];
     let text = tools.to_string();
     assert!(tools["properties"]["mcp_servers"].is_object(), "{text}");

@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
-use gateway::catalog::Catalog;
-use gateway::executor::{Executor, ToolCall, http_client};
-use gateway::tool::context::CallContext;
 use serde_json::json;
-use tool_macros::tool;
+use toolgate::context::CallContext;
+use toolgate::tool;
+use toolgate_engine::catalog::Catalog;
+use toolgate_engine::executor::{Executor, ToolCall, http_client};
 use toolgate_tests::ConfigDir;
 
 /// Panics, synchronously.
@@ -50,7 +50,7 @@ fn call(name: &str, arguments: serde_json::Value) -> ToolCall {
 #[tokio::test]
 async fn panics_and_timeouts_are_error_results() {
     let dir = ConfigDir::new(&[]);
-    let natives = gateway::tools![boom_sync, boom_async, too_slow];
+    let natives = toolgate::tools![boom_sync, boom_async, too_slow];
     let catalog = Catalog::load_with(dir.path(), &|_| None, &natives).unwrap();
     let exec = Executor::new(http_client().unwrap());
     let ctx = CallContext::new();

@@ -7,17 +7,17 @@
 
 use std::collections::BTreeMap;
 
-use gateway::catalog::Catalog;
-use gateway::executor::{Executor, ToolCall, http_client};
-use gateway::tool::context::CallContext;
-use gateway::tool::strict;
 use serde_json::{Value, json};
+use toolgate::context::CallContext;
+use toolgate::strict;
+use toolgate_engine::catalog::Catalog;
+use toolgate_engine::executor::{Executor, ToolCall, http_client};
 use toolgate_tests::{Backend, ConfigDir, load_catalog, repo_root};
 
 /// Every builtin enabled, the workspace in a temporary folder, web_fetch
 /// allowed to reach the local backend.
 fn all_builtins(workspace: &std::path::Path) -> ConfigDir {
-    let names: Vec<String> = gateway::builtin::all()
+    let names: Vec<String> = toolgate_builtins::all()
         .iter()
         .map(|t| t.name.to_owned())
         .collect();
@@ -147,7 +147,7 @@ async fn every_builtin_is_valid_strict_or_explained_and_runs() {
     let executor = Executor::new(http_client().unwrap());
     let ctx = CallContext::new();
 
-    let builtins = gateway::builtin::all();
+    let builtins = toolgate_builtins::all();
     assert!(builtins.len() >= 14);
     let mut schemas = BTreeMap::new();
     for native in &builtins {

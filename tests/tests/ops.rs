@@ -394,9 +394,9 @@ fn keys_yaml() -> String {
 defaults:
   tool_set: web
 ",
-        gateway::auth::digest_hex(ALICE),
-        gateway::auth::digest_hex(CAROL),
-        gateway::auth::digest_hex(DAVE),
+        toolgate_engine::auth::digest_hex(ALICE),
+        toolgate_engine::auth::digest_hex(CAROL),
+        toolgate_engine::auth::digest_hex(DAVE),
     )
 }
 
@@ -570,7 +570,7 @@ async fn keys_reload_with_the_configuration() {
             &model,
             &format!(
                 "auth:\n  keys:\n    - name: alice\n      sha256: {}\n",
-                gateway::auth::digest_hex(ALICE)
+                toolgate_engine::auth::digest_hex(ALICE)
             ),
         ),
     );

@@ -1,8 +1,7 @@
 //! `#[tool]`: turns a Rust function into a toolgate native tool.
 //!
 //! ```ignore
-//! use gateway::tool::ToolError;
-//! use tool_macros::tool;
+//! use toolgate::{ToolError, tool};
 //!
 //! /// Evaluate an arithmetic expression.
 //! #[tool(category = "data", read_only)]
@@ -16,7 +15,7 @@
 //! }
 //!
 //! // The registration: `calculator::tool()`, or a list of them with
-//! // `gateway::tools![calculator, ...]`.
+//! // `toolgate::tools![calculator, ...]`.
 //! ```
 //!
 //! - The function's doc comment is the tool's description (or
@@ -452,28 +451,28 @@ fn expand(attrs: ToolAttrs, mut func: ItemFn) -> syn::Result<TokenStream2> {
 
     // The return type and how its value becomes JSON.
     let convert = match &func.sig.output {
-        ReturnType::Default => quote!(::gateway::tool::native::to_json(__toolgate_out)),
+        ReturnType::Default => quote!(::toolgate::native::to_json(__toolgate_out)),
         ReturnType::Type(_, ty) => {
             let is_result = last_segment(ty).is_some_and(|s| s.ident == "Result");
             if is_result {
                 let generics = generic_types(ty);
                 let ok = match generics.first() {
                     Some(Type::ImplTrait(t)) => {
-                        quote_spanned!(t.span()=> ::gateway::tool::native::to_json(__toolgate_value))
+                        quote_spanned!(t.span()=> ::toolgate::native::to_json(__toolgate_value))
                     }
                     Some(t) => {
-                        quote_spanned!(t.span()=> ::gateway::tool::native::to_json::<#t>(__toolgate_value))
+                        quote_spanned!(t.span()=> ::toolgate::native::to_json::<#t>(__toolgate_value))
                     }
                     None => {
-                        quote_spanned!(ty.span()=> ::gateway::tool::native::to_json(__toolgate_value))
+                        quote_spanned!(ty.span()=> ::toolgate::native::to_json(__toolgate_value))
                     }
                 };
                 let err = match generics.get(1) {
                     Some(t) if !matches!(t, Type::ImplTrait(_)) => {
-                        quote_spanned!(t.span()=> ::gateway::tool::native::into_tool_error::<#t>(__toolgate_error))
+                        quote_spanned!(t.span()=> ::toolgate::native::into_tool_error::<#t>(__toolgate_error))
                     }
                     _ => {
-                        quote_spanned!(ty.span()=> ::gateway::tool::native::into_tool_error(__toolgate_error))
+                        quote_spanned!(ty.span()=> ::toolgate::native::into_tool_error(__toolgate_error))
                     }
                 };
                 quote! {
@@ -483,9 +482,9 @@ fn expand(attrs: ToolAttrs, mut func: ItemFn) -> syn::Result<TokenStream2> {
                     }
                 }
             } else if let Type::ImplTrait(t) = &**ty {
-                quote_spanned!(t.span()=> ::gateway::tool::native::to_json(__toolgate_out))
+                quote_spanned!(t.span()=> ::toolgate::native::to_json(__toolgate_out))
             } else {
-                quote_spanned!(ty.span()=> ::gateway::tool::native::to_json::<#ty>(__toolgate_out))
+                quote_spanned!(ty.span()=> ::toolgate::native::to_json::<#ty>(__toolgate_out))
             }
         }
     };
@@ -493,7 +492,7 @@ fn expand(attrs: ToolAttrs, mut func: ItemFn) -> syn::Result<TokenStream2> {
     let call = if func.sig.asyncness.is_some() {
         quote!(#ident(#(#call_args),*).await)
     } else {
-        quote!(::gateway::tool::native::blocking(move || #ident(#(#call_args),*)).await?)
+        quote!(::toolgate::native::blocking(move || #ident(#(#call_args),*)).await?)
     };
 
     let vis = &func.vis;
@@ -534,31 +533,31 @@ fn expand(attrs: ToolAttrs, mut func: ItemFn) -> syn::Result<TokenStream2> {
 
         impl #ident {
             /// The tool's registration, for the catalog.
-            #vis fn tool() -> ::gateway::tool::native::NativeTool {
+            #vis fn tool() -> ::toolgate::native::NativeTool {
                 #[derive(
-                    ::gateway::tool::native::__private::serde::Deserialize,
-                    ::gateway::tool::native::__private::schemars::JsonSchema
+                    ::toolgate::native::__private::serde::Deserialize,
+                    ::toolgate::native::__private::schemars::JsonSchema
                 )]
-                #[serde(crate = "::gateway::tool::native::__private::serde", deny_unknown_fields)]
-                #[schemars(crate = "::gateway::tool::native::__private::schemars")]
+                #[serde(crate = "::toolgate::native::__private::serde", deny_unknown_fields)]
+                #[schemars(crate = "::toolgate::native::__private::schemars")]
                 #[allow(non_camel_case_types)]
                 struct #args_ty {
                     #(#fields,)*
                 }
 
                 fn __toolgate_handler(
-                    __toolgate_args: ::gateway::tool::native::__private::serde_json::Value,
-                    #ctx_binding: ::gateway::tool::context::ToolContext,
-                ) -> ::gateway::tool::native::HandlerFuture {
+                    __toolgate_args: ::toolgate::native::__private::serde_json::Value,
+                    #ctx_binding: ::toolgate::context::ToolContext,
+                ) -> ::toolgate::native::HandlerFuture {
                     ::std::boxed::Box::pin(async move {
                         let #args_ty { #(#field_names,)* } =
-                            ::gateway::tool::native::parse_args::<#args_ty>(__toolgate_args)?;
+                            ::toolgate::native::parse_args::<#args_ty>(__toolgate_args)?;
                         let __toolgate_out = #call;
                         #convert
                     })
                 }
 
-                ::gateway::tool::native::NativeTool {
+                ::toolgate::native::NativeTool {
                     name: #name,
                     description: ::std::string::String::from(#description),
                     category: #category,
@@ -568,7 +567,7 @@ fn expand(attrs: ToolAttrs, mut func: ItemFn) -> syn::Result<TokenStream2> {
                     takes_context: #takes_context,
                     builtin: false,
                     origin: #origin,
-                    schema: ::gateway::tool::native::schema_of::<#args_ty>,
+                    schema: ::toolgate::native::schema_of::<#args_ty>,
                     handler: __toolgate_handler,
                 }
             }

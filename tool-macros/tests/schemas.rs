@@ -4,13 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use gateway::tool::ToolError;
-use gateway::tool::context::{CallContext, ToolContext};
-use gateway::tool::native::NativeTool;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tool_macros::tool;
+use toolgate::ToolError;
+use toolgate::context::{CallContext, ToolContext};
+use toolgate::native::NativeTool;
 
 /// Evaluate an arithmetic expression.
 ///
@@ -104,7 +104,7 @@ fn explode() -> u8 {
 }
 
 fn registry() -> Vec<NativeTool> {
-    gateway::tools![calculator, measure, whoami, request_id, ping, fail, explode]
+    toolgate::tools![calculator, measure, whoami, request_id, ping, fail, explode]
 }
 
 #[test]
@@ -117,7 +117,7 @@ fn generated_schemas() {
                 json!({
                     "description": t.description,
                     "parameters": t.parameters(),
-                    "strict": gateway::tool::strict::to_strict(&t.parameters())
+                    "strict": toolgate::strict::to_strict(&t.parameters())
                         .unwrap_or_else(|e| json!(format!("not strict: {e}"))),
                 }),
             )
@@ -189,12 +189,7 @@ fn ctx(project: Option<&str>) -> ToolContext {
         .with_tool_set(Some("ops".into()))
         .with_project(project.map(str::to_owned))
         .unwrap();
-    ToolContext::new(
-        &call,
-        "call-1",
-        "test",
-        std::sync::Arc::new(gateway::builtin::BuiltinSettings::default()),
-    )
+    ToolContext::new(&call, "call-1", "test", toolgate::Extensions::default())
 }
 
 #[tokio::test]

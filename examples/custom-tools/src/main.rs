@@ -14,7 +14,7 @@ mod tools;
 fn main() -> std::process::ExitCode {
     // One line per tool; removing a function without removing it here does
     // not compile.
-    gateway::cli::main_with(gateway::tools![
+    toolgate_server::cli::main_with(toolgate::tools![
         tools::convert_temperature,
         tools::whoami,
         tools::reverse,

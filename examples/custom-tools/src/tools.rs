@@ -1,10 +1,10 @@
 //! The example's own tools.
 
-use gateway::tool::context::ToolContext;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tool_macros::tool;
+use toolgate::context::ToolContext;
+use toolgate::tool;
 
 /// A temperature scale.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]

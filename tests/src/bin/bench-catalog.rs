@@ -9,7 +9,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use gateway::catalog::Catalog;
+use toolgate_engine::catalog::Catalog;
 
 const TOOLS: usize = 1_000;
 const FILES: usize = 50;
@@ -172,5 +172,5 @@ fn main() {
 
 /// Plain YAML parsing through the same parser the loader uses.
 fn serde_yaml_baseline(text: &str) -> serde_json::Value {
-    gateway::config::load::parse_untyped(text)
+    toolgate_config::load::parse_untyped(text)
 }

@@ -158,7 +158,7 @@ builtins:
         .arg(dir.path())
         .env(
             "TOOLGATE_LOG",
-            "warn,gateway::cli=info,gateway::server=info",
+            "warn,toolgate_server::cli=info,toolgate_server::server=info",
         )
         .env("NO_COLOR", "1")
         .stderr(Stdio::piped())

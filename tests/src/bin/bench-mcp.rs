@@ -14,13 +14,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway::catalog::Catalog;
-use gateway::executor::{Executor, ToolCall, http_client};
-use gateway::tool::context::CallContext;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
 use serde_json::json;
+use toolgate::context::CallContext;
+use toolgate_engine::catalog::Catalog;
+use toolgate_engine::executor::{Executor, ToolCall, http_client};
 
 const ROUNDS: usize = 5;
 const SEQUENTIAL: usize = 200;

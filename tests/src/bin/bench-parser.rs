@@ -1,4 +1,4 @@
-//! Throughput of the tool-call parser (`gateway::toolcall`), whole-text and
+//! Throughput of the tool-call parser (`toolgate_toolcall`), whole-text and
 //! streaming, on normal and adversarial inputs, next to a baseline measured
 //! in the same run: one pass over the same bytes counting `<`, `{` and `[`
 //! (the least any parser must do). Linear time shows as MB/s that stays
@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use gateway::toolcall::{OfferedTool, StreamParser, parse};
 use serde_json::json;
+use toolgate_toolcall::{OfferedTool, StreamParser, parse};
 
 fn tools() -> Vec<OfferedTool> {
     ["get_weather", "write_file", "search", "f"]

@@ -8,11 +8,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gateway::catalog::Catalog;
-use gateway::executor::{Executor, ToolCall, ToolResult, http_client};
-use gateway::tool::context::CallContext;
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
+use toolgate::context::CallContext;
+use toolgate_engine::catalog::Catalog;
+use toolgate_engine::executor::{Executor, ToolCall, ToolResult, http_client};
 use toolgate_tests::repo_root;
 
 /// Skips the test (returns) when `$e` is `None`.

@@ -1,4 +1,4 @@
-use gateway::tool::context::ToolContext;
+use toolgate::context::ToolContext;
 use tool_macros::tool;
 
 /// Who asks.

@@ -1,0 +1,279 @@
+//! Validating a [`RawConfig`] into a [`Catalog`], collecting every error.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+
+use super::http_tools::{PendingHttp, check_env, check_tool};
+use super::upstreams::build_upstreams;
+use super::{Catalog, Unavailable, toolset};
+use crate::template::TemplateSet;
+use crate::tool::http::HttpTool;
+use crate::tool::{Tool, ToolKind, ToolSpec, is_valid_name};
+use toolgate_config::diag;
+use toolgate_config::load::Loaded;
+use toolgate_config::{ConfigErrors, Diagnostic, Pos, RawConfig};
+
+pub(super) fn build(
+    raw: RawConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    natives: &[crate::tool::native::NativeTool],
+    mut diags: Vec<Diagnostic>,
+) -> Result<Catalog, ConfigErrors> {
+    let settings = &raw.gateway.value;
+    check_settings(&raw.gateway, &mut diags);
+    let upstreams = build_upstreams(&raw.dir, &raw.gateway, env, &mut diags);
+
+    let mut templates = TemplateSet::default();
+    let mut pending: Vec<(ToolSpec, PendingHttp)> = Vec::new();
+    let mut unavailable = IndexMap::new();
+    let mut declared: Vec<String> = Vec::new();
+    let mut first_seen: HashMap<String, (String, Pos)> = HashMap::new();
+
+    for file in &raw.tool_files {
+        let env_values = check_env(file, env, &mut diags);
+        for (i, decl) in file.value.tools.iter().enumerate() {
+            let Some(decl) = decl else { continue };
+            let at = |p: &str| file.pos(&format!("tools[{i}]{p}"));
+            if !is_valid_name(&decl.name) {
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    at(".name"),
+                    format!("tool name {:?} is invalid", decl.name),
+                    "use 1-64 letters, digits, `_` or `-` (OpenAI's rule for function names)",
+                ));
+                continue;
+            }
+            if let Some((other_file, p)) = first_seen.get(&decl.name) {
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    at(".name"),
+                    format!(
+                        "tool `{}` is also declared at {other_file}:{}:{}",
+                        decl.name, p.line, p.column
+                    ),
+                    "rename one of the two tools",
+                ));
+                continue;
+            }
+            first_seen.insert(decl.name.clone(), (file.file.clone(), at(".name")));
+            declared.push(decl.name.clone());
+
+            let before = diags.iter().filter(|d| d.is_error()).count();
+            let checked = check_tool(file, i, decl, &mut templates, &mut diags);
+            let clean = diags.iter().filter(|d| d.is_error()).count() == before;
+            let Some(http) = checked.filter(|_| clean) else {
+                continue;
+            };
+            // Variables it needs but that are unset disable the tool.
+            let missing: Vec<&String> = http
+                .env_used
+                .iter()
+                .filter(|v| !env_values.contains_key(v.as_str()))
+                .collect();
+            let origin = format!("{}:{}", file.file, at("").line);
+            if !missing.is_empty() {
+                let names = missing
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let reason = format!("environment variable {names} is not set");
+                diags.push(Diagnostic::warning(
+                    &file.file,
+                    at(".name"),
+                    format!("tool `{}` is disabled: {reason}", decl.name),
+                    format!("set {names} and reload to enable it"),
+                ));
+                unavailable.insert(
+                    decl.name.clone(),
+                    Unavailable {
+                        name: decl.name.clone(),
+                        reason,
+                        origin,
+                    },
+                );
+                continue;
+            }
+            let env_for_tool = http
+                .env_used
+                .iter()
+                .filter_map(|v| env_values.get(v).map(|val| (v.clone(), val.clone())))
+                .collect();
+            pending.push((
+                ToolSpec {
+                    name: decl.name.clone(),
+                    description: decl.description.clone(),
+                    category: decl.category.clone(),
+                    parameters: decl.parameters.clone(),
+                    timeout: decl.http.timeout,
+                    cache_ttl: decl.cache.as_ref().map(|c| c.ttl),
+                    origin,
+                },
+                PendingHttp {
+                    env: env_for_tool,
+                    ..http
+                },
+            ));
+        }
+    }
+
+    // Native tools: the enabled builtins, then the embedding binary's.
+    let builtins = toolgate_builtins::select(&raw.gateway, &mut diags);
+    let native_tools = super::natives::register(
+        &raw.gateway,
+        builtins,
+        natives,
+        &first_seen,
+        &mut declared,
+        &mut diags,
+    );
+    let mut extensions = toolgate::Extensions::default();
+    extensions.insert(Arc::new(toolgate_builtins::BuiltinSettings::new(
+        &settings.builtins,
+        &raw.dir,
+    )));
+
+    // MCP servers: validated now; their tools are known once they run.
+    let reserved: HashMap<String, String> = first_seen
+        .iter()
+        .map(|(n, (f, p))| (n.clone(), format!("{f}:{}", p.line)))
+        .chain(
+            native_tools
+                .iter()
+                .map(|t| (t.name.clone(), t.origin.clone())),
+        )
+        .collect();
+    let mcp_specs = super::mcp::check_servers(&raw, env, &reserved, &mut diags);
+
+    let tool_names: BTreeSet<&str> = pending
+        .iter()
+        .map(|(s, _)| s.name.as_str())
+        .chain(native_tools.iter().map(|t| t.name.as_str()))
+        .collect();
+    let sets = toolset::resolve(
+        &raw.set_files,
+        &declared,
+        !raw.tools_incomplete,
+        &|name| tool_names.contains(name),
+        &|entry| crate::tool::mcp::McpRegistry::servers_for(&mcp_specs, entry),
+        &mut diags,
+    );
+
+    let default_set = match &settings.defaults.tool_set {
+        Some(name) if !sets.contains_key(name) => {
+            diags.push(Diagnostic::error(
+                &raw.gateway.file,
+                raw.gateway.pos("defaults.tool_set"),
+                format!("the default tool set `{name}` does not exist"),
+                "name a set declared in tool-sets/",
+            ));
+            None
+        }
+        Some(name) => Some(name.clone()),
+        None => sets.contains_key("default").then(|| "default".to_owned()),
+    };
+
+    crate::limits::check(&raw.gateway, &mut diags);
+    crate::audit::check(&raw.gateway, &mut diags);
+    let keys = crate::auth::check(&raw.gateway, &sets, default_set.as_deref(), env, &mut diags);
+
+    diag::sort(&mut diags);
+    if diags.iter().any(Diagnostic::is_error) {
+        return Err(ConfigErrors { diagnostics: diags });
+    }
+
+    let env = templates.finish();
+    let max_response_bytes = settings.limits.max_response_bytes;
+    let mut tools = IndexMap::with_capacity(pending.len());
+    for (spec, http) in pending {
+        let name = spec.name.clone();
+        let kind = ToolKind::Http(HttpTool {
+            method: http.method,
+            templates: Arc::clone(&env),
+            url: http.url,
+            query: http.query,
+            headers: http.headers,
+            body: http.body,
+            select: http.select,
+            output: http.output,
+            env: http.env,
+            secret_templates: http.secret_templates,
+            max_response_bytes,
+            redirects: http.redirects,
+        });
+        // The schema compiled during validation, so this cannot fail; if it
+        // somehow did, the tool is reported unavailable rather than lost.
+        match Tool::new(spec, kind) {
+            Ok(tool) => {
+                tools.insert(name, Arc::new(tool));
+            }
+            Err(e) => {
+                unavailable.insert(
+                    name.clone(),
+                    Unavailable {
+                        name,
+                        reason: e,
+                        origin: String::new(),
+                    },
+                );
+            }
+        }
+    }
+
+    for tool in native_tools {
+        tools.insert(tool.name.clone(), tool);
+    }
+
+    Ok(Catalog {
+        mcp: super::mcp::registry(mcp_specs, &tools, &sets),
+        extensions,
+        settings: raw.gateway.value,
+        tools,
+        unavailable,
+        sets,
+        default_set,
+        upstreams,
+        warnings: diags,
+        keys,
+    })
+}
+
+fn check_settings(file: &Loaded<toolgate_config::GatewayFile>, diags: &mut Vec<Diagnostic>) {
+    let s = &file.value;
+    if s.defaults.parallelism == 0 {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("defaults.parallelism"),
+            "parallelism must be at least 1",
+            "set it to the number of calls of one batch that may run at once, e.g. 8",
+        ));
+    }
+    if s.defaults.tool_timeout.is_zero() {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("defaults.tool_timeout"),
+            "tool_timeout must be longer than zero",
+            "give a duration such as `30s`",
+        ));
+    }
+    if s.defaults.max_output_chars < 100 {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("defaults.max_output_chars"),
+            "max_output_chars must be at least 100",
+            "raise it; tool output longer than this is cut",
+        ));
+    }
+    if let Some(listen) = &s.listen
+        && listen.parse::<std::net::SocketAddr>().is_err()
+    {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("listen"),
+            format!("listen address {listen:?} is not an IP address and port"),
+            "write it as `127.0.0.1:8080` or `[::1]:8080`",
+        ));
+    }
+}

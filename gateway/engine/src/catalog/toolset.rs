@@ -1,0 +1,327 @@
+//! Tool sets: resolving names, globs and included sets into an ordered list
+//! of tools, with unknown names, empty globs and include cycles reported.
+
+use std::collections::{HashMap, HashSet};
+
+use globset::{Glob, GlobMatcher};
+use indexmap::{IndexMap, IndexSet};
+
+use crate::tool::is_valid_name;
+use toolgate_config::load::Loaded;
+use toolgate_config::{Diagnostic, Pos, ToolSetFile};
+
+/// A resolved tool set.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ToolSet {
+    pub name: String,
+    pub description: Option<String>,
+    /// Usable tools, in order: the set's own entries first, then those of
+    /// included sets; each once.
+    pub tools: Vec<String>,
+    /// Tools the set names that are declared but unusable right now.
+    pub unavailable: Vec<String>,
+    pub origin: String,
+    /// Entries (own and included) that name tools of MCP servers, which are
+    /// only known once the servers run; matched against the live tools.
+    #[serde(skip)]
+    pub mcp: Vec<McpPattern>,
+}
+
+/// A tool-set entry (a name or a glob) that MCP servers may satisfy.
+#[derive(Debug, Clone)]
+pub struct McpPattern {
+    pub entry: String,
+    matcher: Option<GlobMatcher>,
+    /// The servers that could offer a tool it matches.
+    pub servers: Vec<String>,
+    pub file: String,
+    pub pos: Pos,
+}
+
+impl McpPattern {
+    /// `true` when the tool `name` is one the entry asks for.
+    pub fn matches(&self, name: &str) -> bool {
+        match &self.matcher {
+            Some(m) => m.is_match(name),
+            None => self.entry == name,
+        }
+    }
+
+    /// `true` for a plain name (not a glob).
+    pub fn is_exact(&self) -> bool {
+        self.matcher.is_none()
+    }
+}
+
+/// Resolves every set. `declared` lists every declared tool (usable or not,
+/// in order); `usable` says which can be used; `mcp` names the MCP servers
+/// that could offer a tool an entry names or matches. When `complete` is
+/// false (a tools file failed to parse), names that match nothing are not
+/// reported: they may be in the broken file, whose error is reported
+/// already.
+pub fn resolve(
+    files: &[Loaded<ToolSetFile>],
+    declared: &[String],
+    complete: bool,
+    usable: &dyn Fn(&str) -> bool,
+    mcp: &dyn Fn(&str) -> Vec<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> IndexMap<String, ToolSet> {
+    // First pass: each set's own entries, and its place.
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    let mut own: Vec<Option<IndexSet<String>>> = Vec::with_capacity(files.len());
+    let mut own_mcp: Vec<Vec<McpPattern>> = vec![Vec::new(); files.len()];
+    for (i, file) in files.iter().enumerate() {
+        let set = &file.value;
+        if !is_valid_name(&set.name) {
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos("name"),
+                format!("tool set name {:?} is invalid", set.name),
+                "use 1-64 letters, digits, `_` or `-`",
+            ));
+            own.push(None);
+            continue;
+        }
+        if let Some(&first) = by_name.get(set.name.as_str()) {
+            let other = &files[first];
+            let p = other.pos("name");
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos("name"),
+                format!(
+                    "tool set `{}` is also declared at {}:{}:{}",
+                    set.name, other.file, p.line, p.column
+                ),
+                "rename one of the two sets",
+            ));
+            own.push(None);
+            continue;
+        }
+        by_name.insert(&set.name, i);
+        let (names, patterns) = expand_entries(file, declared, complete, mcp, diags);
+        own.push(Some(names));
+        own_mcp[i] = patterns;
+    }
+
+    // Includes must name sets.
+    for (i, file) in files.iter().enumerate() {
+        if own[i].is_none() {
+            continue;
+        }
+        for (j, inc) in file.value.include.iter().enumerate() {
+            if !by_name.contains_key(inc.as_str()) {
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    file.pos(&format!("include[{j}]")),
+                    format!("included tool set `{inc}` does not exist"),
+                    format!("name one of: {}", sorted_names(&by_name)),
+                ));
+            }
+        }
+    }
+
+    // Second pass: follow includes depth first, reporting cycles once.
+    let mut out = IndexMap::new();
+    let mut reported_cycles: HashSet<Vec<usize>> = HashSet::new();
+    for (i, file) in files.iter().enumerate() {
+        if own[i].is_none() {
+            continue;
+        }
+        let mut tools = IndexSet::new();
+        let mut stack = vec![i];
+        collect(
+            i,
+            files,
+            &own,
+            &by_name,
+            &mut stack,
+            &mut tools,
+            &mut |cycle| {
+                let mut key = cycle.to_vec();
+                key.sort_unstable();
+                if reported_cycles.insert(key) {
+                    let names: Vec<&str> = cycle
+                        .iter()
+                        .map(|&k| files[k].value.name.as_str())
+                        .collect();
+                    let start = &files[cycle[0]];
+                    diags.push(Diagnostic::error(
+                        &start.file,
+                        start.pos("include"),
+                        format!(
+                            "tool sets include each other in a cycle: {} -> {}",
+                            names.join(" -> "),
+                            names[0]
+                        ),
+                        "remove one of the includes",
+                    ));
+                }
+            },
+        );
+        let (usable_tools, unusable): (Vec<String>, Vec<String>) =
+            tools.into_iter().partition(|t| usable(t));
+        let mut patterns = Vec::new();
+        collect_mcp(
+            i,
+            files,
+            &own_mcp,
+            &by_name,
+            &mut HashSet::new(),
+            &mut patterns,
+        );
+        out.insert(
+            file.value.name.clone(),
+            ToolSet {
+                name: file.value.name.clone(),
+                description: file.value.description.clone(),
+                tools: usable_tools,
+                unavailable: unusable,
+                origin: file.file.clone(),
+                mcp: patterns,
+            },
+        );
+    }
+    out
+}
+
+fn sorted_names(by_name: &HashMap<&str, usize>) -> String {
+    let mut names: Vec<&str> = by_name.keys().copied().collect();
+    names.sort_unstable();
+    if names.is_empty() {
+        "(no tool sets are declared)".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The MCP entries of set `i` and of the sets it includes, each once.
+fn collect_mcp(
+    i: usize,
+    files: &[Loaded<ToolSetFile>],
+    own_mcp: &[Vec<McpPattern>],
+    by_name: &HashMap<&str, usize>,
+    seen: &mut HashSet<usize>,
+    out: &mut Vec<McpPattern>,
+) {
+    if !seen.insert(i) {
+        return;
+    }
+    for p in &own_mcp[i] {
+        if !out.iter().any(|o| o.entry == p.entry) {
+            out.push(p.clone());
+        }
+    }
+    for inc in &files[i].value.include {
+        if let Some(&k) = by_name.get(inc.as_str()) {
+            collect_mcp(k, files, own_mcp, by_name, seen, out);
+        }
+    }
+}
+
+/// A set's own `tools` entries, with globs expanded against `declared`, and
+/// the entries MCP servers may satisfy.
+fn expand_entries(
+    file: &Loaded<ToolSetFile>,
+    declared: &[String],
+    complete: bool,
+    mcp: &dyn Fn(&str) -> Vec<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> (IndexSet<String>, Vec<McpPattern>) {
+    let mut out = IndexSet::new();
+    let mut patterns = Vec::new();
+    for (j, entry) in file.value.tools.iter().enumerate() {
+        let path = format!("tools[{j}]");
+        let servers = mcp(entry);
+        let pattern = |matcher: Option<GlobMatcher>| McpPattern {
+            entry: entry.clone(),
+            matcher,
+            servers: servers.clone(),
+            file: file.file.clone(),
+            pos: file.pos(&path),
+        };
+        if entry.contains(['*', '?', '[']) {
+            match Glob::new(entry) {
+                Ok(glob) => {
+                    let m = glob.compile_matcher();
+                    let mut matched = false;
+                    for t in declared.iter().filter(|t| m.is_match(t.as_str())) {
+                        matched = true;
+                        out.insert(t.clone());
+                    }
+                    if !servers.is_empty() {
+                        matched = true;
+                        patterns.push(pattern(Some(m)));
+                    }
+                    if !matched && complete {
+                        diags.push(Diagnostic::error(
+                            &file.file,
+                            file.pos(&path),
+                            format!("the pattern `{entry}` matches no tool"),
+                            "fix the pattern or declare a tool it matches (`toolgate tools` lists them)",
+                        ));
+                    }
+                }
+                Err(e) => diags.push(Diagnostic::error(
+                    &file.file,
+                    file.pos(&path),
+                    format!("the pattern `{entry}` is invalid: {}", e.kind()),
+                    "use `*` for any characters and `?` for one",
+                )),
+            }
+        } else if declared.iter().any(|t| t == entry) {
+            out.insert(entry.clone());
+        } else if !servers.is_empty() {
+            patterns.push(pattern(None));
+        } else if complete {
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos(&path),
+                format!("tool `{entry}` does not exist"),
+                suggest(entry, declared),
+            ));
+        }
+    }
+    (out, patterns)
+}
+
+/// A hint naming the closest declared tool, if one is close.
+fn suggest(name: &str, declared: &[String]) -> String {
+    let close = declared
+        .iter()
+        .map(|t| (strsim::levenshtein(name, t), t))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d);
+    match close {
+        Some((_, t)) => format!("did you mean `{t}`? (`toolgate tools` lists every tool)"),
+        None => {
+            "declare it in tools.d/ or remove it (`toolgate tools` lists every tool)".to_owned()
+        }
+    }
+}
+
+fn collect(
+    i: usize,
+    files: &[Loaded<ToolSetFile>],
+    own: &[Option<IndexSet<String>>],
+    by_name: &HashMap<&str, usize>,
+    stack: &mut Vec<usize>,
+    tools: &mut IndexSet<String>,
+    on_cycle: &mut dyn FnMut(&[usize]),
+) {
+    if let Some(entries) = &own[i] {
+        tools.extend(entries.iter().cloned());
+    }
+    for inc in &files[i].value.include {
+        let Some(&k) = by_name.get(inc.as_str()) else {
+            continue;
+        };
+        if let Some(at) = stack.iter().position(|&s| s == k) {
+            on_cycle(&stack[at..]);
+            continue;
+        }
+        stack.push(k);
+        collect(k, files, own, by_name, stack, tools, on_cycle);
+        stack.pop();
+    }
+}

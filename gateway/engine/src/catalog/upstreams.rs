@@ -1,0 +1,199 @@
+//! Validating `upstreams` and `models` in toolgate.yaml into the
+//! [`Upstreams`] of a catalog, collecting every error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::tool::is_valid_name;
+use crate::upstream::{Timeouts, Upstream, Upstreams};
+use toolgate_config::load::Loaded;
+use toolgate_config::{Diagnostic, Pos};
+
+/// Builds the upstreams and model routes; with none declared,
+/// `OPENAI_BASE_URL`/`OPENAI_API_KEY` define one that serves every model.
+pub(super) fn build_upstreams(
+    dir: &std::path::Path,
+    file: &Loaded<toolgate_config::GatewayFile>,
+    env: &dyn Fn(&str) -> Option<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Upstreams {
+    let s = &file.value;
+    let mut list: Vec<Arc<Upstream>> = Vec::new();
+    if s.upstreams.is_empty() {
+        let base = env("OPENAI_BASE_URL").filter(|v| !v.is_empty());
+        let key = env("OPENAI_API_KEY").filter(|v| !v.is_empty());
+        if base.is_some() || key.is_some() {
+            let base = base.unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
+            if url::Url::parse(&base).is_err() {
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    Pos { line: 1, column: 1 },
+                    format!("OPENAI_BASE_URL {base:?} is not a URL"),
+                    "set it to the server's base URL, e.g. http://127.0.0.1:8000/v1",
+                ));
+            }
+            let retry = toolgate_config::format::RetryDecl::default();
+            let timeouts = Timeouts {
+                connect: Duration::from_secs(5),
+                read: Duration::from_secs(120),
+                total: toolgate_config::format::default_total_timeout(),
+            };
+            match Upstream::new("default".into(), &base, key, timeouts, retry) {
+                Ok(u) => list.push(Arc::new(u)),
+                Err(e) => diags.push(Diagnostic::error(
+                    &file.file,
+                    Pos { line: 1, column: 1 },
+                    e,
+                    "check OPENAI_BASE_URL and the machine's TLS setup",
+                )),
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (i, u) in s.upstreams.iter().enumerate() {
+        let at = |p: &str| file.pos(&format!("upstreams[{i}]{p}"));
+        let mut ok = true;
+        if !is_valid_name(&u.name) {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(".name"),
+                format!("upstream name {:?} is invalid", u.name),
+                "use 1-64 letters, digits, `_` or `-`",
+            ));
+            ok = false;
+        } else if !seen.insert(u.name.as_str()) {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(".name"),
+                format!("upstream `{}` is declared twice", u.name),
+                "rename one of them",
+            ));
+            ok = false;
+        }
+        match url::Url::parse(&u.base_url) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+            _ => {
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    at(".base_url"),
+                    format!("base_url {:?} is not an http(s) URL", u.base_url),
+                    "write it like https://api.openai.com/v1",
+                ));
+                ok = false;
+            }
+        }
+        let key = match &u.api_key_env {
+            None => None,
+            Some(var) => {
+                match env(var).filter(|v| !v.is_empty()) {
+                    Some(k) => Some(k),
+                    None => {
+                        diags.push(Diagnostic::error(&file.file, at(".api_key_env"), format!("environment variable {var} (the API key of upstream `{}`) is not set", u.name), "set it, or remove `api_key_env` for an upstream without a key"));
+                        ok = false;
+                        None
+                    }
+                }
+            }
+        };
+        if u.retries.max_attempts == 0 {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(".retries.max_attempts"),
+                "max_attempts must be at least 1",
+                "1 means no retry",
+            ));
+            ok = false;
+        }
+        if u.timeout.is_zero() {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(".timeout"),
+                "the total timeout is zero",
+                "give the longest a model call may take, e.g. `600s`",
+            ));
+            ok = false;
+        }
+        if ok {
+            let timeouts = Timeouts {
+                connect: u.connect_timeout,
+                read: u.read_timeout,
+                total: u.timeout,
+            };
+            match Upstream::new(
+                u.name.clone(),
+                &u.base_url,
+                key,
+                timeouts,
+                u.retries.clone(),
+            ) {
+                Ok(up) => list.push(Arc::new(up)),
+                Err(e) => diags.push(Diagnostic::error(
+                    &file.file,
+                    at(""),
+                    e,
+                    "check the machine's TLS setup",
+                )),
+            }
+        }
+    }
+    let mut upstreams = Upstreams::new(list.clone());
+    for (i, r) in s.models.iter().enumerate() {
+        let at = |p: &str| file.pos(&format!("models[{i}]{p}"));
+        let Some(up) = list.iter().find(|u| u.name == r.upstream) else {
+            let names: Vec<&str> = list.iter().map(|u| u.name.as_str()).collect();
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(".upstream"),
+                format!("upstream `{}` does not exist", r.upstream),
+                format!(
+                    "name one of: {}",
+                    if names.is_empty() {
+                        "(none declared)".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
+            ));
+            continue;
+        };
+        let template = match &r.template {
+            None => None,
+            Some(path) => match std::fs::read_to_string(dir.join(path))
+                .map_err(|e| format!("cannot read {path}: {e}"))
+                .and_then(crate::formatter::PromptTemplate::new)
+            {
+                Ok(t) => Some(Arc::new(t)),
+                Err(e) => {
+                    diags.push(Diagnostic::error(
+                        &file.file,
+                        at(".template"),
+                        format!("the structured-prompt template is unusable: {e}"),
+                        "fix the file (the shipped gateway/templates/structured_prompt.jinja is a starting point)",
+                    ));
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = upstreams.add_route(
+            &r.model,
+            Arc::clone(up),
+            r.upstream_model.clone(),
+            r.formatter,
+            template,
+        ) {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(".model"),
+                format!("the pattern `{}` is invalid: {e}", r.model),
+                "use `*` for any characters and `?` for one",
+            ));
+        }
+    }
+    if s.models.is_empty()
+        && let Some(first) = list.first()
+    {
+        // No routes: every model goes to the first upstream.
+        let _ = upstreams.add_route("*", Arc::clone(first), None, Default::default(), None);
+    }
+    upstreams
+}

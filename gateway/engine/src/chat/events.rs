@@ -1,0 +1,192 @@
+//! What a tool loop produces, whatever face asked for it: the events of a
+//! streamed loop, the answer of a whole one, how it finished, and why it
+//! failed. Faces (chat completions, ...) encode these in their wire format.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::executor::ToolResult;
+use crate::formatter::Call;
+use crate::tool::ToolError;
+use crate::upstream::UpstreamError;
+
+/// One step of a streamed loop, in order. After [`Event::Done`] or
+/// [`Event::Failed`] nothing follows.
+#[derive(Debug)]
+pub enum Event {
+    /// A piece of the answer's text.
+    Content(String),
+    /// A piece of the model's reasoning (`reasoning_content`).
+    Reasoning(String),
+    /// The gateway starts running a tool call the model made.
+    ToolCallStarted(Call),
+    /// A gateway tool call finished (successfully or not).
+    ToolCallDone(Box<CallRecord>),
+    /// The model called client tools: the client runs them and asks again.
+    ClientCalls(Vec<Call>),
+    /// The loop is over.
+    Done(Box<Summary>),
+    /// The loop failed part-way; what was sent stays sent.
+    Failed(ChatError),
+}
+
+/// A whole (non-streamed) loop's result.
+#[derive(Debug)]
+pub struct Answer {
+    /// The upstream's last completion as it sent it (id, created, choices…);
+    /// a face keeps what its format shares with it.
+    pub completion: Value,
+    pub content: Option<String>,
+    pub reasoning: Option<String>,
+    /// Calls of client tools the client must run (finish `tool_calls`).
+    pub client_calls: Vec<Call>,
+    pub summary: Summary,
+}
+
+/// How a loop ended, and what it did.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub finish: FinishReason,
+    pub report: Report,
+    /// Token usage summed over every model call (`null` when none told).
+    pub usage: Value,
+}
+
+/// Why the answer ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The model answered.
+    Stop,
+    /// The model ran out of tokens.
+    Length,
+    ContentFilter,
+    /// The model called client tools.
+    ToolCalls,
+    /// The iteration budget is spent and the model still wanted tools.
+    MaxToolIterations,
+    /// A reason the upstream gave that the gateway does not know.
+    Other(String),
+}
+
+impl FinishReason {
+    /// The reason of a turn that ends the loop with an answer: what the
+    /// upstream said, except that an answer without calls never finishes
+    /// with `tool_calls`.
+    pub fn of_answer(upstream: Option<&str>) -> FinishReason {
+        match upstream {
+            None | Some("stop") | Some("tool_calls") | Some("function_call") => FinishReason::Stop,
+            Some("length") => FinishReason::Length,
+            Some("content_filter") => FinishReason::ContentFilter,
+            Some(other) => FinishReason::Other(other.to_owned()),
+        }
+    }
+
+    /// The reason as OpenAI's `finish_reason` spells it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::MaxToolIterations => "max_tool_iterations",
+            FinishReason::Other(s) => s,
+        }
+    }
+}
+
+/// What the loop did, reported beside the answer (the `toolgate` field).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub tool_set: Option<String>,
+    /// `function_calling` or `structured_prompt`.
+    pub formatter: &'static str,
+    pub upstream: String,
+    /// Model calls made.
+    pub iterations: u32,
+    pub tool_calls: Vec<CallRecord>,
+}
+
+/// One gateway tool call, as the report shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallRecord {
+    pub id: String,
+    pub function: CallFunction,
+    /// The result's data, or the error's text.
+    pub result: Value,
+    pub success: bool,
+    pub skipped: bool,
+    pub cached: bool,
+    /// Seconds.
+    pub execution_time: f64,
+    pub error: Option<ToolError>,
+    /// The model call (1-based) whose answer made this call.
+    pub iteration: u32,
+}
+
+/// The call as the model made it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallFunction {
+    pub name: String,
+    /// JSON text, as the model sent it.
+    pub arguments: String,
+}
+
+impl CallRecord {
+    pub fn new(call: &Call, result: &ToolResult, iteration: u32) -> CallRecord {
+        CallRecord {
+            id: call.id.clone(),
+            function: CallFunction {
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            },
+            result: match (&result.data, &result.error) {
+                (_, Some(e)) => Value::String(e.to_string()),
+                (Some(d), None) => d.clone(),
+                (None, None) => Value::Null,
+            },
+            success: result.success,
+            skipped: result.skipped,
+            cached: result.cached,
+            execution_time: result.duration_ms / 1000.0,
+            error: result.error.clone(),
+            iteration,
+        }
+    }
+}
+
+/// Why a loop failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ChatError {
+    /// The model's upstream failed or answered something unusable.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// The gateway could not do its part (e.g. render the prompt template).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ChatError {
+    /// A stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ChatError::Upstream(e) => e.code(),
+            ChatError::Internal(_) => "internal_error",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_never_finishes_with_tool_calls() {
+        assert_eq!(
+            FinishReason::of_answer(Some("tool_calls")),
+            FinishReason::Stop
+        );
+        assert_eq!(FinishReason::of_answer(None), FinishReason::Stop);
+        assert_eq!(FinishReason::of_answer(Some("length")).as_str(), "length");
+        assert_eq!(FinishReason::of_answer(Some("eos")).as_str(), "eos");
+    }
+}

@@ -1,0 +1,360 @@
+//! A client's chat-completions request: the fields the gateway reads, the
+//! extension fields it removes, and the raw rest it forwards untouched.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::openai::{RawRequest, raw};
+
+/// A parsed request.
+#[derive(Debug)]
+pub struct ChatRequest {
+    /// Every field but the gateway's own, as raw JSON in the client's order.
+    pub raw: RawRequest,
+    pub model: String,
+    pub stream: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// The `tool_set` extension field.
+    pub tool_set: Option<String>,
+    /// The `max_tool_iterations` extension field.
+    pub max_tool_iterations: Option<u32>,
+    /// Tools the client sent itself (OpenAI format).
+    pub client_tools: Vec<Value>,
+    /// `true` when extension fields were removed (the raw body differs).
+    pub modified: bool,
+}
+
+/// Why a request is not a usable chat request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RequestError {
+    pub message: String,
+    /// The request field at fault, if one is.
+    pub param: Option<String>,
+}
+
+impl RequestError {
+    pub fn new(message: impl Into<String>) -> RequestError {
+        RequestError {
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    /// Names the field at fault.
+    pub fn param(mut self, param: &str) -> RequestError {
+        self.param = Some(param.to_owned());
+        self
+    }
+}
+
+/// Extension fields: read by the gateway, never sent upstream.
+const TOOL_SET: &str = "tool_set";
+const MAX_TOOL_ITERATIONS: &str = "max_tool_iterations";
+
+impl ChatRequest {
+    /// Parses a request body, saying exactly what is wrong when it is not a
+    /// usable request.
+    pub fn parse(body: &[u8]) -> Result<ChatRequest, RequestError> {
+        let mut raw: RawRequest = serde_json::from_slice(body).map_err(|e| {
+            RequestError::new(format!("the request body is not a JSON object: {e}"))
+        })?;
+        let model = match field::<Value>(&raw, "model")? {
+            Some(Value::String(m)) if !m.is_empty() => m,
+            _ => {
+                return Err(
+                    RequestError::new("`model` is required and must be a string").param("model"),
+                );
+            }
+        };
+        match field::<Value>(&raw, "messages")? {
+            Some(Value::Array(m)) if !m.is_empty() => {}
+            _ => {
+                return Err(RequestError::new(
+                    "`messages` is required and must be a non-empty array",
+                )
+                .param("messages"));
+            }
+        }
+        let stream = match field::<Value>(&raw, "stream")? {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => b,
+            Some(_) => {
+                return Err(RequestError::new("`stream` must be a boolean").param("stream"));
+            }
+        };
+        let include_usage = field::<Value>(&raw, "stream_options")?
+            .and_then(|v| v.get("include_usage").and_then(Value::as_bool))
+            .unwrap_or(false);
+        let client_tools = match field::<Value>(&raw, "tools")? {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(t)) => t,
+            Some(_) => return Err(RequestError::new("`tools` must be an array").param("tools")),
+        };
+
+        let mut modified = false;
+        let tool_set = match raw.shift_remove(TOOL_SET) {
+            None => None,
+            Some(v) => {
+                modified = true;
+                match serde_json::from_str::<Value>(v.get()) {
+                    Ok(Value::String(s)) => Some(s),
+                    Ok(Value::Null) => None,
+                    _ => {
+                        return Err(
+                            RequestError::new("`tool_set` must be the name of a tool set")
+                                .param(TOOL_SET),
+                        );
+                    }
+                }
+            }
+        };
+        let max_tool_iterations = match raw.shift_remove(MAX_TOOL_ITERATIONS) {
+            None => None,
+            Some(v) => {
+                modified = true;
+                match serde_json::from_str::<Value>(v.get()) {
+                    Ok(Value::Null) => None,
+                    Ok(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => {
+                        Some(u32::try_from(n.as_u64().unwrap_or(1)).unwrap_or(u32::MAX))
+                    }
+                    _ => {
+                        return Err(RequestError::new(
+                            "`max_tool_iterations` must be a whole number of at least 1",
+                        )
+                        .param(MAX_TOOL_ITERATIONS));
+                    }
+                }
+            }
+        };
+        Ok(ChatRequest {
+            raw,
+            model,
+            stream,
+            include_usage,
+            tool_set,
+            max_tool_iterations,
+            client_tools,
+            modified,
+        })
+    }
+
+    /// A new non-streaming request with the same model and sampling fields
+    /// but its own `messages` and none of the client's tools (a sub-agent's).
+    pub fn derived(&self, messages: &[Value]) -> ChatRequest {
+        let mut raw = self.raw.clone();
+        for field in [
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+            "stream",
+            "stream_options",
+            "n",
+        ] {
+            raw.shift_remove(field);
+        }
+        raw.insert("messages".into(), crate::openai::raw(&messages));
+        ChatRequest {
+            raw,
+            model: self.model.clone(),
+            stream: false,
+            include_usage: false,
+            tool_set: None,
+            max_tool_iterations: None,
+            client_tools: Vec::new(),
+            modified: true,
+        }
+    }
+
+    /// The messages of the request.
+    pub fn messages(&self) -> Vec<Value> {
+        field::<Vec<Value>>(&self.raw, "messages")
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// A field of the raw request, parsed.
+    pub fn get(&self, name: &str) -> Option<Value> {
+        field(&self.raw, name).ok().flatten()
+    }
+
+    /// The body to send upstream for one model call: the client's fields
+    /// with `model`, `messages`, `tools` (and streaming options) replaced.
+    pub fn upstream_body(
+        &self,
+        model: &str,
+        messages: &[Value],
+        tools: &[Value],
+        overrides: &[(&str, Value)],
+    ) -> Bytes {
+        let mut body = self.raw.clone();
+        body.insert("model".into(), raw(&model));
+        body.insert("messages".into(), raw(&messages));
+        if tools.is_empty() {
+            body.shift_remove("tools");
+            body.shift_remove("tool_choice");
+            body.shift_remove("parallel_tool_calls");
+        } else {
+            body.insert("tools".into(), raw(&tools));
+        }
+        for (k, v) in overrides {
+            if v.is_null() {
+                body.shift_remove(*k);
+            } else {
+                body.insert((*k).to_owned(), raw(v));
+            }
+        }
+        Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    }
+
+    /// The body for a transparent proxy call: the original bytes when
+    /// nothing changed, else the raw fields with the upstream's model name.
+    pub fn proxy_body(&self, original: Bytes, upstream_model: &str) -> Bytes {
+        if !self.modified && upstream_model == self.model {
+            return original;
+        }
+        let mut body = self.raw.clone();
+        body.insert("model".into(), raw(&upstream_model));
+        Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    }
+}
+
+fn field<T: serde::de::DeserializeOwned>(
+    raw: &RawRequest,
+    name: &str,
+) -> Result<Option<T>, RequestError> {
+    match raw.get(name) {
+        None => Ok(None),
+        Some(v) => serde_json::from_str(v.get())
+            .map(Some)
+            .map_err(|e| RequestError::new(format!("`{name}` is malformed: {e}")).param(name)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn extension_fields_are_removed_and_the_rest_kept_raw() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"tool_set":"research","max_tool_iterations":3,"temperature":0.20000000000000001,"z":{"b":1,"a":2}}"#;
+        let req = ChatRequest::parse(body).unwrap();
+        assert_eq!(req.tool_set.as_deref(), Some("research"));
+        assert_eq!(req.max_tool_iterations, Some(3));
+        assert!(req.modified);
+        let out = req.proxy_body(Bytes::from_static(body), "m");
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0.20000000000000001,"z":{"b":1,"a":2}}"#
+        );
+    }
+
+    #[test]
+    fn unmodified_requests_are_forwarded_byte_for_byte() {
+        let body = Bytes::from_static(
+            b"{ \"model\" : \"m\", \"messages\": [{\"role\":\"user\",\"content\":\"hi\"}] }",
+        );
+        let req = ChatRequest::parse(&body).unwrap();
+        assert!(!req.modified);
+        assert_eq!(req.proxy_body(body.clone(), "m"), body);
+        assert_eq!(
+            &req.proxy_body(body.clone(), "other")[..20],
+            b"{\"model\":\"other\",\"me"
+        );
+    }
+
+    #[test]
+    fn bad_requests_say_what_is_wrong() {
+        for (body, needle) in [
+            (&b"nope"[..], "not a JSON object"),
+            (b"{\"messages\": [{}]}", "`model` is required"),
+            (b"{\"model\": \"m\"}", "`messages` is required"),
+            (
+                b"{\"model\": \"m\", \"messages\": [{}], \"tool_set\": 3}",
+                "`tool_set` must be",
+            ),
+            (
+                b"{\"model\": \"m\", \"messages\": [{}], \"max_tool_iterations\": 0}",
+                "at least 1",
+            ),
+            (
+                b"{\"model\": \"m\", \"messages\": [{}], \"stream\": \"yes\"}",
+                "`stream` must be",
+            ),
+        ] {
+            let err = ChatRequest::parse(body).unwrap_err();
+            assert!(
+                err.message.contains(needle),
+                "{}: {}",
+                String::from_utf8_lossy(body),
+                err.message
+            );
+        }
+    }
+
+    #[test]
+    fn upstream_body_replaces_fields() {
+        let req = ChatRequest::parse(br#"{"model":"alias","messages":[{"role":"user","content":"hi"}],"tool_choice":"required","tools":[]}"#).unwrap();
+        let body = req.upstream_body(
+            "real",
+            &[json!({"role": "user", "content": "x"})],
+            &[json!({"type": "function"})],
+            &[("tool_choice", json!("auto")), ("stream", Value::Null)],
+        );
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            v,
+            json!({"model": "real", "messages": [{"role": "user", "content": "x"}], "tool_choice": "auto", "tools": [{"type": "function"}]})
+        );
+    }
+
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(json!(null)),
+            any::<bool>().prop_map(|b| json!(b)),
+            any::<i64>().prop_map(|n| json!(n)),
+            ".{0,12}".prop_map(|s| json!(s)),
+        ];
+        leaf.prop_recursive(6, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec![
+                        "model",
+                        "messages",
+                        "stream",
+                        "tools",
+                        "tool_set",
+                        "max_tool_iterations",
+                        "role",
+                        "content",
+                        "function",
+                        "name",
+                        "x"
+                    ]),
+                    inner,
+                    0..6,
+                )
+                .prop_map(|m| serde_json::Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Any JSON body, and any bytes: a request or a 400, never a panic.
+        #[test]
+        fn any_body_is_parsed_or_refused(v in json_value(), bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+            let _ = ChatRequest::parse(v.to_string().as_bytes());
+            let _ = ChatRequest::parse(&bytes);
+            let deep = format!("{{\"model\": \"m\", \"messages\": {}{}", "[".repeat(200_000), "]".repeat(200_000));
+            prop_assert!(ChatRequest::parse(deep.as_bytes()).is_err());
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Sub-agents: the chat loop's implementation of the `spawn` builtin. Each
+//! task becomes its own [`Loop`] against the same route, with the same tool
+//! set minus `spawn` (so a sub-agent cannot spawn), a bounded number of
+//! iterations, and a bounded number running at once. Each sub-agent counts
+//! as a request of the caller's key (its requests per minute) and as a tool
+//! loop (the gateway's and the key's concurrent-loop caps): spawning cannot
+//! multiply what a key may do. The result lists each task's answer or
+//! error, in the order of the tasks.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use serde_json::{Value, json};
+
+use super::FinishReason;
+use super::tool_loop::Loop;
+use crate::tool::ToolError;
+
+/// The name of the builtin the loop runs itself.
+pub const SPAWN: &str = "spawn";
+
+const SYSTEM: &str = "You are a sub-agent working on one task for another assistant. \
+Use the tools you have when they help, then answer with the result of the task \
+only: the other assistant reads your answer, not the user.";
+
+/// Runs the tasks of one `spawn` call made inside `parent`.
+pub async fn run(parent: &Loop, tasks: Vec<String>) -> Result<Value, ToolError> {
+    let settings = &parent.catalog.settings.builtins.spawn;
+    if tasks.len() > settings.max_tasks {
+        return Err(ToolError::Refused(format!(
+            "{} tasks were given; at most {} may run in one call (builtins.spawn.max_tasks)",
+            tasks.len(),
+            settings.max_tasks
+        )));
+    }
+    let concurrency = settings.concurrency.max(1);
+    let mut answers: Vec<Option<Value>> = vec![None; tasks.len()];
+    let mut pending = tasks.iter().enumerate();
+    let mut running = FuturesUnordered::new();
+    loop {
+        while running.len() < concurrency {
+            let Some((i, task)) = pending.next() else {
+                break;
+            };
+            match admit(parent) {
+                Ok(permit) => {
+                    let child = child_loop(parent, task);
+                    running.push(async move {
+                        let outcome = child.run().await;
+                        drop(permit);
+                        (i, outcome.map_err(|e| e.to_string()))
+                    });
+                }
+                Err(why) => {
+                    answers[i] = Some(json!({"task": task, "success": false, "error": why}))
+                }
+            }
+        }
+        let Some((i, outcome)) = running.next().await else {
+            break;
+        };
+        let task = &tasks[i];
+        answers[i] = Some(match outcome {
+            Ok(answer) => json!({
+                "task": task,
+                "success": answer.summary.finish != FinishReason::MaxToolIterations,
+                "answer": answer.content,
+                "finish_reason": answer.summary.finish.as_str(),
+                "tool_calls": answer.summary.report.tool_calls.len(),
+            }),
+            Err(e) => json!({"task": task, "success": false, "error": e}),
+        });
+    }
+    Ok(Value::Array(answers.into_iter().flatten().collect()))
+}
+
+/// A sub-agent's place: one request of the key's per-minute budget, and a
+/// place under the loop caps (held while it runs).
+fn admit(parent: &Loop) -> Result<crate::limits::Permit, String> {
+    if let Some(key) = &parent.key
+        && let Some(per_minute) = key.requests_per_minute
+        && parent
+            .guards
+            .rates
+            .check(&key.name, crate::limits::Rate::Requests, per_minute)
+            .is_err()
+    {
+        return Err(format!(
+            "not started: API key `{}` may make {per_minute} requests per minute, and each sub-agent is one",
+            key.name
+        ));
+    }
+    parent
+        .guards
+        .enter_loop(&parent.catalog.settings.limits, parent.key.as_deref())
+        .map_err(|full| format!("not started: {}", full.message))
+}
+
+/// The loop of one sub-agent.
+fn child_loop(parent: &Loop, task: &str) -> Loop {
+    let messages = [
+        json!({"role": "system", "content": SYSTEM}),
+        json!({"role": "user", "content": task}),
+    ];
+    let tools: Vec<Value> = parent
+        .tools
+        .iter()
+        .filter(|t| {
+            let name = t
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            name != SPAWN && parent.gateway_tools.contains(name)
+        })
+        .cloned()
+        .collect();
+    let mut gateway_tools = parent.gateway_tools.clone();
+    gateway_tools.remove(SPAWN);
+    Loop {
+        catalog: Arc::clone(&parent.catalog),
+        executor: parent.executor.clone(),
+        resolved: parent.resolved.clone(),
+        request: parent.request.derived(&messages),
+        tool_set: parent.tool_set.clone(),
+        tools,
+        gateway_tools,
+        max_iterations: parent.catalog.settings.builtins.spawn.max_iterations,
+        learned: Arc::clone(&parent.learned),
+        context: parent.context.clone(),
+        guards: Arc::clone(&parent.guards),
+        key: parent.key.clone(),
+    }
+}

@@ -1,0 +1,744 @@
+//! The server-side tool loop: call the model, run the gateway tools it asks
+//! for, feed the results back, repeat until it answers (or the iteration
+//! budget is spent), then answer, streaming or not. The loop knows no wire format
+//! of the client's: it returns an [`Answer`] or yields [`Event`]s.
+//!
+//! Policies:
+//! - Tool calls in one turn run as one executor batch (validated, in
+//!   parallel, de-duplicated); failures become tool messages the model reads.
+//! - `tool_choice` forcing a call (`required` or a named function) applies to
+//!   the first model call only; later calls use `auto`, or the loop could
+//!   never end.
+//! - When a turn calls a client tool, the loop stops and the client gets the
+//!   client tools' calls as a normal `tool_calls` answer. Gateway tool calls
+//!   of that same turn are not run and not shown: the model sees the client's
+//!   results on the next request and asks again for what it still needs.
+//! - When the budget is spent and the model still asks for gateway tools,
+//!   those calls are not run; the last message is returned without them and
+//!   with `finish_reason: "max_tool_iterations"`.
+//! - The formatter (see [`crate::formatter`]) decides how tools reach the
+//!   model and how calls come back; the loop itself works on OpenAI-shaped
+//!   messages whatever the formatter.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use serde_json::{Value, json};
+
+use super::events::{Answer, CallRecord, ChatError, Event, FinishReason, Report, Summary};
+use super::request::ChatRequest;
+use super::subagent;
+use crate::catalog::Catalog;
+use crate::executor::{Executor, ToolCall, ToolResult};
+use crate::formatter::{self, Call, Learned, PromptTemplate, Turn};
+use crate::openai::add_usage;
+use crate::tool::ToolError;
+use crate::upstream::{Reply, Resolved, UpstreamError};
+use toolgate_config::format::FormatterKind;
+use toolgate_toolcall::{OfferedTool, ParseOptions, StreamEvent, StreamParser};
+
+/// How text is parsed for structured-prompt models. A `</think>` without an
+/// opener is content: treating it as the end of reasoning would hold back
+/// every streamed word until the answer ends.
+const PARSE: ParseOptions = ParseOptions {
+    orphan_think_close: false,
+};
+
+/// Everything one loop needs.
+#[derive(Debug)]
+pub struct Loop {
+    pub catalog: Arc<Catalog>,
+    pub executor: Executor,
+    pub resolved: Resolved,
+    pub request: ChatRequest,
+    /// The tool set in force, if any.
+    pub tool_set: Option<String>,
+    /// Tools offered to the model: the set's, then the client's.
+    pub tools: Vec<Value>,
+    /// Names of the set's tools (run by the gateway).
+    pub gateway_tools: HashSet<String>,
+    pub max_iterations: u32,
+    /// Formatter choices learned in `auto` mode.
+    pub learned: Arc<Learned>,
+    /// The request's context, injected into native tool calls.
+    pub context: crate::tool::context::CallContext,
+    /// The caps and buckets sub-agents are counted against.
+    pub guards: Arc<crate::limits::Guards>,
+    /// The caller's key, whose limits sub-agents count against.
+    pub key: Option<Arc<crate::auth::ApiKey>>,
+}
+
+/// The formatter in force for one loop.
+#[derive(Debug, Clone)]
+enum Mode {
+    /// Native function calling; `fallback` when `auto` may still switch.
+    FunctionCalling { fallback: bool },
+    Structured {
+        template: Arc<PromptTemplate>,
+        offered: Vec<OfferedTool>,
+    },
+}
+
+impl Mode {
+    fn label(&self) -> &'static str {
+        match self {
+            Mode::FunctionCalling { .. } => "function_calling",
+            Mode::Structured { .. } => "structured_prompt",
+        }
+    }
+}
+
+/// What to do after a turn.
+enum Next {
+    /// The model answered: return this turn.
+    Answer,
+    /// The model called client tools: return only those calls.
+    ClientCalls(Vec<Call>),
+    /// The budget is spent and the model still wants gateway tools.
+    OutOfIterations,
+    /// Run these gateway calls and go on.
+    Run(Vec<Call>),
+}
+
+/// A loop in progress.
+struct Run {
+    l: Loop,
+    mode: Mode,
+    messages: Vec<Value>,
+    iterations: u32,
+    calls: Vec<CallRecord>,
+    usage: Value,
+}
+
+impl Loop {
+    fn start(self) -> Result<Run, ChatError> {
+        let kind = self.learned.effective(
+            self.resolved.formatter,
+            &self.resolved.upstream.name,
+            &self.resolved.model,
+        );
+        let mode = match kind {
+            FormatterKind::FunctionCalling => Mode::FunctionCalling { fallback: false },
+            FormatterKind::Auto => Mode::FunctionCalling { fallback: true },
+            FormatterKind::StructuredPrompt => self.structured()?,
+        };
+        tracing::debug!(formatter = mode.label(), model = %self.request.model, "tool loop");
+        Ok(Run {
+            messages: self.request.messages(),
+            iterations: 0,
+            calls: Vec::new(),
+            usage: Value::Null,
+            mode,
+            l: self,
+        })
+    }
+
+    fn structured(&self) -> Result<Mode, ChatError> {
+        let template = match &self.resolved.template {
+            Some(t) => Arc::clone(t),
+            None => PromptTemplate::default_template().map_err(ChatError::Internal)?,
+        };
+        Ok(Mode::Structured {
+            template,
+            offered: formatter::offered(&self.tools),
+        })
+    }
+
+    /// Runs the loop to its answer. (Boxed: a loop may run sub-agents,
+    /// which are loops.)
+    pub fn run(self) -> futures::future::BoxFuture<'static, Result<Answer, ChatError>> {
+        Box::pin(self.run_to_end())
+    }
+
+    async fn run_to_end(self) -> Result<Answer, ChatError> {
+        let mut run = self.start()?;
+        let mut iteration = 0;
+        loop {
+            iteration += 1;
+            run.iterations = iteration;
+            let reply = run.call(iteration, false).await?;
+            let body = run
+                .l
+                .resolved
+                .upstream
+                .read_body(reply, run.limits().max_upstream_response_bytes)
+                .await?;
+            let completion: Value = serde_json::from_slice(&body)
+                .map_err(|e| run.invalid(format!("not a JSON chat completion: {e}")))?;
+            drop(body);
+            if let Some(u) = completion.get("usage") {
+                add_usage(&mut run.usage, u);
+            }
+            let Some(message) = completion.pointer("/choices/0/message") else {
+                return Err(run.invalid("the completion has no choices[0].message".into()));
+            };
+            let mut turn = run.turn_of(message);
+            run.check_call_count(turn.calls.len())?;
+            turn.finish_reason = completion
+                .pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let (next, finish) = run.decide(&turn, iteration);
+            let client_calls = match next {
+                Next::Run(calls) => {
+                    run.run_calls(&turn, &calls, iteration).await;
+                    continue;
+                }
+                Next::ClientCalls(calls) => calls,
+                Next::Answer | Next::OutOfIterations => Vec::new(),
+            };
+            return Ok(Answer {
+                completion,
+                content: turn.content,
+                reasoning: turn.reasoning,
+                client_calls,
+                summary: run.finish(finish),
+            });
+        }
+    }
+
+    /// Starts the loop as a stream of events. The first model call is made
+    /// before the stream starts, so its failure is an ordinary error.
+    /// Dropping the stream (the client went away) cancels the model call
+    /// and the tools in progress.
+    pub async fn start_stream(self) -> Result<impl Stream<Item = Event> + Send, ChatError> {
+        let mut run = self.start()?;
+        run.iterations = 1;
+        let first = run.call(1, true).await?;
+        let is_sse = first
+            .response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.contains("text/event-stream"));
+        if !is_sse {
+            return Err(run.invalid("asked to stream, it answered without an event stream".into()));
+        }
+        Ok(run.stream(first))
+    }
+}
+
+impl Run {
+    fn upstream_name(&self) -> &str {
+        &self.l.resolved.upstream.name
+    }
+
+    fn limits(&self) -> &toolgate_config::format::Limits {
+        &self.l.catalog.settings.limits
+    }
+
+    /// A turn with more calls than `limits.max_tool_calls_per_turn` is a
+    /// broken (or hostile) model answer.
+    fn check_call_count(&self, calls: usize) -> Result<(), ChatError> {
+        let max = self.limits().max_tool_calls_per_turn;
+        if calls > max {
+            return Err(self.invalid(format!(
+                "the model made {calls} tool calls in one turn, more than {max} (limits.max_tool_calls_per_turn)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The loop's end: how it finished, what it did, what it cost.
+    fn finish(&mut self, finish: FinishReason) -> Summary {
+        crate::metrics::record(|m| m.loop_finished(self.iterations, finish.as_str()));
+        Summary {
+            finish,
+            report: Report {
+                tool_set: self.l.tool_set.clone(),
+                formatter: self.mode.label(),
+                upstream: self.upstream_name().to_owned(),
+                iterations: self.iterations,
+                tool_calls: std::mem::take(&mut self.calls),
+            },
+            usage: std::mem::take(&mut self.usage),
+        }
+    }
+
+    /// The request body of model call number `iteration` (1-based).
+    fn body(&self, iteration: u32, stream: bool) -> Result<bytes::Bytes, ChatError> {
+        let req = &self.l.request;
+        let mut tool_choice = req.get("tool_choice").unwrap_or(json!("auto"));
+        let forced = tool_choice != json!("auto") && tool_choice != json!("none");
+        if iteration > 1 && forced {
+            tool_choice = json!("auto");
+        }
+        let mut overrides: Vec<(&str, Value)> = Vec::new();
+        if stream {
+            overrides.push(("stream", json!(true)));
+            overrides.push(("stream_options", json!({"include_usage": true})));
+        } else {
+            overrides.push(("stream", Value::Null));
+            overrides.push(("stream_options", Value::Null));
+        }
+        let model = &self.l.resolved.model;
+        Ok(match &self.mode {
+            Mode::FunctionCalling { .. } => {
+                if iteration > 1 && forced {
+                    overrides.push(("tool_choice", tool_choice));
+                }
+                req.upstream_body(model, &self.messages, &self.l.tools, &overrides)
+            }
+            Mode::Structured { template, .. } => {
+                let plain = formatter::to_plain_messages(
+                    template,
+                    &self.messages,
+                    &self.l.tools,
+                    &tool_choice,
+                )
+                .map_err(ChatError::Internal)?;
+                req.upstream_body(model, &plain, &[], &overrides)
+            }
+        })
+    }
+
+    /// Calls the model; in `auto` mode, falls back to the structured prompt
+    /// (and remembers it) when the upstream rejects `tools`.
+    async fn call(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
+        let upstream = Arc::clone(&self.l.resolved.upstream);
+        let request_id = self.l.context.request_id.clone();
+        match upstream
+            .chat_with(self.body(iteration, stream)?, Some(&request_id))
+            .await
+        {
+            Ok(r) => Ok(r),
+            Err(e)
+                if matches!(self.mode, Mode::FunctionCalling { fallback: true })
+                    && formatter::rejects_tools(&e) =>
+            {
+                tracing::warn!(
+                    upstream = %upstream.name,
+                    model = %self.l.resolved.model,
+                    "the upstream rejects tools ({e}); using the structured prompt for this model from now on"
+                );
+                self.l
+                    .learned
+                    .remember_structured(&upstream.name, &self.l.resolved.model);
+                self.mode = self.l.structured()?;
+                Ok(upstream
+                    .chat_with(self.body(iteration, stream)?, Some(&request_id))
+                    .await?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// What a (non-streamed) assistant message says.
+    fn turn_of(&self, message: &Value) -> Turn {
+        match &self.mode {
+            Mode::FunctionCalling { .. } => Turn {
+                content: message["content"].as_str().map(str::to_owned),
+                reasoning: message["reasoning_content"].as_str().map(str::to_owned),
+                calls: message["tool_calls"]
+                    .as_array()
+                    .map(|a| a.iter().map(Call::from_openai).collect())
+                    .unwrap_or_default(),
+                finish_reason: None,
+            },
+            Mode::Structured { offered, .. } => {
+                let text = message["content"].as_str().unwrap_or_default();
+                let parsed = toolgate_toolcall::parse_with_options(text, offered, PARSE);
+                Turn {
+                    content: (!parsed.content.is_empty()).then_some(parsed.content),
+                    reasoning: parsed.reasoning,
+                    calls: parsed.calls.into_iter().map(Call::from_parsed).collect(),
+                    finish_reason: None,
+                }
+            }
+        }
+    }
+
+    /// What to do after `turn`, and the finish reason if that ends the
+    /// loop (one rule for streamed and whole answers).
+    fn decide(&self, turn: &Turn, iteration: u32) -> (Next, FinishReason) {
+        let next = self.next(turn, iteration);
+        let finish = match &next {
+            Next::Answer | Next::Run(_) => FinishReason::of_answer(turn.finish_reason.as_deref()),
+            Next::ClientCalls(_) => FinishReason::ToolCalls,
+            Next::OutOfIterations => FinishReason::MaxToolIterations,
+        };
+        (next, finish)
+    }
+
+    fn next(&self, turn: &Turn, iteration: u32) -> Next {
+        if turn.calls.is_empty() {
+            return Next::Answer;
+        }
+        let client_names: HashSet<&str> = self
+            .l
+            .request
+            .client_tools
+            .iter()
+            .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+            .collect();
+        let client: Vec<Call> = turn
+            .calls
+            .iter()
+            .filter(|c| client_names.contains(c.name.as_str()))
+            .cloned()
+            .collect();
+        if !client.is_empty() {
+            return Next::ClientCalls(client);
+        }
+        if iteration >= self.l.max_iterations {
+            return Next::OutOfIterations;
+        }
+        Next::Run(turn.calls.clone())
+    }
+
+    /// Runs a turn's calls: appends the assistant message and the tool
+    /// messages to the conversation, and records each call in the report.
+    async fn run_calls(&mut self, turn: &Turn, calls: &[Call], iteration: u32) {
+        self.messages.push(json!({
+            "role": "assistant",
+            "content": turn.content,
+            "tool_calls": calls.iter().map(Call::to_openai).collect::<Vec<_>>(),
+        }));
+        // Arguments that are not JSON are an error result, like any other.
+        let mut parsed: Vec<Result<ToolCall, ToolResult>> = Vec::with_capacity(calls.len());
+        for c in calls {
+            let args = if c.arguments.trim().is_empty() {
+                Ok(json!({}))
+            } else {
+                serde_json::from_str::<Value>(&c.arguments)
+            };
+            parsed.push(match args {
+                Ok(arguments) if self.l.gateway_tools.contains(&c.name) => Ok(ToolCall {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments,
+                }),
+                Ok(_) => Err(ToolResult::failure(
+                    ToolError::UnknownTool(c.name.clone()),
+                    Instant::now(),
+                )),
+                Err(e) => Err(ToolResult::failure(
+                    ToolError::InvalidArguments(vec![crate::tool::ArgError {
+                        path: "/".into(),
+                        rule: "json".into(),
+                        message: format!("the arguments are not valid JSON: {e}"),
+                    }]),
+                    Instant::now(),
+                )),
+            });
+        }
+        // `spawn` (sub-agents) needs the model, so the loop runs it itself,
+        // next to the executor's batch.
+        let (spawns, batch): (Vec<ToolCall>, Vec<ToolCall>) = parsed
+            .iter()
+            .filter_map(|p| p.as_ref().ok().cloned())
+            .partition(|c| c.name == subagent::SPAWN);
+        let (batch_results, spawn_results) = futures::join!(
+            self.l
+                .executor
+                .run_batch(&self.l.catalog, &batch, &self.l.context),
+            self.run_spawns(&spawns),
+        );
+        let mut results = batch_results.into_iter();
+        let mut spawn_results = spawn_results.into_iter();
+        for (call, p) in calls.iter().zip(parsed) {
+            let result = match p {
+                Ok(c) => if c.name == subagent::SPAWN {
+                    spawn_results.next()
+                } else {
+                    results.next()
+                }
+                .unwrap_or_else(|| {
+                    ToolResult::failure(
+                        ToolError::Failed("the call did not run".into()),
+                        Instant::now(),
+                    )
+                }),
+                // Refused before the executor (not in the set, arguments not
+                // JSON): counted and audited like any call.
+                Err(r) => {
+                    let refused = ToolCall {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: serde_json::from_str(&call.arguments).unwrap_or(Value::Null),
+                    };
+                    self.l
+                        .executor
+                        .record(&self.l.catalog, &refused, &self.l.context, &r)
+                        .await;
+                    r
+                }
+            };
+            tracing::info!(
+                tool = %call.name,
+                success = result.success,
+                ms = result.duration_ms,
+                iteration,
+                formatter = self.mode.label(),
+                "tool call"
+            );
+            self.calls.push(CallRecord::new(call, &result, iteration));
+            self.messages.push(
+                json!({"role": "tool", "tool_call_id": call.id, "content": result.to_model_text()}),
+            );
+        }
+    }
+
+    /// Runs `spawn` calls: validated like any call, then each call's tasks
+    /// as sub-agents.
+    async fn run_spawns(&self, calls: &[ToolCall]) -> Vec<ToolResult> {
+        let mut out = Vec::with_capacity(calls.len());
+        for call in calls {
+            let started = std::time::Instant::now();
+            let outcome = match self.l.catalog.tool(subagent::SPAWN) {
+                None => Err(ToolError::UnknownTool(call.name.clone())),
+                Some(tool) => match tool.validate(&call.arguments) {
+                    Err(errors) => Err(ToolError::InvalidArguments(errors)),
+                    Ok(()) => {
+                        let tasks: Vec<String> = call.arguments["tasks"]
+                            .as_array()
+                            .map(|t| {
+                                t.iter()
+                                    .filter_map(|v| v.as_str().map(str::to_owned))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        subagent::run(&self.l, tasks).await
+                    }
+                },
+            };
+            let result = self.l.executor.finish(outcome, &self.l.catalog, started);
+            self.l
+                .executor
+                .record(&self.l.catalog, call, &self.l.context, &result)
+                .await;
+            out.push(result);
+        }
+        out
+    }
+
+    fn stream(mut self, first: Reply) -> impl Stream<Item = Event> + Send {
+        async_stream::stream! {
+            let mut pending = Some(first);
+            let mut iteration = 1;
+            loop {
+                self.iterations = iteration;
+                let next = match pending.take() {
+                    Some(r) => Ok(r),
+                    None => self.call(iteration, true).await,
+                };
+                let resp = match next {
+                    Ok(r) => r,
+                    Err(e) => {
+                        yield Event::Failed(e);
+                        return;
+                    }
+                };
+                let mut parser = match &self.mode {
+                    Mode::Structured { offered, .. } => Some(StreamParser::with_options(offered.clone(), PARSE)),
+                    Mode::FunctionCalling { .. } => None,
+                };
+                let mut turn = Turn::default();
+                let limit = self.limits().max_upstream_response_bytes;
+                let max_calls = self.limits().max_tool_calls_per_turn;
+                let mut events = Box::pin(self.l.resolved.upstream.body_stream(resp, limit).eventsource());
+                let mut finished = false;
+                while let Some(ev) = events.next().await {
+                    let ev = match ev {
+                        Ok(ev) => ev,
+                        // Over the byte cap or past the deadline.
+                        Err(eventsource_stream::EventStreamError::Transport(e)) => {
+                            yield Event::Failed(e.into());
+                            return;
+                        }
+                        Err(e) => {
+                            yield Event::Failed(self.invalid(format!("the stream broke: {e}")));
+                            return;
+                        }
+                    };
+                    if ev.data.trim() == "[DONE]" {
+                        finished = true;
+                        break;
+                    }
+                    let Ok(chunk) = serde_json::from_str::<Value>(&ev.data) else {
+                        yield Event::Failed(self.invalid("a stream chunk is not JSON".into()));
+                        return;
+                    };
+                    if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
+                        add_usage(&mut self.usage, u);
+                    }
+                    if let Some(e) = chunk.get("error") {
+                        yield Event::Failed(self.invalid(format!("it reported an error mid-stream: {e}")));
+                        return;
+                    }
+                    let Some(choice) = chunk.pointer("/choices/0") else { continue };
+                    if let Some(reason) = choice["finish_reason"].as_str() {
+                        turn.finish_reason = Some(reason.to_owned());
+                    }
+                    let delta = &choice["delta"];
+                    if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+                        let out = match &mut parser {
+                            None => vec![StreamEvent::Content(text.to_owned())],
+                            Some(p) => p.push(text),
+                        };
+                        for e in apply_events(out, &mut turn) {
+                            yield e;
+                        }
+                    }
+                    if let Some(deltas) = delta["tool_calls"].as_array()
+                        && let Err(e) = merge_call_deltas(&mut turn.calls, deltas, max_calls)
+                    {
+                        yield Event::Failed(self.invalid(e));
+                        return;
+                    }
+                }
+                if !finished && turn.finish_reason.is_none() {
+                    yield Event::Failed(self.invalid("the stream ended before the answer was complete".into()));
+                    return;
+                }
+                if let Some(p) = parser.take() {
+                    for e in apply_events(p.finish(), &mut turn) {
+                        yield e;
+                    }
+                }
+                if let Err(e) = self.check_call_count(turn.calls.len()) {
+                    yield Event::Failed(e);
+                    return;
+                }
+                let (next, finish) = self.decide(&turn, iteration);
+                match next {
+                    Next::Run(calls) => {
+                        for c in &calls {
+                            yield Event::ToolCallStarted(c.clone());
+                        }
+                        let before = self.calls.len();
+                        self.run_calls(&turn, &calls, iteration).await;
+                        for record in &self.calls[before..] {
+                            yield Event::ToolCallDone(Box::new(record.clone()));
+                        }
+                        iteration += 1;
+                        continue;
+                    }
+                    Next::ClientCalls(calls) => yield Event::ClientCalls(calls),
+                    Next::Answer | Next::OutOfIterations => {}
+                }
+                yield Event::Done(Box::new(self.finish(finish)));
+                return;
+            }
+        }
+    }
+
+    fn invalid(&self, message: String) -> ChatError {
+        ChatError::Upstream(UpstreamError::Invalid {
+            upstream: self.upstream_name().to_owned(),
+            message,
+        })
+    }
+}
+
+/// Folds one streamed `tool_calls` delta into the turn's calls (OpenAI
+/// streams each call as pieces keyed by `index`). The index sizes the list,
+/// so one beyond `max` calls is refused before anything is allocated.
+fn merge_call_deltas(calls: &mut Vec<Call>, deltas: &[Value], max: usize) -> Result<(), String> {
+    for c in deltas {
+        let idx = c["index"].as_u64().unwrap_or(calls.len() as u64);
+        let Some(idx) = usize::try_from(idx).ok().filter(|i| *i < max) else {
+            return Err(format!(
+                "a streamed tool call has index {idx}, beyond {max} calls in one turn (limits.max_tool_calls_per_turn)"
+            ));
+        };
+        while calls.len() <= idx {
+            calls.push(Call {
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+            });
+        }
+        let p = &mut calls[idx];
+        if let Some(id) = c["id"].as_str() {
+            p.id.push_str(id);
+        }
+        if let Some(n) = c.pointer("/function/name").and_then(Value::as_str) {
+            p.name.push_str(n);
+        }
+        if let Some(a) = c.pointer("/function/arguments").and_then(Value::as_str) {
+            p.arguments.push_str(a);
+        }
+    }
+    Ok(())
+}
+
+/// Folds parser events into the turn; returns the events to send.
+fn apply_events(events: Vec<StreamEvent>, turn: &mut Turn) -> Vec<Event> {
+    let mut out = Vec::new();
+    for e in events {
+        match e {
+            StreamEvent::Content(t) if !t.is_empty() => {
+                turn.content.get_or_insert_with(String::new).push_str(&t);
+                out.push(Event::Content(t));
+            }
+            StreamEvent::Reasoning(t) if !t.is_empty() => {
+                turn.reasoning.get_or_insert_with(String::new).push_str(&t);
+                out.push(Event::Reasoning(t));
+            }
+            StreamEvent::Call(c) => turn.calls.push(Call::from_parsed(c)),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn delta() -> impl Strategy<Value = Value> {
+        (
+            prop_oneof![
+                Just(None),
+                any::<u64>().prop_map(Some),
+                (0u64..8).prop_map(Some)
+            ],
+            proptest::option::of("[a-z_]{0,8}"),
+            proptest::option::of(".{0,16}"),
+        )
+            .prop_map(|(index, name, args)| {
+                let mut d = json!({"function": {}});
+                if let Some(i) = index {
+                    d["index"] = json!(i);
+                }
+                if let Some(n) = name {
+                    d["function"]["name"] = json!(n);
+                }
+                if let Some(a) = args {
+                    d["function"]["arguments"] = json!(a);
+                }
+                d
+            })
+    }
+
+    proptest! {
+        /// Any sequence of streamed call pieces: no panic, never more calls
+        /// than the cap, and an index beyond it is an error.
+        #[test]
+        fn streamed_call_deltas_are_bounded(chunks in prop::collection::vec(prop::collection::vec(delta(), 0..4), 0..16)) {
+            let mut calls = Vec::new();
+            for chunk in &chunks {
+                let r = merge_call_deltas(&mut calls, chunk, 16);
+                prop_assert!(calls.len() <= 16);
+                if r.is_err() {
+                    prop_assert!(chunk.iter().any(|c| c["index"].as_u64().is_some_and(|i| i >= 16)) || calls.len() >= 16);
+                    break;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_index_allocates_nothing() {
+        let mut calls = Vec::new();
+        let e =
+            merge_call_deltas(&mut calls, &[json!({"index": 1_000_000_000u64})], 128).unwrap_err();
+        assert!(e.contains("1000000000"), "{e}");
+        assert!(calls.is_empty());
+    }
+}

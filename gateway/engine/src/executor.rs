@@ -1,0 +1,456 @@
+//! The executor: runs tool calls from a catalog.
+//!
+//! For each call: look the tool up, validate the arguments against its
+//! schema, answer from the cache when the tool has one, run it under its
+//! timeout with panics caught, and cut long output with a visible marker.
+//! A batch runs with bounded parallelism; identical calls in one batch run
+//! once and the copies are marked `skipped`. Nothing is retried: the model
+//! decides what to do with a failure. Every outcome is a [`ToolResult`].
+//!
+//! Every call that reaches the executor is counted in the metrics and, when
+//! an audit log is attached, written to it (off the request path); calls of
+//! an API key over its tool-call rate limit fail with `rate_limited`.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use toolgate::canonical_json;
+
+use futures::{FutureExt, StreamExt};
+use serde::Serialize;
+use serde_json::Value;
+use tracing::Instrument;
+
+use crate::audit::{AuditEntry, AuditLog};
+use crate::catalog::Catalog;
+use crate::limits::{Rate, RateLimits};
+use crate::tool::context::{CallContext, ToolContext};
+use crate::tool::{Tool, ToolError, ToolKind};
+
+/// One call to run.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    /// The caller's id for the call (e.g. the model's `tool_call_id`).
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+}
+
+/// The uniform result of a call: `{success, data, error}` plus facts.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolResult {
+    pub success: bool,
+    pub data: Option<Value>,
+    pub error: Option<ToolError>,
+    /// Wall time of the call, in milliseconds.
+    pub duration_ms: f64,
+    /// The same call appeared earlier in the batch; this is its result.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
+    /// Answered from the tool's cache.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cached: bool,
+    /// The output was cut to the configured size.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+impl ToolResult {
+    /// A failed call that started at `started`.
+    pub fn failure(error: ToolError, started: Instant) -> Self {
+        ToolResult {
+            success: false,
+            data: None,
+            error: Some(error),
+            duration_ms: elapsed_ms(started),
+            skipped: false,
+            cached: false,
+            truncated: false,
+        }
+    }
+
+    /// The result as the text a model reads in a tool message.
+    pub fn to_model_text(&self) -> String {
+        match (&self.data, &self.error) {
+            (_, Some(e)) => format!("Error ({}): {e}", e.code()),
+            (Some(Value::String(s)), None) => s.clone(),
+            (Some(v), None) => v.to_string(),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+fn elapsed_ms(started: Instant) -> f64 {
+    started.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Runs calls. Cheap to clone; holds the shared HTTP connection pool, the
+/// audit log and the per-key tool-call buckets, if any.
+#[derive(Debug, Clone)]
+pub struct Executor {
+    http: reqwest::Client,
+    audit: Option<AuditLog>,
+    rates: Option<Arc<RateLimits>>,
+}
+
+impl Executor {
+    pub fn new(http: reqwest::Client) -> Self {
+        Executor {
+            http,
+            audit: None,
+            rates: None,
+        }
+    }
+
+    /// Writes every call to `audit`.
+    pub fn with_audit(mut self, audit: Option<AuditLog>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// Applies the tool-call rate limits of API keys, counted in `rates`.
+    pub fn with_rate_limits(mut self, rates: Arc<RateLimits>) -> Self {
+        self.rates = Some(rates);
+        self
+    }
+
+    /// The audit log, if one is attached.
+    pub fn audit(&self) -> Option<&AuditLog> {
+        self.audit.as_ref()
+    }
+
+    /// `true` when tool-call rate limits are applied.
+    pub fn has_rate_limits(&self) -> bool {
+        self.rates.is_some()
+    }
+
+    /// The shared HTTP client.
+    pub fn http_client(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// Runs one call; `ctx` describes the request it belongs to (native
+    /// tools receive it, the model never sees it).
+    pub async fn run(&self, catalog: &Catalog, call: &ToolCall, ctx: &CallContext) -> ToolResult {
+        let span = tracing::info_span!(
+            "tool",
+            tool = %call.name,
+            call_id = %call.id,
+            request_id = %ctx.request_id
+        );
+        let result = self.execute(catalog, call, ctx).instrument(span).await;
+        self.record(catalog, call, ctx, &result).await;
+        result
+    }
+
+    /// Counts a finished call in the metrics and writes it to the audit log.
+    /// [`run`](Self::run) does it for the calls it runs; callers that refuse
+    /// a call themselves (e.g. a tool outside the request's set) call it
+    /// with their error result.
+    pub async fn record(
+        &self,
+        catalog: &Catalog,
+        call: &ToolCall,
+        ctx: &CallContext,
+        result: &ToolResult,
+    ) {
+        let tool = catalog.tool(&call.name);
+        // Names the catalog does not know are the model's inventions:
+        // counted together, so they cannot grow the metrics without bound.
+        let label = if tool.is_some() || catalog.unavailable_tool(&call.name).is_some() {
+            call.name.as_str()
+        } else {
+            "unknown"
+        };
+        let outcome = result.error.as_ref().map_or("ok", ToolError::code);
+        let duration = Duration::from_secs_f64(result.duration_ms.max(0.0) / 1000.0);
+        crate::metrics::record(|m| m.tool_call(label, outcome, duration, result.cached));
+        let Some(audit) = &self.audit else { return };
+        let (arguments, arguments_sha256) =
+            audit.arguments(tool.as_ref().map(|t| &t.parameters), &call.arguments);
+        let bytes = match (&result.data, &result.error) {
+            (_, Some(e)) => e.to_string().len(),
+            (Some(Value::String(s)), None) => s.len(),
+            (Some(v), None) => json_len(v),
+            (None, None) => 0,
+        };
+        audit
+            .record(AuditEntry {
+                ts: crate::audit::now_rfc3339(),
+                request_id: ctx.request_id.clone(),
+                key: ctx.key.clone(),
+                tool_set: ctx.tool_set.clone(),
+                tool: call.name.clone(),
+                call_id: call.id.clone(),
+                arguments,
+                arguments_sha256,
+                outcome,
+                duration_ms: result.duration_ms,
+                bytes,
+                cached: result.cached,
+                truncated: result.truncated,
+            })
+            .await;
+    }
+
+    async fn execute(&self, catalog: &Catalog, call: &ToolCall, ctx: &CallContext) -> ToolResult {
+        let started = Instant::now();
+        let Some(tool) = catalog.tool(&call.name) else {
+            let error = match catalog.unavailable_tool(&call.name) {
+                Some(u) => {
+                    ToolError::Failed(format!("tool `{}` is unavailable: {}", call.name, u.reason))
+                }
+                None => ToolError::UnknownTool(call.name.clone()),
+            };
+            return ToolResult::failure(error, started);
+        };
+        let max_bytes = catalog.settings.limits.max_tool_argument_bytes;
+        let size = json_len(&call.arguments);
+        if size > max_bytes {
+            return ToolResult::failure(
+                ToolError::InvalidArguments(vec![crate::tool::ArgError {
+                    path: "/".into(),
+                    rule: "maxBytes".into(),
+                    message: format!(
+                        "the arguments are {size} bytes of JSON, over the limit of {max_bytes} (limits.max_tool_argument_bytes)"
+                    ),
+                }]),
+                started,
+            );
+        }
+        let arguments = tool.normalize_arguments(&call.arguments);
+        if let Err(errors) = tool.validate(&arguments) {
+            return ToolResult::failure(ToolError::InvalidArguments(errors), started);
+        }
+        if let (Some(rates), Some(key)) = (&self.rates, &ctx.key)
+            && let Some(per_minute) = catalog
+                .keys()
+                .by_name(key)
+                .and_then(|k| k.tool_calls_per_minute)
+            && let Err(wait) = rates.check(key, Rate::ToolCalls, per_minute)
+        {
+            return ToolResult::failure(ToolError::RateLimited(wait), started);
+        }
+        let cache_key = tool.cache.as_ref().map(|_| match &tool.kind {
+            // A tool reading the context may answer differently per project.
+            ToolKind::Native(n) if n.takes_context => format!(
+                "{}\u{0}{}",
+                ctx.project().unwrap_or_default(),
+                canonical_json(&arguments)
+            ),
+            _ => canonical_json(&arguments),
+        });
+        if let (Some(cache), Some(key)) = (&tool.cache, &cache_key)
+            && let Some(data) = cache.get(key)
+        {
+            let mut result = self.finish(Ok(data), catalog, started);
+            result.cached = true;
+            return result;
+        }
+
+        let timeout = tool
+            .timeout
+            .unwrap_or(catalog.settings.defaults.tool_timeout);
+        let run =
+            AssertUnwindSafe(self.invoke(&tool, arguments, call, ctx, catalog)).catch_unwind();
+        let outcome = match tokio::time::timeout(timeout, run).await {
+            Err(_) => Err(ToolError::Timeout(timeout)),
+            Ok(Err(panic)) => Err(ToolError::Panicked(panic_message(&panic))),
+            Ok(Ok(outcome)) => outcome,
+        };
+        if let (Ok(data), Some(cache), Some(key)) = (&outcome, &tool.cache, cache_key) {
+            cache.insert(key, data.clone());
+        }
+        self.finish(outcome, catalog, started)
+    }
+
+    async fn invoke(
+        &self,
+        tool: &Arc<Tool>,
+        args: Value,
+        call: &ToolCall,
+        ctx: &CallContext,
+        catalog: &Catalog,
+    ) -> Result<Value, ToolError> {
+        match &tool.kind {
+            ToolKind::Http(http) => {
+                http.call_traced(&self.http, &args, Some(&ctx.request_id))
+                    .await
+            }
+            ToolKind::Native(native) => {
+                let ctx = ToolContext::new(ctx, &call.id, &tool.name, catalog.extensions().clone());
+                native.call(args, ctx).await
+            }
+            // Dropped on timeout, which tells the server to cancel the call.
+            ToolKind::Mcp(mcp) => mcp.call(&args).await,
+        }
+    }
+
+    /// The result of an outcome: output capped, duration measured. Public
+    /// for tools run outside the executor (sub-agents).
+    pub fn finish(
+        &self,
+        outcome: Result<Value, ToolError>,
+        catalog: &Catalog,
+        started: Instant,
+    ) -> ToolResult {
+        match outcome {
+            Ok(data) => {
+                let (data, truncated) =
+                    cap_output(data, catalog.settings.defaults.max_output_chars);
+                ToolResult {
+                    success: true,
+                    data: Some(data),
+                    error: None,
+                    duration_ms: elapsed_ms(started),
+                    skipped: false,
+                    cached: false,
+                    truncated,
+                }
+            }
+            Err(e) => ToolResult::failure(e, started),
+        }
+    }
+
+    /// Runs a batch: identical calls once, at most `defaults.parallelism` at
+    /// a time. Results come back in the order of `calls`.
+    pub async fn run_batch(
+        &self,
+        catalog: &Catalog,
+        calls: &[ToolCall],
+        ctx: &CallContext,
+    ) -> Vec<ToolResult> {
+        // Index of the first occurrence of each distinct call.
+        let mut first: HashMap<(String, String), usize> = HashMap::new();
+        let mut origin = Vec::with_capacity(calls.len());
+        let mut unique = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            let key = (call.name.clone(), canonical_json(&call.arguments));
+            let slot = *first.entry(key).or_insert_with(|| {
+                unique.push(i);
+                unique.len() - 1
+            });
+            origin.push(slot);
+        }
+        let parallelism = catalog.settings.defaults.parallelism.max(1);
+        let mut results: Vec<Option<ToolResult>> = vec![None; unique.len()];
+        // A plain FuturesUnordered kept at `parallelism` in flight (rather
+        // than `buffer_unordered` over a closure) keeps the future `Send` in
+        // every context, including inside streams.
+        let mut pending = unique.iter().copied().enumerate();
+        let mut in_flight = futures::stream::FuturesUnordered::new();
+        loop {
+            while in_flight.len() < parallelism {
+                let Some((slot, i)) = pending.next() else {
+                    break;
+                };
+                let call = &calls[i];
+                in_flight.push(async move { (slot, self.run(catalog, call, ctx).await) });
+            }
+            match in_flight.next().await {
+                Some((slot, result)) => results[slot] = Some(result),
+                None => break,
+            }
+        }
+        let mut seen = vec![false; unique.len()];
+        origin
+            .into_iter()
+            .map(|slot| {
+                let mut r = results[slot].clone().unwrap_or_else(|| {
+                    ToolResult::failure(
+                        ToolError::Failed("the call did not run".into()),
+                        Instant::now(),
+                    )
+                });
+                if std::mem::replace(&mut seen[slot], true) {
+                    r.skipped = true;
+                    r.duration_ms = 0.0;
+                }
+                r
+            })
+            .collect()
+    }
+}
+
+/// The length of a value's JSON text, without building it.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
+/// Cuts output longer than `max` characters. Strings are cut in place;
+/// other values become their JSON text, cut.
+fn cap_output(data: Value, max: usize) -> (Value, bool) {
+    match data {
+        Value::String(s) if s.chars().count() > max => (Value::String(cut(&s, max)), true),
+        Value::String(s) => (Value::String(s), false),
+        other => {
+            let text = other.to_string();
+            if text.chars().count() > max {
+                (Value::String(cut(&text, max)), true)
+            } else {
+                (other, false)
+            }
+        }
+    }
+}
+
+fn cut(s: &str, max: usize) -> String {
+    let end = s.char_indices().nth(max).map_or(s.len(), |(i, _)| i);
+    let rest = s[end..].chars().count();
+    format!("{}\n[output truncated: {rest} more characters]", &s[..end])
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_owned()
+    }
+}
+
+/// Builds the shared HTTP client used by HTTP tools.
+///
+/// It follows no redirect by itself (HTTP tools follow theirs as they
+/// declare, see [`crate::tool::http`]) and never sends `Referer`. A client
+/// that cannot be built is an error, never a default client without these
+/// settings.
+pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn output_is_cut_with_a_marker() {
+        let (v, t) = cap_output(json!("héllo world"), 5);
+        assert!(t);
+        assert_eq!(v, json!("héllo\n[output truncated: 6 more characters]"));
+        let (v, t) = cap_output(json!({"a": 1}), 100);
+        assert!(!t);
+        assert_eq!(v, json!({"a": 1}));
+    }
+}

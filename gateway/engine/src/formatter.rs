@@ -1,0 +1,443 @@
+//! Formatters: how tools reach a model and how its calls come back.
+//!
+//! - **Function calling**: tools go into the request's `tools`, calls come
+//!   back as `tool_calls`. Nothing to convert.
+//! - **Structured prompt**, for models without function calling: a minijinja
+//!   template renders the tools into the system prompt and earlier calls and
+//!   results into plain messages; calls are parsed back out of the model's
+//!   text by [`toolgate_toolcall`].
+//! - **Auto** starts with function calling and falls back to the structured
+//!   prompt when the upstream rejects `tools`, remembering the choice per
+//!   model until restart ([`Learned`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock, RwLock};
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::{Value, json};
+
+use crate::upstream::UpstreamError;
+use toolgate_config::format::FormatterKind;
+use toolgate_toolcall::OfferedTool;
+
+/// The shipped structured-prompt template.
+pub const DEFAULT_TEMPLATE: &str = include_str!("../templates/structured_prompt.jinja");
+
+/// A compiled structured-prompt template.
+#[derive(Debug)]
+pub struct PromptTemplate {
+    env: Environment<'static>,
+}
+
+static DEFAULT: LazyLock<Result<Arc<PromptTemplate>, String>> =
+    LazyLock::new(|| PromptTemplate::new(DEFAULT_TEMPLATE.to_owned()).map(Arc::new));
+
+impl PromptTemplate {
+    /// Compiles a template source.
+    pub fn new(source: String) -> Result<PromptTemplate, String> {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        env.add_template_owned("prompt", source)
+            .map_err(|e| crate::template::describe(&e))?;
+        let tpl = PromptTemplate { env };
+        // Render once with sample data so mistakes show at load time.
+        tpl.render(json!({"part": "system", "system": "s", "tools": [{"name": "t", "description": "d", "parameters": {"type": "object"}}], "tool_choice": "auto"}))?;
+        tpl.render(json!({"part": "tool_calls", "content": "c", "calls": [{"name": "t", "arguments": {}}]}))?;
+        tpl.render(json!({"part": "tool_results", "results": [{"name": "t", "content": "r"}]}))?;
+        Ok(tpl)
+    }
+
+    /// The shipped default.
+    pub fn default_template() -> Result<Arc<PromptTemplate>, String> {
+        DEFAULT.clone()
+    }
+
+    fn render(&self, ctx: Value) -> Result<String, String> {
+        crate::template::render(&self.env, "prompt", minijinja::Value::from_serialize(&ctx))
+    }
+}
+
+/// What one turn of a model said, in OpenAI terms.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Turn {
+    pub content: Option<String>,
+    pub reasoning: Option<String>,
+    pub calls: Vec<Call>,
+    pub finish_reason: Option<String>,
+}
+
+/// A tool call as the model made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text, as in OpenAI's format.
+    pub arguments: String,
+}
+
+impl Call {
+    pub fn from_openai(v: &Value) -> Call {
+        Call {
+            id: v["id"].as_str().unwrap_or_default().to_owned(),
+            name: v
+                .pointer("/function/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            arguments: v
+                .pointer("/function/arguments")
+                .and_then(Value::as_str)
+                .unwrap_or("{}")
+                .to_owned(),
+        }
+    }
+
+    pub fn to_openai(&self) -> Value {
+        json!({"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}})
+    }
+
+    /// A call parsed out of text gets a fresh id.
+    pub fn from_parsed(p: toolgate_toolcall::ParsedCall) -> Call {
+        Call {
+            id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+            name: p.name,
+            arguments: p.arguments.to_string(),
+        }
+    }
+}
+
+/// The tools offered in a request, as the parser wants them.
+pub fn offered(tools: &[Value]) -> Vec<OfferedTool> {
+    tools
+        .iter()
+        .filter_map(|t| {
+            let f = t.get("function")?;
+            Some(OfferedTool {
+                name: f.get("name")?.as_str()?.to_owned(),
+                parameters: f
+                    .get("parameters")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object"})),
+            })
+        })
+        .collect()
+}
+
+/// Parses a structured-prompt model's whole answer into a turn.
+pub fn parse_text(text: &str, tools: &[OfferedTool]) -> Turn {
+    let parsed = toolgate_toolcall::parse(text, tools);
+    Turn {
+        content: (!parsed.content.is_empty()).then_some(parsed.content),
+        reasoning: parsed.reasoning,
+        calls: parsed.calls.into_iter().map(Call::from_parsed).collect(),
+        finish_reason: None,
+    }
+}
+
+/// Converts an OpenAI conversation for an upstream that takes no `tools`
+/// and may not know the `tool` role: the tools go into the system prompt
+/// (unless `tool_choice` is `none`), earlier assistant calls become text,
+/// and tool results become user messages.
+pub fn to_plain_messages(
+    template: &PromptTemplate,
+    messages: &[Value],
+    tools: &[Value],
+    tool_choice: &Value,
+) -> Result<Vec<Value>, String> {
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    let mut rest = messages;
+    let show_tools = !tools.is_empty() && tool_choice != &json!("none");
+    if show_tools {
+        let (system, tail) = match messages.first() {
+            Some(m) if m["role"] == "system" || m["role"] == "developer" => {
+                (Some(text_of(m)), &messages[1..])
+            }
+            _ => (None, messages),
+        };
+        rest = tail;
+        let tools: Vec<Value> = tools
+            .iter()
+            .filter_map(|t| t.get("function"))
+            .map(|f| json!({"name": f["name"], "description": f.get("description").cloned().unwrap_or(json!("")), "parameters": f.get("parameters").cloned().unwrap_or(json!({"type": "object"}))}))
+            .collect();
+        let prompt = template.render(
+            json!({"part": "system", "system": system, "tools": tools, "tool_choice": tool_choice}),
+        )?;
+        out.push(json!({"role": "system", "content": prompt}));
+    }
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut pending_results: Vec<Value> = Vec::new();
+    let flush = |pending: &mut Vec<Value>, out: &mut Vec<Value>| -> Result<(), String> {
+        if !pending.is_empty() {
+            let text = template.render(json!({"part": "tool_results", "results": pending}))?;
+            out.push(json!({"role": "user", "content": text}));
+            pending.clear();
+        }
+        Ok(())
+    };
+    for m in rest {
+        if m["role"] == "tool" {
+            let id = m["tool_call_id"].as_str().unwrap_or_default();
+            let name = names.get(id).cloned().unwrap_or_else(|| "tool".into());
+            pending_results.push(json!({"name": name, "content": text_of(m)}));
+            continue;
+        }
+        flush(&mut pending_results, &mut out)?;
+        match m["tool_calls"].as_array() {
+            Some(calls) if m["role"] == "assistant" && !calls.is_empty() => {
+                let calls: Vec<Call> = calls.iter().map(Call::from_openai).collect();
+                for c in &calls {
+                    names.insert(c.id.clone(), c.name.clone());
+                }
+                let rendered: Vec<Value> = calls
+                    .iter()
+                    .map(|c| json!({"name": c.name, "arguments": serde_json::from_str::<Value>(&c.arguments).unwrap_or(json!({}))}))
+                    .collect();
+                let content = m["content"].as_str().filter(|c| !c.is_empty());
+                let text = template
+                    .render(json!({"part": "tool_calls", "content": content, "calls": rendered}))?;
+                out.push(json!({"role": "assistant", "content": text.trim_end()}));
+            }
+            _ => out.push(m.clone()),
+        }
+    }
+    flush(&mut pending_results, &mut out)?;
+    Ok(out)
+}
+
+/// A message's text content (strings, or the text parts of an array).
+fn text_of(m: &Value) -> String {
+    match &m["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// `true` when an upstream error says it does not take tools (the signal
+/// for `auto` to fall back to the structured prompt).
+pub fn rejects_tools(e: &UpstreamError) -> bool {
+    match e {
+        UpstreamError::Status {
+            status, message, ..
+        } if matches!(status.as_u16(), 400 | 422) => {
+            let m = message.to_ascii_lowercase();
+            m.contains("tool") || m.contains("function")
+        }
+        _ => false,
+    }
+}
+
+/// Models found not to take `tools`, by `upstream/model`, until restart.
+#[derive(Debug, Default)]
+pub struct Learned {
+    structured: RwLock<HashSet<String>>,
+}
+
+impl Learned {
+    fn key(upstream: &str, model: &str) -> String {
+        format!("{upstream}/{model}")
+    }
+
+    /// The formatter to start with for a route configured as `kind`.
+    pub fn effective(&self, kind: FormatterKind, upstream: &str, model: &str) -> FormatterKind {
+        match kind {
+            FormatterKind::Auto
+                if self
+                    .structured
+                    .read()
+                    .is_ok_and(|s| s.contains(&Self::key(upstream, model))) =>
+            {
+                FormatterKind::StructuredPrompt
+            }
+            other => other,
+        }
+    }
+
+    pub fn remember_structured(&self, upstream: &str, model: &str) {
+        if let Ok(mut s) = self.structured.write() {
+            s.insert(Self::key(upstream, model));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template() -> Arc<PromptTemplate> {
+        PromptTemplate::default_template().unwrap()
+    }
+
+    fn tool(name: &str) -> Value {
+        json!({"type": "function", "function": {"name": name, "description": "Does things.", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}})
+    }
+
+    #[test]
+    fn the_system_prompt_lists_tools_and_one_format() {
+        let msgs = to_plain_messages(
+            &template(),
+            &[
+                json!({"role": "system", "content": "Be brief."}),
+                json!({"role": "user", "content": "hi"}),
+            ],
+            &[tool("add"), tool("mul")],
+            &json!("auto"),
+        )
+        .unwrap();
+        assert_eq!(msgs.len(), 2);
+        let system = msgs[0]["content"].as_str().unwrap();
+        assert!(system.starts_with("Be brief.\n\n# Tools"), "{system}");
+        assert!(
+            system.contains(r#"{"description":"Does things.","name":"add","parameters":"#),
+            "{system}"
+        );
+        assert!(
+            system.contains("<tool_call>\n{\"name\": \"add\""),
+            "{system}"
+        );
+        assert!(system.contains("answer normally"), "{system}");
+        assert_eq!(msgs[1], json!({"role": "user", "content": "hi"}));
+    }
+
+    #[test]
+    fn tool_choice_is_rendered() {
+        let render = |choice: Value| {
+            to_plain_messages(
+                &template(),
+                &[json!({"role": "user", "content": "hi"})],
+                &[tool("add")],
+                &choice,
+            )
+            .unwrap()
+        };
+        assert!(
+            render(json!("required"))[0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("must call at least one tool")
+        );
+        let named = render(json!({"type": "function", "function": {"name": "add"}}));
+        assert!(
+            named[0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("must call the tool \"add\"")
+        );
+        // `none`: no tools in the prompt at all.
+        assert_eq!(
+            render(json!("none")),
+            vec![json!({"role": "user", "content": "hi"})]
+        );
+    }
+
+    #[test]
+    fn history_becomes_plain_messages() {
+        let msgs = to_plain_messages(
+            &template(),
+            &[
+                json!({"role": "user", "content": "sum"}),
+                json!({"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "add", "arguments": "{\"x\": 1}"}},
+                    {"id": "b", "type": "function", "function": {"name": "mul", "arguments": "{\"x\": 2}"}},
+                ]}),
+                json!({"role": "tool", "tool_call_id": "a", "content": "1"}),
+                json!({"role": "tool", "tool_call_id": "b", "content": "4"}),
+            ],
+            &[tool("add"), tool("mul")],
+            &json!("auto"),
+        )
+        .unwrap();
+        assert_eq!(msgs.len(), 4);
+        assert_eq!(msgs[0]["role"], "system");
+        assert_eq!(msgs[1], json!({"role": "user", "content": "sum"}));
+        assert_eq!(
+            msgs[2],
+            json!({"role": "assistant", "content": "<tool_call>\n{\"arguments\":{\"x\":1},\"name\":\"add\"}\n</tool_call>\n<tool_call>\n{\"arguments\":{\"x\":2},\"name\":\"mul\"}\n</tool_call>"})
+        );
+        assert_eq!(msgs[3]["role"], "user");
+        let results = msgs[3]["content"].as_str().unwrap();
+        assert!(
+            results.contains(
+                "<tool_response>\n{\"content\":\"1\",\"name\":\"add\"}\n</tool_response>"
+            ),
+            "{results}"
+        );
+        assert!(results.contains("\"name\":\"mul\""), "{results}");
+    }
+
+    #[test]
+    fn rendered_calls_parse_back() {
+        // What the template teaches is what the parser reads.
+        let msgs = to_plain_messages(
+            &template(),
+            &[json!({"role": "assistant", "content": "Let me add.", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "add", "arguments": "{\"x\":1}"}}]})],
+            &[],
+            &json!("auto"),
+        )
+        .unwrap();
+        let turn = parse_text(
+            msgs[0]["content"].as_str().unwrap(),
+            &offered(&[tool("add")]),
+        );
+        assert_eq!(turn.content.as_deref(), Some("Let me add."));
+        assert_eq!(turn.calls.len(), 1);
+        assert_eq!(turn.calls[0].name, "add");
+        assert_eq!(
+            serde_json::from_str::<Value>(&turn.calls[0].arguments).unwrap(),
+            json!({"x": 1})
+        );
+    }
+
+    #[test]
+    fn tool_rejections_are_recognised() {
+        let status = |code: u16, message: &str| UpstreamError::Status {
+            upstream: "u".into(),
+            status: reqwest::StatusCode::from_u16(code).unwrap(),
+            message: message.into(),
+            retry_after: None,
+        };
+        assert!(rejects_tools(&status(
+            400,
+            "\"auto\" tool choice requires --enable-auto-tool-choice"
+        )));
+        assert!(rejects_tools(&status(
+            422,
+            "This model does not support function calling"
+        )));
+        assert!(!rejects_tools(&status(400, "context length exceeded")));
+        assert!(!rejects_tools(&status(500, "tool crashed")));
+    }
+
+    #[test]
+    fn learned_formatters_apply_to_auto_only() {
+        let l = Learned::default();
+        assert_eq!(
+            l.effective(FormatterKind::Auto, "u", "m"),
+            FormatterKind::Auto
+        );
+        l.remember_structured("u", "m");
+        assert_eq!(
+            l.effective(FormatterKind::Auto, "u", "m"),
+            FormatterKind::StructuredPrompt
+        );
+        assert_eq!(
+            l.effective(FormatterKind::FunctionCalling, "u", "m"),
+            FormatterKind::FunctionCalling
+        );
+        assert_eq!(
+            l.effective(FormatterKind::Auto, "u", "other"),
+            FormatterKind::Auto
+        );
+    }
+
+    #[test]
+    fn bad_templates_are_refused() {
+        assert!(PromptTemplate::new("{% if %}".into()).is_err());
+        assert!(PromptTemplate::new("{{ tools | nosuchfilter }}".into()).is_err());
+    }
+}

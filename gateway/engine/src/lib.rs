@@ -1,0 +1,30 @@
+//! toolgate's engine: everything between a parsed request and the model's
+//! final answer, with no HTTP server in it.
+//!
+//! Data flows through the modules in this order: [`catalog`] validates the
+//! configuration (read by `toolgate_config`) into an immutable catalog of
+//! [`tool`]s, tool sets and [`upstream`]s; a chat ([`chat`]) picks a tool
+//! set and a route, calls the model through its upstream in the wire
+//! format of [`openai`], with tools offered by the [`formatter`], and the
+//! [`executor`] runs the tool calls it makes. The loop yields typed events;
+//! the faces above (chat completions, MCP, ...) encode them.
+//!
+//! Beside that flow: [`auth`] decides who may call with which tool sets,
+//! [`limits`] caps concurrency and rates, [`audit`] writes one line per tool
+//! call, [`metrics`] counts everything (a leaf: it knows no other module),
+//! [`secrets`] keeps configured secrets out of what clients see, and
+//! [`template`] renders HTTP tools' requests.
+
+pub mod audit;
+pub mod auth;
+pub mod catalog;
+pub mod chat;
+pub mod executor;
+pub mod formatter;
+pub mod limits;
+pub mod metrics;
+pub mod openai;
+pub mod secrets;
+pub mod template;
+pub mod tool;
+pub mod upstream;

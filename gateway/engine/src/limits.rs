@@ -1,0 +1,400 @@
+//! Limits that protect the gateway: the `limits` section validated,
+//! global caps on concurrent tool loops and streams, and per-key rate
+//! limits.
+//!
+//! - **Caps** ([`InFlight`]) are counters checked against the current
+//!   catalog's limit when a request starts, so a reload that changes a
+//!   limit applies to the next request; a request over the cap is refused
+//!   at once (503 with `Retry-After`), never queued.
+//! - **Rate limits** ([`RateLimits`]) are token buckets (`governor`'s GCRA)
+//!   per key name: a key may use its whole per-minute amount at once, then
+//!   gets it back evenly over the minute. The buckets outlive reloads; a
+//!   bucket whose quota changed is replaced.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+use toolgate_config::load::Loaded;
+use toolgate_config::{Diagnostic, GatewayFile};
+
+/// Checks the `limits`, `reload` and `shutdown` settings.
+pub(crate) fn check(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
+    let l = &file.value.limits;
+    let positive = [
+        (
+            "limits.max_messages",
+            l.max_messages,
+            "the most messages one chat request may carry, e.g. 1024",
+        ),
+        (
+            "limits.max_tool_argument_bytes",
+            l.max_tool_argument_bytes,
+            "the largest arguments of one tool call in bytes, e.g. 262144",
+        ),
+        (
+            "limits.max_concurrent_loops",
+            l.max_concurrent_loops,
+            "how many tool loops may run at once, e.g. 512",
+        ),
+        (
+            "limits.max_concurrent_streams",
+            l.max_concurrent_streams,
+            "how many streaming responses may be open at once, e.g. 1024",
+        ),
+        (
+            "limits.max_upstream_response_bytes",
+            l.max_upstream_response_bytes,
+            "the largest model answer in bytes, e.g. 16777216",
+        ),
+        (
+            "limits.max_tool_calls_per_turn",
+            l.max_tool_calls_per_turn,
+            "the most tool calls one model turn may make, e.g. 128",
+        ),
+        (
+            "limits.max_connections",
+            l.max_connections,
+            "how many client connections may be open at once, e.g. 4096",
+        ),
+    ];
+    for (path, value) in [
+        ("limits.header_timeout", l.header_timeout),
+        ("limits.body_timeout", l.body_timeout),
+    ] {
+        if value.is_zero() {
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos(path),
+                format!("`{path}` is zero, which would cut off every request"),
+                "give a duration such as `10s`",
+            ));
+        }
+    }
+    for (path, value, hint) in positive {
+        if value == 0 {
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos(path),
+                format!("`{path}` is 0, which would refuse every request"),
+                format!("set it to {hint}"),
+            ));
+        }
+    }
+    if l.max_request_bytes < 1024 {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("limits.max_request_bytes"),
+            format!(
+                "`limits.max_request_bytes` is {} bytes, too small for any chat request",
+                l.max_request_bytes
+            ),
+            "set it to at least 1024 (the default is 2097152, 2 MiB)",
+        ));
+    }
+    if l.max_tool_iterations == 0 {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("limits.max_tool_iterations"),
+            "`limits.max_tool_iterations` is 0, so no tool loop could call the model",
+            "set it to at least 1 (the default is 32)",
+        ));
+    }
+    if file.value.reload.debounce > Duration::from_secs(60) {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("reload.debounce"),
+            "`reload.debounce` is longer than a minute, so changes would wait that long",
+            "use a short quiet time such as `300ms`",
+        ));
+    }
+}
+
+/// Requests of one kind in progress, with a cap.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    n: AtomicUsize,
+    gauge: Option<prometheus::IntGauge>,
+}
+
+impl InFlight {
+    /// A counter mirrored into `gauge`.
+    pub fn with_gauge(gauge: Option<prometheus::IntGauge>) -> InFlight {
+        InFlight {
+            n: AtomicUsize::new(0),
+            gauge,
+        }
+    }
+
+    /// Enters when fewer than `max` are in progress; the guard leaves on drop.
+    pub fn try_enter(self: &Arc<Self>, max: usize) -> Option<InFlightGuard> {
+        let mut current = self.n.load(Ordering::Relaxed);
+        loop {
+            if current >= max {
+                return None;
+            }
+            match self.n.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => current = now,
+            }
+        }
+        if let Some(g) = &self.gauge {
+            g.inc();
+        }
+        Some(InFlightGuard {
+            of: Arc::clone(self),
+        })
+    }
+
+    /// How many are in progress.
+    pub fn current(&self) -> usize {
+        self.n.load(Ordering::Relaxed)
+    }
+}
+
+/// One request counted in an [`InFlight`]; dropping it leaves.
+#[derive(Debug)]
+pub struct InFlightGuard {
+    of: Arc<InFlight>,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.of.n.fetch_sub(1, Ordering::AcqRel);
+        if let Some(g) = &self.of.gauge {
+            g.dec();
+        }
+    }
+}
+
+/// What a rate limit counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rate {
+    Requests,
+    ToolCalls,
+}
+
+/// A bucket and the quota it was made for.
+type Bucket = (NonZeroU32, Arc<DefaultDirectRateLimiter>);
+
+/// Per-key token buckets, kept across reloads.
+#[derive(Debug, Default)]
+pub struct RateLimits {
+    buckets: Mutex<HashMap<(String, Rate), Bucket>>,
+}
+
+impl RateLimits {
+    /// Takes one token from `key`'s bucket of `rate` (`per_minute` tokens a
+    /// minute); `Err` holds how long until one is available.
+    pub fn check(&self, key: &str, rate: Rate, per_minute: NonZeroU32) -> Result<(), Duration> {
+        let limiter = {
+            let mut buckets = self
+                .buckets
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let entry = buckets
+                .entry((key.to_owned(), rate))
+                .or_insert_with(|| (per_minute, Arc::new(new_limiter(per_minute))));
+            if entry.0 != per_minute {
+                *entry = (per_minute, Arc::new(new_limiter(per_minute)));
+            }
+            Arc::clone(&entry.1)
+        };
+        limiter
+            .check()
+            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
+    }
+}
+
+fn new_limiter(per_minute: NonZeroU32) -> DefaultDirectRateLimiter {
+    RateLimiter::direct(Quota::per_minute(per_minute))
+}
+
+/// Whole seconds to announce in `Retry-After` for a wait (at least 1).
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    (wait.as_secs_f64().ceil() as u64).max(1)
+}
+
+/// Counters per key name, each with the key's own cap.
+#[derive(Debug, Default)]
+pub struct KeyedInFlight {
+    by_key: Mutex<HashMap<String, Arc<InFlight>>>,
+}
+
+impl KeyedInFlight {
+    /// Enters `key`'s counter unless it is at `max`.
+    pub fn try_enter(&self, key: &str, max: usize) -> Option<InFlightGuard> {
+        let counter = {
+            let mut map = self
+                .by_key
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            Arc::clone(map.entry(key.to_owned()).or_default())
+        };
+        counter.try_enter(max)
+    }
+}
+
+/// A place under the caps (global and the key's), held until dropped.
+#[derive(Debug)]
+pub struct Permit {
+    _global: InFlightGuard,
+    _key: Option<InFlightGuard>,
+}
+
+/// Why a request was refused a place: a code and a sentence.
+#[derive(Debug, Clone)]
+pub struct Full {
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// What every request shares: the caps and the buckets.
+#[derive(Debug)]
+pub struct Guards {
+    pub loops: Arc<InFlight>,
+    pub streams: Arc<InFlight>,
+    pub rates: Arc<RateLimits>,
+    /// Loops and streams per key, for keys with their own caps.
+    pub key_loops: KeyedInFlight,
+    pub key_streams: KeyedInFlight,
+}
+
+impl Guards {
+    /// A place for a tool loop (sub-agents included): under
+    /// `limits.max_concurrent_loops`, and the key's own cap if it has one.
+    pub fn enter_loop(
+        &self,
+        limits: &toolgate_config::format::Limits,
+        key: Option<&crate::auth::ApiKey>,
+    ) -> Result<Permit, Full> {
+        Self::enter(
+            (&self.loops, limits.max_concurrent_loops),
+            || Full {
+                code: "too_many_loops",
+                message: format!(
+                    "the gateway runs {} tool loops, its limit (limits.max_concurrent_loops); retry shortly",
+                    limits.max_concurrent_loops
+                ),
+            },
+            (
+                &self.key_loops,
+                key.and_then(|k| k.max_concurrent_loops.map(|m| (k, m))),
+            ),
+            "tool loops",
+        )
+    }
+
+    /// A place for a streaming response: under
+    /// `limits.max_concurrent_streams`, and the key's own cap if it has one.
+    pub fn enter_stream(
+        &self,
+        limits: &toolgate_config::format::Limits,
+        key: Option<&crate::auth::ApiKey>,
+    ) -> Result<Permit, Full> {
+        Self::enter(
+            (&self.streams, limits.max_concurrent_streams),
+            || Full {
+                code: "too_many_streams",
+                message: format!(
+                    "the gateway has {} streaming responses open, its limit (limits.max_concurrent_streams); retry shortly",
+                    limits.max_concurrent_streams
+                ),
+            },
+            (
+                &self.key_streams,
+                key.and_then(|k| k.max_concurrent_streams.map(|m| (k, m))),
+            ),
+            "streaming responses",
+        )
+    }
+
+    /// A place under the global counter, then under the key's, if capped.
+    fn enter(
+        (global, max): (&Arc<InFlight>, usize),
+        full: impl FnOnce() -> Full,
+        (keyed, key): (&KeyedInFlight, Option<(&crate::auth::ApiKey, NonZeroU32)>),
+        what: &str,
+    ) -> Result<Permit, Full> {
+        let global = global.try_enter(max).ok_or_else(full)?;
+        let key = match key {
+            None => None,
+            Some((key, max)) => Some(keyed.try_enter(&key.name, max.get() as usize).ok_or_else(
+                || Full {
+                    code: "key_concurrency_limit",
+                    message: format!(
+                        "API key `{}` has {max} {what} in progress, its limit; retry shortly",
+                        key.name
+                    ),
+                },
+            )?),
+        };
+        Ok(Permit {
+            _global: global,
+            _key: key,
+        })
+    }
+}
+
+impl Default for Guards {
+    fn default() -> Self {
+        let metrics = crate::metrics::global();
+        Guards {
+            loops: Arc::new(InFlight::with_gauge(
+                metrics.map(|m| m.active_loops.clone()),
+            )),
+            streams: Arc::new(InFlight::with_gauge(
+                metrics.map(|m| m.active_streams.clone()),
+            )),
+            rates: Arc::default(),
+            key_loops: KeyedInFlight::default(),
+            key_streams: KeyedInFlight::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_caps_and_releases() {
+        let f = Arc::new(InFlight::default());
+        let a = f.try_enter(2);
+        let b = f.try_enter(2);
+        assert!(a.is_some() && b.is_some());
+        assert!(f.try_enter(2).is_none());
+        drop(a);
+        assert_eq!(f.current(), 1);
+        assert!(f.try_enter(2).is_some());
+    }
+
+    #[test]
+    fn a_bucket_refuses_beyond_its_quota_and_says_how_long() {
+        let r = RateLimits::default();
+        let two = NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN);
+        assert!(r.check("k", Rate::Requests, two).is_ok());
+        assert!(r.check("k", Rate::Requests, two).is_ok());
+        let wait = r.check("k", Rate::Requests, two).err();
+        // One token comes back every 30 s.
+        assert!(wait.is_some_and(|w| w > Duration::from_secs(20) && w <= Duration::from_secs(30)));
+        // Other keys and other kinds have their own buckets.
+        assert!(r.check("other", Rate::Requests, two).is_ok());
+        assert!(r.check("k", Rate::ToolCalls, two).is_ok());
+        // A changed quota starts a new bucket.
+        let three = NonZeroU32::new(3).unwrap_or(NonZeroU32::MIN);
+        assert!(r.check("k", Rate::Requests, three).is_ok());
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(29_001)), 30);
+    }
+}

@@ -1,0 +1,596 @@
+//! MCP tools: the tools of declared MCP servers, proxied over one
+//! persistent session per server (official `rmcp` client, stdio or
+//! streamable HTTP).
+//!
+//! - [`spec`]: a validated server declaration and the naming rules;
+//! - [`session`]: a server's supervisor (start, list, relist on
+//!   `list_changed`, restart with backoff, stderr to the logs);
+//! - [`result`]: an MCP result as the gateway's uniform result.
+//!
+//! Tool names are only known once a server has listed its tools, while the
+//! catalog is validated up front and immutable. The catalog therefore holds
+//! an [`McpRegistry`]: the declared servers (validated with the rest of the
+//! configuration) and a snapshot of their tools that the supervisors replace
+//! as a whole whenever a server starts, stops or changes its tools. Lookups
+//! load the snapshot without a lock.
+
+pub mod result;
+pub mod session;
+pub mod spec;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use indexmap::IndexMap;
+use rmcp::ServiceError;
+use rmcp::model::{CallToolRequestParams, CallToolResponse};
+use serde_json::Value;
+
+use crate::tool::{Tool, ToolError};
+use session::{Server, Status};
+pub use spec::ServerSpec;
+use toolgate_config::Pos;
+
+/// The tool kind: one tool of an MCP server.
+pub struct McpTool {
+    server: Weak<Server>,
+    server_name: String,
+    /// The server's name for the tool.
+    remote: String,
+    /// The server marks it `readOnlyHint`.
+    pub read_only: bool,
+    /// The tool's MCP annotations (`readOnlyHint`, `destructiveHint`...), as
+    /// the server sent them.
+    pub annotations: Option<Value>,
+}
+
+impl std::fmt::Debug for McpTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpTool")
+            .field("server", &self.server_name)
+            .field("remote", &self.remote)
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}
+
+impl McpTool {
+    /// The server's name.
+    pub fn server(&self) -> &str {
+        &self.server_name
+    }
+
+    /// The server's name for the tool.
+    pub fn remote_name(&self) -> &str {
+        &self.remote
+    }
+
+    /// Calls the tool over the server's session. Dropping the future (the
+    /// executor's timeout) sends `notifications/cancelled` to the server.
+    pub async fn call(&self, args: &Value) -> Result<Value, ToolError> {
+        let server = self.server.upgrade().ok_or_else(|| {
+            ToolError::Backend(format!(
+                "MCP server `{}` has been shut down",
+                self.server_name
+            ))
+        })?;
+        let peer = server.peer().map_err(ToolError::Backend)?;
+        let mut params = CallToolRequestParams::new(self.remote.clone());
+        if let Value::Object(map) = args {
+            params = params.with_arguments(map.clone());
+        }
+        let name = &self.server_name;
+        match peer.call_tool_once(params).await {
+            Ok(CallToolResponse::Complete(result)) => {
+                let wire = serde_json::to_value(&result).map_err(|e| {
+                    ToolError::Failed(format!(
+                        "the result of MCP server `{name}` is unreadable: {e}"
+                    ))
+                })?;
+                result::map_result(&wire, name)
+            }
+            Ok(_) => Err(ToolError::Failed(format!(
+                "MCP server `{name}` asked for user input or started a background task, which the gateway does not support"
+            ))),
+            Err(ServiceError::TransportClosed) => Err(ToolError::Backend(format!(
+                "MCP server `{name}` closed the session during the call; it is being restarted"
+            ))),
+            Err(ServiceError::McpError(e)) => Err(ToolError::Backend(format!(
+                "MCP server `{name}` answered with an error: {e}"
+            ))),
+            Err(e) => Err(ToolError::Backend(format!("MCP server `{name}`: {e}"))),
+        }
+    }
+}
+
+/// A tool the registry cannot offer now, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gap {
+    /// The tool's name, or `mcp:<server>` while the server's tools are
+    /// unknown (it never listed them).
+    pub name: String,
+    pub server: String,
+    pub reason: String,
+    pub origin: String,
+}
+
+/// An exact tool name a tool set expects from MCP servers; checked once
+/// they have listed their tools.
+#[derive(Debug, Clone)]
+pub struct Expected {
+    pub name: String,
+    pub set: String,
+    pub file: String,
+    pub pos: Pos,
+    /// The servers that could offer it.
+    pub servers: Vec<String>,
+}
+
+/// What the gateway currently offers from its MCP servers.
+#[derive(Debug, Default)]
+struct Snapshot {
+    tools: IndexMap<String, Arc<Tool>>,
+    gaps: IndexMap<String, Gap>,
+}
+
+/// The declared servers and the snapshot of their tools. Dropping it (the
+/// last catalog holding it) stops the servers no newer registry took over.
+pub(crate) struct Registry {
+    servers: Vec<Arc<Server>>,
+    /// Names of the catalog's other tools, which win over MCP tools, with
+    /// where they are declared.
+    reserved: HashMap<String, String>,
+    expected: Vec<Expected>,
+    snapshot: ArcSwap<Snapshot>,
+    /// Serialises the rebuilding of the snapshot.
+    publishing: Mutex<()>,
+    started: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        for server in &self.servers {
+            server.release();
+        }
+    }
+}
+
+impl Registry {
+    /// Rebuilds the snapshot from every server's state, in declaration
+    /// order: the first tool to claim a name keeps it (the catalog's own
+    /// tools first), later ones are reported as colliding.
+    pub(crate) fn publish(&self) {
+        let _guard = self
+            .publishing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut tools: IndexMap<String, Arc<Tool>> = IndexMap::new();
+        let mut owner: HashMap<String, String> = HashMap::new();
+        let mut gaps: IndexMap<String, Gap> = IndexMap::new();
+        for server in &self.servers {
+            let spec = &server.spec;
+            let state = server.state();
+            let origin = spec.origin();
+            let gap = |name: &str, reason: String| Gap {
+                name: name.to_owned(),
+                server: spec.name.clone(),
+                reason,
+                origin: origin.clone(),
+            };
+            if state.status == Status::Ready {
+                for l in state.listed.iter() {
+                    let taken = self
+                        .reserved
+                        .get(&l.name)
+                        .map(|at| format!("tool `{}` declared at {at}", l.name))
+                        .or_else(|| {
+                            owner.get(&l.name).map(|s| {
+                                format!("tool `{}` of MCP server `{s}`, declared earlier", l.name)
+                            })
+                        });
+                    match (&l.tool, taken) {
+                        (Ok(_), Some(other)) | (Err(_), Some(other)) => {
+                            gaps.entry(l.name.clone()).or_insert_with(|| {
+                                gap(
+                                    &l.name,
+                                    format!(
+                                        "the name collides with the {other} — give MCP server `{}` a distinct `tools.prefix` or exclude the tool",
+                                        spec.name
+                                    ),
+                                )
+                            });
+                        }
+                        (Ok(tool), None) => {
+                            owner.insert(l.name.clone(), spec.name.clone());
+                            tools.insert(l.name.clone(), Arc::clone(tool));
+                        }
+                        (Err(reason), None) => {
+                            gaps.entry(l.name.clone())
+                                .or_insert_with(|| gap(&l.name, reason.clone()));
+                        }
+                    }
+                }
+                continue;
+            }
+            let reason = state.reason(&spec.name);
+            let mut names: Vec<String> = state.listed.iter().map(|l| l.name.clone()).collect();
+            if names.is_empty() {
+                names = spec.tools.known_names().unwrap_or_default();
+            }
+            if names.is_empty() {
+                let name = format!("mcp:{}", spec.name);
+                gaps.insert(
+                    name.clone(),
+                    gap(
+                        &name,
+                        format!("{reason}; its tools are unknown until it lists them"),
+                    ),
+                );
+            }
+            for name in names {
+                if !self.reserved.contains_key(&name) && !owner.contains_key(&name) {
+                    gaps.entry(name.clone())
+                        .or_insert_with(|| gap(&name, reason.clone()));
+                }
+            }
+        }
+        let old = self.snapshot.load();
+        for (name, g) in &gaps {
+            if old.gaps.get(name) != Some(g) && g.reason.contains("collides") {
+                tracing::warn!(mcp_server = %g.server, "tool `{name}` is unavailable: {}", g.reason);
+            }
+        }
+        self.snapshot.store(Arc::new(Snapshot { tools, gaps }));
+    }
+
+    fn server(&self, name: &str) -> Option<&Arc<Server>> {
+        self.servers.iter().find(|s| s.spec.name == name)
+    }
+}
+
+/// The MCP servers of a catalog. Cheap to clone: clones share the servers.
+#[derive(Clone)]
+pub struct McpRegistry {
+    inner: Arc<Registry>,
+}
+
+impl std::fmt::Debug for McpRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpRegistry")
+            .field(
+                "servers",
+                &self
+                    .inner
+                    .servers
+                    .iter()
+                    .map(|s| &s.spec)
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl Default for McpRegistry {
+    fn default() -> Self {
+        McpRegistry::new(Vec::new(), HashMap::new(), Vec::new())
+    }
+}
+
+impl McpRegistry {
+    /// A registry of validated servers, none started. `reserved` maps the
+    /// names of the catalog's other tools to where they are declared.
+    pub fn new(
+        specs: Vec<ServerSpec>,
+        reserved: HashMap<String, String>,
+        expected: Vec<Expected>,
+    ) -> McpRegistry {
+        let inner = Arc::new(Registry {
+            servers: specs
+                .into_iter()
+                .map(|s| Arc::new(Server::new(s)))
+                .collect(),
+            reserved,
+            expected,
+            snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            publishing: Mutex::new(()),
+            started: std::sync::atomic::AtomicBool::new(false),
+        });
+        inner.publish();
+        McpRegistry { inner }
+    }
+
+    /// Takes over, from `previous` (the registry of the catalog in service),
+    /// every server declared the same way here: its supervisor and session
+    /// go on, and this registry offers its tools at once. Must be called
+    /// before this registry is cloned or started (the servers learn which
+    /// registries hold them when those start). Returns the names of the
+    /// servers taken over.
+    pub fn adopt(&mut self, previous: &McpRegistry) -> Vec<String> {
+        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+            tracing::warn!("MCP sessions cannot be kept: the new catalog is already in use");
+            return Vec::new();
+        };
+        let mut kept = Vec::new();
+        let mut taken = Vec::new();
+        for slot in &mut inner.servers {
+            let Some(old) = previous
+                .inner
+                .servers
+                .iter()
+                .find(|o| o.spec.same_declaration(&slot.spec) && !o.stop.is_cancelled())
+            else {
+                continue;
+            };
+            *slot = Arc::clone(old);
+            kept.push(old.spec.name.clone());
+            taken.push(Arc::clone(old));
+        }
+        let weak = Arc::downgrade(&self.inner);
+        for server in taken {
+            server.add_owner(weak.clone());
+        }
+        self.inner.publish();
+        kept
+    }
+
+    /// Each server's name and whether it is ready, for metrics.
+    pub fn health(&self) -> Vec<(String, bool)> {
+        self.inner
+            .servers
+            .iter()
+            .map(|s| (s.spec.name.clone(), s.state().status == Status::Ready))
+            .collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.servers.is_empty()
+    }
+
+    /// How many servers are declared.
+    pub fn len(&self) -> usize {
+        self.inner.servers.len()
+    }
+
+    /// Starts every server (once; later calls only wait) and waits until
+    /// each has finished its first attempt: ready, or failed and scheduled
+    /// for a restart. Each wait is bounded by the server's
+    /// `startup_timeout`. Must run inside a Tokio runtime.
+    pub async fn start(&self) {
+        let first = !self
+            .inner
+            .started
+            .swap(true, std::sync::atomic::Ordering::SeqCst);
+        for server in &self.inner.servers {
+            server.add_owner(Arc::downgrade(&self.inner));
+            // Servers taken over from a previous catalog already run.
+            if server.claim_supervision() {
+                tokio::spawn(session::supervise(Arc::clone(server)));
+            }
+        }
+        let waits = self.inner.servers.iter().map(|s| async move {
+            let bound = s.spec.startup_timeout + Duration::from_secs(1);
+            let _ = tokio::time::timeout(
+                bound,
+                s.wait_until(|st| {
+                    !matches!(st.status, Status::NotStarted | Status::Starting) || st.attempts > 1
+                }),
+            )
+            .await;
+        });
+        futures::future::join_all(waits).await;
+        if first {
+            for e in self.missing_expected() {
+                tracing::warn!(
+                    "{}:{}:{}: tool set `{}` names `{}`, which no MCP server offers ({})",
+                    e.file,
+                    e.pos.line,
+                    e.pos.column,
+                    e.set,
+                    e.name,
+                    e.servers.join(", ")
+                );
+            }
+        }
+    }
+
+    /// Stops every server and waits (briefly) until they have closed.
+    pub async fn shutdown(&self) {
+        for server in &self.inner.servers {
+            server.stop.cancel();
+        }
+        let waits = self.inner.servers.iter().map(|s| {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                s.wait_until(|st| {
+                    matches!(
+                        st.status,
+                        Status::Stopped | Status::NotStarted | Status::Disabled { .. }
+                    )
+                }),
+            )
+        });
+        futures::future::join_all(waits).await;
+    }
+
+    /// Waits until the server `name` is ready (forever if it never is);
+    /// `false` when no such server is declared.
+    pub async fn wait_ready(&self, name: &str) -> bool {
+        let Some(server) = self.inner.server(name) else {
+            return false;
+        };
+        server.wait_until(|st| st.status == Status::Ready).await;
+        true
+    }
+
+    /// The usable MCP tool called `name`.
+    pub fn tool(&self, name: &str) -> Option<Arc<Tool>> {
+        self.inner.snapshot.load().tools.get(name).cloned()
+    }
+
+    /// The usable MCP tools whose name `keep` accepts, in order.
+    pub fn tools(&self, keep: &dyn Fn(&str) -> bool) -> Vec<Arc<Tool>> {
+        self.inner
+            .snapshot
+            .load()
+            .tools
+            .iter()
+            .filter(|(n, _)| keep(n))
+            .map(|(_, t)| Arc::clone(t))
+            .collect()
+    }
+
+    /// Tools that cannot be used now. `keep` accepts a gap by tool name and
+    /// server name.
+    pub fn gaps(&self, keep: &dyn Fn(&Gap) -> bool) -> Vec<Gap> {
+        self.inner
+            .snapshot
+            .load()
+            .gaps
+            .values()
+            .filter(|g| keep(g))
+            .cloned()
+            .collect()
+    }
+
+    /// Why `name` cannot be used, when it is (or could be) a tool of a
+    /// server that is not ready.
+    pub fn gap(&self, name: &str) -> Option<Gap> {
+        let snapshot = self.inner.snapshot.load();
+        if let Some(g) = snapshot.gaps.get(name) {
+            return Some(g.clone());
+        }
+        if snapshot.tools.contains_key(name) {
+            return None;
+        }
+        self.inner
+            .servers
+            .iter()
+            .filter(|s| s.state().status != Status::Ready && s.spec.tools.could_provide(name))
+            .map(|s| Gap {
+                name: name.to_owned(),
+                server: s.spec.name.clone(),
+                reason: s.state().reason(&s.spec.name),
+                origin: s.spec.origin(),
+            })
+            .next()
+    }
+
+    /// The servers that could offer a tool named `entry` (a name or a glob),
+    /// before any of them has listed its tools.
+    pub fn servers_for(specs: &[ServerSpec], entry: &str) -> Vec<String> {
+        let glob = spec::is_glob(entry)
+            .then(|| globset::Glob::new(entry).ok().map(|g| g.compile_matcher()))
+            .flatten();
+        specs
+            .iter()
+            .filter(|s| match &glob {
+                Some(m) => s.tools.could_match(entry, m),
+                None => s.tools.could_provide(entry),
+            })
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
+    /// Exact names tool sets expect from MCP servers that every server
+    /// which could offer them has listed, without offering them.
+    pub fn missing_expected(&self) -> Vec<&Expected> {
+        let listed = |server: &str| -> Option<HashSet<String>> {
+            let s = self.inner.server(server)?;
+            let state = s.state();
+            (state.status == Status::Ready)
+                .then(|| state.listed.iter().map(|l| l.name.clone()).collect())
+        };
+        let by_server: HashMap<&str, Option<HashSet<String>>> = self
+            .inner
+            .servers
+            .iter()
+            .map(|s| (s.spec.name.as_str(), listed(&s.spec.name)))
+            .collect();
+        self.inner
+            .expected
+            .iter()
+            .filter(|e| {
+                e.servers.iter().all(|s| {
+                    by_server
+                        .get(s.as_str())
+                        .is_some_and(|l| l.as_ref().is_some_and(|l| !l.contains(&e.name)))
+                })
+            })
+            .collect()
+    }
+
+    /// What each server offers now, for `toolgate check --connect`.
+    pub fn reports(&self) -> Vec<ServerReport> {
+        let snapshot = self.inner.snapshot.load();
+        let mut reports = Vec::new();
+        for server in &self.inner.servers {
+            let spec = &server.spec;
+            let state = server.state();
+            let mut problems = Vec::new();
+            let mut tools = Vec::new();
+            for l in state.listed.iter() {
+                if let Some(t) = snapshot.tools.get(&l.name) {
+                    tools.push((l.name.clone(), l.remote.clone(), t.description.clone()));
+                } else if let Some(g) = snapshot.gaps.get(&l.name) {
+                    problems.push(format!("tool `{}` is unavailable: {}", l.remote, g.reason));
+                }
+            }
+            for e in self.missing_expected() {
+                if e.servers.first() == Some(&spec.name) {
+                    problems.push(format!(
+                        "{}:{}:{}: tool set `{}` names `{}`, which no MCP server offers ({})",
+                        e.file,
+                        e.pos.line,
+                        e.pos.column,
+                        e.set,
+                        e.name,
+                        e.servers.join(", ")
+                    ));
+                }
+            }
+            reports.push(ServerReport {
+                name: spec.name.clone(),
+                transport: spec.transport.label(),
+                file: spec.file.clone(),
+                pos: spec.pos,
+                status: state.status.label(),
+                reason: match (&state.status, &state.last_error) {
+                    (Status::Ready, _) => None,
+                    (Status::Disabled { reason }, _) | (_, Some(reason)) => Some(reason.clone()),
+                    (other, None) => Some(other.label().to_owned()),
+                },
+                server_info: state.server_info.clone(),
+                tools,
+                problems,
+            });
+        }
+        reports
+    }
+}
+
+/// One server's state, for reports.
+#[derive(Debug, Clone)]
+pub struct ServerReport {
+    pub name: String,
+    pub transport: &'static str,
+    pub file: String,
+    pub pos: Pos,
+    /// `ready`, `down`, `disabled`...
+    pub status: &'static str,
+    /// Why it is not ready: why its last session failed, or its state.
+    pub reason: Option<String>,
+    /// `name version` from its `initialize` answer.
+    pub server_info: Option<String>,
+    /// (gateway name, server's name, description) of each usable tool.
+    pub tools: Vec<(String, String, String)>,
+    /// Tools it lists that cannot be used, and set entries it does not offer.
+    pub problems: Vec<String>,
+}
+
+impl ServerReport {
+    pub fn is_ok(&self) -> bool {
+        self.reason.is_none() && self.problems.is_empty()
+    }
+}

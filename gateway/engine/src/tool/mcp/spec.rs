@@ -1,0 +1,339 @@
+//! A validated MCP server declaration: how to reach the server, which of its
+//! tools to offer, and the names they get in the gateway.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use globset::{Glob, GlobMatcher, GlobSet, GlobSetBuilder};
+use reqwest::header::{HeaderName, HeaderValue};
+
+use toolgate_config::Pos;
+
+/// One MCP server, validated.
+#[derive(Debug)]
+pub struct ServerSpec {
+    pub name: String,
+    pub transport: Transport,
+    pub tools: ToolFilter,
+    /// Timeout of one call; `None` uses `defaults.tool_timeout`.
+    pub timeout: Option<Duration>,
+    /// How long starting (spawn or connect, `initialize`, `tools/list`) may take.
+    pub startup_timeout: Duration,
+    /// Cache results of the tools the server marks `readOnlyHint`.
+    pub cache_ttl: Option<Duration>,
+    /// The file declaring it, and where.
+    pub file: String,
+    pub pos: Pos,
+    /// Why the server is never started (e.g. a variable its headers need is
+    /// unset); `None` when it can run.
+    pub disabled: Option<String>,
+}
+
+impl ServerSpec {
+    /// `tools.d/x.yaml:3`, as tools report their origin.
+    pub fn origin(&self) -> String {
+        format!("{}:{}", self.file, self.pos.line)
+    }
+
+    /// `true` when `other` declares the same server: everything that shapes
+    /// the session or its tools is equal (rendered `env` and header values
+    /// included). Where it is declared is not: moving a declaration keeps
+    /// its session on reload.
+    pub fn same_declaration(&self, other: &ServerSpec) -> bool {
+        let transport = match (&self.transport, &other.transport) {
+            (Transport::Stdio(a), Transport::Stdio(b)) => {
+                a.command == b.command && a.args == b.args && a.env == b.env && a.cwd == b.cwd
+            }
+            (Transport::Http(a), Transport::Http(b)) => a.url == b.url && a.headers == b.headers,
+            _ => false,
+        };
+        transport
+            && self.name == other.name
+            && self.tools.same_as(&other.tools)
+            && self.timeout == other.timeout
+            && self.startup_timeout == other.startup_timeout
+            && self.cache_ttl == other.cache_ttl
+            && self.disabled == other.disabled
+    }
+}
+
+/// How the gateway reaches a server.
+pub enum Transport {
+    /// A child process speaking MCP on stdin/stdout.
+    Stdio(StdioSpec),
+    /// Streamable HTTP.
+    Http(HttpSpec),
+}
+
+impl Transport {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Transport::Stdio(_) => "stdio",
+            Transport::Http(_) => "http",
+        }
+    }
+}
+
+/// Values of `env` and `headers` may hold secrets: they are never printed.
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Stdio(s) => f
+                .debug_struct("Stdio")
+                .field("command", &s.command)
+                .field("args", &s.args)
+                .field(
+                    "env",
+                    &s.env.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+                )
+                .field("cwd", &s.cwd)
+                .finish(),
+            Transport::Http(h) => f
+                .debug_struct("Http")
+                .field("url", &h.url)
+                .field(
+                    "headers",
+                    &h.headers
+                        .iter()
+                        .map(|(k, _)| k.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .finish(),
+        }
+    }
+}
+
+pub struct StdioSpec {
+    /// The program: a name looked up on `PATH`, or an absolute path.
+    pub command: String,
+    pub args: Vec<String>,
+    /// Variables set for the process, on top of [`PASSED_ENV`].
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+}
+
+pub struct HttpSpec {
+    pub url: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// The gateway's own variables a stdio server inherits; everything else it
+/// gets must be declared in its `env`, so the gateway's secrets (API keys)
+/// do not leak into every server.
+pub const PASSED_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "TMPDIR", "TZ",
+];
+
+/// Headers the streamable HTTP transport sets itself.
+pub const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+/// Which of a server's tools are offered, and their names in the gateway.
+#[derive(Debug, Clone)]
+pub struct ToolFilter {
+    /// Prepended to every tool name.
+    pub prefix: String,
+    include: Option<GlobSet>,
+    exclude: Option<GlobSet>,
+    /// The include list, when every entry is a plain name.
+    literal: Option<Vec<String>>,
+    /// The patterns as declared.
+    patterns: (Vec<String>, Vec<String>),
+}
+
+impl ToolFilter {
+    /// Builds a filter; `Err` carries the index into `include` (or into
+    /// `exclude`, offset by `include.len()`) of a pattern that does not
+    /// compile, and why.
+    pub fn new(
+        prefix: &str,
+        include: &[String],
+        exclude: &[String],
+    ) -> Result<ToolFilter, (usize, String)> {
+        fn set(patterns: &[String], offset: usize) -> Result<Option<GlobSet>, (usize, String)> {
+            if patterns.is_empty() {
+                return Ok(None);
+            }
+            let mut b = GlobSetBuilder::new();
+            for (i, p) in patterns.iter().enumerate() {
+                b.add(Glob::new(p).map_err(|e| (offset + i, e.kind().to_string()))?);
+            }
+            b.build().map(Some).map_err(|e| (offset, e.to_string()))
+        }
+        let literal =
+            (!include.is_empty() && !include.iter().any(|p| is_glob(p))).then(|| include.to_vec());
+        Ok(ToolFilter {
+            prefix: prefix.to_owned(),
+            include: set(include, 0)?,
+            exclude: set(exclude, include.len())?,
+            literal,
+            patterns: (include.to_vec(), exclude.to_vec()),
+        })
+    }
+
+    /// `true` when both filters were declared the same way.
+    pub fn same_as(&self, other: &ToolFilter) -> bool {
+        self.prefix == other.prefix && self.patterns == other.patterns
+    }
+
+    /// `true` when the server's tool `remote` is offered.
+    pub fn admits(&self, remote: &str) -> bool {
+        self.include.as_ref().is_none_or(|s| s.is_match(remote))
+            && !self.exclude.as_ref().is_some_and(|s| s.is_match(remote))
+    }
+
+    /// The gateway name of the server's tool `remote`: the prefix, then the
+    /// name with every character outside `A-Z a-z 0-9 _ -` replaced by `_`.
+    /// A name longer than 64 characters is refused, never shortened.
+    pub fn local_name(&self, remote: &str) -> Result<String, String> {
+        let cleaned: String = remote
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let name = format!("{}{cleaned}", self.prefix);
+        if remote.is_empty() {
+            Err("the server lists a tool without a name".to_owned())
+        } else if name.len() > 64 {
+            Err(format!(
+                "`{name}` is {} characters long, over the limit of 64",
+                name.len()
+            ))
+        } else {
+            Ok(name)
+        }
+    }
+
+    /// The gateway names of the tools, when the include list names them
+    /// all (before the server has listed anything).
+    pub fn known_names(&self) -> Option<Vec<String>> {
+        let literal = self.literal.as_ref()?;
+        Some(
+            literal
+                .iter()
+                .filter(|r| self.admits(r))
+                .filter_map(|r| self.local_name(r).ok())
+                .collect(),
+        )
+    }
+
+    /// `true` when the server could offer a tool named `local`.
+    pub fn could_provide(&self, local: &str) -> bool {
+        if let Some(known) = self.known_names() {
+            return known.iter().any(|k| k == local);
+        }
+        match local.strip_prefix(self.prefix.as_str()) {
+            Some(rest) if !rest.is_empty() => self.admits(rest),
+            _ => false,
+        }
+    }
+
+    /// `true` when the glob `pattern` could match one of the server's tools:
+    /// exactly when the include list names them all, else when the
+    /// pattern's literal beginning agrees with the prefix.
+    pub fn could_match(&self, pattern: &str, matcher: &GlobMatcher) -> bool {
+        if let Some(known) = self.known_names() {
+            return known.iter().any(|k| matcher.is_match(k));
+        }
+        let literal = literal_start(pattern);
+        literal.starts_with(self.prefix.as_str()) || self.prefix.starts_with(literal)
+    }
+}
+
+/// `true` when a tool-set or filter entry is a glob rather than a name.
+pub fn is_glob(entry: &str) -> bool {
+    entry.contains(['*', '?', '[', '{'])
+}
+
+/// The part of a glob before its first special character.
+fn literal_start(pattern: &str) -> &str {
+    let end = pattern
+        .find(['*', '?', '[', '{', '\\'])
+        .unwrap_or(pattern.len());
+    &pattern[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn filter(prefix: &str, include: &[&str], exclude: &[&str]) -> ToolFilter {
+        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        ToolFilter::new(prefix, &s(include), &s(exclude)).unwrap()
+    }
+
+    #[test]
+    fn include_and_exclude_select_tools() {
+        let f = filter("e_", &["get-*", "echo"], &["get-env"]);
+        assert!(f.admits("echo"));
+        assert!(f.admits("get-sum"));
+        assert!(!f.admits("get-env"));
+        assert!(!f.admits("toggle"));
+        let all = filter("", &[], &["secret*"]);
+        assert!(all.admits("anything"));
+        assert!(!all.admits("secret_key"));
+    }
+
+    #[test]
+    fn names_are_prefixed_cleaned_and_never_silently_cut() {
+        let f = filter("time_", &[], &[]);
+        assert_eq!(
+            f.local_name("get_current_time").unwrap(),
+            "time_get_current_time"
+        );
+        assert_eq!(
+            f.local_name("files/read.all").unwrap(),
+            "time_files_read_all"
+        );
+        let long = "x".repeat(60);
+        let err = f.local_name(&long).unwrap_err();
+        assert!(err.contains("65 characters"), "{err}");
+        assert!(f.local_name(&"x".repeat(59)).is_ok());
+    }
+
+    #[test]
+    fn literal_includes_are_known_before_connecting() {
+        let f = filter("everything_", &["echo", "get-sum"], &[]);
+        assert_eq!(
+            f.known_names().unwrap(),
+            ["everything_echo", "everything_get-sum"]
+        );
+        assert!(f.could_provide("everything_echo"));
+        assert!(!f.could_provide("everything_toggle"));
+        let m = Glob::new("everything_*").unwrap().compile_matcher();
+        assert!(f.could_match("everything_*", &m));
+        let m = Glob::new("*sum").unwrap().compile_matcher();
+        assert!(f.could_match("*sum", &m));
+        let m = Glob::new("*image").unwrap().compile_matcher();
+        assert!(!f.could_match("*image", &m));
+    }
+
+    #[test]
+    fn globs_are_checked_against_the_prefix_before_connecting() {
+        let f = filter("everything_", &[], &[]);
+        assert!(f.known_names().is_none());
+        assert!(f.could_provide("everything_echo"));
+        assert!(!f.could_provide("other_echo"));
+        assert!(!f.could_provide("everything_"));
+        let m = |p: &str| Glob::new(p).unwrap().compile_matcher();
+        assert!(f.could_match("everything_*", &m("everything_*")));
+        assert!(f.could_match("every*", &m("every*")));
+        assert!(f.could_match("*", &m("*")));
+        assert!(!f.could_match("time_*", &m("time_*")));
+        let bare = filter("", &[], &[]);
+        assert!(bare.could_match("time_*", &m("time_*")));
+        assert!(bare.could_provide("anything"));
+    }
+}

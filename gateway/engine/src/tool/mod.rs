@@ -1,0 +1,195 @@
+//! A tool, whatever its kind: its public face (name, description, schema)
+//! and how one call of it runs. The kinds live in submodules.
+
+pub mod http;
+pub mod mcp;
+
+pub use toolgate::{ArgError, ToolError, context, is_valid_name, native, strict};
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A tool in the catalog.
+#[derive(Debug)]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub category: Option<String>,
+    /// The canonical JSON Schema of the arguments (`type: object`).
+    pub parameters: Value,
+    /// OpenAI's strict rendering of `parameters`, or why there is none.
+    pub strict: Result<Value, strict::NotStrict>,
+    validator: jsonschema::Validator,
+    /// Per-tool timeout; `None` uses the configured default.
+    pub timeout: Option<Duration>,
+    /// Results cache, for tools that declare one.
+    pub cache: Option<ResultCache>,
+    pub kind: ToolKind,
+    /// Where it was declared, e.g. `tools.d/weather.yaml:3`.
+    pub origin: String,
+}
+
+/// Cached successful results of one tool, keyed by canonical arguments.
+/// The underlying cache is created on the first insert: a moka cache costs
+/// tens of KiB even empty, and most declared tools are never called.
+#[derive(Debug)]
+pub struct ResultCache {
+    ttl: Duration,
+    cache: std::sync::OnceLock<moka::sync::Cache<String, Value>>,
+}
+
+impl ResultCache {
+    pub fn new(ttl: Duration) -> Self {
+        ResultCache {
+            ttl,
+            cache: std::sync::OnceLock::new(),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<Value> {
+        self.cache.get().and_then(|c| c.get(key))
+    }
+
+    pub fn insert(&self, key: String, value: Value) {
+        self.cache
+            .get_or_init(|| {
+                moka::sync::Cache::builder()
+                    .max_capacity(10_000)
+                    .time_to_live(self.ttl)
+                    .build()
+            })
+            .insert(key, value);
+    }
+}
+
+/// What runs when the tool is called.
+#[derive(Debug)]
+pub enum ToolKind {
+    /// A templated request to an HTTP API.
+    Http(http::HttpTool),
+    /// A Rust function annotated with `#[tool]` (a builtin or the user's).
+    Native(std::sync::Arc<native::NativeTool>),
+    /// A tool of an MCP server, called over the server's session.
+    Mcp(mcp::McpTool),
+}
+
+impl ToolKind {
+    pub fn label(&self) -> &'static str {
+        match self {
+            ToolKind::Http(_) => "http",
+            ToolKind::Native(n) if n.builtin => "builtin",
+            ToolKind::Native(_) => "native",
+            ToolKind::Mcp(_) => "mcp",
+        }
+    }
+}
+
+/// The common parts of a tool, used to build one.
+#[derive(Debug)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub category: Option<String>,
+    pub parameters: Value,
+    pub timeout: Option<Duration>,
+    pub cache_ttl: Option<Duration>,
+    pub origin: String,
+}
+
+impl Tool {
+    /// Builds a tool; fails when `parameters` is not a usable JSON Schema.
+    pub fn new(spec: ToolSpec, kind: ToolKind) -> Result<Tool, String> {
+        let validator = compile_schema(&spec.parameters)?;
+        let cache = spec.cache_ttl.map(ResultCache::new);
+        Ok(Tool {
+            name: spec.name,
+            description: spec.description,
+            category: spec.category,
+            strict: strict::to_strict(&spec.parameters),
+            parameters: spec.parameters,
+            validator,
+            timeout: spec.timeout,
+            cache,
+            kind,
+            origin: spec.origin,
+        })
+    }
+
+    /// Checks `args` against the schema; every violation is reported.
+    pub fn validate(&self, args: &Value) -> Result<(), Vec<ArgError>> {
+        let errors: Vec<ArgError> = self
+            .validator
+            .iter_errors(args)
+            .map(|e| {
+                let rule = e
+                    .schema_path()
+                    .as_str()
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                let path = e.instance_path().as_str();
+                ArgError {
+                    path: if path.is_empty() {
+                        "/".to_owned()
+                    } else {
+                        path.to_owned()
+                    },
+                    rule,
+                    message: e.to_string(),
+                }
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The tool in OpenAI's function format: with the strict rendering of
+    /// the schema and `strict: true` when there is one, else the canonical
+    /// schema.
+    pub fn to_openai(&self) -> Value {
+        match &self.strict {
+            Ok(strict) => serde_json::json!({
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": strict,
+                    "strict": true,
+                }
+            }),
+            Err(_) => serde_json::json!({
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": self.parameters,
+                }
+            }),
+        }
+    }
+
+    /// The arguments as the canonical schema expects them: a model that
+    /// answered the strict schema sends `null` for the optional properties
+    /// it leaves out, which are removed here.
+    pub fn normalize_arguments(&self, args: &Value) -> Value {
+        let mut args = args.clone();
+        if self.strict.is_ok() {
+            strict::drop_optional_nulls(&self.parameters, &mut args);
+        }
+        args
+    }
+}
+
+/// Compiles a tool's argument schema, which must be a valid JSON Schema of
+/// `type: object`.
+pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err("the schema's `type` must be `object`".to_owned());
+    }
+    jsonschema::validator_for(schema).map_err(|e| e.to_string())
+}

@@ -1,0 +1,578 @@
+//! Upstream model servers and model routing.
+//!
+//! An [`Upstream`] is an OpenAI-compatible server with its own connection
+//! pool, API key, timeouts and retry policy. [`Upstreams`] maps a requested
+//! model name to an upstream, the model name to send, and a formatter.
+//! Requests are retried on 429, 5xx and connection errors, with exponential
+//! backoff that honours `Retry-After`, and only while no byte of a response
+//! has been used.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use globset::{Glob, GlobMatcher};
+use reqwest::StatusCode;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+
+use crate::formatter::PromptTemplate;
+use toolgate_config::format::{FormatterKind, RetryDecl};
+
+/// One OpenAI-compatible upstream.
+#[derive(Debug)]
+pub struct Upstream {
+    pub name: String,
+    /// Base URL without a trailing slash, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    api_key: Option<String>,
+    client: reqwest::Client,
+    retry: RetryDecl,
+    /// Longest time one model call may take in all (retries and body).
+    timeout: Duration,
+}
+
+/// How long an upstream's calls may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// To open a connection.
+    pub connect: Duration,
+    /// Between two reads of a response.
+    pub read: Duration,
+    /// One model call in all, from the first attempt to the last byte.
+    pub total: Duration,
+}
+
+/// A successful answer whose body is not read yet, and the deadline its
+/// body must arrive by.
+#[derive(Debug)]
+pub struct Reply {
+    pub response: reqwest::Response,
+    pub deadline: tokio::time::Instant,
+}
+
+/// How a model is served.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub upstream: Arc<Upstream>,
+    /// The model name to send upstream.
+    pub model: String,
+    pub formatter: FormatterKind,
+    /// The structured-prompt template of the route, if it has its own.
+    pub template: Option<Arc<PromptTemplate>>,
+}
+
+#[derive(Debug)]
+struct Route {
+    pattern: String,
+    glob: Option<GlobMatcher>,
+    upstream: Arc<Upstream>,
+    upstream_model: Option<String>,
+    formatter: FormatterKind,
+    template: Option<Arc<PromptTemplate>>,
+}
+
+/// Every upstream and the model routes, first match wins.
+#[derive(Debug, Default)]
+pub struct Upstreams {
+    upstreams: Vec<Arc<Upstream>>,
+    routes: Vec<Route>,
+}
+
+/// Why an upstream request failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    /// The upstream answered with an error status (after retries).
+    #[error("upstream `{upstream}` answered HTTP {status}: {message}")]
+    Status {
+        upstream: String,
+        status: StatusCode,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("upstream `{upstream}` did not answer in time")]
+    Timeout { upstream: String },
+    #[error("upstream `{upstream}` cannot be reached: {message}")]
+    Unreachable { upstream: String, message: String },
+    /// The upstream answered 2xx with something that is not a chat completion.
+    #[error("upstream `{upstream}` sent an invalid response: {message}")]
+    Invalid { upstream: String, message: String },
+    /// The answer is larger than `limits.max_upstream_response_bytes`.
+    #[error(
+        "upstream `{upstream}` sent more than {limit} bytes (limits.max_upstream_response_bytes)"
+    )]
+    TooLarge { upstream: String, limit: usize },
+}
+
+impl UpstreamError {
+    /// A stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            UpstreamError::Status { status, .. } => match status.as_u16() {
+                400 | 404 | 413 | 422 => "upstream_rejected_request",
+                401 | 403 => "upstream_auth_failed",
+                429 => "upstream_rate_limited",
+                503 => "upstream_unavailable",
+                _ => "upstream_error",
+            },
+            UpstreamError::Timeout { .. } => "upstream_timeout",
+            UpstreamError::Unreachable { .. } => "upstream_unreachable",
+            UpstreamError::Invalid { .. } => "upstream_invalid_response",
+            UpstreamError::TooLarge { .. } => "upstream_response_too_large",
+        }
+    }
+}
+
+impl Upstream {
+    /// An upstream; fails only when its HTTP client cannot be built (no
+    /// silent fallback to a client without the timeouts).
+    pub fn new(
+        name: String,
+        base_url: &str,
+        api_key: Option<String>,
+        timeouts: Timeouts,
+        retry: RetryDecl,
+    ) -> Result<Upstream, String> {
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(timeouts.connect)
+            .read_timeout(timeouts.read)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .redirect(reqwest::redirect::Policy::none())
+            .referer(false)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("the HTTP client of upstream `{name}` cannot be built: {e}"))?;
+        Ok(Upstream {
+            name,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key,
+            client,
+            retry,
+            timeout: timeouts.total,
+        })
+    }
+
+    /// `POST {base}/chat/completions` with `body`, retried per the policy.
+    /// Returns a response with a success status whose body is unread.
+    pub async fn chat(&self, body: Bytes) -> Result<Reply, UpstreamError> {
+        self.chat_with(body, None).await
+    }
+
+    /// [`chat`](Self::chat), sending `request_id` as `X-Request-Id` and
+    /// recording the time to the response head in the metrics. The whole
+    /// call, retries included, has the upstream's total deadline; the
+    /// [`Reply`] carries what is left of it for the body.
+    pub async fn chat_with(
+        &self,
+        body: Bytes,
+        request_id: Option<&str>,
+    ) -> Result<Reply, UpstreamError> {
+        let began = std::time::Instant::now();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let result =
+            match tokio::time::timeout_at(deadline, self.chat_attempts(body, request_id)).await {
+                Ok(r) => r.map(|response| Reply { response, deadline }),
+                Err(_) => Err(UpstreamError::Timeout {
+                    upstream: self.name.clone(),
+                }),
+            };
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(UpstreamError::Status { status, .. }) if status.is_client_error() => "client_error",
+            Err(UpstreamError::Status { .. }) => "server_error",
+            Err(UpstreamError::Timeout { .. }) => "timeout",
+            Err(UpstreamError::Unreachable { .. }) => "unreachable",
+            Err(UpstreamError::Invalid { .. } | UpstreamError::TooLarge { .. }) => "invalid",
+        };
+        crate::metrics::record(|m| {
+            m.upstream_duration
+                .with_label_values(&[self.name.as_str(), outcome])
+                .observe(began.elapsed().as_secs_f64());
+        });
+        result
+    }
+
+    async fn chat_attempts(
+        &self,
+        body: Bytes,
+        request_id: Option<&str>,
+    ) -> Result<reqwest::Response, UpstreamError> {
+        let url = format!("{}/chat/completions", self.base_url);
+        let request_id = request_id.and_then(|id| HeaderValue::from_str(id).ok());
+        let mut attempt = 1;
+        loop {
+            let mut req = self
+                .client
+                .post(&url)
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .body(body.clone());
+            if let Some(id) = &request_id {
+                req = req.header("x-request-id", id.clone());
+            }
+            if let Some(key) = &self.api_key {
+                req = req.bearer_auth(key);
+            }
+            let outcome = req.send().await;
+            let (error, retry_after) = match outcome {
+                Ok(resp) if resp.status().is_success() => return Ok(resp),
+                Ok(resp) => {
+                    let status = resp.status();
+                    let retry_after = parse_retry_after(resp.headers().get(RETRY_AFTER));
+                    let text = read_error_body(resp).await;
+                    let err = UpstreamError::Status {
+                        upstream: self.name.clone(),
+                        status,
+                        message: self.scrub(&crate::openai::error_message(&text)),
+                        retry_after,
+                    };
+                    if !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()) {
+                        return Err(err);
+                    }
+                    (err, retry_after)
+                }
+                Err(e) if e.is_timeout() => {
+                    // A timed-out request may have been processed: retrying
+                    // could run it twice, and would double the wait.
+                    return Err(UpstreamError::Timeout {
+                        upstream: self.name.clone(),
+                    });
+                }
+                Err(e) => (
+                    UpstreamError::Unreachable {
+                        upstream: self.name.clone(),
+                        message: describe(&e),
+                    },
+                    None,
+                ),
+            };
+            if attempt >= self.retry.max_attempts {
+                return Err(error);
+            }
+            let backoff = self
+                .retry
+                .initial_backoff
+                .saturating_mul(2u32.saturating_pow(attempt - 1))
+                .min(self.retry.max_backoff);
+            let wait = match retry_after {
+                // The upstream asks for longer than we are willing to wait:
+                // give the client its answer instead.
+                Some(ra) if ra > self.retry.max_backoff => return Err(error),
+                Some(ra) => ra.max(backoff),
+                None => backoff,
+            };
+            tracing::warn!(upstream = %self.name, attempt, wait_ms = wait.as_millis() as u64, "retrying: {error}");
+            tokio::time::sleep(wait).await;
+            attempt += 1;
+        }
+    }
+
+    /// `text` with the upstream's API key removed in every form the gateway
+    /// sends it (an upstream echoing the request's headers must not hand the
+    /// key to the client).
+    fn scrub(&self, text: &str) -> String {
+        match &self.api_key {
+            Some(key) => crate::secrets::Scrubber::new([key.as_str()]).scrub(text),
+            None => text.to_owned(),
+        }
+    }
+
+    /// The whole body of `reply`, under `limit` bytes and the reply's
+    /// deadline.
+    pub async fn read_body(&self, reply: Reply, limit: usize) -> Result<Vec<u8>, UpstreamError> {
+        let mut stream = std::pin::pin!(self.body_stream(reply, limit));
+        let mut body = Vec::new();
+        while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+            body.extend_from_slice(&chunk?);
+        }
+        Ok(body)
+    }
+
+    /// The body of `reply` as chunks; the stream ends with an error once
+    /// more than `limit` bytes came or the reply's deadline passed.
+    pub fn body_stream(
+        &self,
+        reply: Reply,
+        limit: usize,
+    ) -> impl futures::Stream<Item = Result<Bytes, UpstreamError>> + Send + 'static + use<> {
+        let name = self.name.clone();
+        let Reply { response, deadline } = reply;
+        async_stream::stream! {
+            if response.content_length().is_some_and(|n| n > limit as u64) {
+                yield Err(UpstreamError::TooLarge { upstream: name, limit });
+                return;
+            }
+            let mut seen = 0usize;
+            let mut chunks = response.bytes_stream();
+            loop {
+                let next = tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut chunks)).await;
+                match next {
+                    Err(_) => {
+                        yield Err(UpstreamError::Timeout { upstream: name });
+                        return;
+                    }
+                    Ok(None) => return,
+                    Ok(Some(Err(e))) => {
+                        let timeout = e.is_timeout();
+                        yield Err(if timeout {
+                            UpstreamError::Timeout { upstream: name }
+                        } else {
+                            UpstreamError::Unreachable { upstream: name, message: describe(&e) }
+                        });
+                        return;
+                    }
+                    Ok(Some(Ok(chunk))) => {
+                        seen = seen.saturating_add(chunk.len());
+                        if seen > limit {
+                            yield Err(UpstreamError::TooLarge { upstream: name, limit });
+                            return;
+                        }
+                        yield Ok(chunk);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `GET {base}/models`: the model ids the upstream lists.
+    pub async fn list_models(&self) -> Result<Vec<String>, UpstreamError> {
+        let mut req = self
+            .client
+            .get(format!("{}/models", self.base_url))
+            .timeout(Duration::from_secs(5));
+        if let Some(key) = &self.api_key {
+            req = req.header(AUTHORIZATION, format!("Bearer {key}"));
+        }
+        let resp = req.send().await.map_err(|e| UpstreamError::Unreachable {
+            upstream: self.name.clone(),
+            message: describe(&e),
+        })?;
+        // The list is read under a cap, like every upstream answer.
+        const MAX_MODELS_BYTES: usize = 4 * 1024 * 1024;
+        let mut resp = resp;
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| UpstreamError::Unreachable {
+            upstream: self.name.clone(),
+            message: describe(&e),
+        })? {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_MODELS_BYTES {
+                return Err(UpstreamError::Invalid {
+                    upstream: self.name.clone(),
+                    message: format!("its model list is larger than {MAX_MODELS_BYTES} bytes"),
+                });
+            }
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| UpstreamError::Invalid {
+                upstream: self.name.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(v["data"]
+            .as_array()
+            .map(|d| {
+                d.iter()
+                    .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+/// A reqwest error as text, without its URL.
+fn describe(e: &reqwest::Error) -> String {
+    let mut msg = String::new();
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(s) = source {
+        msg = s.to_string();
+        source = s.source();
+    }
+    msg
+}
+
+async fn read_error_body(resp: reqwest::Response) -> Vec<u8> {
+    // Error bodies are small; cap what is read anyway.
+    let mut out = Vec::new();
+    let mut resp = resp;
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        out.extend_from_slice(&chunk);
+        if out.len() > 64 * 1024 {
+            break;
+        }
+    }
+    out
+}
+
+fn parse_retry_after(v: Option<&HeaderValue>) -> Option<Duration> {
+    let s = v?.to_str().ok()?.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Some(Duration::from_secs_f64(secs.min(86_400.0)));
+        }
+        return None;
+    }
+    let when = httpdate::parse_http_date(s).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
+impl Upstreams {
+    /// Builds from declarations already validated by the catalog.
+    pub fn new(upstreams: Vec<Arc<Upstream>>) -> Upstreams {
+        Upstreams {
+            upstreams,
+            routes: Vec::new(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.iter().find(|u| u.name == name)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.upstreams.is_empty()
+    }
+
+    pub fn upstreams(&self) -> impl Iterator<Item = &Arc<Upstream>> {
+        self.upstreams.iter()
+    }
+
+    /// Adds a route. `pattern` is an exact name or a glob.
+    pub fn add_route(
+        &mut self,
+        pattern: &str,
+        upstream: Arc<Upstream>,
+        upstream_model: Option<String>,
+        formatter: FormatterKind,
+        template: Option<Arc<PromptTemplate>>,
+    ) -> Result<(), String> {
+        let glob = if pattern.contains(['*', '?', '[']) {
+            Some(
+                Glob::new(pattern)
+                    .map_err(|e| e.kind().to_string())?
+                    .compile_matcher(),
+            )
+        } else {
+            None
+        };
+        self.routes.push(Route {
+            pattern: pattern.to_owned(),
+            glob,
+            upstream,
+            upstream_model,
+            formatter,
+            template,
+        });
+        Ok(())
+    }
+
+    /// How `model` is served, or `None` when no route matches.
+    pub fn resolve(&self, model: &str) -> Option<Resolved> {
+        self.routes
+            .iter()
+            .find(|r| match &r.glob {
+                Some(g) => g.is_match(model),
+                None => r.pattern == model,
+            })
+            .map(|r| Resolved {
+                upstream: Arc::clone(&r.upstream),
+                model: r.upstream_model.clone().unwrap_or_else(|| model.to_owned()),
+                formatter: r.formatter,
+                template: r.template.clone(),
+            })
+    }
+
+    /// The names routes spell out (exact names and aliases), and the glob
+    /// routes' upstreams, whose own lists are filtered by the globs.
+    pub async fn list_models(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .routes
+            .iter()
+            .filter(|r| r.glob.is_none())
+            .map(|r| (r.pattern.clone(), r.upstream.name.clone()))
+            .collect();
+        let mut asked: Vec<&str> = Vec::new();
+        for route in self.routes.iter().filter(|r| r.glob.is_some()) {
+            if asked.contains(&route.upstream.name.as_str()) {
+                continue;
+            }
+            asked.push(&route.upstream.name);
+            match route.upstream.list_models().await {
+                Ok(models) => {
+                    for m in models {
+                        if out.iter().all(|(n, _)| n != &m)
+                            && self
+                                .resolve(&m)
+                                .is_some_and(|r| Arc::ptr_eq(&r.upstream, &route.upstream))
+                        {
+                            out.push((m, route.upstream.name.clone()));
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("cannot list models: {e}"),
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let v = HeaderValue::from_static("2");
+        assert_eq!(parse_retry_after(Some(&v)), Some(Duration::from_secs(2)));
+        let v = HeaderValue::from_static("0.5");
+        assert_eq!(
+            parse_retry_after(Some(&v)),
+            Some(Duration::from_millis(500))
+        );
+        let v = HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT");
+        assert_eq!(parse_retry_after(Some(&v)), Some(Duration::ZERO));
+        let v = HeaderValue::from_static("soon");
+        assert_eq!(parse_retry_after(Some(&v)), None);
+        assert_eq!(parse_retry_after(None), None);
+    }
+
+    fn up(name: &str) -> Arc<Upstream> {
+        Arc::new(
+            Upstream::new(
+                name.into(),
+                "http://127.0.0.1:1/v1/",
+                None,
+                Timeouts {
+                    connect: Duration::from_secs(1),
+                    read: Duration::from_secs(1),
+                    total: Duration::from_secs(1),
+                },
+                RetryDecl::default(),
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn routes_match_in_order() {
+        let mut u = Upstreams::new(vec![up("a"), up("b")]);
+        let fc = FormatterKind::FunctionCalling;
+        u.add_route("fast", up("a"), Some("gpt-4o-mini".into()), fc, None)
+            .unwrap();
+        u.add_route("llama-*", up("b"), None, fc, None).unwrap();
+        u.add_route("*", up("a"), None, fc, None).unwrap();
+        let r = u.resolve("fast").unwrap();
+        assert_eq!(
+            (r.upstream.name.as_str(), r.model.as_str()),
+            ("a", "gpt-4o-mini")
+        );
+        let r = u.resolve("llama-3").unwrap();
+        assert_eq!(
+            (r.upstream.name.as_str(), r.model.as_str()),
+            ("b", "llama-3")
+        );
+        assert_eq!(u.resolve("other").unwrap().upstream.name, "a");
+        assert_eq!(up("x").base_url, "http://127.0.0.1:1/v1");
+    }
+}

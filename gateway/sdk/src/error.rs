@@ -1,0 +1,113 @@
+//! Why a tool call failed, as the model and the client see it.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// One argument that failed validation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArgError {
+    /// JSON pointer into the arguments (`/` for the whole object).
+    pub path: String,
+    /// The schema keyword that failed, e.g. `maximum` or `required`.
+    pub rule: String,
+    pub message: String,
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ToolError {
+    #[error("unknown tool `{0}`")]
+    UnknownTool(String),
+    #[error("invalid arguments: {}", join_arg_errors(.0))]
+    InvalidArguments(Vec<ArgError>),
+    #[error("timed out after {}", humantime_serde::re::humantime::format_duration(*.0))]
+    Timeout(Duration),
+    /// The backend answered with an error or could not be reached.
+    #[error("{0}")]
+    Backend(String),
+    /// The arguments would make an unsafe request, which was not sent.
+    #[error("{0}")]
+    Refused(String),
+    /// The tool could not do its work (bad template, bad response...).
+    #[error("{0}")]
+    Failed(String),
+    #[error("the tool crashed: {0}")]
+    Panicked(String),
+    /// The caller's API key used up its tool calls per minute.
+    #[error(
+        "the tool-call rate limit of this API key is reached; retry in {} s",
+        .0.as_secs_f64().ceil()
+    )]
+    RateLimited(Duration),
+}
+
+fn join_arg_errors(errors: &[ArgError]) -> String {
+    errors
+        .iter()
+        .map(|e| format!("{}: {} ({})", e.path, e.message, e.rule))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl ToolError {
+    /// A stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ToolError::UnknownTool(_) => "unknown_tool",
+            ToolError::InvalidArguments(_) => "invalid_arguments",
+            ToolError::Timeout(_) => "timeout",
+            ToolError::Backend(_) => "backend_error",
+            ToolError::Refused(_) => "refused",
+            ToolError::Failed(_) => "tool_error",
+            ToolError::Panicked(_) => "tool_crashed",
+            ToolError::RateLimited(_) => "rate_limited",
+        }
+    }
+}
+
+impl Serialize for ToolError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Repr<'a> {
+            code: &'a str,
+            message: String,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            details: Option<&'a [ArgError]>,
+        }
+        Repr {
+            code: self.code(),
+            message: self.to_string(),
+            details: match self {
+                ToolError::InvalidArguments(errors) => Some(errors),
+                _ => None,
+            },
+        }
+        .serialize(s)
+    }
+}
+
+/// `true` when `name` is a valid tool name: 1-64 of `A-Z a-z 0-9 _ -`.
+pub fn is_valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(is_valid_name("get_forecast"));
+        assert!(is_valid_name("a-B_9"));
+        assert!(is_valid_name(&"x".repeat(64)));
+        assert!(!is_valid_name(&"x".repeat(65)));
+        assert!(!is_valid_name(""));
+        assert!(!is_valid_name("get forecast"));
+        assert!(!is_valid_name("météo"));
+        assert!(!is_valid_name("a.b"));
+    }
+}

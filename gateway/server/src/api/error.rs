@@ -1,0 +1,173 @@
+//! OpenAI-style error responses: `{"error": {"message", "type", "code"}}`
+//! with a truthful HTTP status.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// An error answered to a client.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub code: &'static str,
+    /// The request field at fault, if one is.
+    pub param: Option<String>,
+    /// Extra structured detail (e.g. argument validation errors).
+    pub details: Option<Value>,
+    /// Seconds the client should wait before retrying (429).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            code,
+            param: None,
+            details: None,
+            retry_after: None,
+        }
+    }
+
+    pub fn param(mut self, param: &str) -> Self {
+        self.param = Some(param.to_owned());
+        self
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, code, message)
+    }
+
+    /// OpenAI's `type` for the status.
+    fn kind(&self) -> &'static str {
+        match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            429 => "rate_limit_error",
+            400..=499 => "invalid_request_error",
+            _ => "api_error",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut error = json!({
+            "message": self.message,
+            "type": self.kind(),
+            "code": self.code,
+            "param": self.param,
+        });
+        if let (Some(details), Some(obj)) = (self.details, error.as_object_mut()) {
+            obj.insert("details".into(), details);
+        }
+        let mut resp = (self.status, Json(json!({ "error": error }))).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        resp
+    }
+}
+
+impl From<toolgate_engine::upstream::UpstreamError> for ApiError {
+    /// Upstream failures, with truthful statuses: the client's own mistakes
+    /// (400, 404, 422) keep their status; the gateway's credentials being
+    /// refused (401, 403) is a bad gateway; 429 stays 429 with
+    /// `Retry-After`; other upstream errors are 502 (503 stays 503); a
+    /// timeout is 504.
+    fn from(e: toolgate_engine::upstream::UpstreamError) -> Self {
+        use toolgate_engine::upstream::UpstreamError as U;
+        let code = e.code();
+        let message = e.to_string();
+        let status = match &e {
+            U::Status { status, .. } => match status.as_u16() {
+                400 | 404 | 413 | 422 => {
+                    StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_REQUEST)
+                }
+                429 => StatusCode::TOO_MANY_REQUESTS,
+                503 => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::BAD_GATEWAY,
+            },
+            U::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            U::Unreachable { .. } | U::Invalid { .. } | U::TooLarge { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
+        };
+        let mut err = ApiError::new(status, code, message);
+        if let U::Status {
+            retry_after,
+            status,
+            ..
+        } = e
+            && status.as_u16() == 429
+        {
+            err.retry_after = Some(retry_after.map_or(1, |d| d.as_secs_f64().ceil() as u64));
+        }
+        err
+    }
+}
+
+impl From<toolgate_engine::chat::ChatError> for ApiError {
+    fn from(e: toolgate_engine::chat::ChatError) -> Self {
+        use toolgate_engine::chat::ChatError;
+        match e {
+            ChatError::Upstream(e) => e.into(),
+            ChatError::Internal(message) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
+            }
+        }
+    }
+}
+
+impl From<toolgate_engine::chat::RequestError> for ApiError {
+    fn from(e: toolgate_engine::chat::RequestError) -> Self {
+        let mut err = ApiError::bad_request(e.message);
+        err.param = e.param;
+        err
+    }
+}
+
+impl From<toolgate_engine::catalog::SetError> for ApiError {
+    /// The one answer for a tool set that cannot be used, on every
+    /// endpoint: 404 for an unknown set (like an unknown model), 403 for a
+    /// set the caller's key may not use.
+    fn from(e: toolgate_engine::catalog::SetError) -> Self {
+        use toolgate_engine::catalog::SetError;
+        let message = e.to_string();
+        match e {
+            SetError::Unknown { .. } => ApiError::not_found("unknown_tool_set", message),
+            SetError::Forbidden { .. } => {
+                toolgate_engine::metrics::record(|m| m.reject("forbidden"));
+                ApiError::new(StatusCode::FORBIDDEN, "tool_set_not_allowed", message)
+            }
+        }
+        .param("tool_set")
+    }
+}
+
+/// The error for a request body that could not be read.
+pub fn body_error(e: axum::extract::rejection::BytesRejection) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request_too_large",
+            "the request body is larger than limits.max_request_bytes",
+        )
+    } else {
+        ApiError::bad_request(format!("cannot read the request body: {e}"))
+    }
+}

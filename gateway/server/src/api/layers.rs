@@ -1,0 +1,224 @@
+//! What runs around every handler: the request id and its tracing span,
+//! request metrics, and API-key authentication with per-key request rate
+//! limits.
+//!
+//! Order (outermost first): [`observe`] (request id, span, metrics,
+//! `X-Request-Id` on the response), then tower-http's trace layer, then
+//! [`authenticate`] (401/429, the [`Caller`] extension), then the handler.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
+
+use super::{ApiError, AppState};
+use toolgate_engine::auth::{self, ApiKey};
+use toolgate_engine::limits::{Rate, retry_after_secs};
+use toolgate_engine::tool::context::new_request_id;
+
+/// The request id header, read from clients and sent upstream and to HTTP
+/// tools.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// The request's id, set by [`observe`].
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// Who is calling: the request id and, when keys are configured, the key.
+/// Every handler behind [`authenticate`] can extract it.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub request_id: String,
+    /// `None` when the API is open (no keys configured) or for `/healthz`.
+    pub key: Option<Arc<ApiKey>>,
+}
+
+impl Caller {
+    /// `true` when the caller may use the tool set `name`.
+    pub fn may_use(&self, name: &str) -> bool {
+        self.key.as_ref().is_none_or(|k| k.may_use(name))
+    }
+
+    /// The key's name, for contexts and logs.
+    pub fn key_name(&self) -> Option<String> {
+        self.key.as_ref().map(|k| k.name.clone())
+    }
+}
+
+/// A client's request id is kept when it is short and plain; anything else
+/// is replaced, so it can go into headers and logs as is.
+fn valid_request_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
+/// Assigns the request id (the client's `X-Request-Id` when usable),
+/// runs the request in a span carrying it, counts it in the metrics, and
+/// returns the id in `X-Request-Id`.
+pub async fn observe(mut req: Request, next: Next) -> Response {
+    let id = req
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| valid_request_id(id))
+        .map_or_else(new_request_id, str::to_owned);
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let method = match *req.method() {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    };
+    req.extensions_mut().insert(RequestId(id.clone()));
+    let span = tracing::info_span!("request", request_id = %id, method, route = %route);
+    let began = Instant::now();
+    let mut resp = next.run(req).instrument(span).await;
+    toolgate_engine::metrics::record(|m| {
+        m.http_requests
+            .with_label_values(&[route.as_str(), method, resp.status().as_str()])
+            .inc();
+        m.http_duration
+            .with_label_values(&[route.as_str()])
+            .observe(began.elapsed().as_secs_f64());
+    });
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
+    resp
+}
+
+/// When keys are configured, every endpoint but `/healthz` needs
+/// `Authorization: Bearer <key>`: a missing or unknown key is 401, a key
+/// over its requests per minute 429 with `Retry-After`. The header is
+/// removed from the request either way, so nothing behind this layer can
+/// forward it.
+pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let request_id = req
+        .extensions()
+        .get::<RequestId>()
+        .map_or_else(new_request_id, |r| r.0.clone());
+    let catalog = state.catalog();
+    let keys = catalog.keys();
+    let key = if keys.required() && req.uri().path() != "/healthz" {
+        let token = req
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(auth::bearer);
+        let Some(token) = token else {
+            return unauthorized(
+                "missing_api_key",
+                "this gateway needs an API key: send `Authorization: Bearer <key>`",
+            );
+        };
+        let Some(key) = keys.find(token) else {
+            tracing::warn!("refused a request with an unknown API key");
+            return unauthorized("invalid_api_key", "the API key is not valid");
+        };
+        if let Some(per_minute) = key.requests_per_minute
+            && let Err(wait) = state
+                .guards
+                .rates
+                .check(&key.name, Rate::Requests, per_minute)
+        {
+            toolgate_engine::metrics::record(|m| m.reject("rate_limited"));
+            tracing::info!(key = %key.name, "request rate limit reached");
+            let mut err = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "API key `{}` may make {per_minute} requests per minute; retry after the time in Retry-After",
+                    key.name
+                ),
+            );
+            err.retry_after = Some(retry_after_secs(wait));
+            return err.into_response();
+        }
+        Some(key)
+    } else {
+        None
+    };
+    req.headers_mut().remove(AUTHORIZATION);
+    req.extensions_mut().insert(Caller { request_id, key });
+    next.run(req).await
+}
+
+fn unauthorized(code: &'static str, message: &str) -> Response {
+    toolgate_engine::metrics::record(|m| m.reject("unauthorized"));
+    let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, code, message).into_response();
+    resp.headers_mut()
+        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    resp
+}
+
+/// Reads a request's body within `limits.body_timeout` (408 after it) and
+/// `limits.max_request_bytes` (413 beyond it) before the handler runs: a
+/// client sending its body a byte at a time cannot hold a request open.
+pub async fn body_deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    use futures::StreamExt;
+    let limits = &state.catalog().settings.limits;
+    let (timeout, max) = (limits.body_timeout, limits.max_request_bytes);
+    let (parts, body) = req.into_parts();
+    let read = async {
+        let mut data = body.into_data_stream();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = data.next().await {
+            let chunk = chunk
+                .map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+            if bytes.len() + chunk.len() > max {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request_too_large",
+                    "the request body is larger than limits.max_request_bytes",
+                ));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Err(_) => {
+            toolgate_engine::metrics::record(|m| m.reject("body_timeout"));
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the request body did not arrive in time (limits.body_timeout)",
+            )
+            .into_response()
+        }
+        Ok(Err(e)) => e.into_response(),
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+                .await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_from_clients_are_kept_only_when_plain() {
+        assert!(valid_request_id("abc-123_x.y:z"));
+        assert!(!valid_request_id(""));
+        assert!(!valid_request_id("a b"));
+        assert!(!valid_request_id("a\r\nX-Evil: 1"));
+        assert!(!valid_request_id(&"a".repeat(129)));
+    }
+}

@@ -1,0 +1,99 @@
+//! The HTTP surface (axum): routes, shared state, the layers around every
+//! handler (request id, metrics, API keys) and the error format.
+
+mod error;
+mod layers;
+mod tools;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+
+pub use error::{ApiError, body_error};
+pub use layers::{Caller, REQUEST_ID_HEADER, RequestId};
+pub use tools::{PROJECT_HEADER, call_context};
+
+use crate::reload::Live;
+use toolgate_engine::catalog::Catalog;
+use toolgate_engine::executor::Executor;
+use toolgate_engine::limits::Guards;
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    live: Arc<Live>,
+    pub executor: Executor,
+    /// Formatters learned in `auto` mode; outlives catalog reloads.
+    pub learned: Arc<toolgate_engine::formatter::Learned>,
+    /// Caps on concurrent loops and streams, per-key rate limits.
+    pub guards: Arc<Guards>,
+}
+
+impl AppState {
+    /// State serving `catalog`, which never changes.
+    pub fn new(catalog: Arc<Catalog>, executor: Executor) -> Self {
+        Self::with_live(Arc::new(Live::new(catalog)), executor)
+    }
+
+    /// State serving whatever catalog `live` holds (reloads swap it).
+    pub fn with_live(live: Arc<Live>, executor: Executor) -> Self {
+        let guards = Arc::new(Guards::default());
+        let executor = if executor.has_rate_limits() {
+            executor
+        } else {
+            executor.with_rate_limits(Arc::clone(&guards.rates))
+        };
+        AppState {
+            live,
+            executor,
+            learned: Arc::default(),
+            guards,
+        }
+    }
+
+    /// The catalog a request works with, from start to end: take it once.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.live.load()
+    }
+
+    /// The catalog in service, its version and the last reload.
+    pub fn live(&self) -> &Arc<Live> {
+        &self.live
+    }
+}
+
+/// The gateway's routes. `limits.max_request_bytes` is read here, once:
+/// changing it takes a restart.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.catalog().settings.limits.max_request_bytes;
+    Router::new()
+        .route("/healthz", get(tools::healthz))
+        .route("/metrics", get(tools::metrics))
+        .route("/v1/tools", get(tools::list_tools))
+        .route("/v1/tool-sets", get(tools::list_sets))
+        .route("/v1/tools/{name}/invoke", post(tools::invoke))
+        .route("/v1/models", get(tools::list_models))
+        .route("/v1/chat/completions", post(crate::chat::completions))
+        .fallback(|| async { ApiError::not_found("not_found", "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not accept that method",
+            )
+        })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            layers::body_deadline,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            layers::authenticate,
+        ))
+        .layer(axum::middleware::from_fn(layers::observe))
+        .with_state(state)
+}

@@ -1,0 +1,364 @@
+//! The `toolgate` command line: `serve`, `check`, `tools`, `call`, `schema`.
+//! This is the binary edge: errors become messages and exit codes here.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+use toolgate_config::format::json_schemas;
+use toolgate_engine::catalog::Catalog;
+use toolgate_engine::executor::{Executor, ToolCall, http_client};
+use toolgate_engine::tool::context::CallContext;
+use toolgate_engine::tool::native::NativeTool;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "toolgate",
+    version,
+    about = "A declarative tool gateway for LLM applications"
+)]
+struct Cli {
+    /// Folder holding toolgate.yaml, tools.d/ and tool-sets/.
+    #[arg(long, global = true, default_value = ".", value_name = "DIR")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway's HTTP server.
+    Serve {
+        /// Address to listen on; overrides `listen` in toolgate.yaml.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+    },
+    /// Validate the configuration: exit 1 listing every error, or print a summary.
+    Check {
+        /// Also start every MCP server, list the tools it would offer (and
+        /// report what is wrong), then stop them.
+        #[arg(long)]
+        connect: bool,
+    },
+    /// List the tools (of one tool set, or all).
+    Tools {
+        #[arg(long, value_name = "NAME")]
+        tool_set: Option<String>,
+    },
+    /// Run one tool without the server and print its result.
+    Call {
+        /// The tool's name.
+        name: String,
+        /// The arguments, as a JSON object.
+        #[arg(long, default_value = "{}", value_name = "JSON")]
+        args: String,
+    },
+    /// Print the JSON Schema of the configuration formats, for editors.
+    Schema {
+        #[arg(long, value_enum, default_value_t = SchemaKind::All)]
+        kind: SchemaKind,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum SchemaKind {
+    All,
+    Gateway,
+    Tools,
+    ToolSet,
+}
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Native tools of the binary running the CLI, set once by [`main_with`].
+static EXTRA_TOOLS: std::sync::OnceLock<Vec<NativeTool>> = std::sync::OnceLock::new();
+
+/// Loads the catalog of `dir` with the binary's native tools.
+fn load_catalog(dir: &Path) -> Result<Catalog, toolgate_config::ConfigErrors> {
+    let extra = EXTRA_TOOLS.get().map(Vec::as_slice).unwrap_or_default();
+    Catalog::load_with(dir, &|name| std::env::var(name).ok(), extra)
+}
+
+/// Runs the command line and returns the process exit code.
+pub fn main() -> ExitCode {
+    main_with(Vec::new())
+}
+
+/// Runs the same command line with native tools of the calling binary
+/// added to the catalog, next to the enabled builtins: a crate that depends
+/// on `gateway` and `tool-macros` calls
+/// `gateway::cli::main_with(gateway::tools![my_tool, other_tool])` from its
+/// `main`. YAML tool sets can name these tools; a name clash with any other
+/// tool is a configuration error.
+pub fn main_with(tools: Vec<NativeTool>) -> ExitCode {
+    let _ = EXTRA_TOOLS.set(tools);
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    };
+    // Blocking work still running (a tool stuck in a system call) must not
+    // keep the process alive: the shutdown grace period is a hard deadline.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
+}
+
+fn init_tracing() {
+    let filter = EnvFilter::try_from_env("TOOLGATE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        )
+        .try_init();
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Check { connect: false } => Ok(check(&cli.config)),
+        Command::Check { connect: true } => Ok(check_connect(&cli.config).await),
+        Command::Schema { kind } => {
+            let mut all = json_schemas();
+            let value = match kind {
+                SchemaKind::All => serde_json::to_value(&all)?,
+                SchemaKind::Gateway => all.remove("toolgate.yaml").unwrap_or_default(),
+                SchemaKind::Tools => all.remove("tools.d/*.yaml").unwrap_or_default(),
+                SchemaKind::ToolSet => all.remove("tool-sets/*.yaml").unwrap_or_default(),
+            };
+            println!("{}", serde_json::to_string_pretty(&value)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tools { tool_set } => {
+            let catalog = load(&cli.config)?;
+            catalog.mcp().start().await;
+            let listed = list_tools(&catalog, tool_set.as_deref());
+            catalog.mcp().shutdown().await;
+            listed
+        }
+        Command::Call { name, args } => {
+            let catalog = load(&cli.config)?;
+            catalog.mcp().start().await;
+            let arguments: serde_json::Value =
+                serde_json::from_str(&args).context("--args is not valid JSON")?;
+            let executor = Executor::new(http_client()?);
+            let result = executor
+                .run(
+                    &catalog,
+                    &ToolCall {
+                        id: "cli".into(),
+                        name,
+                        arguments,
+                    },
+                    &CallContext::new(),
+                )
+                .await;
+            catalog.mcp().shutdown().await;
+            match (&result.data, &result.error) {
+                (_, Some(e)) => {
+                    eprintln!("error ({}): {e}", e.code());
+                    Ok(ExitCode::FAILURE)
+                }
+                (Some(serde_json::Value::String(s)), None) => {
+                    println!("{s}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                (data, None) => {
+                    println!("{}", serde_json::to_string_pretty(data)?);
+                    Ok(ExitCode::SUCCESS)
+                }
+            }
+        }
+        Command::Serve { listen } => {
+            let catalog = load(&cli.config)?;
+            let addr = match listen {
+                Some(a) => a,
+                None => catalog
+                    .settings
+                    .listen
+                    .as_deref()
+                    .unwrap_or(DEFAULT_LISTEN)
+                    .parse()
+                    .context("invalid listen address")?,
+            };
+            serve(catalog, addr, &cli.config).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Loads the catalog, printing every diagnostic on failure and warnings on
+/// success.
+fn load(dir: &Path) -> anyhow::Result<Catalog> {
+    match load_catalog(dir) {
+        Ok(catalog) => {
+            for w in &catalog.warnings {
+                tracing::warn!("{w}");
+            }
+            Ok(catalog)
+        }
+        Err(errors) => anyhow::bail!("{errors}"),
+    }
+}
+
+fn check(dir: &Path) -> ExitCode {
+    match load_catalog(dir) {
+        Ok(catalog) => {
+            for w in &catalog.warnings {
+                println!("{w}");
+            }
+            println!("ok: {}", catalog.summary());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for d in &errors.diagnostics {
+                println!("{d}");
+            }
+            let n = errors.errors().count();
+            println!("{n} error{} found", if n == 1 { "" } else { "s" });
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `check --connect`: the configuration check, then every MCP server
+/// started, its tools listed, and stopped. Exit 1 when the configuration is
+/// invalid, a server does not start, or one of its tools cannot be offered.
+async fn check_connect(dir: &Path) -> ExitCode {
+    let Ok(catalog) = load_catalog(dir) else {
+        return check(dir);
+    };
+    for w in &catalog.warnings {
+        println!("{w}");
+    }
+    let mcp = catalog.mcp();
+    mcp.start().await;
+    let reports = mcp.reports();
+    mcp.shutdown().await;
+    let mut failed = 0;
+    for r in &reports {
+        let info = r
+            .server_info
+            .as_deref()
+            .map(|i| format!(" ({i})"))
+            .unwrap_or_default();
+        match &r.reason {
+            None => println!(
+                "MCP server `{}`{info} over {}: {} tools",
+                r.name,
+                r.transport,
+                r.tools.len()
+            ),
+            Some(reason) => println!(
+                "{}:{}:{}: error: MCP server `{}` did not start: {reason} — run its command (or open its URL) by hand to see why",
+                r.file, r.pos.line, r.pos.column, r.name
+            ),
+        }
+        let width = r.tools.iter().map(|t| t.0.len()).max().unwrap_or(0);
+        for (name, remote, description) in &r.tools {
+            let first_line = description.lines().next().unwrap_or_default();
+            // Shown when the name is not just the prefix and the server's name.
+            let renamed = if name.ends_with(remote.as_str()) {
+                String::new()
+            } else {
+                format!("(`{remote}`) ")
+            };
+            println!("  {name:<width$}  {renamed}{first_line}");
+        }
+        for p in &r.problems {
+            println!("  error: {p}");
+        }
+        if !r.is_ok() {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        println!(
+            "{failed} of {} MCP server{} failed or offer unusable tools",
+            reports.len(),
+            if reports.len() == 1 { "" } else { "s" }
+        );
+        return ExitCode::FAILURE;
+    }
+    println!("ok: {}", catalog.summary());
+    ExitCode::SUCCESS
+}
+
+fn list_tools(catalog: &Catalog, set: Option<&str>) -> anyhow::Result<ExitCode> {
+    let (tools, unavailable): (Vec<_>, Vec<_>) = match set {
+        Some(name) => {
+            let Some(set) = catalog.set(name) else {
+                let names: Vec<&str> = catalog.sets().map(|s| s.name.as_str()).collect();
+                anyhow::bail!(
+                    "tool set `{name}` does not exist; available: {}",
+                    names.join(", ")
+                );
+            };
+            (catalog.tools_in(set).collect(), catalog.unavailable_in(set))
+        }
+        None => (catalog.tools().collect(), catalog.unavailable().collect()),
+    };
+    let width = tools
+        .iter()
+        .map(|t| t.name.len())
+        .chain(unavailable.iter().map(|u| u.name.len()))
+        .max()
+        .unwrap_or(4);
+    for t in tools {
+        let first_line = t.description.lines().next().unwrap_or_default();
+        println!("{:<width$}  {:<7} {}", t.name, t.kind.label(), first_line);
+    }
+    for u in unavailable {
+        println!("{:<width$}  -       unavailable: {}", u.name, u.reason);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Serves the HTTP API until SIGINT/SIGTERM, reloading the configuration
+/// folder `dir` when it changes (and on SIGHUP); see [`crate::server`].
+///
+/// MCP servers are started first (each until it is ready or has failed its
+/// first attempt, within its `startup_timeout`), so the first requests
+/// already see their tools; a server that fails keeps being retried in the
+/// background. They are stopped after the server.
+pub async fn serve(catalog: Catalog, addr: SocketAddr, dir: &Path) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let loader: crate::reload::Loader = Arc::new(|dir: &Path| load_catalog(dir));
+    let running = crate::server::start(
+        catalog,
+        listener,
+        crate::server::Options {
+            dir: dir.to_owned(),
+            loader,
+            signals: true,
+        },
+    )
+    .await?;
+    running.wait().await?;
+    Ok(())
+}

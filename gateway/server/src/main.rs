@@ -1,0 +1,5 @@
+//! The `toolgate` binary.
+
+fn main() -> std::process::ExitCode {
+    toolgate_server::cli::main()
+}

@@ -1,0 +1,336 @@
+//! Running the gateway: the HTTP server with everything around it.
+//!
+//! [`start`] starts the MCP servers (waiting for their first attempt), opens
+//! the audit log, puts the catalog in service ([`Live`]), starts watching
+//! the configuration folder, handles signals (SIGHUP reloads; SIGTERM and
+//! SIGINT shut down) and serves. Shutting down:
+//!
+//! 1. the listener stops accepting; requests in flight, streams included,
+//!    go on;
+//! 2. once they are done, or `shutdown.grace` has passed (or a second
+//!    signal came), serving ends and whatever is still open is dropped;
+//! 3. the configuration is no longer watched, the MCP servers are stopped,
+//!    and the audit log is flushed and synced.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{AppState, router};
+use crate::reload::{self, Live, Loader, Outcome, Reloader, Trigger, WatchHandle};
+use toolgate_engine::audit::AuditLog;
+use toolgate_engine::catalog::Catalog;
+use toolgate_engine::executor::{Executor, http_client};
+
+/// How to run.
+pub struct Options {
+    /// The configuration folder: watched, and reloaded from.
+    pub dir: PathBuf,
+    /// Loads the folder, the same way the first catalog was loaded.
+    pub loader: Loader,
+    /// Handle SIGHUP (reload) and SIGTERM/SIGINT (graceful shutdown).
+    pub signals: bool,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("dir", &self.dir)
+            .field("signals", &self.signals)
+            .finish()
+    }
+}
+
+/// Why the gateway could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Audit(#[from] toolgate_engine::audit::OpenError),
+    #[error("cannot watch the configuration folder: {0}")]
+    Watch(#[from] notify::Error),
+    #[error("cannot handle signals: {0}")]
+    Signals(std::io::Error),
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the server task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    #[error("the HTTP client of the tools cannot be built: {0}")]
+    Client(reqwest::Error),
+}
+
+/// A running gateway.
+#[derive(Debug)]
+pub struct Running {
+    addr: SocketAddr,
+    state: AppState,
+    reloader: Arc<Reloader>,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+impl Running {
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The shared state (catalog in service, executor, guards).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Reloads the configuration now.
+    pub async fn reload(&self) -> Outcome {
+        self.reloader.reload(Trigger::Manual).await
+    }
+
+    /// Starts a graceful shutdown (as SIGTERM does).
+    pub fn shutdown(&self) {
+        self.stop.cancel();
+    }
+
+    /// Waits until the gateway has stopped.
+    pub async fn wait(self) -> Result<(), ServeError> {
+        self.task.await?
+    }
+}
+
+/// Starts serving `catalog` (loaded from `options.dir`) on `listener`.
+pub async fn start(
+    catalog: Catalog,
+    listener: tokio::net::TcpListener,
+    options: Options,
+) -> Result<Running, ServeError> {
+    toolgate_builtins::process::protect_gateway();
+    tracing::info!("catalog: {}", catalog.summary());
+    catalog.mcp().start().await;
+    let audit = match &catalog.settings.audit {
+        Some(decl) => Some(AuditLog::open(decl, &options.dir).await?),
+        None => None,
+    };
+    let reload_settings = catalog.settings.reload.clone();
+    let live = Arc::new(Live::new(Arc::new(catalog)));
+    let executor =
+        Executor::new(http_client().map_err(ServeError::Client)?).with_audit(audit.clone());
+    let state = AppState::with_live(Arc::clone(&live), executor);
+    let reloader = Arc::new(Reloader::new(live, options.loader, options.dir));
+    let watch = if reload_settings.watch {
+        Some(reload::watch(
+            Arc::clone(&reloader),
+            reload_settings.debounce,
+        )?)
+    } else {
+        None
+    };
+    let stop = CancellationToken::new();
+    let force = CancellationToken::new();
+    if options.signals {
+        spawn_signal_handlers(Arc::clone(&reloader), stop.clone(), force.clone())
+            .map_err(ServeError::Signals)?;
+    }
+    let addr = listener.local_addr()?;
+    tracing::info!("listening on http://{addr}");
+    let task = tokio::spawn(run(
+        listener,
+        state.clone(),
+        stop.clone(),
+        force,
+        watch,
+        audit,
+    ));
+    Ok(Running {
+        addr,
+        state,
+        reloader,
+        stop,
+        task,
+    })
+}
+
+async fn run(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    stop: CancellationToken,
+    force: CancellationToken,
+    watch: Option<WatchHandle>,
+    audit: Option<AuditLog>,
+) -> Result<(), ServeError> {
+    let limits = state.catalog().settings.limits.clone();
+    let serve = serve_connections(listener, router(state.clone()), stop.clone(), limits);
+    tokio::pin!(serve);
+    let grace_over = async {
+        stop.cancelled().await;
+        let grace = state.catalog().settings.shutdown.grace;
+        tracing::info!(
+            streams = state.guards.streams.current(),
+            tool_loops = state.guards.loops.current(),
+            "shutting down: no new connections; requests in flight have {} to finish",
+            humantime_serde::re::humantime::format_duration(grace)
+        );
+        tokio::select! {
+            () = tokio::time::sleep(grace) => {}
+            () = force.cancelled() => {}
+        }
+    };
+    let served = tokio::select! {
+        r = &mut serve => r,
+        () = grace_over => {
+            tracing::warn!(
+                streams = state.guards.streams.current(),
+                tool_loops = state.guards.loops.current(),
+                "the shutdown grace period is over; closing what is still open"
+            );
+            Ok(())
+        }
+    };
+    drop(watch);
+    state.catalog().mcp().shutdown().await;
+    if let Some(audit) = audit {
+        audit.flush().await;
+        tracing::info!("audit log flushed");
+    }
+    tracing::info!("stopped");
+    Ok(served?)
+}
+
+/// Accepts connections until `stop`, then waits for the open ones to
+/// finish (each is told to close once its requests are answered).
+///
+/// Bounded for hostile clients: at most `limits.max_connections` open at
+/// once (beyond it, new connections wait in the kernel's queue), and each
+/// must send a request's headers within `limits.header_timeout` (the
+/// request body has its own deadline, see `api::layers::body_deadline`).
+async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    stop: CancellationToken,
+    limits: toolgate_config::format::Limits,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let open = tokio_util::task::TaskTracker::new();
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(limits.header_timeout)
+        .keep_alive_timeout(limits.header_timeout);
+    let builder = Arc::new(builder);
+    loop {
+        let slot = tokio::select! {
+            () = stop.cancelled() => break,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
+        let (stream, _peer) = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, go on.
+                    tracing::warn!("accepting a connection failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let builder = Arc::clone(&builder);
+        let stop = stop.clone();
+        open.spawn(async move {
+            let _slot = slot;
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                    return;
+                }
+                () = stop.cancelled() => conn.as_mut().graceful_shutdown(),
+            }
+            if let Err(e) = conn.await {
+                tracing::debug!("connection ended: {e}");
+            }
+        });
+    }
+    drop(listener);
+    open.close();
+    open.wait().await;
+    Ok(())
+}
+
+/// SIGHUP reloads; the first SIGTERM/SIGINT starts a graceful shutdown, a
+/// second one ends the grace period at once.
+#[cfg(unix)]
+fn spawn_signal_handlers(
+    reloader: Arc<Reloader>,
+    stop: CancellationToken,
+    force: CancellationToken,
+) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let reloads = CancellationToken::new();
+    let stop_reloads = reloads.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                r = hup.recv() => {
+                    if r.is_none() { break; }
+                    tracing::info!("SIGHUP: reloading the configuration");
+                    reloader.reload(Trigger::Signal).await;
+                }
+                () = stop_reloads.cancelled() => break,
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut signals = 0;
+        loop {
+            let name = tokio::select! {
+                r = term.recv() => { if r.is_none() { break; } "SIGTERM" }
+                r = int.recv() => { if r.is_none() { break; } "SIGINT" }
+            };
+            signals += 1;
+            if signals == 1 {
+                tracing::info!("{name}: shutting down gracefully (send it again to stop at once)");
+                reloads.cancel();
+                stop.cancel();
+            } else {
+                tracing::warn!("{name} again: stopping without waiting for requests in flight");
+                force.cancel();
+                break;
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn spawn_signal_handlers(
+    _reloader: Arc<Reloader>,
+    stop: CancellationToken,
+    _force: CancellationToken,
+) -> std::io::Result<()> {
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        stop.cancel();
+    });
+    Ok(())
+}

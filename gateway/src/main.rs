@@ -1,5 +1,0 @@
-//! The `toolgate` binary.
-
-fn main() -> std::process::ExitCode {
-    gateway::cli::main()
-}
