@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run setup test check lint fmt bench demo schema clean
+.PHONY: run setup cargo-deny test check lint fmt bench demo schema clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -11,7 +11,7 @@ MOCK_LISTEN ?= 127.0.0.1:8089
 ## or OPENAI_API_KEY in the environment, the scripted model (tests/src/mock_llm.rs)
 ## is started on $(MOCK_LISTEN) and serves as the upstream.
 run:
-	$(CARGO) build -p gateway --bin toolgate -p toolgate-tests --bin mock-llm
+	$(CARGO) build -p toolgate-server --bin toolgate -p toolgate-tests --bin mock-llm
 	@if [ -z "$$OPENAI_BASE_URL$$OPENAI_API_KEY" ]; then \
 		echo "No OPENAI_BASE_URL or OPENAI_API_KEY: the scripted model answers on $(MOCK_LISTEN)"; \
 		target/debug/mock-llm $(MOCK_LISTEN) & mock=$$!; \
@@ -25,10 +25,16 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 MCP_NODE := tests/mcp/node_modules/.installed
 
+CARGO_DENY_VERSION := 0.20.2
+
 ## setup: what the tests need besides Rust: a Python venv with the official
-## openai SDK (tests/python/requirements.txt), and the MCP servers of the MCP
+## openai SDK (tests/python/requirements.txt), the MCP servers of the MCP
 ## tests (tests/mcp/package.json, installed with npm into tests/mcp/node_modules)
-setup: $(VENV)/.installed $(MCP_NODE)
+## and cargo-deny (built from crates.io once, when missing)
+setup: $(VENV)/.installed $(MCP_NODE) cargo-deny
+
+cargo-deny:
+	@cargo-deny --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deny --version $(CARGO_DENY_VERSION)
 
 $(MCP_NODE): tests/mcp/package.json tests/mcp/package-lock.json
 	cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error
@@ -51,21 +57,25 @@ test: setup lint
 	fi
 	$(PYTHON) -m pytest -q tests/python
 
-## lint: rustfmt and clippy, warnings are errors
+## lint: rustfmt, clippy (which also holds code to the declared
+## rust-version), rustdoc, and cargo-deny (licenses, duplicate versions,
+## sources); warnings are errors
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace
+	cargo-deny --log-level error check licenses bans sources
 
 ## check: validate the shipped configuration
 check:
-	$(CARGO) run -q -p gateway --bin toolgate -- check --config $(CONFIG)
+	$(CARGO) run -q -p toolgate-server --bin toolgate -- check --config $(CONFIG)
 
 fmt:
 	$(CARGO) fmt --all
 
 ## bench: benchmarks, in release mode (run nothing else meanwhile)
 bench: $(MCP_NODE)
-	$(CARGO) build --release -p gateway --bin toolgate -p toolgate-tests --bins
+	$(CARGO) build --release -p toolgate-server --bin toolgate -p toolgate-tests --bins
 	target/release/bench-catalog
 	target/release/bench-parser
 	target/release/bench-mcp
@@ -74,7 +84,7 @@ bench: $(MCP_NODE)
 
 ## schema: write the JSON Schema of the configuration formats to docs/schema.json
 schema:
-	$(CARGO) run -q -p gateway --bin toolgate -- schema > docs/schema.json
+	$(CARGO) run -q -p toolgate-server --bin toolgate -- schema > docs/schema.json
 
 ## demo: a few requests against a running `make run`
 demo:

@@ -233,31 +233,6 @@ async fn write_lines(mut rx: mpsc::Receiver<Msg>, mut sink: Sink) {
     let _ = sink.flush(true).await;
 }
 
-/// Checks the `audit` section.
-pub(crate) fn check(
-    file: &toolgate_config::load::Loaded<toolgate_config::GatewayFile>,
-    diags: &mut Vec<toolgate_config::Diagnostic>,
-) {
-    let Some(audit) = &file.value.audit else {
-        return;
-    };
-    if audit.path.trim().is_empty() {
-        diags.push(toolgate_config::Diagnostic::error(
-            &file.file,
-            file.pos("audit.path"),
-            "the audit log path is empty",
-            "give a file (relative to the configuration folder), or `-` for standard output",
-        ));
-    } else if audit.path != "-" && audit.path.ends_with('/') {
-        diags.push(toolgate_config::Diagnostic::error(
-            &file.file,
-            file.pos("audit.path"),
-            format!("the audit log path {:?} is a folder", audit.path),
-            "name a file in it, e.g. `logs/audit.jsonl`",
-        ));
-    }
-}
-
 fn sha256_hex(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()

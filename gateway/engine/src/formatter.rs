@@ -16,7 +16,6 @@ use std::sync::{Arc, LazyLock, RwLock};
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::{Value, json};
 
-use crate::upstream::UpstreamError;
 use toolgate_config::format::FormatterKind;
 use toolgate_toolcall::OfferedTool;
 
@@ -218,20 +217,6 @@ fn text_of(m: &Value) -> String {
     }
 }
 
-/// `true` when an upstream error says it does not take tools (the signal
-/// for `auto` to fall back to the structured prompt).
-pub fn rejects_tools(e: &UpstreamError) -> bool {
-    match e {
-        UpstreamError::Status {
-            status, message, ..
-        } if matches!(status.as_u16(), 400 | 422) => {
-            let m = message.to_ascii_lowercase();
-            m.contains("tool") || m.contains("function")
-        }
-        _ => false,
-    }
-}
-
 /// Models found not to take `tools`, by `upstream/model`, until restart.
 #[derive(Debug, Default)]
 pub struct Learned {
@@ -391,26 +376,6 @@ mod tests {
             serde_json::from_str::<Value>(&turn.calls[0].arguments).unwrap(),
             json!({"x": 1})
         );
-    }
-
-    #[test]
-    fn tool_rejections_are_recognised() {
-        let status = |code: u16, message: &str| UpstreamError::Status {
-            upstream: "u".into(),
-            status: reqwest::StatusCode::from_u16(code).unwrap(),
-            message: message.into(),
-            retry_after: None,
-        };
-        assert!(rejects_tools(&status(
-            400,
-            "\"auto\" tool choice requires --enable-auto-tool-choice"
-        )));
-        assert!(rejects_tools(&status(
-            422,
-            "This model does not support function calling"
-        )));
-        assert!(!rejects_tools(&status(400, "context length exceeded")));
-        assert!(!rejects_tools(&status(500, "tool crashed")));
     }
 
     #[test]

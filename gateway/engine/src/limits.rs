@@ -1,4 +1,4 @@
-//! Limits that protect the gateway: the `limits` section validated,
+//! Limits that protect the gateway:
 //! global caps on concurrent tool loops and streams, and per-key rate
 //! limits.
 //!
@@ -19,101 +19,6 @@ use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
-
-use toolgate_config::load::Loaded;
-use toolgate_config::{Diagnostic, GatewayFile};
-
-/// Checks the `limits`, `reload` and `shutdown` settings.
-pub(crate) fn check(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
-    let l = &file.value.limits;
-    let positive = [
-        (
-            "limits.max_messages",
-            l.max_messages,
-            "the most messages one chat request may carry, e.g. 1024",
-        ),
-        (
-            "limits.max_tool_argument_bytes",
-            l.max_tool_argument_bytes,
-            "the largest arguments of one tool call in bytes, e.g. 262144",
-        ),
-        (
-            "limits.max_concurrent_loops",
-            l.max_concurrent_loops,
-            "how many tool loops may run at once, e.g. 512",
-        ),
-        (
-            "limits.max_concurrent_streams",
-            l.max_concurrent_streams,
-            "how many streaming responses may be open at once, e.g. 1024",
-        ),
-        (
-            "limits.max_upstream_response_bytes",
-            l.max_upstream_response_bytes,
-            "the largest model answer in bytes, e.g. 16777216",
-        ),
-        (
-            "limits.max_tool_calls_per_turn",
-            l.max_tool_calls_per_turn,
-            "the most tool calls one model turn may make, e.g. 128",
-        ),
-        (
-            "limits.max_connections",
-            l.max_connections,
-            "how many client connections may be open at once, e.g. 4096",
-        ),
-    ];
-    for (path, value) in [
-        ("limits.header_timeout", l.header_timeout),
-        ("limits.body_timeout", l.body_timeout),
-    ] {
-        if value.is_zero() {
-            diags.push(Diagnostic::error(
-                &file.file,
-                file.pos(path),
-                format!("`{path}` is zero, which would cut off every request"),
-                "give a duration such as `10s`",
-            ));
-        }
-    }
-    for (path, value, hint) in positive {
-        if value == 0 {
-            diags.push(Diagnostic::error(
-                &file.file,
-                file.pos(path),
-                format!("`{path}` is 0, which would refuse every request"),
-                format!("set it to {hint}"),
-            ));
-        }
-    }
-    if l.max_request_bytes < 1024 {
-        diags.push(Diagnostic::error(
-            &file.file,
-            file.pos("limits.max_request_bytes"),
-            format!(
-                "`limits.max_request_bytes` is {} bytes, too small for any chat request",
-                l.max_request_bytes
-            ),
-            "set it to at least 1024 (the default is 2097152, 2 MiB)",
-        ));
-    }
-    if l.max_tool_iterations == 0 {
-        diags.push(Diagnostic::error(
-            &file.file,
-            file.pos("limits.max_tool_iterations"),
-            "`limits.max_tool_iterations` is 0, so no tool loop could call the model",
-            "set it to at least 1 (the default is 32)",
-        ));
-    }
-    if file.value.reload.debounce > Duration::from_secs(60) {
-        diags.push(Diagnostic::error(
-            &file.file,
-            file.pos("reload.debounce"),
-            "`reload.debounce` is longer than a minute, so changes would wait that long",
-            "use a short quiet time such as `300ms`",
-        ));
-    }
-}
 
 /// Requests of one kind in progress, with a cap.
 #[derive(Debug, Default)]

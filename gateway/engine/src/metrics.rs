@@ -7,7 +7,8 @@
 //! names, outcome codes), never by what a client or a model sends: a tool
 //! name the catalog does not know is recorded as `unknown`.
 //!
-//! MCP server health is read from the current catalog at scrape time.
+//! MCP server health is given at scrape time; this module knows no other
+//! module of the engine (it is a leaf every other module may record into).
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -16,8 +17,6 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
-
-use crate::catalog::Catalog;
 
 /// Every metric the gateway exports.
 #[derive(Debug)]
@@ -202,13 +201,14 @@ impl Metrics {
         self.rejected.with_label_values(&[reason]).inc();
     }
 
-    /// The text exposition of every metric, MCP health read from `catalog`.
-    pub fn render(&self, catalog: &Catalog) -> String {
+    /// The text exposition of every metric; `mcp_health` is each MCP
+    /// server's name and whether it is ready now.
+    pub fn render(&self, mcp_health: &[(String, bool)]) -> String {
         self.mcp_up.reset();
-        for (server, ready) in catalog.mcp().health() {
+        for (server, ready) in mcp_health {
             self.mcp_up
                 .with_label_values(&[server.as_str()])
-                .set(i64::from(ready));
+                .set(i64::from(*ready));
         }
         let mut out = Vec::new();
         if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {

@@ -104,6 +104,21 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// `true` when the error says the model does not take tools (the
+    /// signal for the `auto` formatter to fall back to the structured
+    /// prompt).
+    pub fn rejects_tools(&self) -> bool {
+        match self {
+            UpstreamError::Status {
+                status, message, ..
+            } if matches!(status.as_u16(), 400 | 422) => {
+                let m = message.to_ascii_lowercase();
+                m.contains("tool") || m.contains("function")
+            }
+            _ => false,
+        }
+    }
+
     /// A stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
@@ -520,6 +535,26 @@ impl Upstreams {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_rejections_are_recognised() {
+        let status = |code: u16, message: &str| UpstreamError::Status {
+            upstream: "u".into(),
+            status: reqwest::StatusCode::from_u16(code).unwrap(),
+            message: message.into(),
+            retry_after: None,
+        };
+        assert!(
+            status(
+                400,
+                "\"auto\" tool choice requires --enable-auto-tool-choice"
+            )
+            .rejects_tools()
+        );
+        assert!(status(422, "This model does not support function calling").rejects_tools());
+        assert!(!status(400, "context length exceeded").rejects_tools());
+        assert!(!status(500, "tool crashed").rejects_tools());
+    }
 
     #[test]
     fn retry_after_seconds_and_dates() {

@@ -152,7 +152,7 @@ const MAX_BLOCKING_CALLS: usize = 64;
 static BLOCKING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_BLOCKING_CALLS);
 
 /// Runs a sync tool function on the blocking thread pool, so blocking I/O
-/// does not stall the server, at most [`MAX_BLOCKING_CALLS`] at once (a
+/// does not stall the server, at most `MAX_BLOCKING_CALLS` at once (a
 /// call waits for a slot within its timeout); a panic becomes
 /// [`ToolError::Panicked`].
 pub async fn blocking<R, F>(f: F) -> Result<R, ToolError>

@@ -56,7 +56,7 @@ fn toolgate() -> PathBuf {
     let bin = exe.parent().unwrap().join("toolgate");
     assert!(
         bin.exists(),
-        "{} is missing: `cargo build --release -p gateway --bin toolgate`",
+        "{} is missing: `cargo build --release -p toolgate-server --bin toolgate`",
         bin.display()
     );
     bin

@@ -175,9 +175,9 @@ pub(super) fn build(
         None => sets.contains_key("default").then(|| "default".to_owned()),
     };
 
-    crate::limits::check(&raw.gateway, &mut diags);
-    crate::audit::check(&raw.gateway, &mut diags);
-    let keys = crate::auth::check(&raw.gateway, &sets, default_set.as_deref(), env, &mut diags);
+    super::settings::check_limits(&raw.gateway, &mut diags);
+    super::settings::check_audit(&raw.gateway, &mut diags);
+    let keys = super::keys::check(&raw.gateway, &sets, default_set.as_deref(), env, &mut diags);
 
     diag::sort(&mut diags);
     if diags.iter().any(Diagnostic::is_error) {

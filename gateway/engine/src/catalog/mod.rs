@@ -7,8 +7,10 @@
 
 mod build;
 mod http_tools;
+mod keys;
 mod mcp;
 mod natives;
+mod settings;
 mod toolset;
 mod upstreams;
 
@@ -94,7 +96,7 @@ impl Catalog {
 
     /// Like [`Catalog::load_with_env`], with native tools of the embedding
     /// binary added next to the enabled builtins (see
-    /// [`cli::main_with`](crate::cli::main_with)). YAML tool sets can name
+    /// `toolgate_server::cli::main_with`). YAML tool sets can name
     /// them; a name clash with any other tool is a configuration error.
     pub fn load_with(
         dir: &Path,

@@ -307,7 +307,7 @@ impl Run {
             Ok(r) => Ok(r),
             Err(e)
                 if matches!(self.mode, Mode::FunctionCalling { fallback: true })
-                    && formatter::rejects_tools(&e) =>
+                    && e.rejects_tools() =>
             {
                 tracing::warn!(
                     upstream = %upstream.name,

@@ -25,12 +25,12 @@ use toolgate_engine::tool::context::new_request_id;
 /// tools.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
-/// The request's id, set by [`observe`].
+/// The request's id, set by the `observe` layer.
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
 /// Who is calling: the request id and, when keys are configured, the key.
-/// Every handler behind [`authenticate`] can extract it.
+/// Every handler behind the `authenticate` layer can extract it.
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub request_id: String,

@@ -35,7 +35,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            m.render(&catalog),
+            m.render(&catalog.mcp().health()),
         )
             .into_response(),
         None => ApiError::new(

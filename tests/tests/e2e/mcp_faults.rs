@@ -7,11 +7,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
+use crate::mcp_support;
 
 use std::time::Duration;
 
-use mcp_support::{call, python_stdio_yaml, start, text};
+use crate::mcp_support::{call, python_stdio_yaml, start, text};
 use serde_json::{Value, json};
 use toolgate_tests::{ConfigDir, Gateway, load_catalog, toolgate_bin};
 

@@ -6,11 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod mcp_support;
+use crate::mcp_support;
 
 use std::time::Duration;
 
-use mcp_support::{
+use crate::mcp_support::{
     HttpServer, call, eventually, everything, python_stdio_yaml, start, text, time_server,
 };
 use serde_json::{Value, json};

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use toolgate_tests::mock_llm::MockLlm;
 use toolgate_tests::{Backend, ConfigDir, Served, write_atomically};
 
-mod mcp_support;
+use crate::mcp_support;
 
 const UPSTREAM_KEY: &str = "upstream-secret-key-42";
 const ENV: &[(&str, &str)] = &[

@@ -1,0 +1,247 @@
+//! `auth.keys` checked and resolved into the [`ApiKeys`] the server
+//! authenticates with.
+
+use std::collections::{BTreeSet, HashMap};
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use indexmap::IndexMap;
+use toolgate_config::format::ApiKeyDecl;
+use toolgate_config::load::Loaded;
+use toolgate_config::{Diagnostic, GatewayFile};
+
+use super::ToolSet;
+use crate::auth::{ApiKey, ApiKeys, digest, parse_hex_digest};
+use crate::tool::is_valid_name;
+
+/// Validates `auth.keys`, collecting every error with its position.
+/// `default_set` is the gateway's default tool set, if any.
+pub(crate) fn check(
+    file: &Loaded<GatewayFile>,
+    sets: &IndexMap<String, ToolSet>,
+    default_set: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> ApiKeys {
+    let mut keys = ApiKeys::default();
+    let mut names: HashMap<&str, toolgate_config::Pos> = HashMap::new();
+    let set_names = || {
+        sets.keys()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (i, decl) in file.value.auth.keys.iter().enumerate() {
+        let at = |p: &str| file.pos(&format!("auth.keys[{i}]{p}"));
+        let before = diags.iter().filter(|d| d.is_error()).count();
+        let err = |diags: &mut Vec<Diagnostic>, p: &str, msg: String, hint: String| {
+            diags.push(Diagnostic::error(&file.file, at(p), msg, hint));
+        };
+        if !is_valid_name(&decl.name) {
+            err(
+                diags,
+                ".name",
+                format!("API key name {:?} is invalid", decl.name),
+                "use 1-64 letters, digits, `_` or `-`".into(),
+            );
+        } else if let Some(other) = names.get(decl.name.as_str()) {
+            err(
+                diags,
+                ".name",
+                format!(
+                    "API key `{}` is also declared at {}:{}:{}",
+                    decl.name, file.file, other.line, other.column
+                ),
+                "give every key its own name".into(),
+            );
+        } else {
+            names.insert(&decl.name, at(".name"));
+        }
+        let digest = key_digest(decl, &at, &file.file, env, diags);
+        let tool_sets = check_sets(decl, sets, &at, &file.file, &set_names, diags);
+        let default_tool_set = match &decl.default_tool_set {
+            Some(name) if !sets.contains_key(name) => {
+                err(
+                    diags,
+                    ".default_tool_set",
+                    format!("the tool set `{name}` does not exist"),
+                    format!("name one of: {}", set_names()),
+                );
+                None
+            }
+            Some(name) if !tool_sets.as_ref().is_none_or(|s| s.contains(name)) => {
+                err(
+                    diags,
+                    ".default_tool_set",
+                    format!("the key may not use its default tool set `{name}`"),
+                    "add it to the key's `tool_sets`".into(),
+                );
+                None
+            }
+            Some(name) => Some(name.clone()),
+            // The gateway's default, when the key may use it.
+            None => default_set
+                .filter(|d| tool_sets.as_ref().is_none_or(|s| s.contains(*d)))
+                .map(str::to_owned),
+        };
+        let mut limit = |p: &str, value: Option<u32>| -> Option<NonZeroU32> {
+            let value = value?;
+            let nz = NonZeroU32::new(value);
+            if nz.is_none() {
+                err(
+                    diags,
+                    p,
+                    "a limit of 0 would refuse everything".into(),
+                    "give a positive number, or remove the limit".into(),
+                );
+            }
+            nz
+        };
+        let requests_per_minute = limit(
+            ".limits.requests_per_minute",
+            decl.limits.requests_per_minute,
+        );
+        let tool_calls_per_minute = limit(
+            ".limits.tool_calls_per_minute",
+            decl.limits.tool_calls_per_minute,
+        );
+        let max_concurrent_loops = limit(
+            ".limits.max_concurrent_loops",
+            decl.limits.max_concurrent_loops,
+        );
+        let max_concurrent_streams = limit(
+            ".limits.max_concurrent_streams",
+            decl.limits.max_concurrent_streams,
+        );
+        for (j, p) in decl.projects.iter().enumerate() {
+            if !crate::tool::context::is_valid_project(p) {
+                err(
+                    diags,
+                    &format!(".projects[{j}]"),
+                    format!("{p:?} is not a valid project name"),
+                    "use 1-64 letters, digits, `_`, `-` or `.`, starting with a letter or digit"
+                        .into(),
+                );
+            }
+        }
+        if diags.iter().filter(|d| d.is_error()).count() != before {
+            continue;
+        }
+        let Some(digest) = digest else { continue };
+        let key = Arc::new(ApiKey {
+            name: decl.name.clone(),
+            tool_sets,
+            default_tool_set,
+            requests_per_minute,
+            tool_calls_per_minute,
+            max_concurrent_loops,
+            max_concurrent_streams,
+            projects: decl.projects.clone(),
+        });
+        if let Some(other) = keys.insert(digest, key) {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(""),
+                format!(
+                    "API keys `{}` and `{}` are the same key",
+                    other.name, decl.name
+                ),
+                "give every holder a key of their own",
+            ));
+        }
+    }
+    keys
+}
+
+/// The digest of a key declaration: `sha256` or `key_env`, exactly one.
+fn key_digest(
+    decl: &ApiKeyDecl,
+    at: &dyn Fn(&str) -> toolgate_config::Pos,
+    file: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<[u8; 32]> {
+    match (&decl.sha256, &decl.key_env) {
+        (Some(_), Some(_)) => {
+            diags.push(Diagnostic::error(
+                file,
+                at(".key_env"),
+                "the key has both `sha256` and `key_env`",
+                "keep one: the digest of the key, or the variable holding it",
+            ));
+            None
+        }
+        (None, None) => {
+            diags.push(Diagnostic::error(
+                file,
+                at(""),
+                format!("API key `{}` has neither `sha256` nor `key_env`", decl.name),
+                "add `sha256:` with the hex SHA-256 of the key (`printf %s \"$KEY\" | sha256sum`), or `key_env:` naming a variable that holds it",
+            ));
+            None
+        }
+        (Some(hex), None) => {
+            let parsed = parse_hex_digest(&hex.to_ascii_lowercase());
+            if parsed.is_none() {
+                diags.push(Diagnostic::error(
+                    file,
+                    at(".sha256"),
+                    "`sha256` is not a SHA-256 digest (64 hex digits)",
+                    "write the output of `printf %s \"$KEY\" | sha256sum` (without the trailing `-`), never the key itself",
+                ));
+            }
+            parsed
+        }
+        (None, Some(var)) => match env(var).filter(|v| !v.trim().is_empty()) {
+            Some(key) if key.trim().len() >= 16 => Some(digest(key.trim())),
+            Some(_) => {
+                diags.push(Diagnostic::error(
+                    file,
+                    at(".key_env"),
+                    format!("the key in {var} is shorter than 16 characters"),
+                    "use a long random key, e.g. from `openssl rand -hex 32`",
+                ));
+                None
+            }
+            None => {
+                diags.push(Diagnostic::error(
+                    file,
+                    at(".key_env"),
+                    format!(
+                        "environment variable {var} (the API key `{}`) is not set",
+                        decl.name
+                    ),
+                    "set it, or use `sha256:` with the key's digest",
+                ));
+                None
+            }
+        },
+    }
+}
+
+fn check_sets(
+    decl: &ApiKeyDecl,
+    sets: &IndexMap<String, ToolSet>,
+    at: &dyn Fn(&str) -> toolgate_config::Pos,
+    file: &str,
+    set_names: &dyn Fn() -> String,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<BTreeSet<String>> {
+    if decl.tool_sets.iter().any(|s| s == "*") {
+        return None;
+    }
+    let mut allowed = BTreeSet::new();
+    for (j, name) in decl.tool_sets.iter().enumerate() {
+        if sets.contains_key(name) {
+            allowed.insert(name.clone());
+        } else {
+            diags.push(Diagnostic::error(
+                file,
+                at(&format!(".tool_sets[{j}]")),
+                format!("the tool set `{name}` does not exist"),
+                format!("name one of: {} (or `\"*\"` for all)", set_names()),
+            ));
+        }
+    }
+    Some(allowed)
+}

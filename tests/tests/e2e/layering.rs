@@ -1,0 +1,221 @@
+//! The crate layering, checked on the resolved dependency graph (`cargo
+//! metadata`): each crate of the workspace depends only on crates of lower
+//! layers, the engine and everything below it link no HTTP server or CLI
+//! framework, and no dependency of the shipped crates needs a Rust newer
+//! than the workspace's declared `rust-version`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde_json::Value;
+use toolgate_tests::repo_root;
+
+/// The layers, lowest first: a crate may depend on crates of lower layers
+/// only (dev-dependencies aside).
+const LAYERS: &[&[&str]] = &[
+    &["toolgate-config", "toolgate-toolcall", "tool-macros"],
+    &["toolgate"],
+    &["toolgate-builtins"],
+    &["toolgate-engine"],
+    &["toolgate-server"],
+    &["toolgate-tests", "custom-tools"],
+];
+
+/// Crates the engine (and what is below it) must never link.
+const SERVER_ONLY: &[&str] = &["axum", "clap", "tracing-subscriber", "notify"];
+
+struct Graph {
+    /// Package id → (name, rust-version).
+    packages: HashMap<String, (String, Option<String>)>,
+    /// Package id → ids of its normal and build dependencies.
+    deps: HashMap<String, Vec<String>>,
+    workspace_rust_version: String,
+}
+
+fn graph() -> Graph {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--locked",
+            "--filter-platform",
+            "x86_64-unknown-linux-gnu",
+        ])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let packages = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["id"].as_str().unwrap().to_owned(),
+                (
+                    p["name"].as_str().unwrap().to_owned(),
+                    p["rust_version"].as_str().map(str::to_owned),
+                ),
+            )
+        })
+        .collect::<HashMap<_, _>>();
+    let deps = meta["resolve"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let ids = n["deps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| {
+                    d["dep_kinds"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|k| k["kind"].is_null() || k["kind"] == "build")
+                })
+                .map(|d| d["pkg"].as_str().unwrap().to_owned())
+                .collect();
+            (n["id"].as_str().unwrap().to_owned(), ids)
+        })
+        .collect();
+    let workspace_rust_version = packages
+        .values()
+        .find(|(name, _)| name == "toolgate-engine")
+        .and_then(|(_, v)| v.clone())
+        .expect("the workspace declares rust-version");
+    Graph {
+        packages,
+        deps,
+        workspace_rust_version,
+    }
+}
+
+impl Graph {
+    fn id(&self, name: &str) -> &str {
+        self.packages
+            .iter()
+            .find(|(_, (n, _))| n == name)
+            .map(|(id, _)| id.as_str())
+            .unwrap_or_else(|| panic!("no package {name}"))
+    }
+
+    fn name(&self, id: &str) -> &str {
+        &self.packages[id].0
+    }
+
+    /// Every package `name` links (normal and build dependencies, transitively).
+    fn closure(&self, name: &str) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![self.id(name).to_owned()];
+        while let Some(id) = todo.pop() {
+            for d in self.deps.get(&id).into_iter().flatten() {
+                if seen.insert(d.clone()) {
+                    todo.push(d.clone());
+                }
+            }
+        }
+        seen
+    }
+}
+
+fn layer_of(name: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&name))
+}
+
+#[test]
+fn each_crate_depends_only_on_lower_layers() {
+    let g = graph();
+    let mut wrong = Vec::new();
+    for layer in LAYERS.iter().flat_map(|l| l.iter()) {
+        let own = layer_of(layer).unwrap();
+        for d in &g.deps[g.id(layer)] {
+            let dep = g.name(d);
+            if let Some(l) = layer_of(dep)
+                && l >= own
+            {
+                wrong.push(format!(
+                    "{layer} (layer {own}) depends on {dep} (layer {l})"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // Every crate of the workspace has its layer.
+    for id in g
+        .packages
+        .keys()
+        .filter(|id| id.starts_with("path+file://"))
+    {
+        let name = g.name(id);
+        assert!(layer_of(name).is_some(), "{name} has no layer in LAYERS");
+    }
+}
+
+#[test]
+fn the_engine_and_below_link_no_http_server_or_cli() {
+    let g = graph();
+    for krate in [
+        "toolgate-engine",
+        "toolgate-builtins",
+        "toolgate",
+        "toolgate-config",
+        "toolgate-toolcall",
+    ] {
+        let linked: Vec<&str> = g
+            .closure(krate)
+            .iter()
+            .map(|id| g.name(id))
+            .filter(|n| SERVER_ONLY.contains(n))
+            .collect();
+        assert!(linked.is_empty(), "{krate} links {linked:?}");
+    }
+    // And the check can see them: the server does link axum and clap.
+    let server: Vec<String> = g
+        .closure("toolgate-server")
+        .iter()
+        .map(|id| g.name(id).to_owned())
+        .collect();
+    assert!(server.iter().any(|n| n == "axum") && server.iter().any(|n| n == "clap"));
+}
+
+#[test]
+fn no_dependency_needs_a_newer_rust_than_declared() {
+    let g = graph();
+    let declared = version(&g.workspace_rust_version);
+    let mut newer = Vec::new();
+    for krate in ["toolgate-server", "toolgate"] {
+        for id in g.closure(krate) {
+            let (name, rv) = &g.packages[&id];
+            if let Some(rv) = rv
+                && version(rv) > declared
+            {
+                newer.push(format!("{name} needs Rust {rv}"));
+            }
+        }
+    }
+    newer.sort();
+    newer.dedup();
+    assert!(
+        newer.is_empty(),
+        "rust-version is {}: {newer:#?}",
+        g.workspace_rust_version
+    );
+}
+
+fn version(v: &str) -> (u32, u32, u32) {
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    )
+}

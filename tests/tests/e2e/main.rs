@@ -1,0 +1,25 @@
+//! The end-to-end tests, one binary of modules (one link step for all):
+//! each module tests one face or part of toolgate through its public
+//! interfaces — real processes, real HTTP, real MCP servers where users
+//! have them.
+
+#[macro_use]
+mod mcp_support;
+
+mod attacks;
+mod builtins;
+mod chat;
+mod cli;
+mod config_errors;
+mod custom_tools;
+mod http_tools;
+mod layering;
+mod mcp;
+mod mcp_config;
+mod mcp_faults;
+mod native_faults;
+mod native_registry;
+mod ops;
+mod serve;
+mod structured;
+mod subagents;
