@@ -219,3 +219,38 @@ fn version(v: &str) -> (u32, u32, u32) {
         parts.next().unwrap_or(0),
     )
 }
+
+/// Configuration is validated in one place: diagnostics are made only by
+/// the config crate (syntax and types) and the catalog builder, never by a
+/// runtime module that later uses the settings.
+#[test]
+fn diagnostics_are_made_only_while_the_catalog_is_built() {
+    let root = repo_root().join("gateway");
+    let mut found = Vec::new();
+    let mut todo = vec![root.clone()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                if text.contains("Diagnostic::") {
+                    found.push(path.strip_prefix(&root).unwrap().to_owned());
+                }
+            }
+        }
+    }
+    let outside: Vec<_> = found
+        .iter()
+        .filter(|p| !(p.starts_with("config/src") || p.starts_with("engine/src/catalog")))
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "diagnostics made outside the catalog builder: {outside:?}"
+    );
+    assert!(
+        found.iter().any(|p| p.starts_with("engine/src/catalog")),
+        "the scan sees the catalog builder"
+    );
+}

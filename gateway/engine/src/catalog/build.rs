@@ -120,7 +120,7 @@ pub(super) fn build(
     }
 
     // Native tools: the enabled builtins, then the embedding binary's.
-    let builtins = toolgate_builtins::select(&raw.gateway, &mut diags);
+    let builtins = super::builtins::select(&raw.gateway, &mut diags);
     let native_tools = super::natives::register(
         &raw.gateway,
         builtins,

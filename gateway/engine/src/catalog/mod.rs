@@ -6,6 +6,7 @@
 //! whole life.
 
 mod build;
+mod builtins;
 mod http_tools;
 mod keys;
 mod mcp;
