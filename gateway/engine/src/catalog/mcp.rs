@@ -35,377 +35,27 @@ pub(super) struct McpChecker {
 }
 
 impl McpChecker {
-    /// Checks the `i`th server of `file`. `tools` maps the names of the
-    /// catalog's other tools to where they are declared.
-    #[allow(clippy::too_many_arguments)]
-    pub fn check(
-        &mut self,
-        dir: &Path,
-        file: &Loaded<RawToolFile>,
-        i: usize,
-        decl: &McpServerDecl,
-        env_values: &BTreeMap<String, String>,
-        tools: &HashMap<String, String>,
-        diags: &mut Vec<Diagnostic>,
-    ) {
-        let at = |p: &str| file.pos(&format!("mcp_servers[{i}]{p}"));
-        let before = diags.iter().filter(|d| d.is_error()).count();
-        let err = |diags: &mut Vec<Diagnostic>, p: &str, msg: String, hint: &str| {
-            diags.push(Diagnostic::error(&file.file, at(p), msg, hint));
+    /// Checks one server declaration; a valid one becomes a spec.
+    fn check(&mut self, mut s: ServerCheck<'_>) {
+        let before = s.errors();
+        self.check_name(&mut s);
+        let (env_keys, header_keys) = match s.decl.transport {
+            McpTransport::Stdio => (s.check_stdio(), Vec::new()),
+            McpTransport::Http => (Vec::new(), s.check_http()),
         };
-
-        if !is_valid_name(&decl.name) {
-            err(
-                diags,
-                ".name",
-                format!("MCP server name {:?} is invalid", decl.name),
-                "use 1-64 letters, digits, `_` or `-`",
-            );
-        } else if let Some((other, p)) = self.seen.get(&decl.name) {
-            err(
-                diags,
-                ".name",
-                format!(
-                    "MCP server `{}` is also declared at {other}:{}:{}",
-                    decl.name, p.line, p.column
-                ),
-                "rename one of the two servers",
-            );
-        } else {
-            self.seen
-                .insert(decl.name.clone(), (file.file.clone(), at(".name")));
-        }
-
-        // Templates over `env` (values of `env` and `headers`).
-        let mut templates = TemplateSet::default();
-        let mut env_used = BTreeSet::new();
-        let mut compile = |diags: &mut Vec<Diagnostic>, key: String, source: &str, p: &str| {
-            match templates.add(key.clone(), source.to_owned()) {
-                Err(e) => {
-                    diags.push(Diagnostic::error(
-                        &file.file,
-                        at(p),
-                        format!("the template does not compile: {e}"),
-                        "fix the minijinja syntax",
-                    ));
-                    None
-                }
-                Ok(vars) => {
-                    for var in vars {
-                        match var.strip_prefix("env.") {
-                            Some(v) if file.value.env.contains_key(v) => {
-                                env_used.insert(v.to_owned());
-                            }
-                            Some(v) => diags.push(Diagnostic::error(
-                                &file.file,
-                                at(p),
-                                format!("the template reads `env.{v}`, which the file does not declare"),
-                                format!("add `{v}: optional` (or `required`) under the file's top-level `env`"),
-                            )),
-                            None => diags.push(Diagnostic::error(
-                                &file.file,
-                                at(p),
-                                format!("the template reads `{var}`, which does not exist here"),
-                                "MCP server settings may only read `env.<variable>`",
-                            )),
-                        }
-                    }
-                    Some(key)
-                }
-            }
-        };
-
-        let stdio_only = [
-            (decl.command.is_some(), ".command", "command"),
-            (!decl.args.is_empty(), ".args", "args"),
-            (!decl.env.is_empty(), ".env", "env"),
-            (decl.cwd.is_some(), ".cwd", "cwd"),
-        ];
-        let http_only = [
-            (decl.url.is_some(), ".url", "url"),
-            (!decl.headers.is_empty(), ".headers", "headers"),
-        ];
-        let mut env_keys = Vec::new();
-        let mut header_keys = Vec::new();
-        match decl.transport {
-            McpTransport::Stdio => {
-                for (present, p, field) in http_only {
-                    if present {
-                        err(
-                            diags,
-                            p,
-                            format!("`{field}` is only for `transport: http`"),
-                            "remove it, or use `transport: http`",
-                        );
-                    }
-                }
-                match &decl.command {
-                    None => err(
-                        diags,
-                        ".transport",
-                        "a stdio MCP server needs a `command`".into(),
-                        "add `command:` (the program to run) and its `args`",
-                    ),
-                    Some(c) if c.trim().is_empty() => err(
-                        diags,
-                        ".command",
-                        "the command is empty".into(),
-                        "name the program to run, e.g. `npx` or `/usr/local/bin/server`",
-                    ),
-                    Some(_) => {}
-                }
-                for (k, v) in &decl.env {
-                    let valid = !k.is_empty()
-                        && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                        && !k.as_bytes()[0].is_ascii_digit();
-                    let p = format!(".env.{k}");
-                    if !valid {
-                        err(
-                            diags,
-                            &p,
-                            format!("{k:?} is not a valid environment variable name"),
-                            "use letters, digits and `_`, not starting with a digit",
-                        );
-                    } else if let Some(key) = compile(diags, format!("env.{k}"), v, &p) {
-                        env_keys.push((k.clone(), key));
-                    }
-                }
-                if let Some(cwd) = &decl.cwd
-                    && !dir.join(cwd).is_dir()
-                {
-                    err(
-                        diags,
-                        ".cwd",
-                        format!("the working directory {cwd:?} does not exist"),
-                        "give a folder relative to the configuration folder, or an absolute path",
-                    );
-                }
-            }
-            McpTransport::Http => {
-                for (present, p, field) in stdio_only {
-                    if present {
-                        err(
-                            diags,
-                            p,
-                            format!("`{field}` is only for `transport: stdio`"),
-                            "remove it, or use `transport: stdio`",
-                        );
-                    }
-                }
-                match &decl.url {
-                    None => err(
-                        diags,
-                        ".transport",
-                        "an http MCP server needs a `url`".into(),
-                        "add `url:` with the server's MCP endpoint, e.g. http://127.0.0.1:8000/mcp",
-                    ),
-                    Some(u) => match url::Url::parse(u) {
-                        Ok(url) if matches!(url.scheme(), "http" | "https") => {}
-                        _ => err(
-                            diags,
-                            ".url",
-                            format!("{u:?} is not an http(s) URL"),
-                            "write it like http://127.0.0.1:8000/mcp",
-                        ),
-                    },
-                }
-                for (k, v) in &decl.headers {
-                    let p = format!(".headers.{k}");
-                    match HeaderName::from_bytes(k.as_bytes()) {
-                        Err(_) => err(
-                            diags,
-                            &p,
-                            format!("{k:?} is not a valid header name"),
-                            "use letters, digits and `-`",
-                        ),
-                        Ok(h) if RESERVED_HEADERS.contains(&h.as_str()) => err(
-                            diags,
-                            &p,
-                            format!("the header `{k}` is set by the MCP transport itself"),
-                            "remove it",
-                        ),
-                        Ok(h) => {
-                            if let Some(key) = compile(diags, format!("headers.{k}"), v, &p) {
-                                header_keys.push((h, key, p));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-
-        // Tool selection and names.
-        let t = &decl.tools;
-        let prefix_ok = t
-            .prefix
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        if !prefix_ok || t.prefix.len() > 63 {
-            err(
-                diags,
-                ".tools.prefix",
-                format!("the prefix {:?} is invalid", t.prefix),
-                "use at most 63 letters, digits, `_` or `-` (tool names are 1-64 of these)",
-            );
-        }
-        let filter = match ToolFilter::new(&t.prefix, &t.include, &t.exclude) {
-            Ok(f) => Some(f),
-            Err((k, why)) => {
-                let p = if k < t.include.len() {
-                    format!(".tools.include[{k}]")
-                } else {
-                    format!(".tools.exclude[{}]", k - t.include.len())
-                };
-                err(
-                    diags,
-                    &p,
-                    format!("the pattern is invalid: {why}"),
-                    "use `*` for any characters and `?` for one",
-                );
-                None
-            }
-        };
-        if let Some(f) = &filter {
-            for (k, remote) in t.include.iter().enumerate() {
-                if is_glob(remote) || !f.admits(remote) {
-                    continue;
-                }
-                let p = format!(".tools.include[{k}]");
-                match f.local_name(remote) {
-                    Err(why) => err(
-                        diags,
-                        &p,
-                        format!("the name of tool `{remote}` would be too long: {why}"),
-                        "use a shorter `tools.prefix`, or remove the tool from `include`",
-                    ),
-                    Ok(name) => {
-                        if let Some(other) = tools.get(&name) {
-                            err(
-                                diags,
-                                &p,
-                                format!(
-                                    "tool `{name}` of MCP server `{}` collides with the tool `{name}` declared at {other}",
-                                    decl.name
-                                ),
-                                "set a `tools.prefix` on the server, or rename one of the two",
-                            );
-                        }
-                    }
-                }
-            }
-        }
-
-        for (p, value) in [
-            (".timeout", decl.timeout),
-            (".startup_timeout", decl.startup_timeout),
-            (".cache.ttl", decl.cache.as_ref().map(|c| c.ttl)),
-        ] {
-            if value.is_some_and(|d| d.is_zero()) {
-                err(
-                    diags,
-                    p,
-                    "the duration is zero".into(),
-                    "give a duration such as `30s`, or remove it",
-                );
-            }
-        }
-
-        if diags.iter().filter(|d| d.is_error()).count() != before {
+        let filter = s.check_tools();
+        s.check_durations();
+        if s.errors() != before {
             return;
         }
         let Some(filter) = filter else { return };
-
-        // Variables it needs but that are unset disable the server.
-        let missing: Vec<&str> = env_used
-            .iter()
-            .filter(|v| !env_values.contains_key(v.as_str()))
-            .map(String::as_str)
-            .collect();
-        let disabled = (!missing.is_empty()).then(|| {
-            let names = missing.join(", ");
-            diags.push(Diagnostic::warning(
-                &file.file,
-                at(".name"),
-                format!(
-                    "MCP server `{}` is disabled: environment variable {names} is not set",
-                    decl.name
-                ),
-                format!("set {names} and reload to enable it"),
-            ));
-            format!("environment variable {names} is not set")
-        });
-        let env = templates.finish();
-        let ctx = minijinja::context! { env => env_values };
-        let render = |diags: &mut Vec<Diagnostic>, key: &str, p: &str| -> Option<String> {
-            if disabled.is_some() {
-                return Some(String::new());
-            }
-            match template::render(&env, key, ctx.clone()) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    diags.push(Diagnostic::error(
-                        &file.file,
-                        at(p),
-                        format!("the template does not render: {e}"),
-                        "fix the template",
-                    ));
-                    None
-                }
-            }
+        let disabled = s.disabled();
+        let transport = match s.decl.transport {
+            McpTransport::Stdio => s.stdio_spec(env_keys, disabled.is_some()),
+            McpTransport::Http => s.http_spec(header_keys, disabled.is_some()),
         };
-
-        let transport = match decl.transport {
-            McpTransport::Stdio => {
-                let mut env_vars = Vec::new();
-                for (k, key) in env_keys {
-                    let Some(value) = render(diags, &key, &format!(".env.{k}")) else {
-                        return;
-                    };
-                    env_vars.push((k.clone(), value));
-                }
-                let command = decl.command.clone().unwrap_or_default();
-                // A path is relative to the configuration folder; a bare name
-                // is looked up on PATH.
-                let command = if command.contains('/') && Path::new(&command).is_relative() {
-                    dir.join(&command).to_string_lossy().into_owned()
-                } else {
-                    command
-                };
-                Transport::Stdio(StdioSpec {
-                    command,
-                    args: decl.args.clone(),
-                    env: env_vars,
-                    cwd: decl.cwd.as_ref().map(|c| dir.join(c)),
-                })
-            }
-            McpTransport::Http => {
-                let mut headers = Vec::new();
-                for (name, key, p) in header_keys {
-                    let Some(value) = render(diags, &key, &p) else {
-                        return;
-                    };
-                    match HeaderValue::from_str(&value) {
-                        Ok(mut v) => {
-                            v.set_sensitive(true);
-                            headers.push((name, v));
-                        }
-                        Err(_) => {
-                            diags.push(Diagnostic::error(
-                                &file.file,
-                                at(&p),
-                                format!("the value of header `{name}` is not a valid header value (the value is not shown)"),
-                                "check the variables it reads: no line breaks or control characters",
-                            ));
-                            return;
-                        }
-                    }
-                }
-                Transport::Http(HttpSpec {
-                    url: decl.url.clone().unwrap_or_default(),
-                    headers,
-                })
-            }
-        };
+        let Some(transport) = transport else { return };
+        let decl = s.decl;
         self.specs.push(ServerSpec {
             name: decl.name.clone(),
             transport,
@@ -413,10 +63,34 @@ impl McpChecker {
             timeout: decl.timeout,
             startup_timeout: decl.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
             cache_ttl: decl.cache.as_ref().map(|c| c.ttl),
-            file: file.file.clone(),
-            pos: at(""),
+            file: s.file.file.clone(),
+            pos: s.at(""),
             disabled,
         });
+    }
+
+    /// A valid name, declared once.
+    fn check_name(&mut self, s: &mut ServerCheck<'_>) {
+        let name = &s.decl.name;
+        if !is_valid_name(name) {
+            s.err(
+                ".name",
+                format!("MCP server name {name:?} is invalid"),
+                "use 1-64 letters, digits, `_` or `-`",
+            );
+        } else if let Some((other, p)) = self.seen.get(name) {
+            s.err(
+                ".name",
+                format!(
+                    "MCP server `{name}` is also declared at {other}:{}:{}",
+                    p.line, p.column
+                ),
+                "rename one of the two servers",
+            );
+        } else {
+            self.seen
+                .insert(name.clone(), (s.file.file.clone(), s.at(".name")));
+        }
     }
 
     /// Checks what only the whole list shows: two servers whose tools
@@ -465,6 +139,384 @@ impl McpChecker {
     }
 }
 
+/// One server declaration being checked: where it is, what the rest of the
+/// configuration says, the templates it compiled and the diagnostics.
+struct ServerCheck<'a> {
+    dir: &'a Path,
+    file: &'a Loaded<RawToolFile>,
+    /// Its index in the file's `mcp_servers`.
+    index: usize,
+    decl: &'a McpServerDecl,
+    /// The file's declared variables that are set.
+    env_values: &'a BTreeMap<String, String>,
+    /// The catalog's other tools and where they are declared.
+    tools: &'a HashMap<String, String>,
+    diags: &'a mut Vec<Diagnostic>,
+    /// Templates over `env` (values of `env` and `headers`).
+    templates: TemplateSet,
+    /// The variables those templates read.
+    env_used: BTreeSet<String>,
+}
+
+impl ServerCheck<'_> {
+    fn at(&self, p: &str) -> toolgate_config::Pos {
+        self.file.pos(&format!("mcp_servers[{}]{p}", self.index))
+    }
+
+    fn err(&mut self, p: &str, message: String, hint: &str) {
+        let at = self.at(p);
+        self.diags
+            .push(Diagnostic::error(&self.file.file, at, message, hint));
+    }
+
+    fn errors(&self) -> usize {
+        self.diags.iter().filter(|d| d.is_error()).count()
+    }
+
+    /// Compiles the template `source` under `key`; `None` (reported) when
+    /// it does not compile or reads anything but a declared `env.*`.
+    fn compile(&mut self, key: String, source: &str, p: &str) -> Option<String> {
+        let vars = match self.templates.add(key.clone(), source.to_owned()) {
+            Ok(vars) => vars,
+            Err(e) => {
+                self.err(
+                    p,
+                    format!("the template does not compile: {e}"),
+                    "fix the minijinja syntax",
+                );
+                return None;
+            }
+        };
+        for var in vars {
+            match var.strip_prefix("env.") {
+                Some(v) if self.file.value.env.contains_key(v) => {
+                    self.env_used.insert(v.to_owned());
+                }
+                Some(v) => self.err(
+                    p,
+                    format!("the template reads `env.{v}`, which the file does not declare"),
+                    &format!(
+                        "add `{v}: optional` (or `required`) under the file's top-level `env`"
+                    ),
+                ),
+                None => self.err(
+                    p,
+                    format!("the template reads `{var}`, which does not exist here"),
+                    "MCP server settings may only read `env.<variable>`",
+                ),
+            }
+        }
+        Some(key)
+    }
+
+    /// Fields of the other transport are errors.
+    fn refuse_fields(&mut self, present: &[(bool, &str, &str)], transport: &str) {
+        for (is_set, p, field) in present {
+            if *is_set {
+                self.err(
+                    p,
+                    format!("`{field}` is only for `transport: {transport}`"),
+                    &format!("remove it, or use `transport: {transport}`"),
+                );
+            }
+        }
+    }
+
+    /// The stdio fields; returns each `env` variable and its template key.
+    fn check_stdio(&mut self) -> Vec<(String, String)> {
+        let decl = self.decl;
+        self.refuse_fields(
+            &[
+                (decl.url.is_some(), ".url", "url"),
+                (!decl.headers.is_empty(), ".headers", "headers"),
+            ],
+            "http",
+        );
+        match &decl.command {
+            None => self.err(
+                ".transport",
+                "a stdio MCP server needs a `command`".into(),
+                "add `command:` (the program to run) and its `args`",
+            ),
+            Some(c) if c.trim().is_empty() => self.err(
+                ".command",
+                "the command is empty".into(),
+                "name the program to run, e.g. `npx` or `/usr/local/bin/server`",
+            ),
+            Some(_) => {}
+        }
+        let mut env_keys = Vec::new();
+        for (k, v) in &decl.env {
+            let valid = !k.is_empty()
+                && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                && !k.as_bytes()[0].is_ascii_digit();
+            let p = format!(".env.{k}");
+            if !valid {
+                self.err(
+                    &p,
+                    format!("{k:?} is not a valid environment variable name"),
+                    "use letters, digits and `_`, not starting with a digit",
+                );
+            } else if let Some(key) = self.compile(format!("env.{k}"), v, &p) {
+                env_keys.push((k.clone(), key));
+            }
+        }
+        if let Some(cwd) = &decl.cwd
+            && !self.dir.join(cwd).is_dir()
+        {
+            self.err(
+                ".cwd",
+                format!("the working directory {cwd:?} does not exist"),
+                "give a folder relative to the configuration folder, or an absolute path",
+            );
+        }
+        env_keys
+    }
+
+    /// The http fields; returns each header, its template key and path.
+    fn check_http(&mut self) -> Vec<(HeaderName, String, String)> {
+        let decl = self.decl;
+        self.refuse_fields(
+            &[
+                (decl.command.is_some(), ".command", "command"),
+                (!decl.args.is_empty(), ".args", "args"),
+                (!decl.env.is_empty(), ".env", "env"),
+                (decl.cwd.is_some(), ".cwd", "cwd"),
+            ],
+            "stdio",
+        );
+        match &decl.url {
+            None => self.err(
+                ".transport",
+                "an http MCP server needs a `url`".into(),
+                "add `url:` with the server's MCP endpoint, e.g. http://127.0.0.1:8000/mcp",
+            ),
+            Some(u) => match url::Url::parse(u) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+                _ => self.err(
+                    ".url",
+                    format!("{u:?} is not an http(s) URL"),
+                    "write it like http://127.0.0.1:8000/mcp",
+                ),
+            },
+        }
+        let mut header_keys = Vec::new();
+        for (k, v) in &decl.headers {
+            let p = format!(".headers.{k}");
+            match HeaderName::from_bytes(k.as_bytes()) {
+                Err(_) => self.err(
+                    &p,
+                    format!("{k:?} is not a valid header name"),
+                    "use letters, digits and `-`",
+                ),
+                Ok(h) if RESERVED_HEADERS.contains(&h.as_str()) => self.err(
+                    &p,
+                    format!("the header `{k}` is set by the MCP transport itself"),
+                    "remove it",
+                ),
+                Ok(h) => {
+                    if let Some(key) = self.compile(format!("headers.{k}"), v, &p) {
+                        header_keys.push((h, key, p));
+                    }
+                }
+            }
+        }
+        header_keys
+    }
+
+    /// Tool selection and names: the prefix, the patterns, and the names
+    /// `include` spells out (too long, or taken by another tool).
+    fn check_tools(&mut self) -> Option<ToolFilter> {
+        let t = &self.decl.tools;
+        let prefix_ok = t
+            .prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !prefix_ok || t.prefix.len() > 63 {
+            self.err(
+                ".tools.prefix",
+                format!("the prefix {:?} is invalid", t.prefix),
+                "use at most 63 letters, digits, `_` or `-` (tool names are 1-64 of these)",
+            );
+        }
+        let filter = match ToolFilter::new(&t.prefix, &t.include, &t.exclude) {
+            Ok(f) => f,
+            Err((k, why)) => {
+                let p = if k < t.include.len() {
+                    format!(".tools.include[{k}]")
+                } else {
+                    format!(".tools.exclude[{}]", k - t.include.len())
+                };
+                self.err(
+                    &p,
+                    format!("the pattern is invalid: {why}"),
+                    "use `*` for any characters and `?` for one",
+                );
+                return None;
+            }
+        };
+        for (k, remote) in t.include.iter().enumerate() {
+            if is_glob(remote) || !filter.admits(remote) {
+                continue;
+            }
+            let p = format!(".tools.include[{k}]");
+            match filter.local_name(remote) {
+                Err(why) => self.err(
+                    &p,
+                    format!("the name of tool `{remote}` would be too long: {why}"),
+                    "use a shorter `tools.prefix`, or remove the tool from `include`",
+                ),
+                Ok(name) => {
+                    if let Some(other) = self.tools.get(&name) {
+                        let message = format!(
+                            "tool `{name}` of MCP server `{}` collides with the tool `{name}` declared at {other}",
+                            self.decl.name
+                        );
+                        self.err(
+                            &p,
+                            message,
+                            "set a `tools.prefix` on the server, or rename one of the two",
+                        );
+                    }
+                }
+            }
+        }
+        Some(filter)
+    }
+
+    fn check_durations(&mut self) {
+        let decl = self.decl;
+        for (p, value) in [
+            (".timeout", decl.timeout),
+            (".startup_timeout", decl.startup_timeout),
+            (".cache.ttl", decl.cache.as_ref().map(|c| c.ttl)),
+        ] {
+            if value.is_some_and(|d| d.is_zero()) {
+                self.err(
+                    p,
+                    "the duration is zero".into(),
+                    "give a duration such as `30s`, or remove it",
+                );
+            }
+        }
+    }
+
+    /// Why the server is disabled (a variable it needs is unset, with a
+    /// warning), if it is.
+    fn disabled(&mut self) -> Option<String> {
+        let missing: Vec<&str> = self
+            .env_used
+            .iter()
+            .filter(|v| !self.env_values.contains_key(v.as_str()))
+            .map(String::as_str)
+            .collect();
+        if missing.is_empty() {
+            return None;
+        }
+        let names = missing.join(", ");
+        self.diags.push(Diagnostic::warning(
+            &self.file.file,
+            self.at(".name"),
+            format!(
+                "MCP server `{}` is disabled: environment variable {names} is not set",
+                self.decl.name
+            ),
+            format!("set {names} and reload to enable it"),
+        ));
+        Some(format!("environment variable {names} is not set"))
+    }
+
+    /// Renders the compiled templates with the variables' values (empty
+    /// for a disabled server); `None` when one does not render (reported).
+    fn render_all<K>(
+        &mut self,
+        keys: Vec<(K, String, String)>,
+        disabled: bool,
+    ) -> Option<Vec<(K, String, String)>> {
+        let env = std::mem::take(&mut self.templates).finish();
+        let ctx = minijinja::context! { env => self.env_values };
+        let mut out = Vec::with_capacity(keys.len());
+        for (k, key, p) in keys {
+            let value = if disabled {
+                String::new()
+            } else {
+                match template::render(&env, &key, ctx.clone()) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        self.err(
+                            &p,
+                            format!("the template does not render: {e}"),
+                            "fix the template",
+                        );
+                        return None;
+                    }
+                }
+            };
+            out.push((k, value, p));
+        }
+        Some(out)
+    }
+
+    fn stdio_spec(&mut self, env_keys: Vec<(String, String)>, disabled: bool) -> Option<Transport> {
+        let keys = env_keys
+            .into_iter()
+            .map(|(k, key)| {
+                let p = format!(".env.{k}");
+                (k, key, p)
+            })
+            .collect();
+        let env = self
+            .render_all(keys, disabled)?
+            .into_iter()
+            .map(|(k, v, _)| (k, v))
+            .collect();
+        let command = self.decl.command.clone().unwrap_or_default();
+        // A path is relative to the configuration folder; a bare name is
+        // looked up on PATH.
+        let command = if command.contains('/') && Path::new(&command).is_relative() {
+            self.dir.join(&command).to_string_lossy().into_owned()
+        } else {
+            command
+        };
+        Some(Transport::Stdio(StdioSpec {
+            command,
+            args: self.decl.args.clone(),
+            env,
+            cwd: self.decl.cwd.as_ref().map(|c| self.dir.join(c)),
+        }))
+    }
+
+    fn http_spec(
+        &mut self,
+        header_keys: Vec<(HeaderName, String, String)>,
+        disabled: bool,
+    ) -> Option<Transport> {
+        let mut headers = Vec::new();
+        for (name, value, p) in self.render_all(header_keys, disabled)? {
+            match HeaderValue::from_str(&value) {
+                Ok(mut v) => {
+                    v.set_sensitive(true);
+                    headers.push((name, v));
+                }
+                Err(_) => {
+                    self.err(
+                        &p,
+                        format!(
+                            "the value of header `{name}` is not a valid header value (the value is not shown)"
+                        ),
+                        "check the variables it reads: no line breaks or control characters",
+                    );
+                    return None;
+                }
+            }
+        }
+        Some(Transport::Http(HttpSpec {
+            url: self.decl.url.clone().unwrap_or_default(),
+            headers,
+        }))
+    }
+}
+
 /// Validates the `mcp_servers` of every tools file. `reserved` maps the
 /// names of the catalog's other tools to where they are declared.
 pub(super) fn check_servers(
@@ -485,7 +537,17 @@ pub(super) fn check_servers(
             .collect();
         for (i, decl) in file.value.mcp_servers.iter().enumerate() {
             if let Some(decl) = decl {
-                checker.check(&raw.dir, file, i, decl, &env_values, reserved, diags);
+                checker.check(ServerCheck {
+                    dir: &raw.dir,
+                    file,
+                    index: i,
+                    decl,
+                    env_values: &env_values,
+                    tools: reserved,
+                    diags,
+                    templates: TemplateSet::default(),
+                    env_used: BTreeSet::new(),
+                });
             }
         }
     }
