@@ -2,9 +2,7 @@
 //! either proxies the request untouched or runs the engine's tool loop and
 //! encodes its answer (or its events, as SSE chunks) in OpenAI's format.
 
-use std::collections::HashSet;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -14,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use toolgate_engine::chat::{Answer, ChatError, ChatRequest, Event, Loop, Summary};
+use toolgate_engine::chat::{self, Answer, ChatError, ChatRequest, Event, Plan, Summary};
 use toolgate_engine::formatter::Call;
 use toolgate_engine::limits::Permit;
 use toolgate_engine::openai::ChunkBuilder;
@@ -23,8 +21,6 @@ use crate::api::{ApiError, AppState, Caller, body_error};
 
 /// The header that picks a tool set when the body does not.
 pub const TOOL_SET_HEADER: &str = "x-tool-set";
-/// The tool-set name that turns gateway tools off for one request.
-pub const NO_TOOL_SET: &str = "none";
 
 pub async fn completions(
     State(state): State<AppState>,
@@ -45,25 +41,8 @@ async fn handle(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
-    let mut request = ChatRequest::parse(&body)?;
+    let request = ChatRequest::parse(&body)?;
     let catalog = state.catalog();
-    let max_messages = catalog.settings.limits.max_messages;
-    let messages = request
-        .raw
-        .get("messages")
-        .and_then(|m| serde_json::from_str::<Vec<&serde_json::value::RawValue>>(m.get()).ok())
-        .map_or(0, |m| m.len());
-    if messages > max_messages {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_many_messages",
-            format!(
-                "the request has {messages} messages; this gateway accepts at most {max_messages} (limits.max_messages)"
-            ),
-        )
-        .param("messages"));
-    }
-
     let header_set = match headers.get(TOOL_SET_HEADER) {
         None => None,
         Some(v) => Some(
@@ -72,37 +51,18 @@ async fn handle(
                 .to_owned(),
         ),
     };
-    let set = match request.tool_set.take().or(header_set).as_deref() {
-        Some(NO_TOOL_SET) => None,
-        Some(name) => Some(catalog.usable_set(name, caller.key.as_deref())?),
-        // A key's own default (resolved against the catalog's when the key
-        // was validated), else the catalog's.
-        None => match &caller.key {
-            Some(key) => key.default_tool_set.as_deref().and_then(|n| catalog.set(n)),
-            None => catalog.default_set(),
-        },
-    };
-
-    if catalog.upstreams.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no_upstream",
-            "no model upstream is configured: declare `upstreams` in toolgate.yaml or set OPENAI_BASE_URL",
-        ));
-    }
-    let resolved = catalog.upstreams.resolve(&request.model).ok_or_else(|| {
-        ApiError::not_found(
-            "model_not_found",
-            format!(
-                "no route serves model `{}`; GET /v1/models lists the routable models",
-                request.model
-            ),
-        )
-        .param("model")
-    })?;
-
+    let context = crate::api::call_context(&headers, &caller)?;
+    let stream = request.stream;
+    let plan = chat::plan(
+        &catalog,
+        &state.services(),
+        request,
+        header_set,
+        caller.key.clone(),
+        context,
+    )?;
     let limits = &catalog.settings.limits;
-    let stream_guard = if request.stream {
+    let stream_guard = if stream {
         Some(
             state
                 .guards
@@ -112,67 +72,21 @@ async fn handle(
     } else {
         None
     };
-
-    if set.is_none() && request.client_tools.is_empty() {
-        let body = request.proxy_body(body, &resolved.model);
-        return proxy(&resolved.upstream, body, &caller.request_id, stream_guard).await;
-    }
-
-    // Tool mode: the set's tools, then the client's, with no name twice.
-    let gateway: Vec<Arc<toolgate_engine::tool::Tool>> = set
-        .map(|s| catalog.tools_in(s).collect())
-        .unwrap_or_default();
-    let gateway_tools: HashSet<String> = gateway.iter().map(|t| t.name.clone()).collect();
-    for t in &request.client_tools {
-        let name = t
-            .pointer("/function/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if gateway_tools.contains(name) {
-            return Err(ApiError::bad_request(format!(
-                "the client tool `{name}` has the name of a tool of the set `{}`; rename it or pick another tool set",
-                set.map(|s| s.name.as_str()).unwrap_or_default()
-            ))
-            .param("tools"));
+    let the_loop = match plan {
+        Plan::Proxy {
+            upstream,
+            model,
+            request,
+        } => {
+            let body = request.proxy_body(body, &model);
+            return proxy(&upstream, body, &caller.request_id, stream_guard).await;
         }
-    }
-    if request
-        .get("n")
-        .and_then(|n| n.as_u64())
-        .is_some_and(|n| n > 1)
-    {
-        return Err(ApiError::bad_request(
-            "`n` greater than 1 is not supported with gateway tools",
-        )
-        .param("n"));
-    }
+        Plan::Loop(l) => *l,
+    };
     let loop_guard = state
         .guards
         .enter_loop(limits, caller.key.as_deref())
         .map_err(overloaded)?;
-    let mut tools: Vec<Value> = gateway.iter().map(|t| t.to_openai()).collect();
-    tools.extend(request.client_tools.iter().cloned());
-    let limits = &catalog.settings;
-    let max_iterations = request
-        .max_tool_iterations
-        .unwrap_or(limits.defaults.max_tool_iterations)
-        .min(limits.limits.max_tool_iterations);
-    let stream = request.stream;
-    let the_loop = Loop {
-        catalog: Arc::clone(&catalog),
-        executor: state.executor.clone(),
-        resolved,
-        tool_set: set.map(|s| s.name.clone()),
-        tools,
-        gateway_tools,
-        max_iterations,
-        request,
-        learned: Arc::clone(&state.learned),
-        guards: Arc::clone(&state.guards),
-        key: caller.key.clone(),
-        context: crate::api::call_context(&headers, &caller)?
-            .with_tool_set(set.map(|s| s.name.clone())),
-    };
     let model = the_loop.request.model.clone();
     if stream {
         let include_usage = the_loop.request.include_usage;

@@ -4,6 +4,7 @@
 //! is known here; the faces above encode the events.
 
 mod events;
+mod plan;
 mod request;
 mod subagent;
 mod tool_loop;
@@ -11,5 +12,6 @@ mod tool_loop;
 pub use events::{
     Answer, CallFunction, CallRecord, ChatError, Event, FinishReason, Report, Summary,
 };
+pub use plan::{NO_TOOL_SET, Plan, PlanError, Services, plan};
 pub use request::{ChatRequest, RequestError};
 pub use tool_loop::Loop;

@@ -168,6 +168,15 @@ impl ChatRequest {
     }
 
     /// The messages of the request.
+    /// How many messages the request carries (counted without parsing
+    /// them).
+    pub fn message_count(&self) -> usize {
+        self.raw
+            .get("messages")
+            .and_then(|m| serde_json::from_str::<Vec<&serde_json::value::RawValue>>(m.get()).ok())
+            .map_or(0, |m| m.len())
+    }
+
     pub fn messages(&self) -> Vec<Value> {
         field::<Vec<Value>>(&self.raw, "messages")
             .ok()

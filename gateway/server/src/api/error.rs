@@ -159,6 +159,31 @@ impl From<toolgate_engine::catalog::SetError> for ApiError {
     }
 }
 
+impl From<toolgate_engine::chat::PlanError> for ApiError {
+    fn from(e: toolgate_engine::chat::PlanError) -> Self {
+        use toolgate_engine::chat::PlanError;
+        let param = e.param();
+        let message = e.to_string();
+        let err = match e {
+            PlanError::Set(e) => return e.into(),
+            PlanError::TooManyMessages { .. } => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_many_messages", message)
+            }
+            PlanError::NoUpstream => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_upstream", message)
+            }
+            PlanError::UnknownModel(_) => ApiError::not_found("model_not_found", message),
+            PlanError::ClientToolClash { .. } | PlanError::ManyChoices => {
+                ApiError::bad_request(message)
+            }
+        };
+        match param {
+            Some(p) => err.param(p),
+            None => err,
+        }
+    }
+}
+
 /// The error for a request body that could not be read.
 pub fn body_error(e: axum::extract::rejection::BytesRejection) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {

@@ -54,6 +54,15 @@ impl AppState {
         }
     }
 
+    /// What the engine's loops run with.
+    pub fn services(&self) -> toolgate_engine::chat::Services {
+        toolgate_engine::chat::Services {
+            executor: self.executor.clone(),
+            learned: Arc::clone(&self.learned),
+            guards: Arc::clone(&self.guards),
+        }
+    }
+
     /// The catalog a request works with, from start to end: take it once.
     pub fn catalog(&self) -> Arc<Catalog> {
         self.live.load()

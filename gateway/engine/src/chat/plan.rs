@@ -1,0 +1,171 @@
+//! What a chat request becomes, decided the same way for every face: the
+//! request passed to the upstream untouched (no tools at all), or a tool
+//! loop with the set's tools and the client's.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::request::ChatRequest;
+use super::tool_loop::Loop;
+use crate::auth::ApiKey;
+use crate::catalog::{Catalog, SetError};
+use crate::executor::Executor;
+use crate::formatter::Learned;
+use crate::limits::Guards;
+use crate::tool::context::CallContext;
+use crate::upstream::Upstream;
+
+/// The tool-set name that turns gateway tools off for one request.
+pub const NO_TOOL_SET: &str = "none";
+
+/// What a request becomes.
+#[derive(Debug)]
+pub enum Plan {
+    /// No gateway tools and no client tools: the request goes to
+    /// `upstream` as it is, with `model` as the upstream's model name.
+    Proxy {
+        upstream: Arc<Upstream>,
+        model: String,
+        request: ChatRequest,
+    },
+    /// The tool loop.
+    Loop(Box<Loop>),
+}
+
+/// The gateway's shared parts a loop runs with.
+#[derive(Debug, Clone)]
+pub struct Services {
+    pub executor: Executor,
+    /// Formatter choices learned in `auto` mode.
+    pub learned: Arc<Learned>,
+    /// Caps and rate buckets (sub-agents are counted against them).
+    pub guards: Arc<Guards>,
+}
+
+/// Why a request cannot be served.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error(
+        "the request has {count} messages; this gateway accepts at most {max} (limits.max_messages)"
+    )]
+    TooManyMessages { count: usize, max: usize },
+    #[error(transparent)]
+    Set(#[from] SetError),
+    #[error(
+        "no model upstream is configured: declare `upstreams` in toolgate.yaml or set OPENAI_BASE_URL"
+    )]
+    NoUpstream,
+    #[error("no route serves model `{0}`; GET /v1/models lists the routable models")]
+    UnknownModel(String),
+    #[error(
+        "the client tool `{name}` has the name of a tool of the set `{set}`; rename it or pick another tool set"
+    )]
+    ClientToolClash { name: String, set: String },
+    #[error("`n` greater than 1 is not supported with gateway tools")]
+    ManyChoices,
+}
+
+impl PlanError {
+    /// The request field at fault, if one is.
+    pub fn param(&self) -> Option<&'static str> {
+        match self {
+            PlanError::TooManyMessages { .. } => Some("messages"),
+            PlanError::Set(_) => Some("tool_set"),
+            PlanError::NoUpstream => None,
+            PlanError::UnknownModel(_) => Some("model"),
+            PlanError::ClientToolClash { .. } => Some("tools"),
+            PlanError::ManyChoices => Some("n"),
+        }
+    }
+}
+
+/// Decides what `request` becomes. `set` is the tool set the caller named
+/// (the body's `tool_set`, else a face's own way, e.g. a header), `key` the
+/// caller's key, `context` the context of its tool calls.
+pub fn plan(
+    catalog: &Arc<Catalog>,
+    services: &Services,
+    mut request: ChatRequest,
+    set: Option<String>,
+    key: Option<Arc<ApiKey>>,
+    context: CallContext,
+) -> Result<Plan, PlanError> {
+    let max = catalog.settings.limits.max_messages;
+    let count = request.message_count();
+    if count > max {
+        return Err(PlanError::TooManyMessages { count, max });
+    }
+    let set = match request.tool_set.take().or(set).as_deref() {
+        Some(NO_TOOL_SET) => None,
+        Some(name) => Some(catalog.usable_set(name, key.as_deref())?),
+        // A key's own default (resolved against the catalog's when the key
+        // was validated), else the catalog's.
+        None => match &key {
+            Some(key) => key.default_tool_set.as_deref().and_then(|n| catalog.set(n)),
+            None => catalog.default_set(),
+        },
+    };
+    if catalog.upstreams.is_empty() {
+        return Err(PlanError::NoUpstream);
+    }
+    let resolved = catalog
+        .upstreams
+        .resolve(&request.model)
+        .ok_or_else(|| PlanError::UnknownModel(request.model.clone()))?;
+    if set.is_none() && request.client_tools.is_empty() {
+        return Ok(Plan::Proxy {
+            upstream: Arc::clone(&resolved.upstream),
+            model: resolved.model,
+            request,
+        });
+    }
+
+    // Tool mode: the set's tools, then the client's, with no name twice.
+    let gateway: Vec<Arc<crate::tool::Tool>> = set
+        .map(|s| catalog.tools_in(s).collect())
+        .unwrap_or_default();
+    let gateway_tools: HashSet<String> = gateway.iter().map(|t| t.name.clone()).collect();
+    for t in &request.client_tools {
+        let name = t
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if gateway_tools.contains(name) {
+            return Err(PlanError::ClientToolClash {
+                name: name.to_owned(),
+                set: set.map(|s| s.name.clone()).unwrap_or_default(),
+            });
+        }
+    }
+    if request
+        .get("n")
+        .and_then(|n| n.as_u64())
+        .is_some_and(|n| n > 1)
+    {
+        return Err(PlanError::ManyChoices);
+    }
+    let mut tools: Vec<Value> = gateway.iter().map(|t| t.to_openai()).collect();
+    tools.extend(request.client_tools.iter().cloned());
+    let settings = &catalog.settings;
+    let max_iterations = request
+        .max_tool_iterations
+        .unwrap_or(settings.defaults.max_tool_iterations)
+        .min(settings.limits.max_tool_iterations);
+    let tool_set = set.map(|s| s.name.clone());
+    Ok(Plan::Loop(Box::new(Loop {
+        catalog: Arc::clone(catalog),
+        executor: services.executor.clone(),
+        resolved,
+        context: context.with_tool_set(tool_set.clone()),
+        tool_set,
+        tools,
+        gateway_tools,
+        max_iterations,
+        request,
+        learned: Arc::clone(&services.learned),
+        guards: Arc::clone(&services.guards),
+        key,
+    })))
+}
