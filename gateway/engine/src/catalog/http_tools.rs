@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::template::{self, TemplateSet};
 use crate::tool::http::{Body, JsonBody, json_leaf_name};
 use toolgate_config::Diagnostic;
-use toolgate_config::format::{BodyDecl, EnvNeed, Method, ToolDecl};
+use toolgate_config::format::{BodyDecl, EnvNeed, HttpDecl, Method, ToolDecl};
 use toolgate_config::load::{Loaded, RawToolFile};
 
 /// Checks the file's `env` declarations and reads the set variables.
@@ -81,299 +81,38 @@ pub(super) fn check_tool(
     templates: &mut TemplateSet,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<PendingHttp> {
-    let path = |p: &str| format!("tools[{i}]{p}");
-    let err = |diags: &mut Vec<Diagnostic>, p: &str, msg: String, hint: &str| {
-        diags.push(Diagnostic::error(&file.file, file.pos(&path(p)), msg, hint));
+    let mut c = ToolCheck {
+        file,
+        index: i,
+        name: &decl.name,
+        templates,
+        diags,
+        params: BTreeSet::new(),
+        env_used: BTreeSet::new(),
+        secret_templates: BTreeSet::new(),
+        args_templates: BTreeSet::new(),
     };
-
     if decl.description.trim().is_empty() {
-        err(
-            diags,
+        c.err(
             ".description",
             "the description is empty".into(),
             "say what the tool does: the model reads it to decide when to call it",
         );
     }
-
     // Parameters: a JSON Schema of type object whose `required` names
     // declared properties.
-    let params = check_parameters(&decl.parameters, &mut |p, msg, hint| {
-        err(diags, &format!(".parameters{p}"), msg, hint)
+    c.params = check_parameters(&decl.parameters, &mut |p, msg, hint| {
+        c.err(&format!(".parameters{p}"), msg, hint)
     });
-
     let http = &decl.http;
-    let name = &decl.name;
-    let mut env_used = BTreeSet::new();
-    let mut secret_templates = BTreeSet::new();
-    let mut args_templates = BTreeSet::new();
-    let plain = Scope {
-        args: &params,
-        env: &file.value.env,
-        response: false,
-    };
-    let mut add = |diags: &mut Vec<Diagnostic>,
-                   key: String,
-                   source: &str,
-                   at: &str,
-                   scope: &Scope<'_>|
-     -> Option<String> {
-        match templates.add(key.clone(), source.to_owned()) {
-            Ok(vars) => {
-                for var in vars {
-                    if let Err((msg, hint)) = check_variable(&var, scope) {
-                        err(diags, at, msg, &hint);
-                    } else if let Some(v) = var.strip_prefix("env.") {
-                        env_used.insert(v.split('.').next().unwrap_or(v).to_owned());
-                        secret_templates.insert(key.clone());
-                    } else if var == "args" || var.starts_with("args.") {
-                        args_templates.insert(key.clone());
-                    }
-                }
-                Some(key)
-            }
-            Err(e) => {
-                err(
-                    diags,
-                    at,
-                    format!("the template does not compile: {e}"),
-                    "fix the minijinja syntax",
-                );
-                None
-            }
-        }
-    };
-
-    let url = add(
-        diags,
-        format!("{name}/http.url"),
-        &http.url,
-        ".http.url",
-        &plain,
-    );
-    let starts_ok = ["http://", "https://", "{{ env.", "{{env."]
-        .iter()
-        .any(|p| http.url.trim_start().starts_with(p));
-    if !starts_ok {
-        err(
-            diags,
-            ".http.url",
-            format!(
-                "the URL {:?} does not start with http:// or https://",
-                http.url
-            ),
-            "write an absolute http(s) URL; arguments may only fill in its path and query",
-        );
-    } else if !template::is_template(&http.url)
-        && let Err(e) = url::Url::parse(&http.url)
-    {
-        err(
-            diags,
-            ".http.url",
-            format!("the URL is invalid: {e}"),
-            "write an absolute http(s) URL",
-        );
-    }
-
-    let mut query = Vec::new();
-    for (k, v) in &http.query {
-        if let Some(t) = add(
-            diags,
-            format!("{name}/http.query.{k}"),
-            v,
-            &format!(".http.query.{k}"),
-            &plain,
-        ) {
-            query.push((k.clone(), t));
-        }
-    }
-    let mut headers = Vec::new();
-    for (k, v) in &http.headers {
-        let at = format!(".http.headers.{k}");
-        let Ok(header) = HeaderName::from_bytes(k.as_bytes()) else {
-            err(
-                diags,
-                &at,
-                format!("{k:?} is not a valid header name"),
-                "use letters, digits and `-`",
-            );
-            continue;
-        };
-        if let Some(t) = add(diags, format!("{name}/http.headers.{k}"), v, &at, &plain) {
-            headers.push((header, t));
-        }
-    }
-    let body = match &http.body {
-        None => None,
-        Some(BodyDecl {
-            json: Some(_),
-            text: Some(_),
-            ..
-        })
-        | Some(BodyDecl {
-            json: None,
-            text: None,
-            ..
-        }) => {
-            err(
-                diags,
-                ".http.body",
-                "a body needs exactly one of `json` and `text`".into(),
-                "keep one of the two",
-            );
-            None
-        }
-        Some(BodyDecl {
-            json: Some(_),
-            content_type: Some(_),
-            ..
-        }) => {
-            err(
-                diags,
-                ".http.body.content_type",
-                "a `json` body is always sent as application/json".into(),
-                "remove `content_type`",
-            );
-            None
-        }
-        Some(BodyDecl {
-            text: Some(template),
-            content_type,
-            ..
-        }) => add(
-            diags,
-            format!("{name}/http.body"),
-            template,
-            ".http.body.text",
-            &plain,
-        )
-        .map(|t| Body::Text {
-            template: t,
-            content_type: content_type
-                .clone()
-                .unwrap_or_else(|| "text/plain; charset=utf-8".to_owned()),
-        }),
-        Some(BodyDecl {
-            json: Some(value), ..
-        }) => {
-            let mut compile = |diags: &mut Vec<Diagnostic>, pointer: &str, source: &str| {
-                let single = template::is_single_expression(source);
-                let key = json_leaf_name(name, pointer, single);
-                let at = format!(".http.body.json{}", pointer.replace('/', "."));
-                add(diags, key, source, &at, &plain).map(|k| {
-                    if single {
-                        JsonBody::Value(k)
-                    } else {
-                        JsonBody::Text(k)
-                    }
-                })
-            };
-            compile_json_body(value, "", diags, &mut compile).map(Body::Json)
-        }
-    };
-    if matches!(http.method, Method::Get) && body.is_some() {
-        err(
-            diags,
-            ".http.body",
-            "a GET request cannot have a body".into(),
-            "use POST, PUT or PATCH, or move the values to `query`",
-        );
-    }
-
-    if let Some(select) = &decl.response.select
-        && !select.is_empty()
-        && !select.starts_with('/')
-    {
-        err(
-            diags,
-            ".response.select",
-            format!("{select:?} is not a JSON pointer"),
-            "write it as `/field/0/name`, starting with `/`",
-        );
-    }
-    let output = decl.response.template.as_ref().and_then(|t| {
-        let scope = Scope {
-            response: true,
-            ..plain
-        };
-        add(
-            diags,
-            format!("{name}/response.template"),
-            t,
-            ".response.template",
-            &scope,
-        )
-    });
-    if let Some(cache) = &decl.cache
-        && cache.ttl.is_zero()
-    {
-        err(
-            diags,
-            ".cache.ttl",
-            "the cache TTL is zero".into(),
-            "give a duration such as `5m`, or remove `cache`",
-        );
-    }
-    if let Some(t) = http.timeout
-        && t.is_zero()
-    {
-        err(
-            diags,
-            ".http.timeout",
-            "the timeout is zero".into(),
-            "give a duration such as `10s`, or remove it to use the default",
-        );
-    }
-
-    if let Some(Body::Text {
-        template,
-        content_type,
-    }) = &body
-        && args_templates.contains(template)
-        && !crate::tool::http::is_form(content_type)
-    {
-        diags.push(Diagnostic::warning(
-            &file.file,
-            file.pos(&path(".http.body.text")),
-            format!(
-                "the text body inserts arguments as they are (content type {content_type}), so a value can change the body's structure"
-            ),
-            "use a `json` body (values stay JSON values) or content_type application/x-www-form-urlencoded (values are form-encoded)",
-        ));
-    }
-    let redirects = http.redirects.as_ref().and_then(|r| {
-        let mut ok = true;
-        if !(1..=10).contains(&r.max) {
-            err(
-                diags,
-                ".http.redirects.max",
-                format!("{} redirects is outside 1 to 10", r.max),
-                "give a number from 1 to 10, or remove `redirects` to follow none",
-            );
-            ok = false;
-        }
-        let mut origins = Vec::new();
-        for (j, o) in r.origins.iter().enumerate() {
-            match url::Url::parse(o) {
-                Ok(u) if matches!(u.scheme(), "http" | "https") && u.path() == "/" => {
-                    origins.push(u.origin());
-                }
-                _ => {
-                    err(
-                        diags,
-                        &format!(".http.redirects.origins[{j}]"),
-                        format!("{o:?} is not an origin"),
-                        "write scheme and host (and port), e.g. https://cdn.example.com",
-                    );
-                    ok = false;
-                }
-            }
-        }
-        ok.then_some(crate::tool::http::Redirects {
-            max: usize::from(r.max),
-            origins,
-        })
-    });
-
+    let url = c.check_url(&http.url);
+    let query = c.check_query(http);
+    let headers = c.check_headers(http);
+    let body = c.check_body(http);
+    let output = c.check_response(decl);
+    c.check_durations(decl);
+    c.warn_raw_text_body(body.as_ref());
+    let redirects = c.check_redirects(http);
     Some(PendingHttp {
         method: match http.method {
             Method::Get => reqwest::Method::GET,
@@ -388,11 +127,309 @@ pub(super) fn check_tool(
         body,
         select: decl.response.select.clone().filter(|s| !s.is_empty()),
         output,
-        env_used,
+        env_used: c.env_used,
         env: BTreeMap::new(),
-        secret_templates,
+        secret_templates: c.secret_templates,
         redirects,
     })
+}
+
+/// One HTTP tool declaration being checked: where it is, the templates it
+/// compiled so far and what they read, and the diagnostics.
+struct ToolCheck<'a> {
+    file: &'a Loaded<RawToolFile>,
+    /// Its index in the file's `tools`.
+    index: usize,
+    name: &'a str,
+    templates: &'a mut TemplateSet,
+    diags: &'a mut Vec<Diagnostic>,
+    /// The declared argument names.
+    params: BTreeSet<String>,
+    /// The `env` variables its templates read.
+    env_used: BTreeSet<String>,
+    /// Templates that read `env` (their output is a secret to scrub).
+    secret_templates: BTreeSet<String>,
+    /// Templates that read `args`.
+    args_templates: BTreeSet<String>,
+}
+
+impl ToolCheck<'_> {
+    fn at(&self, p: &str) -> toolgate_config::Pos {
+        self.file.pos(&format!("tools[{}]{p}", self.index))
+    }
+
+    fn err(&mut self, p: &str, message: String, hint: &str) {
+        let at = self.at(p);
+        self.diags
+            .push(Diagnostic::error(&self.file.file, at, message, hint));
+    }
+
+    /// Compiles the template `source` under `key`, checking the variables
+    /// it reads (`response` is in scope for the response template only).
+    fn add(&mut self, key: String, source: &str, at: &str, response: bool) -> Option<String> {
+        let pos = self.at(at);
+        let scope = Scope {
+            args: &self.params,
+            env: &self.file.value.env,
+            response,
+        };
+        match self.templates.add(key.clone(), source.to_owned()) {
+            Ok(vars) => {
+                for var in vars {
+                    if let Err((msg, hint)) = check_variable(&var, &scope) {
+                        self.diags.push(Diagnostic::error(
+                            &self.file.file,
+                            pos,
+                            msg,
+                            &hint,
+                        ));
+                    } else if let Some(v) = var.strip_prefix("env.") {
+                        self.env_used
+                            .insert(v.split('.').next().unwrap_or(v).to_owned());
+                        self.secret_templates.insert(key.clone());
+                    } else if var == "args" || var.starts_with("args.") {
+                        self.args_templates.insert(key.clone());
+                    }
+                }
+                Some(key)
+            }
+            Err(e) => {
+                self.diags.push(Diagnostic::error(
+                    &self.file.file,
+                    pos,
+                    format!("the template does not compile: {e}"),
+                    "fix the minijinja syntax",
+                ));
+                None
+            }
+        }
+    }
+
+    /// An absolute http(s) URL whose arguments fill only path and query.
+    fn check_url(&mut self, url: &str) -> Option<String> {
+        let key = self.add(format!("{}/http.url", self.name), url, ".http.url", false);
+        let starts_ok = ["http://", "https://", "{{ env.", "{{env."]
+            .iter()
+            .any(|p| url.trim_start().starts_with(p));
+        if !starts_ok {
+            self.err(
+                ".http.url",
+                format!("the URL {url:?} does not start with http:// or https://"),
+                "write an absolute http(s) URL; arguments may only fill in its path and query",
+            );
+        } else if !template::is_template(url)
+            && let Err(e) = url::Url::parse(url)
+        {
+            self.err(
+                ".http.url",
+                format!("the URL is invalid: {e}"),
+                "write an absolute http(s) URL",
+            );
+        }
+        key
+    }
+
+    fn check_query(&mut self, http: &HttpDecl) -> Vec<(String, String)> {
+        let mut query = Vec::new();
+        for (k, v) in &http.query {
+            let key = format!("{}/http.query.{k}", self.name);
+            if let Some(t) = self.add(key, v, &format!(".http.query.{k}"), false) {
+                query.push((k.clone(), t));
+            }
+        }
+        query
+    }
+
+    fn check_headers(&mut self, http: &HttpDecl) -> Vec<(HeaderName, String)> {
+        let mut headers = Vec::new();
+        for (k, v) in &http.headers {
+            let at = format!(".http.headers.{k}");
+            let Ok(header) = HeaderName::from_bytes(k.as_bytes()) else {
+                self.err(
+                    &at,
+                    format!("{k:?} is not a valid header name"),
+                    "use letters, digits and `-`",
+                );
+                continue;
+            };
+            let key = format!("{}/http.headers.{k}", self.name);
+            if let Some(t) = self.add(key, v, &at, false) {
+                headers.push((header, t));
+            }
+        }
+        headers
+    }
+
+    /// Exactly one of `json` and `text`; never with GET.
+    fn check_body(&mut self, http: &HttpDecl) -> Option<Body> {
+        let body = match &http.body {
+            None => None,
+            Some(BodyDecl {
+                json: Some(_),
+                text: Some(_),
+                ..
+            })
+            | Some(BodyDecl {
+                json: None,
+                text: None,
+                ..
+            }) => {
+                self.err(
+                    ".http.body",
+                    "a body needs exactly one of `json` and `text`".into(),
+                    "keep one of the two",
+                );
+                None
+            }
+            Some(BodyDecl {
+                json: Some(_),
+                content_type: Some(_),
+                ..
+            }) => {
+                self.err(
+                    ".http.body.content_type",
+                    "a `json` body is always sent as application/json".into(),
+                    "remove `content_type`",
+                );
+                None
+            }
+            Some(BodyDecl {
+                text: Some(template),
+                content_type,
+                ..
+            }) => {
+                let key = format!("{}/http.body", self.name);
+                self.add(key, template, ".http.body.text", false)
+                    .map(|t| Body::Text {
+                        template: t,
+                        content_type: content_type
+                            .clone()
+                            .unwrap_or_else(|| "text/plain; charset=utf-8".to_owned()),
+                    })
+            }
+            Some(BodyDecl {
+                json: Some(value), ..
+            }) => {
+                let name = self.name;
+                let mut compile = |pointer: &str, source: &str| {
+                    let single = template::is_single_expression(source);
+                    let key = json_leaf_name(name, pointer, single);
+                    let at = format!(".http.body.json{}", pointer.replace('/', "."));
+                    self.add(key, source, &at, false).map(|k| {
+                        if single {
+                            JsonBody::Value(k)
+                        } else {
+                            JsonBody::Text(k)
+                        }
+                    })
+                };
+                compile_json_body(value, "", &mut compile).map(Body::Json)
+            }
+        };
+        if matches!(http.method, Method::Get) && body.is_some() {
+            self.err(
+                ".http.body",
+                "a GET request cannot have a body".into(),
+                "use POST, PUT or PATCH, or move the values to `query`",
+            );
+        }
+        body
+    }
+
+    /// `response.select` is a JSON pointer; returns the compiled
+    /// `response.template`, if any.
+    fn check_response(&mut self, decl: &ToolDecl) -> Option<String> {
+        if let Some(select) = &decl.response.select
+            && !select.is_empty()
+            && !select.starts_with('/')
+        {
+            self.err(
+                ".response.select",
+                format!("{select:?} is not a JSON pointer"),
+                "write it as `/field/0/name`, starting with `/`",
+            );
+        }
+        let t = decl.response.template.as_ref()?;
+        let key = format!("{}/response.template", self.name);
+        self.add(key, t, ".response.template", true)
+    }
+
+    fn check_durations(&mut self, decl: &ToolDecl) {
+        if let Some(cache) = &decl.cache
+            && cache.ttl.is_zero()
+        {
+            self.err(
+                ".cache.ttl",
+                "the cache TTL is zero".into(),
+                "give a duration such as `5m`, or remove `cache`",
+            );
+        }
+        if let Some(t) = decl.http.timeout
+            && t.is_zero()
+        {
+            self.err(
+                ".http.timeout",
+                "the timeout is zero".into(),
+                "give a duration such as `10s`, or remove it to use the default",
+            );
+        }
+    }
+
+    /// A warning for a text body that inserts arguments raw (neither JSON
+    /// nor form-encoded), where a value can change the body's structure.
+    fn warn_raw_text_body(&mut self, body: Option<&Body>) {
+        if let Some(Body::Text {
+            template,
+            content_type,
+        }) = body
+            && self.args_templates.contains(template)
+            && !crate::tool::http::is_form(content_type)
+        {
+            let at = self.at(".http.body.text");
+            self.diags.push(Diagnostic::warning(
+                &self.file.file,
+                at,
+                format!(
+                    "the text body inserts arguments as they are (content type {content_type}), so a value can change the body's structure"
+                ),
+                "use a `json` body (values stay JSON values) or content_type application/x-www-form-urlencoded (values are form-encoded)",
+            ));
+        }
+    }
+
+    /// The declared redirects: 1 to 10, to origins only.
+    fn check_redirects(&mut self, http: &HttpDecl) -> Option<crate::tool::http::Redirects> {
+        let r = http.redirects.as_ref()?;
+        let mut ok = true;
+        if !(1..=10).contains(&r.max) {
+            self.err(
+                ".http.redirects.max",
+                format!("{} redirects is outside 1 to 10", r.max),
+                "give a number from 1 to 10, or remove `redirects` to follow none",
+            );
+            ok = false;
+        }
+        let mut origins = Vec::new();
+        for (j, o) in r.origins.iter().enumerate() {
+            match url::Url::parse(o) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.path() == "/" => {
+                    origins.push(u.origin());
+                }
+                _ => {
+                    self.err(
+                        &format!(".http.redirects.origins[{j}]"),
+                        format!("{o:?} is not an origin"),
+                        "write scheme and host (and port), e.g. https://cdn.example.com",
+                    );
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(crate::tool::http::Redirects {
+            max: usize::from(r.max),
+            origins,
+        })
+    }
 }
 
 /// Checks a parameters schema; returns the declared property names.
@@ -494,27 +531,21 @@ fn check_variable(var: &str, scope: &Scope<'_>) -> Result<(), (String, String)> 
 
 /// Compiles one templated leaf of a JSON body: (diagnostics, JSON pointer,
 /// template source).
-type LeafCompiler<'a> = dyn FnMut(&mut Vec<Diagnostic>, &str, &str) -> Option<JsonBody> + 'a;
+type LeafCompiler<'a> = dyn FnMut(&str, &str) -> Option<JsonBody> + 'a;
 
 /// Compiles a JSON body: string leaves holding template syntax become
 /// templates, everything else stays literal.
 fn compile_json_body(
     value: &Value,
     pointer: &str,
-    diags: &mut Vec<Diagnostic>,
     compile: &mut LeafCompiler<'_>,
 ) -> Option<JsonBody> {
     Some(match value {
-        Value::String(s) if template::is_template(s) => compile(diags, pointer, s)?,
+        Value::String(s) if template::is_template(s) => compile(pointer, s)?,
         Value::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
             for (i, v) in items.iter().enumerate() {
-                out.push(compile_json_body(
-                    v,
-                    &format!("{pointer}/{i}"),
-                    diags,
-                    compile,
-                )?);
+                out.push(compile_json_body(v, &format!("{pointer}/{i}"), compile)?);
             }
             JsonBody::Array(out)
         }
@@ -523,7 +554,7 @@ fn compile_json_body(
             for (k, v) in map {
                 out.push((
                     k.clone(),
-                    compile_json_body(v, &format!("{pointer}/{k}"), diags, compile)?,
+                    compile_json_body(v, &format!("{pointer}/{k}"), compile)?,
                 ));
             }
             JsonBody::Object(out)
