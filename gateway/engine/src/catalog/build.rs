@@ -26,13 +26,113 @@ pub(super) fn build(
     let upstreams = build_upstreams(&raw.dir, &raw.gateway, env, &mut diags);
 
     let mut templates = TemplateSet::default();
+    let DeclaredTools {
+        pending,
+        mut unavailable,
+        mut declared,
+        first_seen,
+    } = declared_tools(&raw, env, &mut templates, &mut diags);
+
+    // Native tools: the enabled builtins, then the embedding binary's.
+    let builtins = super::builtins::select(&raw.gateway, &mut diags);
+    let native_tools = super::natives::register(
+        &raw.gateway,
+        builtins,
+        natives,
+        &first_seen,
+        &mut declared,
+        &mut diags,
+    );
+    let mut extensions = toolgate::Extensions::default();
+    extensions.insert(Arc::new(toolgate_builtins::BuiltinSettings::new(
+        &settings.builtins,
+        &raw.dir,
+    )));
+
+    // MCP servers: validated now; their tools are known once they run.
+    let reserved: HashMap<String, String> = first_seen
+        .iter()
+        .map(|(n, (f, p))| (n.clone(), format!("{f}:{}", p.line)))
+        .chain(
+            native_tools
+                .iter()
+                .map(|t| (t.name.clone(), t.origin.clone())),
+        )
+        .collect();
+    let mcp_specs = super::mcp::check_servers(&raw, env, &reserved, &mut diags);
+
+    let tool_names: BTreeSet<&str> = pending
+        .iter()
+        .map(|(s, _)| s.name.as_str())
+        .chain(native_tools.iter().map(|t| t.name.as_str()))
+        .collect();
+    let sets = toolset::resolve(
+        &raw.set_files,
+        &declared,
+        !raw.tools_incomplete,
+        &|name| tool_names.contains(name),
+        &|entry| crate::tool::mcp::McpRegistry::servers_for(&mcp_specs, entry),
+        &mut diags,
+    );
+
+    let default_set = default_set(&raw, &sets, &mut diags);
+
+    super::settings::check_limits(&raw.gateway, &mut diags);
+    super::settings::check_audit(&raw.gateway, &mut diags);
+    let keys = super::keys::check(&raw.gateway, &sets, default_set.as_deref(), env, &mut diags);
+
+    diag::sort(&mut diags);
+    if diags.iter().any(Diagnostic::is_error) {
+        return Err(ConfigErrors { diagnostics: diags });
+    }
+
+    let mut tools = http_tools(
+        pending,
+        templates,
+        settings.limits.max_response_bytes,
+        &mut unavailable,
+    );
+    for tool in native_tools {
+        tools.insert(tool.name.clone(), tool);
+    }
+
+    Ok(Catalog {
+        mcp: super::mcp::registry(mcp_specs, &tools, &sets),
+        extensions,
+        settings: raw.gateway.value,
+        tools,
+        unavailable,
+        sets,
+        default_set,
+        upstreams,
+        warnings: diags,
+        keys,
+    })
+}
+
+/// The YAML-declared HTTP tools, checked: those ready to build, those
+/// disabled by an unset variable, and every declared name with where it
+/// was first declared.
+struct DeclaredTools {
+    pending: Vec<(ToolSpec, PendingHttp)>,
+    unavailable: IndexMap<String, Unavailable>,
+    declared: Vec<String>,
+    first_seen: HashMap<String, (String, Pos)>,
+}
+
+fn declared_tools(
+    raw: &RawConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+    templates: &mut TemplateSet,
+    diags: &mut Vec<Diagnostic>,
+) -> DeclaredTools {
     let mut pending: Vec<(ToolSpec, PendingHttp)> = Vec::new();
     let mut unavailable = IndexMap::new();
     let mut declared: Vec<String> = Vec::new();
     let mut first_seen: HashMap<String, (String, Pos)> = HashMap::new();
 
     for file in &raw.tool_files {
-        let env_values = check_env(file, env, &mut diags);
+        let env_values = check_env(file, env, diags);
         for (i, decl) in file.value.tools.iter().enumerate() {
             let Some(decl) = decl else { continue };
             let at = |p: &str| file.pos(&format!("tools[{i}]{p}"));
@@ -61,7 +161,7 @@ pub(super) fn build(
             declared.push(decl.name.clone());
 
             let before = diags.iter().filter(|d| d.is_error()).count();
-            let checked = check_tool(file, i, decl, &mut templates, &mut diags);
+            let checked = check_tool(file, i, decl, templates, diags);
             let clean = diags.iter().filter(|d| d.is_error()).count() == before;
             let Some(http) = checked.filter(|_| clean) else {
                 continue;
@@ -119,49 +219,22 @@ pub(super) fn build(
         }
     }
 
-    // Native tools: the enabled builtins, then the embedding binary's.
-    let builtins = super::builtins::select(&raw.gateway, &mut diags);
-    let native_tools = super::natives::register(
-        &raw.gateway,
-        builtins,
-        natives,
-        &first_seen,
-        &mut declared,
-        &mut diags,
-    );
-    let mut extensions = toolgate::Extensions::default();
-    extensions.insert(Arc::new(toolgate_builtins::BuiltinSettings::new(
-        &settings.builtins,
-        &raw.dir,
-    )));
+    DeclaredTools {
+        pending,
+        unavailable,
+        declared,
+        first_seen,
+    }
+}
 
-    // MCP servers: validated now; their tools are known once they run.
-    let reserved: HashMap<String, String> = first_seen
-        .iter()
-        .map(|(n, (f, p))| (n.clone(), format!("{f}:{}", p.line)))
-        .chain(
-            native_tools
-                .iter()
-                .map(|t| (t.name.clone(), t.origin.clone())),
-        )
-        .collect();
-    let mcp_specs = super::mcp::check_servers(&raw, env, &reserved, &mut diags);
-
-    let tool_names: BTreeSet<&str> = pending
-        .iter()
-        .map(|(s, _)| s.name.as_str())
-        .chain(native_tools.iter().map(|t| t.name.as_str()))
-        .collect();
-    let sets = toolset::resolve(
-        &raw.set_files,
-        &declared,
-        !raw.tools_incomplete,
-        &|name| tool_names.contains(name),
-        &|entry| crate::tool::mcp::McpRegistry::servers_for(&mcp_specs, entry),
-        &mut diags,
-    );
-
-    let default_set = match &settings.defaults.tool_set {
+/// The gateway's default tool set: `defaults.tool_set` (which must
+/// exist), else a set called `default` if there is one.
+fn default_set(
+    raw: &RawConfig,
+    sets: &IndexMap<String, super::ToolSet>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<String> {
+    match &raw.gateway.value.defaults.tool_set {
         Some(name) if !sets.contains_key(name) => {
             diags.push(Diagnostic::error(
                 &raw.gateway.file,
@@ -173,19 +246,17 @@ pub(super) fn build(
         }
         Some(name) => Some(name.clone()),
         None => sets.contains_key("default").then(|| "default".to_owned()),
-    };
-
-    super::settings::check_limits(&raw.gateway, &mut diags);
-    super::settings::check_audit(&raw.gateway, &mut diags);
-    let keys = super::keys::check(&raw.gateway, &sets, default_set.as_deref(), env, &mut diags);
-
-    diag::sort(&mut diags);
-    if diags.iter().any(Diagnostic::is_error) {
-        return Err(ConfigErrors { diagnostics: diags });
     }
+}
 
+/// The checked HTTP tools built, sharing one template environment.
+fn http_tools(
+    pending: Vec<(ToolSpec, PendingHttp)>,
+    templates: TemplateSet,
+    max_response_bytes: usize,
+    unavailable: &mut IndexMap<String, Unavailable>,
+) -> IndexMap<String, Arc<Tool>> {
     let env = templates.finish();
-    let max_response_bytes = settings.limits.max_response_bytes;
     let mut tools = IndexMap::with_capacity(pending.len());
     for (spec, http) in pending {
         let name = spec.name.clone();
@@ -222,22 +293,7 @@ pub(super) fn build(
         }
     }
 
-    for tool in native_tools {
-        tools.insert(tool.name.clone(), tool);
-    }
-
-    Ok(Catalog {
-        mcp: super::mcp::registry(mcp_specs, &tools, &sets),
-        extensions,
-        settings: raw.gateway.value,
-        tools,
-        unavailable,
-        sets,
-        default_set,
-        upstreams,
-        warnings: diags,
-        keys,
-    })
+    tools
 }
 
 fn check_settings(file: &Loaded<toolgate_config::GatewayFile>, diags: &mut Vec<Diagnostic>) {

@@ -177,12 +177,8 @@ impl ToolCheck<'_> {
             Ok(vars) => {
                 for var in vars {
                     if let Err((msg, hint)) = check_variable(&var, &scope) {
-                        self.diags.push(Diagnostic::error(
-                            &self.file.file,
-                            pos,
-                            msg,
-                            &hint,
-                        ));
+                        self.diags
+                            .push(Diagnostic::error(&self.file.file, pos, msg, &hint));
                     } else if let Some(v) = var.strip_prefix("env.") {
                         self.env_used
                             .insert(v.split('.').next().unwrap_or(v).to_owned());
