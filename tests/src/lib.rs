@@ -211,9 +211,87 @@ impl ConfigDir {
         ConfigDir { dir }
     }
 
+    /// A folder from one fixture text holding every file: each file
+    /// begins with a line `--- <path>` (e.g. `--- tools.d/t.yaml`), and
+    /// `${NAME}` is replaced by the value `vars` gives `NAME`, so templates
+    /// keep their own `{{ }}` as written. A placeholder without a value
+    /// panics (the test is wrong).
+    pub fn fixture(text: &str, vars: &[(&str, &str)]) -> ConfigDir {
+        let text = fill(text, vars);
+        let mut files: Vec<(String, String)> = Vec::new();
+        for line in text.lines() {
+            if let Some(path) = line.strip_prefix("--- ") {
+                files.push((path.trim().to_owned(), String::new()));
+            } else if let Some((_, content)) = files.last_mut() {
+                content.push_str(line);
+                content.push('\n');
+            } else {
+                assert!(
+                    line.trim().is_empty(),
+                    "fixture text before the first `--- path`: {line}"
+                );
+            }
+        }
+        let files: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, c)| (p.as_str(), c.as_str()))
+            .collect();
+        ConfigDir::new(&files)
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
+}
+
+/// A tools file with one HTTP tool `name` that answers its `q` argument
+/// (the backend's `/echo` route, `select: /params/q`).
+pub fn lookup_tool(backend: &Backend, name: &str, description: &str) -> String {
+    fill(
+        r#"tools:
+  - name: ${NAME}
+    description: ${DESCRIPTION}
+    parameters:
+      type: object
+      properties:
+        q: { type: string }
+      required: [q]
+    http:
+      url: "${BACKEND}/echo/${NAME}"
+      query: { q: "{{ args.q }}" }
+    response:
+      select: /params/q
+"#,
+        &[
+            ("NAME", name),
+            ("DESCRIPTION", description),
+            ("BACKEND", &backend.url()),
+        ],
+    )
+}
+
+/// `text` with each `${NAME}` replaced by the value `vars` gives `NAME`;
+/// panics on a placeholder without a value.
+pub fn fill(text: &str, vars: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after
+            .find('}')
+            .unwrap_or_else(|| panic!("unclosed placeholder in fixture: {after}"));
+        let name = &after[..end];
+        let value = vars
+            .iter()
+            .find(|(k, _)| *k == name)
+            .unwrap_or_else(|| panic!("fixture placeholder ${{{name}}} has no value"))
+            .1;
+        out.push_str(value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Loads a catalog with a fixed environment; panics listing every error.

@@ -12,7 +12,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use toolgate_engine::chat::{self, Answer, ChatError, ChatRequest, Event, Plan, Summary};
+use toolgate_engine::chat::{
+    self, Answer, ChatError, ChatRequest, Event, FinishReason, Plan, Summary,
+};
 use toolgate_engine::formatter::Call;
 use toolgate_engine::limits::Permit;
 use toolgate_engine::openai::ChunkBuilder;
@@ -128,14 +130,32 @@ fn completion(answer: Answer, model: &str) -> Value {
     // The engine checked that `choices[0].message` exists.
     if let Some(choice) = completion.pointer_mut("/choices/0") {
         choice["message"] = message;
-        choice["finish_reason"] = json!(summary.finish.as_str());
+        choice["finish_reason"] = json!(wire_finish(&summary.finish));
     }
     completion["model"] = json!(model);
+    completion["toolgate"] = report(&summary);
     if !summary.usage.is_null() {
         completion["usage"] = summary.usage;
     }
-    completion["toolgate"] = json!(summary.report);
     completion
+}
+
+/// OpenAI's `finish_reason` for how the loop ended: a spent tool budget
+/// ends with an answer, so it is `stop` (clients that see anything else
+/// ask again); the precise reason is in the report.
+fn wire_finish(finish: &FinishReason) -> &str {
+    match finish {
+        FinishReason::MaxToolIterations => "stop",
+        other => other.as_str(),
+    }
+}
+
+/// The `toolgate` extension field: the loop's report and its precise
+/// finish reason.
+fn report(summary: &Summary) -> Value {
+    let mut report = json!(summary.report);
+    report["finish_reason"] = json!(summary.finish.as_str());
+    report
 }
 
 /// Encodes a loop's events as OpenAI chunks.
@@ -193,8 +213,10 @@ impl Chunks {
             delta["role"] = json!("assistant");
             delta["content"] = json!("");
         }
-        let mut last = self.builder.delta(delta, Some(summary.finish.as_str()));
-        last["toolgate"] = json!(summary.report);
+        let mut last = self
+            .builder
+            .delta(delta, Some(wire_finish(&summary.finish)));
+        last["toolgate"] = report(&summary);
         let mut out = vec![data_event(&last)];
         if self.include_usage && !summary.usage.is_null() {
             out.push(data_event(&self.builder.usage(&summary.usage)));

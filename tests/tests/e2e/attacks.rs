@@ -358,35 +358,36 @@ async fn nothing_a_command_starts_outlives_the_call() {
 async fn http_tools_follow_redirects_only_as_declared_and_never_carry_secrets_away() {
     let a = Backend::start().await;
     let b = Backend::start().await;
-    let tools = format!(
-        r#"env:
+    let dir = ConfigDir::fixture(
+        r#"
+--- toolgate.yaml
+--- tools.d/r.yaml
+env:
   API_KEY: required
 tools:
   - name: plain
     description: follows nothing
-    parameters: {{type: object, properties: {{to: {{type: string}}}}, required: [to]}}
+    parameters: {type: object, properties: {to: {type: string}}, required: [to]}
     http:
-      url: "{a}/redirect?to={{{{ args.to }}}}"
-      headers: {{X-Api-Key: "{{{{ env.API_KEY }}}}"}}
+      url: "${A}/redirect?to={{ args.to }}"
+      headers: {X-Api-Key: "{{ env.API_KEY }}"}
   - name: same_origin
     description: follows its own origin
-    parameters: {{type: object, properties: {{to: {{type: string}}}}, required: [to]}}
+    parameters: {type: object, properties: {to: {type: string}}, required: [to]}
     http:
-      url: "{a}/redirect?to={{{{ args.to }}}}"
-      headers: {{X-Api-Key: "{{{{ env.API_KEY }}}}"}}
-      redirects: {{max: 2}}
+      url: "${A}/redirect?to={{ args.to }}"
+      headers: {X-Api-Key: "{{ env.API_KEY }}"}
+      redirects: {max: 2}
   - name: to_cdn
     description: may go to b
-    parameters: {{type: object, properties: {{to: {{type: string}}}}, required: [to]}}
+    parameters: {type: object, properties: {to: {type: string}}, required: [to]}
     http:
-      url: "{a}/redirect?to={{{{ args.to }}}}"
-      headers: {{X-Api-Key: "{{{{ env.API_KEY }}}}"}}
-      redirects: {{max: 2, origins: ["{b}"]}}
+      url: "${A}/redirect?to={{ args.to }}"
+      headers: {X-Api-Key: "{{ env.API_KEY }}"}
+      redirects: {max: 2, origins: ["${B}"]}
 "#,
-        a = a.url(),
-        b = b.url()
+        &[("A", &a.url()), ("B", &b.url())],
     );
-    let dir = ConfigDir::new(&[("toolgate.yaml", ""), ("tools.d/r.yaml", &tools)]);
     let catalog = load_catalog(dir.path(), &[("API_KEY", "k-secret-123")]);
     let exec = Executor::new(http_client().unwrap());
     let call = |name: &str, to: String| ToolCall {
@@ -455,22 +456,24 @@ tools:
 async fn secrets_are_scrubbed_in_every_encoding_the_gateway_applied() {
     let backend = Backend::start().await;
     let secret = "s3cr3t/+key&x y=z";
-    let tools = format!(
-        r#"env:
+    let dir = ConfigDir::fixture(
+        r#"
+--- toolgate.yaml
+--- tools.d/l.yaml
+env:
   SECRET: required
   BASIC: required
 tools:
   - name: leaky
     description: a backend that repeats the request in its errors
-    parameters: {{type: object, properties: {{}}}}
+    parameters: {type: object, properties: {}}
     http:
-      url: "{}/echo-error"
-      query: {{api_key: "{{{{ env.SECRET }}}}"}}
-      headers: {{Authorization: "Basic {{{{ env.BASIC }}}}", X-Token: "{{{{ env.SECRET }}}}"}}
+      url: "${BACKEND}/echo-error"
+      query: {api_key: "{{ env.SECRET }}"}
+      headers: {Authorization: "Basic {{ env.BASIC }}", X-Token: "{{ env.SECRET }}"}
 "#,
-        backend.url()
+        &[("BACKEND", &backend.url())],
     );
-    let dir = ConfigDir::new(&[("toolgate.yaml", ""), ("tools.d/l.yaml", &tools)]);
     let basic = "dXNlcjpwYXNzd29yZA==";
     let catalog = load_catalog(dir.path(), &[("SECRET", secret), ("BASIC", basic)]);
     let r = Executor::new(http_client().unwrap())
@@ -838,26 +841,28 @@ async fn sub_agents_count_against_the_key_and_keys_have_their_own_caps() {
 #[tokio::test]
 async fn object_arguments_and_form_bodies_are_encoded() {
     let backend = Backend::start().await;
-    let tools = format!(
-        r#"tools:
+    let dir = ConfigDir::fixture(
+        r#"
+--- toolgate.yaml
+--- tools.d/e.yaml
+tools:
   - name: by_object
     description: an object in the URL
-    parameters: {{type: object, properties: {{o: {{type: object}}}}, required: [o]}}
+    parameters: {type: object, properties: {o: {type: object}}, required: [o]}
     http:
-      url: "{u}/echo/{{{{ args.o }}}}?fixed=1"
+      url: "${BACKEND}/echo/{{ args.o }}?fixed=1"
   - name: form
     description: a form body
-    parameters: {{type: object, properties: {{t: {{type: string}}}}, required: [t]}}
+    parameters: {type: object, properties: {t: {type: string}}, required: [t]}
     http:
       method: POST
-      url: "{u}/echo/form"
+      url: "${BACKEND}/echo/form"
       body:
-        text: "name={{{{ args.t }}}}&role=user"
+        text: "name={{ args.t }}&role=user"
         content_type: application/x-www-form-urlencoded
 "#,
-        u = backend.url()
+        &[("BACKEND", &backend.url())],
     );
-    let dir = ConfigDir::new(&[("toolgate.yaml", ""), ("tools.d/e.yaml", &tools)]);
     let catalog = load_catalog(dir.path(), &[]);
     let exec = Executor::new(http_client().unwrap());
     let run = |name: &str, args: Value| ToolCall {
@@ -894,19 +899,21 @@ async fn object_arguments_and_form_bodies_are_encoded() {
     );
 
     // A plain-text body inserting an argument: `check` warns.
-    let raw = format!(
-        r#"tools:
+    let dir = ConfigDir::fixture(
+        r#"
+--- toolgate.yaml
+--- tools.d/raw.yaml
+tools:
   - name: raw
     description: raw text
-    parameters: {{type: object, properties: {{t: {{type: string}}}}, required: [t]}}
+    parameters: {type: object, properties: {t: {type: string}}, required: [t]}
     http:
       method: POST
-      url: "{}/echo/raw"
-      body: {{text: "value={{{{ args.t }}}}"}}
+      url: "${BACKEND}/echo/raw"
+      body: {text: "value={{ args.t }}"}
 "#,
-        backend.url()
+        &[("BACKEND", &backend.url())],
     );
-    let dir = ConfigDir::new(&[("toolgate.yaml", ""), ("tools.d/raw.yaml", &raw)]);
     let (code, out, err) = toolgate_tests::run_cli(
         &toolgate_tests::toolgate_bin(),
         &["check", "--config", dir.path().to_str().unwrap()],

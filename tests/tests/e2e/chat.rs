@@ -7,6 +7,58 @@ use serde_json::{Value, json};
 use toolgate_tests::mock_llm::MockLlm;
 use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog, post_json, post_sse, user};
 
+const CONFIG: &str = r#"
+--- toolgate.yaml
+defaults:
+  tool_set: web
+  tool_timeout: 5s
+  max_tool_iterations: 5
+limits:
+  max_tool_iterations: 6
+upstreams:
+  - name: mock
+    base_url: ${MODEL}
+    read_timeout: 1s
+    retries: { max_attempts: 3, initial_backoff: 10ms, max_backoff: 2s }
+models:
+  - model: fast
+    upstream: mock
+    upstream_model: mock-model
+  - model: "mock-*"
+    upstream: mock
+--- tools.d/t.yaml
+tools:
+  - name: lookup
+    description: Look something up.
+    parameters:
+      type: object
+      properties:
+        q: { type: string }
+      required: [q]
+    http:
+      url: "${BACKEND}/echo/lookup"
+      query: { q: "{{ args.q }}" }
+    response:
+      select: /params/q
+  - name: slow
+    description: Slow.
+    parameters:
+      type: object
+      properties:
+        ms: { type: integer }
+      required: [ms]
+    http:
+      url: "${BACKEND}/sleep"
+      query: { ms: "{{ args.ms }}" }
+      timeout: 300ms
+--- tool-sets/web.yaml
+name: web
+tools: [lookup, slow]
+--- tool-sets/other.yaml
+name: other
+tools: [lookup]
+"#;
+
 struct Setup {
     backend: Backend,
     model: MockLlm,
@@ -17,63 +69,10 @@ struct Setup {
 async fn setup() -> Setup {
     let backend = Backend::start().await;
     let model = MockLlm::start().await;
-    let gateway_yaml = format!(
-        "
-defaults:
-  tool_set: web
-  tool_timeout: 5s
-  max_tool_iterations: 5
-limits:
-  max_tool_iterations: 6
-upstreams:
-  - name: mock
-    base_url: {}
-    read_timeout: 1s
-    retries: {{ max_attempts: 3, initial_backoff: 10ms, max_backoff: 2s }}
-models:
-  - model: fast
-    upstream: mock
-    upstream_model: mock-model
-  - model: \"mock-*\"
-    upstream: mock
-",
-        model.base_url()
+    let dir = ConfigDir::fixture(
+        CONFIG,
+        &[("MODEL", &model.base_url()), ("BACKEND", &backend.url())],
     );
-    let tools = format!(
-        r#"
-tools:
-  - name: lookup
-    description: Look something up.
-    parameters:
-      type: object
-      properties:
-        q: {{ type: string }}
-      required: [q]
-    http:
-      url: "{base}/echo/lookup"
-      query: {{ q: "{{{{ args.q }}}}" }}
-    response:
-      select: /params/q
-  - name: slow
-    description: Slow.
-    parameters:
-      type: object
-      properties:
-        ms: {{ type: integer }}
-      required: [ms]
-    http:
-      url: "{base}/sleep"
-      query: {{ ms: "{{{{ args.ms }}}}" }}
-      timeout: 300ms
-"#,
-        base = backend.url()
-    );
-    let dir = ConfigDir::new(&[
-        ("toolgate.yaml", &gateway_yaml),
-        ("tools.d/t.yaml", &tools),
-        ("tool-sets/web.yaml", "name: web\ntools: [lookup, slow]\n"),
-        ("tool-sets/other.yaml", "name: other\ntools: [lookup]\n"),
-    ]);
     let catalog = load_catalog(dir.path(), &[]);
     let gateway = Gateway::start(catalog).await;
     Setup {
@@ -208,17 +207,52 @@ async fn the_loop_stops_at_max_iterations() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["choices"][0]["finish_reason"], "max_tool_iterations");
-    assert_eq!(body["toolgate"]["iterations"], 3);
+    // The spent budget ends with an answer (one last call without the
+    // gateway's tools), so clients stop: a standard finish reason, the
+    // precise one in the report.
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    assert_eq!(body["toolgate"]["finish_reason"], "max_tool_iterations");
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "Tool results: [lookup] again | [lookup] again"
+    );
+    assert_eq!(body["toolgate"]["iterations"], 4);
     assert_eq!(body["toolgate"]["tool_calls"].as_array().unwrap().len(), 2);
     assert!(body["choices"][0]["message"].get("tool_calls").is_none());
-    // A request cannot go past the hard cap (6).
+    let requests = s.model.requests();
+    assert_eq!(
+        requests.len(),
+        4,
+        "one loop: three calls with tools, one without"
+    );
+    assert!(requests[3].get("tools").is_none(), "{}", requests[3]);
+    assert!(requests[2].get("tools").is_some());
+    // Streamed, the same answer arrives as content.
+    let (status, events, done) = post_stream(
+        &s,
+        json!({"model": "mock-model", "messages": user("loop lookup {\"q\": \"again\"}"), "max_tool_iterations": 3, "stream": true}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(done);
+    let text: String = events
+        .iter()
+        .filter_map(|e| {
+            e.pointer("/choices/0/delta/content")
+                .and_then(Value::as_str)
+        })
+        .collect();
+    assert_eq!(text, "Tool results: [lookup] again | [lookup] again");
+    let last = events.iter().rfind(|e| e["toolgate"].is_object()).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "stop");
+    assert_eq!(last["toolgate"]["finish_reason"], "max_tool_iterations");
+    // A request cannot go past the hard cap (6), plus the last call.
     let (_, body) = post(
         &s,
         json!({"model": "mock-model", "messages": user("loop lookup {\"q\": \"again\"}"), "max_tool_iterations": 100}),
     )
     .await;
-    assert_eq!(body["toolgate"]["iterations"], 6);
+    assert_eq!(body["toolgate"]["iterations"], 7);
 }
 
 #[tokio::test]

@@ -517,12 +517,25 @@ async fn the_api_answers_errors_in_openai_form() {
             .contains("available: default, slow")
     );
 
-    let r = client
-        .get(s.gateway.url("/v1/nothing"))
-        .send()
-        .await
-        .unwrap();
+    // An unknown path names the endpoints the gateway serves...
+    let r = post("/v1/responses", "{}").await.unwrap();
     assert_eq!(r.status(), 404);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unknown_endpoint");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("POST /v1/responses"), "{message}");
+    assert!(message.contains("POST /v1/chat/completions"), "{message}");
+    // ...and every endpoint it names is served (none answers that 404).
+    for endpoint in toolgate_server::api::ENDPOINTS {
+        let (method, path) = endpoint.split_once(' ').unwrap();
+        let path = path.replace("{name}", "echo_path");
+        let r = match method {
+            "GET" => client.get(s.gateway.url(&path)).send().await.unwrap(),
+            _ => post(&path, "{}").await.unwrap(),
+        };
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        assert_ne!(body["error"]["code"], "unknown_endpoint", "{endpoint}");
+    }
     let r = client
         .get(s.gateway.url("/v1/tools/echo_path/invoke"))
         .send()

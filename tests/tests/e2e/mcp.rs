@@ -220,20 +220,21 @@ async fn the_time_server_from_pypi() {
 #[tokio::test]
 async fn streamable_http_with_headers_from_the_environment() {
     let server = require!(HttpServer::start().await);
-    let yaml = format!(
-        r#"env:
+    let dir = ConfigDir::fixture(
+        r#"
+--- tools.d/remote.yaml
+env:
   TEST_TOKEN: required
 mcp_servers:
   - name: remote
     transport: http
-    url: {}
+    url: ${URL}
     headers:
-      X-Test-Token: "tok-{{{{ env.TEST_TOKEN }}}}"
-    tools: {{ prefix: "r_", exclude: [grow] }}
+      X-Test-Token: "tok-{{ env.TEST_TOKEN }}"
+    tools: { prefix: "r_", exclude: [grow] }
 "#,
-        server.url
+        &[("URL", &server.url)],
     );
-    let dir = ConfigDir::new(&[("tools.d/remote.yaml", &yaml)]);
     let catalog = load_catalog(dir.path(), &[("TEST_TOKEN", "s3cret")]);
     start(&catalog).await;
     assert!(catalog.tool("r_grow").is_none(), "excluded");
@@ -341,21 +342,24 @@ async fn read_only_tools_are_cached_only_when_the_server_asks_for_it() {
 #[tokio::test]
 async fn stdio_servers_get_their_env_and_cwd_and_not_the_gateway_environment() {
     let (python, script) = require!(mcp_support::python_server());
-    let yaml = format!(
-        r#"env:
+    let dir = ConfigDir::fixture(
+        r#"
+--- tools.d/py.yaml
+env:
   GREETING: optional
 mcp_servers:
   - name: py
     transport: stdio
-    command: {python}
-    args: ["{script}", "stdio"]
+    command: ${PYTHON}
+    args: ["${SCRIPT}", "stdio"]
     env:
-      SERVER_GREETING: "{{{{ env.GREETING }}}} from the gateway"
+      SERVER_GREETING: "{{ env.GREETING }} from the gateway"
     cwd: work
-    tools: {{ prefix: py_ }}
-"#
+    tools: { prefix: py_ }
+--- work/.keep
+"#,
+        &[("PYTHON", &python), ("SCRIPT", &script)],
     );
-    let dir = ConfigDir::new(&[("tools.d/py.yaml", &yaml), ("work/.keep", "")]);
     let catalog = load_catalog(dir.path(), &[("GREETING", "hello")]);
     start(&catalog).await;
     let t = text(&call(&catalog, "py_getenv", json!({"name": "SERVER_GREETING"})).await);

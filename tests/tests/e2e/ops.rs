@@ -35,27 +35,6 @@ reload: {{ debounce: 100ms }}
     )
 }
 
-/// An HTTP tool `name` answering its `q` argument.
-fn lookup_yaml(backend: &Backend, name: &str, description: &str) -> String {
-    format!(
-        r#"tools:
-  - name: {name}
-    description: {description}
-    parameters:
-      type: object
-      properties:
-        q: {{ type: string }}
-      required: [q]
-    http:
-      url: "{base}/echo/{name}"
-      query: {{ q: "{{{{ args.q }}}}" }}
-    response:
-      select: /params/q
-"#,
-        base = backend.url()
-    )
-}
-
 struct Client {
     base: String,
     http: reqwest::Client,
@@ -183,7 +162,7 @@ async fn a_valid_change_makes_a_new_tool_callable_without_restart() {
         ("toolgate.yaml", &gateway_yaml(&model, "")),
         (
             "tools.d/a.yaml",
-            &lookup_yaml(&backend, "lookup", "Look up."),
+            &toolgate_tests::lookup_tool(&backend, "lookup", "Look up."),
         ),
         ("tool-sets/default.yaml", "name: default\ntools: [lookup]\n"),
     ]);
@@ -197,7 +176,7 @@ async fn a_valid_change_makes_a_new_tool_callable_without_restart() {
     write_atomically(
         dir.path(),
         "tools.d/b.yaml",
-        &lookup_yaml(&backend, "fresh", "Freshly added."),
+        &toolgate_tests::lookup_tool(&backend, "fresh", "Freshly added."),
     );
     write_atomically(
         dir.path(),
@@ -258,7 +237,7 @@ async fn a_broken_change_keeps_the_old_catalog_serving() {
         ("toolgate.yaml", &gateway_yaml(&model, "")),
         (
             "tools.d/a.yaml",
-            &lookup_yaml(&backend, "lookup", "Look up."),
+            &toolgate_tests::lookup_tool(&backend, "lookup", "Look up."),
         ),
     ]);
     let s = Served::start(dir.path(), ENV).await;
@@ -268,7 +247,7 @@ async fn a_broken_change_keeps_the_old_catalog_serving() {
     write_atomically(
         dir.path(),
         "tools.d/a.yaml",
-        &lookup_yaml(&backend, "look up", "Look up."),
+        &toolgate_tests::lookup_tool(&backend, "look up", "Look up."),
     );
     write_atomically(dir.path(), "tools.d/b.yaml", "tools: [oops\n");
     let h = s.reload_failed().await;
@@ -283,7 +262,7 @@ async fn a_broken_change_keeps_the_old_catalog_serving() {
     write_atomically(
         dir.path(),
         "tools.d/a.yaml",
-        &lookup_yaml(&backend, "lookup2", "Renamed."),
+        &toolgate_tests::lookup_tool(&backend, "lookup2", "Renamed."),
     );
     s.reloaded(2).await;
     let (status, _, _) = c.invoke(None, "lookup2", json!({"q": "x"})).await;
@@ -300,7 +279,7 @@ async fn reloads_during_a_stream_of_requests_fail_no_request() {
         ("toolgate.yaml", &gateway_yaml(&model, "")),
         (
             "tools.d/a.yaml",
-            &lookup_yaml(&backend, "lookup", "Look up."),
+            &toolgate_tests::lookup_tool(&backend, "lookup", "Look up."),
         ),
         ("tool-sets/default.yaml", "name: default\ntools: [lookup]\n"),
     ]);
@@ -348,12 +327,12 @@ async fn reloads_during_a_stream_of_requests_fail_no_request() {
         write_atomically(
             dir.path(),
             "tools.d/a.yaml",
-            &lookup_yaml(&backend, "lookup", &format!("Look up, version {round}.")),
+            &toolgate_tests::lookup_tool(&backend, "lookup", &format!("Look up, version {round}.")),
         );
         write_atomically(
             dir.path(),
             &format!("tools.d/extra{round}.yaml"),
-            &lookup_yaml(&backend, &format!("extra{round}"), "More."),
+            &toolgate_tests::lookup_tool(&backend, &format!("extra{round}"), "More."),
         );
         s.reloaded(2 + round).await;
     }
@@ -405,8 +384,9 @@ async fn keyed_setup() -> (Backend, MockLlm, ConfigDir, Served) {
     let model = MockLlm::start().await;
     let tools = format!(
         "{}{}",
-        lookup_yaml(&backend, "lookup", "Look up."),
-        lookup_yaml(&backend, "secret_tool", "Admins only.").trim_start_matches("tools:\n")
+        toolgate_tests::lookup_tool(&backend, "lookup", "Look up."),
+        toolgate_tests::lookup_tool(&backend, "secret_tool", "Admins only.")
+            .trim_start_matches("tools:\n")
     );
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml(&model, &keys_yaml())),
@@ -556,7 +536,7 @@ async fn keys_reload_with_the_configuration() {
         ("toolgate.yaml", &gateway_yaml(&model, "")),
         (
             "tools.d/a.yaml",
-            &lookup_yaml(&backend, "lookup", "Look up."),
+            &toolgate_tests::lookup_tool(&backend, "lookup", "Look up."),
         ),
     ]);
     let s = Served::start(dir.path(), ENV).await;
@@ -623,20 +603,20 @@ async fn rate_limits_answer_429_with_retry_after() {
 async fn the_audit_log_has_a_line_per_call_with_secrets_redacted() {
     let backend = Backend::start().await;
     let model = MockLlm::start().await;
-    let tools = format!(
+    let tools = toolgate_tests::fill(
         r#"tools:
   - name: login
     description: Log in.
     parameters:
       type: object
       properties:
-        user: {{ type: string }}
-        password: {{ type: string, writeOnly: true }}
+        user: { type: string }
+        password: { type: string, writeOnly: true }
       required: [user, password]
     http:
-      url: "{base}/echo/login"
-      query: {{ user: "{{{{ args.user }}}}" }}
-      headers: {{ X-Password: "{{{{ args.password }}}}" }}
+      url: "${BACKEND}/echo/login"
+      query: { user: "{{ args.user }}" }
+      headers: { X-Password: "{{ args.password }}" }
     response:
       select: /params/user
   - name: broken
@@ -644,23 +624,23 @@ async fn the_audit_log_has_a_line_per_call_with_secrets_redacted() {
     parameters:
       type: object
       properties:
-        token: {{ type: string, x-secret: true }}
+        token: { type: string, x-secret: true }
     http:
-      url: "{base}/status/500"
-      headers: {{ X-Token: "{{{{ args.token }}}}" }}
+      url: "${BACKEND}/status/500"
+      headers: { X-Token: "{{ args.token }}" }
   - name: slow
     description: Too slow.
     parameters:
       type: object
       properties:
-        pin: {{ type: string, writeOnly: true }}
-        ms: {{ type: integer }}
+        pin: { type: string, writeOnly: true }
+        ms: { type: integer }
     http:
-      url: "{base}/sleep"
-      query: {{ ms: "{{{{ args.ms }}}}", pin: "{{{{ args.pin }}}}" }}
+      url: "${BACKEND}/sleep"
+      query: { ms: "{{ args.ms }}", pin: "{{ args.pin }}" }
       timeout: 200ms
 "#,
-        base = backend.url()
+        &[("BACKEND", &backend.url())],
     );
     let dir = ConfigDir::new(&[
         (
@@ -765,7 +745,7 @@ async fn limits_are_answered_with_clear_errors() {
         ("toolgate.yaml", &gateway_yaml(&model, limits)),
         (
             "tools.d/a.yaml",
-            &lookup_yaml(&backend, "lookup", "Look up."),
+            &toolgate_tests::lookup_tool(&backend, "lookup", "Look up."),
         ),
         ("tool-sets/default.yaml", "name: default\ntools: [lookup]\n"),
     ]);
@@ -881,7 +861,7 @@ async fn mcp_sessions_survive_reloads_that_do_not_change_their_server() {
         ("tools.d/mcp.yaml", &format!("mcp_servers:\n{server}")),
         (
             "tools.d/http.yaml",
-            &lookup_yaml(&backend, "lookup", "Look up."),
+            &toolgate_tests::lookup_tool(&backend, "lookup", "Look up."),
         ),
     ]);
     let s = Served::start(dir.path(), ENV).await;
@@ -897,7 +877,7 @@ async fn mcp_sessions_survive_reloads_that_do_not_change_their_server() {
     write_atomically(
         dir.path(),
         "tools.d/http.yaml",
-        &lookup_yaml(&backend, "lookup", "Look up, now better."),
+        &toolgate_tests::lookup_tool(&backend, "lookup", "Look up, now better."),
     );
     s.reloaded(2).await;
     assert_eq!(pid(&c).await, first, "the MCP session was kept");

@@ -10,26 +10,6 @@ use serde_json::{Value, json};
 use toolgate_tests::mock_llm::MockLlm;
 use toolgate_tests::{Backend, ConfigDir, Server, write_atomically};
 
-fn lookup_yaml(backend: &Backend, name: &str) -> String {
-    format!(
-        r#"tools:
-  - name: {name}
-    description: Look something up.
-    parameters:
-      type: object
-      properties:
-        q: {{ type: string }}
-      required: [q]
-    http:
-      url: "{base}/echo/{name}"
-      query: {{ q: "{{{{ args.q }}}}" }}
-    response:
-      select: /params/q
-"#,
-        base = backend.url()
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_a_stream_in_flight_finish_and_flushes_the_audit_log() {
     let backend = Backend::start().await;
@@ -42,7 +22,10 @@ async fn sigterm_lets_a_stream_in_flight_finish_and_flushes_the_audit_log() {
                 model.base_url()
             ),
         ),
-        ("tools.d/a.yaml", &lookup_yaml(&backend, "lookup")),
+        (
+            "tools.d/a.yaml",
+            &toolgate_tests::lookup_tool(&backend, "lookup", "Look something up."),
+        ),
         ("tool-sets/default.yaml", "name: default\ntools: [lookup]\n"),
     ]);
     let mut server = Server::start(dir.path(), &[]).await;
@@ -101,13 +84,16 @@ async fn a_broken_change_is_logged_with_its_position_and_the_old_tools_keep_work
     let backend = Backend::start().await;
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", "reload: { debounce: 100ms }\n"),
-        ("tools.d/a.yaml", &lookup_yaml(&backend, "lookup")),
+        (
+            "tools.d/a.yaml",
+            &toolgate_tests::lookup_tool(&backend, "lookup", "Look something up."),
+        ),
     ]);
     let server = Server::start(dir.path(), &[]).await;
     write_atomically(
         dir.path(),
         "tools.d/a.yaml",
-        &lookup_yaml(&backend, "look up"),
+        &toolgate_tests::lookup_tool(&backend, "look up", "Look something up."),
     );
     let line = server
         .logged("tools.d/a.yaml:2:11: error: tool name \"look up\" is invalid")
@@ -125,13 +111,16 @@ async fn sighup_reloads_the_configuration() {
     let backend = Backend::start().await;
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", "reload: { watch: false }\n"),
-        ("tools.d/a.yaml", &lookup_yaml(&backend, "lookup")),
+        (
+            "tools.d/a.yaml",
+            &toolgate_tests::lookup_tool(&backend, "lookup", "Look something up."),
+        ),
     ]);
     let server = Server::start(dir.path(), &[]).await;
     write_atomically(
         dir.path(),
         "tools.d/b.yaml",
-        &lookup_yaml(&backend, "added"),
+        &toolgate_tests::lookup_tool(&backend, "added", "Look something up."),
     );
     server.signal(Signal::SIGHUP);
     server.logged("configuration reloaded").await;

@@ -7,6 +7,43 @@ use serde_json::{Value, json};
 use toolgate_tests::mock_llm::MockLlm;
 use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog, post_json, post_sse, user};
 
+const CONFIG: &str = r#"
+--- toolgate.yaml
+defaults:
+  tool_set: web
+upstreams:
+  - name: mock
+    base_url: ${MODEL}
+    retries: { max_attempts: 1 }
+models:
+  - model: text-model
+    upstream: mock
+    formatter: structured_prompt
+  - model: fc-model
+    upstream: mock
+    formatter: function_calling
+  - model: "*"
+    upstream: mock
+--- tools.d/t.yaml
+tools:
+  - name: lookup
+    description: Look something up.
+    parameters:
+      type: object
+      properties:
+        q: { type: string }
+        n: { type: integer }
+      required: [q]
+    http:
+      url: "${BACKEND}/echo/lookup"
+      query: { q: "{{ args.q }}", n: "{{ args.n }}" }
+    response:
+      select: /params
+--- tool-sets/web.yaml
+name: web
+tools: [lookup]
+"#;
+
 struct Setup {
     model: MockLlm,
     gateway: Gateway,
@@ -17,50 +54,10 @@ struct Setup {
 async fn setup() -> Setup {
     let backend = Backend::start().await;
     let model = MockLlm::start().await;
-    let gateway_yaml = format!(
-        "
-defaults:
-  tool_set: web
-upstreams:
-  - name: mock
-    base_url: {}
-    retries: {{ max_attempts: 1 }}
-models:
-  - model: text-model
-    upstream: mock
-    formatter: structured_prompt
-  - model: fc-model
-    upstream: mock
-    formatter: function_calling
-  - model: \"*\"
-    upstream: mock
-",
-        model.base_url()
+    let dir = ConfigDir::fixture(
+        CONFIG,
+        &[("MODEL", &model.base_url()), ("BACKEND", &backend.url())],
     );
-    let tools = format!(
-        r#"
-tools:
-  - name: lookup
-    description: Look something up.
-    parameters:
-      type: object
-      properties:
-        q: {{ type: string }}
-        n: {{ type: integer }}
-      required: [q]
-    http:
-      url: "{base}/echo/lookup"
-      query: {{ q: "{{{{ args.q }}}}", n: "{{{{ args.n }}}}" }}
-    response:
-      select: /params
-"#,
-        base = backend.url()
-    );
-    let dir = ConfigDir::new(&[
-        ("toolgate.yaml", &gateway_yaml),
-        ("tools.d/t.yaml", &tools),
-        ("tool-sets/web.yaml", "name: web\ntools: [lookup]\n"),
-    ]);
     let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
     Setup {
         model,

@@ -14,8 +14,11 @@
 //!   of that same turn are not run and not shown: the model sees the client's
 //!   results on the next request and asks again for what it still needs.
 //! - When the budget is spent and the model still asks for gateway tools,
-//!   those calls are not run; the last message is returned without them and
-//!   with `finish_reason: "max_tool_iterations"`.
+//!   those calls are not run: the model gets one last call without the
+//!   gateway's tools (client tools stay offered) to answer from what it has,
+//!   and whatever it says then is the answer (a short text saying the budget
+//!   ran out if it says nothing), finishing `MaxToolIterations`. Clients
+//!   then see an answer, not an empty message they would ask again about.
 //! - The formatter (see [`crate::formatter`]) decides how tools reach the
 //!   model and how calls come back; the loop itself works on OpenAI-shaped
 //!   messages whatever the formatter.
@@ -97,8 +100,9 @@ enum Next {
     Answer,
     /// The model called client tools: return only those calls.
     ClientCalls(Vec<Call>),
-    /// The budget is spent and the model still wants gateway tools.
-    OutOfIterations,
+    /// The budget is spent and the model still wants gateway tools: one
+    /// last call without them.
+    LastCall,
     /// Run these gateway calls and go on.
     Run(Vec<Call>),
 }
@@ -111,6 +115,9 @@ struct Run {
     iterations: u32,
     calls: Vec<CallRecord>,
     usage: Value,
+    /// The budget is spent: this call offers no gateway tools, and its
+    /// answer ends the loop.
+    last_call: bool,
 }
 
 impl Loop {
@@ -131,6 +138,7 @@ impl Loop {
             iterations: 0,
             calls: Vec::new(),
             usage: Value::Null,
+            last_call: false,
             mode,
             l: self,
         })
@@ -187,9 +195,18 @@ impl Loop {
                     run.run_calls(&turn, &calls, iteration).await;
                     continue;
                 }
+                Next::LastCall => {
+                    run.last_call = true;
+                    continue;
+                }
                 Next::ClientCalls(calls) => calls,
-                Next::Answer | Next::OutOfIterations => Vec::new(),
+                Next::Answer => Vec::new(),
             };
+            if client_calls.is_empty()
+                && let Some(text) = run.budget_text(&turn)
+            {
+                turn.content = Some(text);
+            }
             return Ok(Answer {
                 completion,
                 content: turn.content,
@@ -275,21 +292,28 @@ impl Run {
             overrides.push(("stream_options", Value::Null));
         }
         let model = &self.l.resolved.model;
+        // The last call offers the client's tools only.
+        let client_only: Vec<Value>;
+        let tools = if self.last_call {
+            client_only = self.l.request.client_tools.clone();
+            if forced {
+                tool_choice = json!("auto");
+            }
+            &client_only
+        } else {
+            &self.l.tools
+        };
         Ok(match &self.mode {
             Mode::FunctionCalling { .. } => {
-                if iteration > 1 && forced {
+                if iteration > 1 && forced && !tools.is_empty() {
                     overrides.push(("tool_choice", tool_choice));
                 }
-                req.upstream_body(model, &self.messages, &self.l.tools, &overrides)
+                req.upstream_body(model, &self.messages, tools, &overrides)
             }
             Mode::Structured { template, .. } => {
-                let plain = formatter::to_plain_messages(
-                    template,
-                    &self.messages,
-                    &self.l.tools,
-                    &tool_choice,
-                )
-                .map_err(ChatError::Internal)?;
+                let plain =
+                    formatter::to_plain_messages(template, &self.messages, tools, &tool_choice)
+                        .map_err(ChatError::Internal)?;
                 req.upstream_body(model, &plain, &[], &overrides)
             }
         })
@@ -356,11 +380,25 @@ impl Run {
     fn decide(&self, turn: &Turn, iteration: u32) -> (Next, FinishReason) {
         let next = self.next(turn, iteration);
         let finish = match &next {
-            Next::Answer | Next::Run(_) => FinishReason::of_answer(turn.finish_reason.as_deref()),
+            Next::Answer if self.last_call => FinishReason::MaxToolIterations,
+            Next::Answer | Next::Run(_) | Next::LastCall => {
+                FinishReason::of_answer(turn.finish_reason.as_deref())
+            }
             Next::ClientCalls(_) => FinishReason::ToolCalls,
-            Next::OutOfIterations => FinishReason::MaxToolIterations,
         };
         (next, finish)
+    }
+
+    /// After the last call: the text that says the budget ran out, when
+    /// the model's answer has none of its own.
+    fn budget_text(&self, turn: &Turn) -> Option<String> {
+        let said_nothing = turn.content.as_deref().is_none_or(|c| c.trim().is_empty());
+        (self.last_call && said_nothing).then(|| {
+            format!(
+                "The tools did not lead to an answer within this request's budget of {} tool iterations.",
+                self.l.max_iterations
+            )
+        })
     }
 
     fn next(&self, turn: &Turn, iteration: u32) -> Next {
@@ -383,8 +421,12 @@ impl Run {
         if !client.is_empty() {
             return Next::ClientCalls(client);
         }
+        // After the last call, gateway calls are not run.
+        if self.last_call {
+            return Next::Answer;
+        }
         if iteration >= self.l.max_iterations {
-            return Next::OutOfIterations;
+            return Next::LastCall;
         }
         Next::Run(turn.calls.clone())
     }
@@ -617,8 +659,17 @@ impl Run {
                         iteration += 1;
                         continue;
                     }
+                    Next::LastCall => {
+                        self.last_call = true;
+                        iteration += 1;
+                        continue;
+                    }
                     Next::ClientCalls(calls) => yield Event::ClientCalls(calls),
-                    Next::Answer | Next::OutOfIterations => {}
+                    Next::Answer => {
+                        if let Some(text) = self.budget_text(&turn) {
+                            yield Event::Content(text);
+                        }
+                    }
                 }
                 yield Event::Done(Box::new(self.finish(finish)));
                 return;

@@ -74,6 +74,31 @@ impl AppState {
     }
 }
 
+/// Every endpoint the gateway serves, as an unknown path's 404 names them.
+pub const ENDPOINTS: &[&str] = &[
+    "POST /v1/chat/completions",
+    "GET /v1/models",
+    "GET /v1/tools",
+    "GET /v1/tool-sets",
+    "POST /v1/tools/{name}/invoke",
+    "GET /healthz",
+    "GET /metrics",
+];
+
+/// 404 for a path the gateway does not serve, naming the ones it does (a
+/// client pointed at an API the gateway lacks learns that, rather than
+/// "model not found").
+async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(
+        "unknown_endpoint",
+        format!(
+            "toolgate does not serve {method} {}; it serves: {}",
+            uri.path(),
+            ENDPOINTS.join(", ")
+        ),
+    )
+}
+
 /// The gateway's routes. `limits.max_request_bytes` is read here, once:
 /// changing it takes a restart.
 pub fn router(state: AppState) -> Router {
@@ -86,7 +111,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools/{name}/invoke", post(tools::invoke))
         .route("/v1/models", get(tools::list_models))
         .route("/v1/chat/completions", post(crate::chat::completions))
-        .fallback(|| async { ApiError::not_found("not_found", "no such endpoint") })
+        .fallback(unknown_endpoint)
         .method_not_allowed_fallback(|| async {
             ApiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
