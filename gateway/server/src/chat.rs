@@ -62,6 +62,7 @@ async fn handle(
         header_set,
         caller.key.clone(),
         context,
+        chat::Passthrough::Allowed,
     )?;
     let limits = &catalog.settings.limits;
     let stream_guard = if stream {
@@ -239,7 +240,7 @@ fn error_event(e: &ChatError) -> SseEvent {
 }
 
 /// 503 with `Retry-After` for a request over a concurrency cap.
-fn overloaded(full: toolgate_engine::limits::Full) -> ApiError {
+pub(crate) fn overloaded(full: toolgate_engine::limits::Full) -> ApiError {
     toolgate_engine::metrics::record(|m| m.reject(full.code));
     let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, full.code, full.message);
     err.retry_after = Some(1);

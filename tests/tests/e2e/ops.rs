@@ -432,6 +432,22 @@ async fn api_keys_authenticate_and_scope_tool_sets() {
     assert_eq!(status, 401);
     let (status, _, _) = c.get(None, "/healthz").await;
     assert_eq!(status, 200);
+    // Anthropic's clients send the key as `x-api-key`; errors on
+    // /v1/messages come in Anthropic's form.
+    let messages = |key: &str| {
+        reqwest::Client::new()
+            .post(s.url("/v1/messages"))
+            .header("x-api-key", key)
+            .json(&json!({"model": "m", "max_tokens": 10, "tool_set": "admin", "messages": user("hi")}))
+            .send()
+    };
+    let r = messages("not-a-key").await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = messages(ALICE).await.unwrap();
+    assert_eq!(r.status(), 403, "the key is accepted, the set is not hers");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "permission_error");
 
     // alice may use `web` only: listings show only it.
     let (status, _, sets) = c.get(Some(ALICE), "/v1/tool-sets").await;

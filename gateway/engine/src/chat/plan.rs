@@ -81,6 +81,16 @@ impl PlanError {
     }
 }
 
+/// Whether a request without tools may go to the upstream untouched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passthrough {
+    /// The face speaks the upstream's format (chat completions).
+    Allowed,
+    /// The face speaks another format: even without tools, the request
+    /// runs as a (one-call) loop whose answer the face encodes.
+    Never,
+}
+
 /// Decides what `request` becomes. `set` is the tool set the caller named
 /// (the body's `tool_set`, else a face's own way, e.g. a header), `key` the
 /// caller's key, `context` the context of its tool calls.
@@ -91,6 +101,7 @@ pub fn plan(
     set: Option<String>,
     key: Option<Arc<ApiKey>>,
     context: CallContext,
+    passthrough: Passthrough,
 ) -> Result<Plan, PlanError> {
     let max = catalog.settings.limits.max_messages;
     let count = request.message_count();
@@ -114,7 +125,7 @@ pub fn plan(
         .upstreams
         .resolve(&request.model)
         .ok_or_else(|| PlanError::UnknownModel(request.model.clone()))?;
-    if set.is_none() && request.client_tools.is_empty() {
+    if set.is_none() && request.client_tools.is_empty() && passthrough == Passthrough::Allowed {
         return Ok(Plan::Proxy {
             upstream: Arc::clone(&resolved.upstream),
             model: resolved.model,

@@ -102,9 +102,12 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
     resp
 }
 
+/// The header Anthropic's clients send their key in.
+const X_API_KEY: &str = "x-api-key";
+
 /// When keys are configured, every endpoint but `/healthz` needs
-/// `Authorization: Bearer <key>`: a missing or unknown key is 401, a key
-/// over its requests per minute 429 with `Retry-After`. The header is
+/// `Authorization: Bearer <key>` (or `x-api-key: <key>`): a missing or unknown key is 401, a key
+/// over its requests per minute 429 with `Retry-After`. The headers are
 /// removed from the request either way, so nothing behind this layer can
 /// forward it.
 pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
@@ -115,15 +118,23 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     let catalog = state.catalog();
     let keys = catalog.keys();
     let key = if keys.required() && req.uri().path() != "/healthz" {
+        // `x-api-key` is how Anthropic's clients send theirs.
         let token = req
             .headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(auth::bearer);
+            .and_then(auth::bearer)
+            .or_else(|| {
+                req.headers()
+                    .get(X_API_KEY)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::trim)
+                    .filter(|k| !k.is_empty())
+            });
         let Some(token) = token else {
             return unauthorized(
                 "missing_api_key",
-                "this gateway needs an API key: send `Authorization: Bearer <key>`",
+                "this gateway needs an API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`)",
             );
         };
         let Some(key) = keys.find(token) else {
@@ -154,6 +165,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         None
     };
     req.headers_mut().remove(AUTHORIZATION);
+    req.headers_mut().remove(X_API_KEY);
     req.extensions_mut().insert(Caller { request_id, key });
     next.run(req).await
 }
