@@ -2,14 +2,11 @@
 //! either proxies the request untouched or runs the engine's tool loop and
 //! encodes its answer (or its events, as SSE chunks) in OpenAI's format.
 
-use std::convert::Infallible;
-use std::time::Duration;
-
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolgate_engine::chat::{
@@ -20,9 +17,7 @@ use toolgate_engine::limits::Permit;
 use toolgate_engine::openai::ChunkBuilder;
 
 use crate::api::{ApiError, AppState, Caller, body_error};
-
-/// The header that picks a tool set when the body does not.
-pub const TOOL_SET_HEADER: &str = "x-tool-set";
+use crate::face::{self, Admitted};
 
 pub async fn completions(
     State(state): State<AppState>,
@@ -44,37 +39,13 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let request = ChatRequest::parse(&body)?;
-    let catalog = state.catalog();
-    let header_set = match headers.get(TOOL_SET_HEADER) {
-        None => None,
-        Some(v) => Some(
-            v.to_str()
-                .map_err(|_| ApiError::bad_request("the X-Tool-Set header is not valid text"))?
-                .to_owned(),
-        ),
-    };
-    let context = crate::api::call_context(&headers, &caller)?;
-    let stream = request.stream;
-    let plan = chat::plan(
-        &catalog,
-        &state.services(),
+    let Admitted { plan, places } = face::admit(
+        &state,
+        &caller,
+        &headers,
         request,
-        header_set,
-        caller.key.clone(),
-        context,
         chat::Passthrough::Allowed,
     )?;
-    let limits = &catalog.settings.limits;
-    let stream_guard = if stream {
-        Some(
-            state
-                .guards
-                .enter_stream(limits, caller.key.as_deref())
-                .map_err(overloaded)?,
-        )
-    } else {
-        None
-    };
     let the_loop = match plan {
         Plan::Proxy {
             upstream,
@@ -82,33 +53,19 @@ async fn handle(
             request,
         } => {
             let body = request.proxy_body(body, &model);
-            return proxy(&upstream, body, &caller.request_id, stream_guard).await;
+            return proxy(&upstream, body, &caller.request_id, places.stream).await;
         }
         Plan::Loop(l) => *l,
     };
-    let loop_guard = state
-        .guards
-        .enter_loop(limits, caller.key.as_deref())
-        .map_err(overloaded)?;
     let model = the_loop.request.model.clone();
-    if stream {
-        let include_usage = the_loop.request.include_usage;
-        let events = the_loop.start_stream().await?;
-        // The guards are held until the stream ends (or the client leaves).
-        let guards = (loop_guard, stream_guard);
-        let mut chunks = Chunks::new(&model, include_usage);
-        let events = futures::StreamExt::flat_map(events, move |e| {
-            let _held = &guards;
-            futures::stream::iter(chunks.encode(e).into_iter().map(Ok::<_, Infallible>))
-        });
-        Ok(Sse::new(events)
-            .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
-            .into_response())
-    } else {
-        let answer = the_loop.run().await?;
-        drop(loop_guard);
-        Ok(axum::Json(completion(answer, &model)).into_response())
-    }
+    let mut chunks = Chunks::new(&model, the_loop.request.include_usage);
+    face::respond(
+        the_loop,
+        places,
+        |answer| completion(answer, &model),
+        move |e| chunks.encode(e),
+    )
+    .await
 }
 
 /// A whole answer as a chat completion: the upstream's last completion
@@ -237,14 +194,6 @@ fn data_event(v: &Value) -> SseEvent {
 fn error_event(e: &ChatError) -> SseEvent {
     tracing::warn!("stream failed: {e}");
     data_event(&json!({"error": {"message": e.to_string(), "type": "api_error", "code": e.code()}}))
-}
-
-/// 503 with `Retry-After` for a request over a concurrency cap.
-pub(crate) fn overloaded(full: toolgate_engine::limits::Full) -> ApiError {
-    toolgate_engine::metrics::record(|m| m.reject(full.code));
-    let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, full.code, full.message);
-    err.retry_after = Some(1);
-    err
 }
 
 /// Forwards a request and streams the upstream's answer back unchanged.

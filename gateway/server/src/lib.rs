@@ -11,6 +11,7 @@
 pub mod api;
 pub mod chat;
 pub mod cli;
+pub mod face;
 pub mod messages;
 pub mod reload;
 pub mod server;

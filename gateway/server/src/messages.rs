@@ -5,21 +5,18 @@
 //! and the loop's answer or events are encoded as a message or as
 //! Anthropic's stream events. Errors use Anthropic's error body.
 
-use std::convert::Infallible;
-use std::time::Duration;
-
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use toolgate_engine::chat::{self, Answer, ChatError, ChatRequest, Event, FinishReason, Plan};
 use toolgate_engine::formatter::Call;
 
 use crate::api::{ApiError, AppState, Caller, body_error};
-use crate::chat::TOOL_SET_HEADER;
+use crate::face::{self, Admitted};
 
 pub async fn messages(
     State(state): State<AppState>,
@@ -42,28 +39,9 @@ async fn handle(
     let body = body.map_err(body_error)?;
     let request: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
-    let chat_body = to_chat_request(&request)?;
-    let request = ChatRequest::parse(&chat_body)?;
-    let catalog = state.catalog();
-    let header_set = match headers.get(TOOL_SET_HEADER) {
-        None => None,
-        Some(v) => Some(
-            v.to_str()
-                .map_err(|_| ApiError::bad_request("the X-Tool-Set header is not valid text"))?
-                .to_owned(),
-        ),
-    };
-    let context = crate::api::call_context(&headers, &caller)?;
-    let stream = request.stream;
-    let plan = chat::plan(
-        &catalog,
-        &state.services(),
-        request,
-        header_set,
-        caller.key.clone(),
-        context,
-        chat::Passthrough::Never,
-    )?;
+    let request = ChatRequest::parse(&to_chat_request(&request)?)?;
+    let Admitted { plan, places } =
+        face::admit(&state, &caller, &headers, request, chat::Passthrough::Never)?;
     let Plan::Loop(the_loop) = plan else {
         return Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -71,45 +49,15 @@ async fn handle(
             "a Messages request was planned as a passthrough",
         ));
     };
-    let limits = &catalog.settings.limits;
-    let stream_guard = if stream {
-        Some(
-            state
-                .guards
-                .enter_stream(limits, caller.key.as_deref())
-                .map_err(crate::chat::overloaded)?,
-        )
-    } else {
-        None
-    };
-    let loop_guard = state
-        .guards
-        .enter_loop(limits, caller.key.as_deref())
-        .map_err(crate::chat::overloaded)?;
     let model = the_loop.request.model.clone();
-    if stream {
-        let events = the_loop.start_stream().await?;
-        let guards = (loop_guard, stream_guard);
-        let mut encoder = StreamEncoder::new(&model);
-        let start = futures::stream::iter(
-            encoder
-                .start()
-                .into_iter()
-                .map(Ok::<_, Infallible>)
-                .collect::<Vec<_>>(),
-        );
-        let events = futures::StreamExt::flat_map(events, move |e| {
-            let _held = &guards;
-            futures::stream::iter(encoder.encode(e).into_iter().map(Ok::<_, Infallible>))
-        });
-        Ok(Sse::new(futures::StreamExt::chain(start, events))
-            .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
-            .into_response())
-    } else {
-        let answer = the_loop.run().await?;
-        drop(loop_guard);
-        Ok(axum::Json(message(answer, &model)).into_response())
-    }
+    let mut encoder = StreamEncoder::new(&model);
+    face::respond(
+        *the_loop,
+        places,
+        |answer| message(answer, &model),
+        move |e| encoder.encode(e),
+    )
+    .await
 }
 
 /// Translates a Messages request into the chat-completions request the
@@ -324,6 +272,8 @@ fn report(summary: &chat::Summary) -> Value {
 struct StreamEncoder {
     id: String,
     model: String,
+    /// `message_start` was sent.
+    started: bool,
     /// The index of the next content block.
     next_block: usize,
     /// A text block is open.
@@ -335,6 +285,7 @@ impl StreamEncoder {
         StreamEncoder {
             id: message_id(),
             model: model.to_owned(),
+            started: false,
             next_block: 0,
             text_open: false,
         }
@@ -344,15 +295,15 @@ impl StreamEncoder {
         SseEvent::default().event(name).data(data.to_string())
     }
 
-    fn start(&mut self) -> Vec<SseEvent> {
-        vec![Self::event(
+    fn start(&self) -> SseEvent {
+        Self::event(
             "message_start",
             json!({"type": "message_start", "message": {
                 "id": self.id, "type": "message", "role": "assistant", "model": self.model,
                 "content": [], "stop_reason": null, "stop_sequence": null,
                 "usage": {"input_tokens": 0, "output_tokens": 0},
             }}),
-        )]
+        )
     }
 
     fn close_text(&mut self, out: &mut Vec<SseEvent>) {
@@ -367,6 +318,10 @@ impl StreamEncoder {
 
     fn encode(&mut self, event: Event) -> Vec<SseEvent> {
         let mut out = Vec::new();
+        if !self.started {
+            self.started = true;
+            out.push(self.start());
+        }
         match event {
             Event::Content(text) => {
                 if !self.text_open {
