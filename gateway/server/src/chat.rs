@@ -91,7 +91,7 @@ fn completion(answer: Answer, model: &str) -> Value {
         choice["finish_reason"] = json!(wire_finish(&summary.finish));
     }
     completion["model"] = json!(model);
-    completion["toolgate"] = report(&summary);
+    completion["toolgate"] = face::report(&summary);
     if !summary.usage.is_null() {
         completion["usage"] = summary.usage;
     }
@@ -106,14 +106,6 @@ fn wire_finish(finish: &FinishReason) -> &str {
         FinishReason::MaxToolIterations => "stop",
         other => other.as_str(),
     }
-}
-
-/// The `toolgate` extension field: the loop's report and its precise
-/// finish reason.
-fn report(summary: &Summary) -> Value {
-    let mut report = json!(summary.report);
-    report["finish_reason"] = json!(summary.finish.as_str());
-    report
 }
 
 /// Encodes a loop's events as OpenAI chunks.
@@ -174,7 +166,7 @@ impl Chunks {
         let mut last = self
             .builder
             .delta(delta, Some(wire_finish(&summary.finish)));
-        last["toolgate"] = report(&summary);
+        last["toolgate"] = face::report(&summary);
         let mut out = vec![data_event(&last)];
         if self.include_usage && !summary.usage.is_null() {
             out.push(data_event(&self.builder.usage(&summary.usage)));

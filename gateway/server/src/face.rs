@@ -9,8 +9,8 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
-use toolgate_engine::chat::{self, Answer, ChatRequest, Event, Loop, Passthrough, Plan};
+use serde_json::{Map, Value, json};
+use toolgate_engine::chat::{self, Answer, ChatRequest, Event, Loop, Passthrough, Plan, Summary};
 use toolgate_engine::limits::Permit;
 
 use crate::api::{ApiError, AppState, Caller};
@@ -78,6 +78,29 @@ pub fn admit(
     })
 }
 
+/// For a face whose format is not the upstream's: the request body as
+/// JSON, and the loop its translation (`translate`) plans to, admitted.
+pub fn admit_translated(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: &[u8],
+    translate: impl FnOnce(&Value) -> Result<Vec<u8>, ApiError>,
+) -> Result<(Value, Loop, Places), ApiError> {
+    let original: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
+    let request = ChatRequest::parse(&translate(&original)?)?;
+    let Admitted { plan, places } = admit(state, caller, headers, request, Passthrough::Never)?;
+    match plan {
+        Plan::Loop(the_loop) => Ok((original, *the_loop, places)),
+        Plan::Proxy { .. } => Err(ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "a translated request was planned as a passthrough",
+        )),
+    }
+}
+
 /// Runs a planned loop and answers: `whole` encodes an answer, `events` a
 /// stream's events (as SSE, kept alive while tools run). The places are
 /// held until the answer is sent or the stream ends (or the client leaves).
@@ -112,4 +135,39 @@ fn overloaded(full: toolgate_engine::limits::Full) -> ApiError {
     );
     err.retry_after = Some(1);
     err
+}
+
+/// The `toolgate` extension field every face adds: the loop's report and
+/// its precise finish reason.
+pub fn report(summary: &Summary) -> Value {
+    let mut report = json!(summary.report);
+    report["finish_reason"] = json!(summary.finish.as_str());
+    report
+}
+
+/// Finishes a chat request translated from another format: copies the
+/// fields every format shares (sampling, `stream`, the gateway's own
+/// fields) and the face's `renames` (its name, the chat request's name)
+/// from `from` into `out`, asks for usage when streaming, and serializes.
+pub fn chat_request(
+    from: &Map<String, Value>,
+    mut out: Map<String, Value>,
+    renames: &[(&str, &str)],
+) -> Result<Vec<u8>, ApiError> {
+    const SHARED: [(&str, &str); 5] = [
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("stream", "stream"),
+        ("tool_set", "tool_set"),
+        ("max_tool_iterations", "max_tool_iterations"),
+    ];
+    for (name, chat_name) in SHARED.iter().chain(renames) {
+        if let Some(v) = from.get(*name).filter(|v| !v.is_null()) {
+            out.insert((*chat_name).into(), v.clone());
+        }
+    }
+    if from.get("stream") == Some(&json!(true)) {
+        out.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    serde_json::to_vec(&out).map_err(|e| ApiError::bad_request(e.to_string()))
 }

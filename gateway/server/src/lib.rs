@@ -3,8 +3,9 @@
 //!
 //! [`api`] is the router (layers: request id, auth, limits, metrics) and
 //! the tool API; [`chat`] is the OpenAI chat-completions face and
-//! [`messages`] the Anthropic Messages face, each encoding the engine's
-//! answers and events; [`server`] runs the HTTP server (accept
+//! [`messages`] and [`responses`] the Anthropic Messages and OpenAI
+//! Responses faces, each encoding the engine's answers and events ([`face`]
+//! is what they share); [`server`] runs the HTTP server (accept
 //! loop, signals, graceful shutdown); [`reload`] swaps in a new catalog when
 //! the configuration changes; [`cli`] (clap) is the `toolgate` command.
 
@@ -14,4 +15,5 @@ pub mod cli;
 pub mod face;
 pub mod messages;
 pub mod reload;
+pub mod responses;
 pub mod server;

@@ -8,15 +8,15 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use toolgate_engine::chat::{self, Answer, ChatError, ChatRequest, Event, FinishReason, Plan};
+use toolgate_engine::chat::{Answer, ChatError, Event, FinishReason};
 use toolgate_engine::formatter::Call;
 
 use crate::api::{ApiError, AppState, Caller, body_error};
-use crate::face::{self, Admitted};
+use crate::face;
 
 pub async fn messages(
     State(state): State<AppState>,
@@ -37,22 +37,12 @@ async fn handle(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
-    let request: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
-    let request = ChatRequest::parse(&to_chat_request(&request)?)?;
-    let Admitted { plan, places } =
-        face::admit(&state, &caller, &headers, request, chat::Passthrough::Never)?;
-    let Plan::Loop(the_loop) = plan else {
-        return Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
-            "a Messages request was planned as a passthrough",
-        ));
-    };
+    let (_, the_loop, places) =
+        face::admit_translated(&state, &caller, &headers, &body, to_chat_request)?;
     let model = the_loop.request.model.clone();
     let mut encoder = StreamEncoder::new(&model);
     face::respond(
-        *the_loop,
+        the_loop,
         places,
         |answer| message(answer, &model),
         move |e| encoder.encode(e),
@@ -127,23 +117,11 @@ fn to_chat_request(req: &Value) -> Result<Vec<u8>, ApiError> {
             out.insert("parallel_tool_calls".into(), json!(false));
         }
     }
-    for (from, to) in [
-        ("max_tokens", "max_tokens"),
-        ("temperature", "temperature"),
-        ("top_p", "top_p"),
-        ("stop_sequences", "stop"),
-        ("stream", "stream"),
-        ("tool_set", "tool_set"),
-        ("max_tool_iterations", "max_tool_iterations"),
-    ] {
-        if let Some(v) = obj.get(from).filter(|v| !v.is_null()) {
-            out.insert(to.into(), v.clone());
-        }
-    }
-    if obj.get("stream") == Some(&json!(true)) {
-        out.insert("stream_options".into(), json!({"include_usage": true}));
-    }
-    serde_json::to_vec(&out).map_err(|e| ApiError::bad_request(e.to_string()))
+    face::chat_request(
+        obj,
+        out,
+        &[("max_tokens", "max_tokens"), ("stop_sequences", "stop")],
+    )
 }
 
 /// One Messages message as chat messages: a user message's `tool_result`
@@ -258,14 +236,8 @@ fn message(answer: Answer, model: &str) -> Value {
         "stop_reason": stop_reason(&summary.finish),
         "stop_sequence": null,
         "usage": usage(&summary.usage),
-        "toolgate": report(&summary),
+        "toolgate": face::report(&summary),
     })
-}
-
-fn report(summary: &chat::Summary) -> Value {
-    let mut report = json!(summary.report);
-    report["finish_reason"] = json!(summary.finish.as_str());
-    report
 }
 
 /// Encodes a loop's events as Anthropic's stream events.
@@ -368,7 +340,7 @@ impl StreamEncoder {
                 let mut delta = json!({"type": "message_delta",
                     "delta": {"stop_reason": stop_reason(&summary.finish), "stop_sequence": null},
                     "usage": usage(&summary.usage)});
-                delta["toolgate"] = report(&summary);
+                delta["toolgate"] = face::report(&summary);
                 out.push(Self::event("message_delta", delta));
                 out.push(Self::event("message_stop", json!({"type": "message_stop"})));
             }

@@ -518,12 +518,12 @@ async fn the_api_answers_errors_in_openai_form() {
     );
 
     // An unknown path names the endpoints the gateway serves...
-    let r = post("/v1/responses", "{}").await.unwrap();
+    let r = post("/v1/embeddings", "{}").await.unwrap();
     assert_eq!(r.status(), 404);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "unknown_endpoint");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("POST /v1/responses"), "{message}");
+    assert!(message.contains("POST /v1/embeddings"), "{message}");
     assert!(message.contains("POST /v1/chat/completions"), "{message}");
     // ...and every endpoint it names is served (none answers that 404).
     for endpoint in toolgate_server::api::ENDPOINTS {

@@ -77,6 +77,7 @@ impl AppState {
 /// Every endpoint the gateway serves, as an unknown path's 404 names them.
 pub const ENDPOINTS: &[&str] = &[
     "POST /v1/chat/completions",
+    "POST /v1/responses",
     "POST /v1/messages",
     "GET /v1/models",
     "GET /v1/tools",
@@ -112,6 +113,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools/{name}/invoke", post(tools::invoke))
         .route("/v1/models", get(tools::list_models))
         .route("/v1/chat/completions", post(crate::chat::completions))
+        .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/messages", post(crate::messages::messages))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(|| async {

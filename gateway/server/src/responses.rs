@@ -1,0 +1,599 @@
+//! `POST /v1/responses`: OpenAI's Responses API as a face of the same tool
+//! loop. The input (a string or items: messages, `function_call`,
+//! `function_call_output`) and `instructions`, client function tools,
+//! `tool_choice`, `text.format` and the sampling fields are translated to
+//! the engine's chat request; the answer or the loop's events are encoded
+//! as a response object or as Responses stream events.
+//!
+//! The gateway's own tool calls appear as `mcp_call` output items (the
+//! Responses API's item for a tool the server ran, with its output), so a
+//! client sees what ran and never mistakes them for calls it must make;
+//! client tools end the turn as `function_call` items. Nothing is stored:
+//! `previous_response_id` is refused, saying to send the whole input.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, State};
+use axum::http::HeaderMap;
+use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+use toolgate_engine::chat::{Answer, CallRecord, ChatError, Event, FinishReason, Summary};
+use toolgate_engine::formatter::Call;
+
+use crate::api::{ApiError, AppState, Caller, body_error};
+use crate::face;
+
+pub async fn responses(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match handle(state, caller, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn handle(
+    state: AppState,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(body_error)?;
+    let (original, the_loop, places) =
+        face::admit_translated(&state, &caller, &headers, &body, to_chat_request)?;
+    let echo = Echo::of(&original);
+    let model = the_loop.request.model.clone();
+    let whole = Skeleton::new(&model, echo);
+    let mut stream = StreamEncoder::new(whole.clone());
+    face::respond(
+        the_loop,
+        places,
+        |answer| whole.complete(answer),
+        move |e| stream.encode(e),
+    )
+    .await
+}
+
+/// Translates a Responses request into the chat request the engine runs.
+fn to_chat_request(req: &Value) -> Result<Vec<u8>, ApiError> {
+    let obj = req
+        .as_object()
+        .ok_or_else(|| ApiError::bad_request("the request body is not a JSON object"))?;
+    if obj
+        .get("previous_response_id")
+        .is_some_and(|v| !v.is_null())
+    {
+        return Err(ApiError::bad_request(
+            "this gateway stores no responses, so `previous_response_id` cannot be used: send the whole conversation as `input`",
+        )
+        .param("previous_response_id"));
+    }
+    let mut out = Map::new();
+    let model = obj
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?;
+    out.insert("model".into(), json!(model));
+    let mut messages = Vec::new();
+    if let Some(instructions) = obj.get("instructions").and_then(Value::as_str) {
+        messages.push(json!({"role": "system", "content": instructions}));
+    }
+    match obj.get("input") {
+        Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                translate_item(item, &mut messages).map_err(|e| {
+                    ApiError::bad_request(format!("input[{i}]: {e}")).param("input")
+                })?;
+            }
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "`input` is required: a string or an array of items",
+            )
+            .param("input"));
+        }
+    }
+    out.insert("messages".into(), Value::Array(messages));
+    if let Some(tools) = obj.get("tools").and_then(Value::as_array) {
+        let mut functions = Vec::new();
+        for t in tools {
+            if t["type"] != "function" {
+                return Err(ApiError::bad_request(format!(
+                    "tools of type {} are not served here; declare them in the gateway, or send function tools",
+                    t["type"]
+                ))
+                .param("tools"));
+            }
+            let mut f = json!({"name": t["name"], "parameters": t.get("parameters").cloned().unwrap_or(json!({"type": "object"}))});
+            if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
+                f["description"] = d.clone();
+            }
+            if let Some(s) = t.get("strict").filter(|s| !s.is_null()) {
+                f["strict"] = s.clone();
+            }
+            functions.push(json!({"type": "function", "function": f}));
+        }
+        if !functions.is_empty() {
+            out.insert("tools".into(), Value::Array(functions));
+        }
+    }
+    match obj.get("tool_choice") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(s)) => {
+            out.insert("tool_choice".into(), json!(s));
+        }
+        Some(c) if c["type"] == "function" => {
+            out.insert(
+                "tool_choice".into(),
+                json!({"type": "function", "function": {"name": c["name"]}}),
+            );
+        }
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "`tool_choice` must be auto, none, required or a function",
+            )
+            .param("tool_choice"));
+        }
+    }
+    if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
+        match format["type"].as_str() {
+            Some("json_schema") => {
+                let mut schema = json!({"name": format["name"], "schema": format["schema"]});
+                if let Some(s) = format.get("strict").filter(|s| !s.is_null()) {
+                    schema["strict"] = s.clone();
+                }
+                out.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema", "json_schema": schema}),
+                );
+            }
+            Some("json_object") => {
+                out.insert("response_format".into(), json!({"type": "json_object"}));
+            }
+            _ => {}
+        }
+    }
+    face::chat_request(
+        obj,
+        out,
+        &[
+            ("max_output_tokens", "max_tokens"),
+            ("parallel_tool_calls", "parallel_tool_calls"),
+        ],
+    )
+}
+
+/// One input item as chat messages: a message as a message, a
+/// `function_call` as an assistant's tool call (consecutive calls in one
+/// assistant message), a `function_call_output` as a tool message.
+fn translate_item(item: &Value, out: &mut Vec<Value>) -> Result<(), String> {
+    match item["type"].as_str() {
+        None | Some("message") => {
+            let role = match item["role"].as_str() {
+                Some("developer") | Some("system") => "system",
+                Some("user") => "user",
+                Some("assistant") => "assistant",
+                other => {
+                    return Err(format!(
+                        "role {other:?} is not user, assistant, system or developer"
+                    ));
+                }
+            };
+            let text = match &item["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts
+                    .iter()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join(""),
+                _ => return Err("`content` must be a string or an array of parts".into()),
+            };
+            out.push(json!({"role": role, "content": text}));
+        }
+        Some("function_call") => {
+            let call = json!({
+                "id": item["call_id"],
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]},
+            });
+            match out.last_mut() {
+                Some(last)
+                    if last["role"] == "assistant"
+                        && (last["tool_calls"].is_array() || last["content"].is_null()) =>
+                {
+                    match last["tool_calls"].as_array_mut() {
+                        Some(calls) => calls.push(call),
+                        None => last["tool_calls"] = json!([call]),
+                    }
+                }
+                _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            }
+        }
+        Some("function_call_output") => {
+            let output = match &item["output"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            out.push(json!({"role": "tool", "tool_call_id": item["call_id"], "content": output}));
+        }
+        // Reasoning and items of hosted tools carry nothing the upstream reads.
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// Request fields a response repeats back.
+#[derive(Debug, Clone)]
+struct Echo {
+    instructions: Value,
+    tools: Value,
+    tool_choice: Value,
+    parallel_tool_calls: Value,
+    temperature: Value,
+    top_p: Value,
+    max_output_tokens: Value,
+    metadata: Value,
+    text: Value,
+}
+
+impl Echo {
+    fn of(req: &Value) -> Echo {
+        let field = |k: &str, default: Value| {
+            req.get(k)
+                .filter(|v| !v.is_null())
+                .cloned()
+                .unwrap_or(default)
+        };
+        Echo {
+            instructions: field("instructions", Value::Null),
+            tools: field("tools", json!([])),
+            tool_choice: field("tool_choice", json!("auto")),
+            parallel_tool_calls: field("parallel_tool_calls", json!(true)),
+            temperature: field("temperature", Value::Null),
+            top_p: field("top_p", Value::Null),
+            max_output_tokens: field("max_output_tokens", Value::Null),
+            metadata: field("metadata", json!({})),
+            text: field("text", json!({"format": {"type": "text"}})),
+        }
+    }
+}
+
+/// The response object's fixed parts, filled in as the answer comes.
+#[derive(Debug, Clone)]
+struct Skeleton {
+    id: String,
+    created_at: u64,
+    model: String,
+    echo: Echo,
+}
+
+impl Skeleton {
+    fn new(model: &str, echo: Echo) -> Skeleton {
+        Skeleton {
+            id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
+            created_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or_default(),
+            model: model.to_owned(),
+            echo,
+        }
+    }
+
+    /// The response object with `status`, `output` and what else is known.
+    fn object(&self, status: &str, output: Vec<Value>, summary: Option<&Summary>) -> Value {
+        let e = &self.echo;
+        let mut r = json!({
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "model": self.model,
+            "output": output,
+            "error": null,
+            "incomplete_details": null,
+            "instructions": e.instructions,
+            "max_output_tokens": e.max_output_tokens,
+            "metadata": e.metadata,
+            "parallel_tool_calls": e.parallel_tool_calls,
+            "previous_response_id": null,
+            "store": false,
+            "temperature": e.temperature,
+            "text": e.text,
+            "tool_choice": e.tool_choice,
+            "tools": e.tools,
+            "top_p": e.top_p,
+            "truncation": "disabled",
+            "usage": null,
+        });
+        if let Some(s) = summary {
+            r["usage"] = usage(&s.usage);
+            r["toolgate"] = face::report(s);
+            if s.finish == FinishReason::Length {
+                r["status"] = json!("incomplete");
+                r["incomplete_details"] = json!({"reason": "max_output_tokens"});
+            }
+        }
+        r
+    }
+
+    /// A whole answer as a response object.
+    fn complete(&self, answer: Answer) -> Value {
+        let mut output: Vec<Value> = answer
+            .summary
+            .report
+            .tool_calls
+            .iter()
+            .map(|c| mcp_call(c, "completed"))
+            .collect();
+        if let Some(text) = answer.content.filter(|t| !t.is_empty()) {
+            output.push(message_item(&item_id("msg"), &text, "completed"));
+        }
+        output.extend(
+            answer
+                .client_calls
+                .iter()
+                .map(|c| function_call(&item_id("fc"), c, "completed")),
+        );
+        self.object("completed", output, Some(&answer.summary))
+    }
+}
+
+fn item_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    json!({
+        "type": "message", "id": id, "status": status, "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    })
+}
+
+fn function_call(id: &str, c: &Call, status: &str) -> Value {
+    json!({"type": "function_call", "id": id, "call_id": c.id, "name": c.name, "arguments": c.arguments, "status": status})
+}
+
+/// A gateway tool call as the item of a tool the server ran.
+fn mcp_call(c: &CallRecord, status: &str) -> Value {
+    let mut item = json!({
+        "type": "mcp_call",
+        "id": format!("mcp_{}", c.id),
+        "server_label": "toolgate",
+        "name": c.function.name,
+        "arguments": c.function.arguments,
+        "status": status,
+        "output": null,
+        "error": null,
+    });
+    if c.success {
+        item["output"] = match &c.result {
+            Value::String(s) => json!(s),
+            other => json!(other.to_string()),
+        };
+    } else {
+        item["error"] = json!(c.result.as_str().unwrap_or("the call failed"));
+    }
+    item
+}
+
+fn usage(usage: &Value) -> Value {
+    let input = usage["prompt_tokens"].as_u64().unwrap_or(0);
+    let output = usage["completion_tokens"].as_u64().unwrap_or(0);
+    json!({
+        "input_tokens": input,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input + output,
+    })
+}
+
+/// Encodes a loop's events as Responses stream events.
+struct StreamEncoder {
+    skeleton: Skeleton,
+    sequence: u64,
+    started: bool,
+    /// Output items so far (for `response.completed`).
+    output: Vec<Value>,
+    /// The message item being written: its id and text.
+    text: Option<(String, String)>,
+}
+
+impl StreamEncoder {
+    fn new(skeleton: Skeleton) -> StreamEncoder {
+        StreamEncoder {
+            skeleton,
+            sequence: 0,
+            started: false,
+            output: Vec::new(),
+            text: None,
+        }
+    }
+
+    fn event(&mut self, kind: &str, mut data: Value) -> SseEvent {
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        SseEvent::default().event(kind).data(data.to_string())
+    }
+
+    /// Adds `item` as a finished output item (added, then done).
+    fn whole_item(&mut self, item: Value, out: &mut Vec<SseEvent>) {
+        let index = self.output.len();
+        out.push(self.event(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item}),
+        ));
+        out.push(self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        ));
+        self.output.push(item);
+    }
+
+    fn close_text(&mut self, out: &mut Vec<SseEvent>) {
+        let Some((id, text)) = self.text.take() else {
+            return;
+        };
+        let index = self.output.len();
+        let part = json!({"type": "output_text", "text": text, "annotations": []});
+        out.push(self.event(
+            "response.output_text.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "text": text}),
+        ));
+        out.push(self.event(
+            "response.content_part.done",
+            json!({"item_id": id, "output_index": index, "content_index": 0, "part": part}),
+        ));
+        let item = message_item(&id, &text, "completed");
+        out.push(self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item}),
+        ));
+        self.output.push(item);
+    }
+
+    fn encode(&mut self, event: Event) -> Vec<SseEvent> {
+        let mut out = Vec::new();
+        if !self.started {
+            self.started = true;
+            let created = self.skeleton.object("in_progress", Vec::new(), None);
+            out.push(self.event("response.created", json!({"response": created})));
+            let progress = self.skeleton.object("in_progress", Vec::new(), None);
+            out.push(self.event("response.in_progress", json!({"response": progress})));
+        }
+        match event {
+            Event::Content(delta) => {
+                let index = self.output.len();
+                if self.text.is_none() {
+                    let id = item_id("msg");
+                    let item = json!({"type": "message", "id": id, "status": "in_progress", "role": "assistant", "content": []});
+                    out.push(self.event(
+                        "response.output_item.added",
+                        json!({"output_index": index, "item": item}),
+                    ));
+                    out.push(self.event(
+                        "response.content_part.added",
+                        json!({"item_id": id, "output_index": index, "content_index": 0,
+                               "part": {"type": "output_text", "text": "", "annotations": []}}),
+                    ));
+                    self.text = Some((id, String::new()));
+                }
+                let id = match &mut self.text {
+                    Some((id, text)) => {
+                        text.push_str(&delta);
+                        id.clone()
+                    }
+                    None => String::new(),
+                };
+                out.push(self.event(
+                    "response.output_text.delta",
+                    json!({"item_id": id, "output_index": index, "content_index": 0, "delta": delta}),
+                ));
+            }
+            Event::Reasoning(_) => {}
+            Event::ToolCallStarted(_) => self.close_text(&mut out),
+            Event::ToolCallDone(record) => {
+                self.close_text(&mut out);
+                let item = mcp_call(&record, "completed");
+                self.whole_item(item, &mut out);
+            }
+            Event::ClientCalls(calls) => {
+                self.close_text(&mut out);
+                for c in &calls {
+                    let index = self.output.len();
+                    let id = item_id("fc");
+                    let mut item = function_call(&id, c, "in_progress");
+                    item["arguments"] = json!("");
+                    out.push(self.event(
+                        "response.output_item.added",
+                        json!({"output_index": index, "item": item}),
+                    ));
+                    out.push(self.event(
+                        "response.function_call_arguments.delta",
+                        json!({"item_id": id, "output_index": index, "delta": c.arguments}),
+                    ));
+                    out.push(self.event(
+                        "response.function_call_arguments.done",
+                        json!({"item_id": id, "output_index": index, "arguments": c.arguments}),
+                    ));
+                    let item = function_call(&id, c, "completed");
+                    out.push(self.event(
+                        "response.output_item.done",
+                        json!({"output_index": index, "item": item}),
+                    ));
+                    self.output.push(item);
+                }
+            }
+            Event::Done(summary) => {
+                self.close_text(&mut out);
+                let output = std::mem::take(&mut self.output);
+                let response = self.skeleton.object("completed", output, Some(&summary));
+                let kind = match response["status"].as_str() {
+                    Some("incomplete") => "response.incomplete",
+                    _ => "response.completed",
+                };
+                out.push(self.event(kind, json!({"response": response})));
+            }
+            Event::Failed(e) => {
+                self.close_text(&mut out);
+                out.push(self.failed(&e));
+            }
+        }
+        out
+    }
+
+    /// A failure after the stream started: `response.failed`.
+    fn failed(&mut self, e: &ChatError) -> SseEvent {
+        tracing::warn!("stream failed: {e}");
+        let output = std::mem::take(&mut self.output);
+        let mut response = self.skeleton.object("failed", output, None);
+        response["error"] = json!({"code": e.code(), "message": e.to_string()});
+        self.event("response.failed", json!({"response": response}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_items_translate_to_chat_messages() {
+        let req = json!({
+            "model": "m", "instructions": "be brief",
+            "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                {"type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"},
+                {"type": "function_call", "call_id": "c2", "name": "t", "arguments": "{\"a\":1}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "one"},
+                {"type": "function_call_output", "call_id": "c2", "output": "two"},
+                {"type": "reasoning", "summary": []},
+            ],
+            "tools": [{"type": "function", "name": "t", "parameters": {"type": "object"}}],
+            "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
+            "max_output_tokens": 50,
+        });
+        let out: Value = serde_json::from_slice(&to_chat_request(&req).unwrap()).unwrap();
+        let m = out["messages"].as_array().unwrap();
+        assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
+        assert_eq!(m[1], json!({"role": "user", "content": "hi"}));
+        assert_eq!(m[2]["tool_calls"].as_array().unwrap().len(), 2, "{}", m[2]);
+        assert_eq!(
+            m[3],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "one"})
+        );
+        assert_eq!(m.len(), 5);
+        assert_eq!(out["tools"][0]["function"]["name"], "t");
+        assert_eq!(out["response_format"]["type"], "json_schema");
+        assert_eq!(out["max_tokens"], 50);
+        let stored = json!({"model": "m", "input": "hi", "previous_response_id": "resp_1"});
+        let e = to_chat_request(&stored).unwrap_err();
+        assert!(e.message.contains("whole conversation"), "{}", e.message);
+    }
+}
