@@ -24,14 +24,20 @@ run:
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 MCP_NODE := tests/mcp/node_modules/.installed
+NODE_CLIENTS := tests/node/node_modules/.installed
 
 CARGO_DENY_VERSION := 0.20.2
 
 ## setup: what the tests need besides Rust: a Python venv with the official
 ## openai SDK (tests/python/requirements.txt), the MCP servers of the MCP
 ## tests (tests/mcp/package.json, installed with npm into tests/mcp/node_modules)
+## the official Node clients with the Node 22 they need (tests/node/package.json)
 ## and cargo-deny (built from crates.io once, when missing)
-setup: $(VENV)/.installed $(MCP_NODE) cargo-deny
+setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) cargo-deny
+
+$(NODE_CLIENTS): tests/node/package.json tests/node/package-lock.json
+	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 cargo-deny:
 	@cargo-deny --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deny --version $(CARGO_DENY_VERSION)

@@ -50,9 +50,10 @@ def test_streaming_gives_the_same_answer(claude, name):
     assert final.stop_reason == "end_turn"
 
 
-def test_client_tools_end_the_turn_and_their_results_continue_it(claude):
+@pytest.mark.parametrize("name", ["mock-model", "text-model"])
+def test_client_tools_end_the_turn_and_their_results_continue_it(claude, name):
     r = claude.messages.create(
-        model="mock-model", max_tokens=200, tools=[CLOCK], messages=user('call get_time {"zone": "UTC"}')
+        model=name, max_tokens=200, tools=[CLOCK], messages=user('call get_time {"zone": "UTC"}')
     )
     assert r.stop_reason == "tool_use"
     call = [b for b in r.content if b.type == "tool_use"][0]
@@ -61,7 +62,7 @@ def test_client_tools_end_the_turn_and_their_results_continue_it(claude):
         {"role": "assistant", "content": [b.model_dump() for b in r.content]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "12:00"}]},
     ]
-    r = claude.messages.create(model="mock-model", max_tokens=200, tools=[CLOCK], messages=follow)
+    r = claude.messages.create(model=name, max_tokens=200, tools=[CLOCK], messages=follow)
     assert r.stop_reason == "end_turn"
     assert r.content[0].text == "Tool results: [get_time] 12:00"
 

@@ -53,8 +53,9 @@ def test_the_stream_helper_accumulates_the_response(client):
     assert final.output_text == "Tool results: [lookup] x"
 
 
-def test_client_tools_end_the_turn_and_their_outputs_continue_it(client):
-    first = client.responses.create(model="mock-model", input='call get_time {"zone": "UTC"}', tools=[CLOCK])
+@pytest.mark.parametrize("name", ["mock-model", "text-model"])
+def test_client_tools_end_the_turn_and_their_outputs_continue_it(client, name):
+    first = client.responses.create(model=name, input='call get_time {"zone": "UTC"}', tools=[CLOCK])
     calls = [o for o in first.output if o.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "get_time"
     assert json.loads(calls[0].arguments) == {"zone": "UTC"}
@@ -63,7 +64,7 @@ def test_client_tools_end_the_turn_and_their_outputs_continue_it(client):
         {"type": "function_call", "call_id": calls[0].call_id, "name": "get_time", "arguments": calls[0].arguments},
         {"type": "function_call_output", "call_id": calls[0].call_id, "output": "12:00"},
     ]
-    r = client.responses.create(model="mock-model", input=follow, tools=[CLOCK])
+    r = client.responses.create(model=name, input=follow, tools=[CLOCK])
     assert r.output_text == "Tool results: [get_time] 12:00"
 
 

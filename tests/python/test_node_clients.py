@@ -1,0 +1,27 @@
+"""The official Node clients (tests/node: the openai SDK and Vercel's AI
+SDK, with the Node 22 they need, installed by `make setup`) against the
+gateway, run with `node --test`."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+
+NODE = ROOT / "tests" / "node" / "node_modules" / ".bin" / "node"
+
+
+def test_node_clients(gateway):
+    if not NODE.exists():
+        pytest.skip(f"{NODE} is missing: run `make setup`")
+    r = subprocess.run(
+        [str(NODE), "--test", "--test-reporter=spec", str(ROOT / "tests" / "node" / "clients.test.mjs")],
+        env={**os.environ, "TOOLGATE_URL": gateway},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    # Every test ran and passed (none skipped or silently missing).
+    assert "ℹ tests 6" in r.stdout and "ℹ pass 6" in r.stdout, r.stdout
