@@ -202,10 +202,8 @@ fn translate_item(item: &Value, out: &mut Vec<Value>) -> Result<(), String> {
                 "function": {"name": item["name"], "arguments": item["arguments"]},
             });
             match out.last_mut() {
-                Some(last)
-                    if last["role"] == "assistant"
-                        && (last["tool_calls"].is_array() || last["content"].is_null()) =>
-                {
+                // The calls join the assistant message they follow.
+                Some(last) if last["role"] == "assistant" => {
                     match last["tool_calls"].as_array_mut() {
                         Some(calls) => calls.push(call),
                         None => last["tool_calls"] = json!([call]),
@@ -569,6 +567,7 @@ mod tests {
             "model": "m", "instructions": "be brief",
             "input": [
                 {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                {"role": "assistant", "content": "let me look"},
                 {"type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"},
                 {"type": "function_call", "call_id": "c2", "name": "t", "arguments": "{\"a\":1}"},
                 {"type": "function_call_output", "call_id": "c1", "output": "one"},
