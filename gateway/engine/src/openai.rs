@@ -1,5 +1,5 @@
-//! The OpenAI chat-completions wire format: the few parts the gateway reads
-//! and writes. Everything else passes through as raw JSON.
+//! The OpenAI chat-completions wire format the upstreams speak: the few
+//! parts the gateway reads and writes. Everything else passes through as raw JSON.
 
 use indexmap::IndexMap;
 use serde_json::value::RawValue;
@@ -56,51 +56,6 @@ pub fn add_usage(a: &mut Value, b: &Value) {
         }
         (a @ Value::Null, b) => *a = b.clone(),
         _ => {}
-    }
-}
-
-/// Builds the chunks of one streamed response.
-#[derive(Debug, Clone)]
-pub struct ChunkBuilder {
-    pub id: String,
-    pub created: u64,
-    pub model: String,
-}
-
-impl ChunkBuilder {
-    pub fn new(model: &str) -> Self {
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or_default();
-        ChunkBuilder {
-            id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
-            created,
-            model: model.to_owned(),
-        }
-    }
-
-    /// A chunk with one choice.
-    pub fn delta(&self, delta: Value, finish_reason: Option<&str>) -> Value {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-        })
-    }
-
-    /// The usage chunk sent when `stream_options.include_usage` is set.
-    pub fn usage(&self, usage: &Value) -> Value {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": usage,
-        })
     }
 }
 

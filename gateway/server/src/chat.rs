@@ -7,14 +7,13 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::Event as SseEvent;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{Value, json};
 use toolgate_engine::chat::{
     self, Answer, ChatError, ChatRequest, Event, FinishReason, Plan, Summary,
 };
 use toolgate_engine::formatter::Call;
 use toolgate_engine::limits::Permit;
-use toolgate_engine::openai::ChunkBuilder;
 
 use crate::api::{ApiError, AppState, Caller, body_error};
 use crate::face::{self, Admitted};
@@ -22,18 +21,6 @@ use crate::face::{self, Admitted};
 pub async fn completions(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    match handle(state, caller, headers, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn handle(
-    state: AppState,
-    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -110,7 +97,9 @@ fn wire_finish(finish: &FinishReason) -> &str {
 
 /// Encodes a loop's events as OpenAI chunks.
 struct Chunks {
-    builder: ChunkBuilder,
+    id: String,
+    created: u64,
+    model: String,
     include_usage: bool,
     sent_role: bool,
 }
@@ -118,10 +107,28 @@ struct Chunks {
 impl Chunks {
     fn new(model: &str, include_usage: bool) -> Chunks {
         Chunks {
-            builder: ChunkBuilder::new(model),
+            id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
+            created: face::unix_now(),
+            model: model.to_owned(),
             include_usage,
             sent_role: false,
         }
+    }
+
+    /// A chunk with `choices` (and more fields, e.g. `usage`).
+    fn chunk(&self, choices: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        })
+    }
+
+    /// A chunk with one choice.
+    fn choice(&self, delta: Value, finish_reason: Option<&str>) -> Value {
+        self.chunk(json!([{"index": 0, "delta": delta, "finish_reason": finish_reason}]))
     }
 
     fn encode(&mut self, event: Event) -> Vec<SseEvent> {
@@ -152,7 +159,7 @@ impl Chunks {
             delta["role"] = json!("assistant");
             self.sent_role = true;
         }
-        data_event(&self.builder.delta(delta, None))
+        data_event(&self.choice(delta, None))
     }
 
     /// The last chunk (finish reason, report), the usage chunk when asked
@@ -163,13 +170,13 @@ impl Chunks {
             delta["role"] = json!("assistant");
             delta["content"] = json!("");
         }
-        let mut last = self
-            .builder
-            .delta(delta, Some(wire_finish(&summary.finish)));
+        let mut last = self.choice(delta, Some(wire_finish(&summary.finish)));
         last["toolgate"] = face::report(&summary);
         let mut out = vec![data_event(&last)];
         if self.include_usage && !summary.usage.is_null() {
-            out.push(data_event(&self.builder.usage(&summary.usage)));
+            let mut usage = self.chunk(json!([]));
+            usage["usage"] = summary.usage;
+            out.push(data_event(&usage));
         }
         out.push(SseEvent::default().data("[DONE]"));
         out

@@ -137,6 +137,14 @@ fn overloaded(full: toolgate_engine::limits::Full) -> ApiError {
     err
 }
 
+/// Seconds since the Unix epoch (`created` fields).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
 /// The `toolgate` extension field every face adds: the loop's report and
 /// its precise finish reason.
 pub fn report(summary: &Summary) -> Value {

@@ -24,10 +24,9 @@ pub async fn messages(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    match handle(state, caller, headers, body).await {
-        Ok(r) => r,
-        Err(e) => anthropic_error(e),
-    }
+    handle(state, caller, headers, body)
+        .await
+        .unwrap_or_else(anthropic_error)
 }
 
 async fn handle(

@@ -16,7 +16,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
 use axum::response::sse::Event as SseEvent;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{Map, Value, json};
 use toolgate_engine::chat::{Answer, CallRecord, ChatError, Event, FinishReason, Summary};
 use toolgate_engine::formatter::Call;
@@ -27,18 +27,6 @@ use crate::face;
 pub async fn responses(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    match handle(state, caller, headers, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
-
-async fn handle(
-    state: AppState,
-    caller: Caller,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -274,10 +262,7 @@ impl Skeleton {
     fn new(model: &str, echo: Echo) -> Skeleton {
         Skeleton {
             id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
-            created_at: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or_default(),
+            created_at: face::unix_now(),
             model: model.to_owned(),
             echo,
         }
