@@ -6,8 +6,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::sse::Event as SseEvent;
 use axum::response::Response;
+use axum::response::sse::Event as SseEvent;
 use serde_json::{Value, json};
 use toolgate_engine::chat::{
     self, Answer, ChatError, ChatRequest, Event, FinishReason, Plan, Summary,

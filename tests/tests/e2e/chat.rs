@@ -553,3 +553,43 @@ async fn bad_requests_are_400_with_what_is_wrong() {
         .unwrap();
     assert_eq!(r.status(), 400);
 }
+
+#[tokio::test]
+async fn requests_the_plan_cannot_serve_are_refused_saying_why() {
+    let s = setup().await;
+    // A client tool with the name of a set's tool.
+    let clash = json!({"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}});
+    let (status, body) = post(
+        &s,
+        json!({"model": "mock-model", "messages": user("hi"), "tools": [clash]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "tools");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`lookup`")
+    );
+    // Several choices with gateway tools.
+    let (status, body) = post(
+        &s,
+        json!({"model": "mock-model", "messages": user("hi"), "n": 2}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "n");
+    assert!(s.model.requests().is_empty(), "nothing reached the model");
+
+    // No upstream at all: 503 saying how to declare one.
+    let dir = ConfigDir::fixture("--- tool-sets/web.yaml\nname: web\ntools: []\n", &[]);
+    let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
+    let (status, body) = post_json(
+        &gateway.url("/v1/chat/completions"),
+        &json!({"model": "m", "messages": user("hi")}),
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "no_upstream");
+}
