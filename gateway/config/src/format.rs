@@ -51,6 +51,56 @@ pub struct GatewayFile {
     /// Stopping the gateway (SIGTERM, SIGINT).
     #[serde(default)]
     pub shutdown: ShutdownDecl,
+    /// The MCP endpoint: every tool set served as an MCP server at
+    /// `/mcp/{tool_set}` (and the caller's default set at `/mcp`).
+    #[serde(default)]
+    pub mcp: McpEndpointDecl,
+}
+
+/// `mcp`: how the gateway serves tool sets to MCP clients.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpEndpointDecl {
+    /// Serve `/mcp` and `/mcp/{tool_set}`.
+    pub enabled: bool,
+    /// Environment variable holding the secret (32 characters or more)
+    /// that signs MCP session ids. Replicas given the same secret accept
+    /// each other's sessions, so a load balancer needs no affinity.
+    /// Without it, each process signs with a random secret of its own.
+    pub session_secret_env: Option<String>,
+    /// `Host` values accepted when no API keys are configured (protection
+    /// against DNS rebinding of an open gateway). Loopback names are always
+    /// accepted. With API keys, the key is the protection and any `Host`
+    /// is accepted.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins (`https://app.example.com:443`) whose pages may call
+    /// the endpoint. A request carrying any other `Origin` is refused;
+    /// requests without `Origin` (every non-browser client) are not
+    /// affected.
+    pub allowed_origins: Vec<String>,
+    /// How long a 2026-07-28 client may keep a tools list before asking
+    /// again (`ttlMs`); clients listening for changes hear of reloads at
+    /// once.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub list_ttl: Duration,
+    /// MCP sessions (protocol 2025-11-25 and older) this process holds at
+    /// once; a client asking for one more gets 503 with `Retry-After`. A
+    /// session idle for five minutes is closed.
+    pub max_sessions: usize,
+}
+
+impl Default for McpEndpointDecl {
+    fn default() -> Self {
+        McpEndpointDecl {
+            enabled: true,
+            session_secret_env: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            list_ttl: Duration::from_secs(10),
+            max_sessions: 4096,
+        }
+    }
 }
 
 /// `auth`: the API keys clients present.
@@ -734,6 +784,34 @@ pub struct ToolDecl {
     /// Cache successful results for identical arguments.
     #[serde(default)]
     pub cache: Option<CacheDecl>,
+    /// What the tool does to the world, for MCP clients that show or gate
+    /// tools by it. Unset hints follow the method: `GET` is read-only,
+    /// `GET`, `PUT` and `DELETE` are idempotent, `DELETE` is destructive;
+    /// every HTTP tool reaches an outside API (open world).
+    #[serde(default)]
+    pub annotations: ToolAnnotationsDecl,
+}
+
+/// Hints about a tool's behaviour (MCP's tool annotations). Hints only:
+/// the gateway enforces none of them.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolAnnotationsDecl {
+    /// A human-readable name for the tool.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// It changes nothing.
+    #[serde(default)]
+    pub read_only: Option<bool>,
+    /// It may destroy or overwrite data.
+    #[serde(default)]
+    pub destructive: Option<bool>,
+    /// Repeating a call with the same arguments has no further effect.
+    #[serde(default)]
+    pub idempotent: Option<bool>,
+    /// It reaches systems outside the gateway's control.
+    #[serde(default)]
+    pub open_world: Option<bool>,
 }
 
 fn empty_object_schema() -> serde_json::Value {

@@ -26,7 +26,7 @@ use crate::audit::{AuditEntry, AuditLog};
 use crate::catalog::Catalog;
 use crate::limits::{Rate, RateLimits};
 use crate::tool::context::{CallContext, ToolContext};
-use crate::tool::{Tool, ToolError, ToolKind};
+use crate::tool::{Output, Tool, ToolError, ToolKind};
 
 /// One call to run.
 #[derive(Debug, Clone)]
@@ -54,6 +54,11 @@ pub struct ToolResult {
     /// The output was cut to the configured size.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// An MCP tool's own content blocks, for clients that read them (the
+    /// MCP face); `None` for other tools, and when the blocks are larger
+    /// than `limits.max_response_bytes` (then only `data` remains).
+    #[serde(skip)]
+    pub content: Option<Arc<Value>>,
 }
 
 impl ToolResult {
@@ -67,6 +72,7 @@ impl ToolResult {
             skipped: false,
             cached: false,
             truncated: false,
+            content: None,
         }
     }
 
@@ -242,9 +248,9 @@ impl Executor {
             _ => canonical_json(&arguments),
         });
         if let (Some(cache), Some(key)) = (&tool.cache, &cache_key)
-            && let Some(data) = cache.get(key)
+            && let Some(output) = cache.get(key)
         {
-            let mut result = self.finish(Ok(data), catalog, started);
+            let mut result = self.finish_output(Ok(output), catalog, started);
             result.cached = true;
             return result;
         }
@@ -254,15 +260,23 @@ impl Executor {
             .unwrap_or(catalog.settings.defaults.tool_timeout);
         let run =
             AssertUnwindSafe(self.invoke(&tool, arguments, call, ctx, catalog)).catch_unwind();
-        let outcome = match tokio::time::timeout(timeout, run).await {
+        let mut outcome = match tokio::time::timeout(timeout, run).await {
             Err(_) => Err(ToolError::Timeout(timeout)),
             Ok(Err(panic)) => Err(ToolError::Panicked(panic_message(&panic))),
             Ok(Ok(outcome)) => outcome,
         };
-        if let (Ok(data), Some(cache), Some(key)) = (&outcome, &tool.cache, cache_key) {
-            cache.insert(key, data.clone());
+        if let Ok(output) = &mut outcome
+            && output
+                .content
+                .as_ref()
+                .is_some_and(|c| json_len(c) > catalog.settings.limits.max_response_bytes)
+        {
+            output.content = None;
         }
-        self.finish(outcome, catalog, started)
+        if let (Ok(output), Some(cache), Some(key)) = (&outcome, &tool.cache, cache_key) {
+            cache.insert(key, output.clone());
+        }
+        self.finish_output(outcome, catalog, started)
     }
 
     async fn invoke(
@@ -272,15 +286,15 @@ impl Executor {
         call: &ToolCall,
         ctx: &CallContext,
         catalog: &Catalog,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<Output, ToolError> {
         match &tool.kind {
-            ToolKind::Http(http) => {
-                http.call_traced(&self.http, &args, Some(&ctx.request_id))
-                    .await
-            }
+            ToolKind::Http(http) => http
+                .call_traced(&self.http, &args, Some(&ctx.request_id))
+                .await
+                .map(Output::from),
             ToolKind::Native(native) => {
                 let ctx = ToolContext::new(ctx, &call.id, &tool.name, catalog.extensions().clone());
-                native.call(args, ctx).await
+                native.call(args, ctx).await.map(Output::from)
             }
             // Dropped on timeout, which tells the server to cancel the call.
             ToolKind::Mcp(mcp) => mcp.call(&args).await,
@@ -295,8 +309,17 @@ impl Executor {
         catalog: &Catalog,
         started: Instant,
     ) -> ToolResult {
+        self.finish_output(outcome.map(Output::from), catalog, started)
+    }
+
+    fn finish_output(
+        &self,
+        outcome: Result<Output, ToolError>,
+        catalog: &Catalog,
+        started: Instant,
+    ) -> ToolResult {
         match outcome {
-            Ok(data) => {
+            Ok(Output { data, content }) => {
                 let (data, truncated) =
                     cap_output(data, catalog.settings.defaults.max_output_chars);
                 ToolResult {
@@ -307,6 +330,7 @@ impl Executor {
                     skipped: false,
                     cached: false,
                     truncated,
+                    content,
                 }
             }
             Err(e) => ToolResult::failure(e, started),

@@ -60,6 +60,14 @@ enum Command {
         #[arg(long, default_value = "{}", value_name = "JSON")]
         args: String,
     },
+    /// Serve one tool set as an MCP server on stdin/stdout, for clients
+    /// that launch their servers as commands (Claude Desktop, editors).
+    /// Logs go to stderr.
+    Mcp {
+        /// The tool set to serve; default: the configuration's default set.
+        #[arg(long, value_name = "NAME")]
+        tool_set: Option<String>,
+    },
     /// Print the JSON Schema of the configuration formats, for editors.
     Schema {
         #[arg(long, value_enum, default_value_t = SchemaKind::All)]
@@ -191,6 +199,27 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
             }
+        }
+        Command::Mcp { tool_set } => {
+            let catalog = load(&cli.config)?;
+            let Some(set) = tool_set.or_else(|| catalog.default_set().map(|s| s.name.clone()))
+            else {
+                anyhow::bail!(
+                    "the configuration has no default tool set: name one with --tool-set"
+                );
+            };
+            let loader: crate::reload::Loader = Arc::new(|dir: &Path| load_catalog(dir));
+            crate::server::stdio(
+                catalog,
+                set,
+                crate::server::Options {
+                    dir: cli.config.clone(),
+                    loader,
+                    signals: false,
+                },
+            )
+            .await?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Serve { listen } => {
             let catalog = load(&cli.config)?;

@@ -7,12 +7,14 @@
 //! Responses faces, each encoding the engine's answers and events ([`face`]
 //! is what they share); [`server`] runs the HTTP server (accept
 //! loop, signals, graceful shutdown); [`reload`] swaps in a new catalog when
-//! the configuration changes; [`cli`] (clap) is the `toolgate` command.
+//! the configuration changes; [`mcp`] serves tool sets to MCP clients
+//! (streamable HTTP and stdio); [`cli`] (clap) is the `toolgate` command.
 
 pub mod api;
 pub mod chat;
 pub mod cli;
 pub mod face;
+pub mod mcp;
 pub mod messages;
 pub mod reload;
 pub mod responses;

@@ -95,6 +95,8 @@ pub struct Live {
     version: AtomicU64,
     loaded_at: Mutex<String>,
     last: Mutex<Option<Attempt>>,
+    /// The version, for those who wait for the next catalog.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Live {
@@ -109,6 +111,7 @@ impl Live {
             version: AtomicU64::new(1),
             loaded_at: Mutex::new(toolgate_engine::audit::now_rfc3339()),
             last: Mutex::new(None),
+            changes: tokio::sync::watch::Sender::new(1),
         }
     }
 
@@ -122,6 +125,11 @@ impl Live {
         self.version.load(Ordering::SeqCst)
     }
 
+    /// Wakes on every catalog put in service (its version).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     /// Puts `catalog` in service; returns its version.
     fn swap(&self, catalog: Arc<Catalog>) -> u64 {
         self.current.store(catalog);
@@ -130,6 +138,7 @@ impl Live {
         toolgate_engine::metrics::record(|m| {
             m.config_version.set(i64::try_from(version).unwrap_or(0))
         });
+        self.changes.send_replace(version);
         version
     }
 

@@ -59,6 +59,8 @@ pub enum ServeError {
     Task(#[from] tokio::task::JoinError),
     #[error("the HTTP client of the tools cannot be built: {0}")]
     Client(reqwest::Error),
+    #[error("{0}")]
+    Stdio(String),
 }
 
 /// A running gateway.
@@ -98,12 +100,18 @@ impl Running {
     }
 }
 
-/// Starts serving `catalog` (loaded from `options.dir`) on `listener`.
-pub async fn start(
-    catalog: Catalog,
-    listener: tokio::net::TcpListener,
-    options: Options,
-) -> Result<Running, ServeError> {
+/// What serving needs, whatever the transport: the state, the reloader,
+/// the file watch and the audit log.
+struct Prepared {
+    state: AppState,
+    reloader: Arc<Reloader>,
+    watch: Option<WatchHandle>,
+    audit: Option<AuditLog>,
+}
+
+/// Protects the process, starts the MCP servers, opens the audit log and
+/// puts `catalog` in service, watched for changes when configured.
+async fn prepare(catalog: Catalog, options: Options) -> Result<Prepared, ServeError> {
     toolgate_builtins::process::protect_gateway();
     tracing::info!("catalog: {}", catalog.summary());
     catalog.mcp().start().await;
@@ -125,9 +133,58 @@ pub async fn start(
     } else {
         None
     };
+    Ok(Prepared {
+        state,
+        reloader,
+        watch,
+        audit,
+    })
+}
+
+/// Stops the MCP servers and flushes the audit log.
+async fn finish(state: &AppState, audit: Option<AuditLog>) {
+    state.catalog().mcp().shutdown().await;
+    if let Some(audit) = audit {
+        audit.flush().await;
+        tracing::info!("audit log flushed");
+    }
+}
+
+/// Serves the tool set `set` of `catalog` over stdin/stdout (MCP) until
+/// the client closes them. The configuration is watched and reloaded as
+/// for `serve`; logs go to stderr.
+pub async fn stdio(catalog: Catalog, set: String, options: Options) -> Result<(), ServeError> {
+    if let Err(e) = catalog.usable_set(&set, None) {
+        return Err(ServeError::Stdio(e.to_string()));
+    }
+    let Prepared {
+        state,
+        watch,
+        audit,
+        ..
+    } = prepare(catalog, options).await?;
+    let served = crate::mcp::serve_stdio(state.clone(), set).await;
+    drop(watch);
+    finish(&state, audit).await;
+    served.map_err(|e| ServeError::Stdio(e.to_string()))
+}
+
+/// Starts serving `catalog` (loaded from `options.dir`) on `listener`.
+pub async fn start(
+    catalog: Catalog,
+    listener: tokio::net::TcpListener,
+    options: Options,
+) -> Result<Running, ServeError> {
+    let signals = options.signals;
+    let Prepared {
+        state,
+        reloader,
+        watch,
+        audit,
+    } = prepare(catalog, options).await?;
     let stop = CancellationToken::new();
     let force = CancellationToken::new();
-    if options.signals {
+    if signals {
         spawn_signal_handlers(Arc::clone(&reloader), stop.clone(), force.clone())
             .map_err(ServeError::Signals)?;
     }
@@ -163,6 +220,7 @@ async fn run(
     tokio::pin!(serve);
     let grace_over = async {
         stop.cancelled().await;
+        state.stopping.cancel();
         let grace = state.catalog().settings.shutdown.grace;
         tracing::info!(
             streams = state.guards.streams.current(),
@@ -187,11 +245,7 @@ async fn run(
         }
     };
     drop(watch);
-    state.catalog().mcp().shutdown().await;
-    if let Some(audit) = audit {
-        audit.flush().await;
-        tracing::info!("audit log flushed");
-    }
+    finish(&state, audit).await;
     tracing::info!("stopped");
     Ok(served?)
 }

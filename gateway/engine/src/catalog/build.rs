@@ -80,6 +80,7 @@ pub(super) fn build(
     super::settings::check_limits(&raw.gateway, &mut diags);
     super::settings::check_audit(&raw.gateway, &mut diags);
     let keys = super::keys::check(&raw.gateway, &sets, default_set.as_deref(), env, &mut diags);
+    let mcp_session_secret = super::settings::mcp_session_secret(&raw.gateway, env, &mut diags);
 
     diag::sort(&mut diags);
     if diags.iter().any(Diagnostic::is_error) {
@@ -107,6 +108,7 @@ pub(super) fn build(
         upstreams,
         warnings: diags,
         keys,
+        mcp_session_secret,
     })
 }
 
@@ -209,6 +211,8 @@ fn declared_tools(
                     parameters: decl.parameters.clone(),
                     timeout: decl.http.timeout,
                     cache_ttl: decl.cache.as_ref().map(|c| c.ttl),
+                    annotations: http_annotations(&decl.annotations, decl.http.method),
+                    output_schema: None,
                     origin,
                 },
                 PendingHttp {
@@ -260,7 +264,7 @@ fn http_tools(
     let mut tools = IndexMap::with_capacity(pending.len());
     for (spec, http) in pending {
         let name = spec.name.clone();
-        let kind = ToolKind::Http(HttpTool {
+        let kind = ToolKind::Http(Box::new(HttpTool {
             method: http.method,
             templates: Arc::clone(&env),
             url: http.url,
@@ -273,7 +277,7 @@ fn http_tools(
             secret_templates: http.secret_templates,
             max_response_bytes,
             redirects: http.redirects,
-        });
+        }));
         // The schema compiled during validation, so this cannot fail; if it
         // somehow did, the tool is reported unavailable rather than lost.
         match Tool::new(spec, kind) {
@@ -331,5 +335,24 @@ fn check_settings(file: &Loaded<toolgate_config::GatewayFile>, diags: &mut Vec<D
             format!("listen address {listen:?} is not an IP address and port"),
             "write it as `127.0.0.1:8080` or `[::1]:8080`",
         ));
+    }
+}
+
+/// An HTTP tool's annotations: what its declaration says, else what its
+/// method implies.
+fn http_annotations(
+    decl: &toolgate_config::format::ToolAnnotationsDecl,
+    method: toolgate_config::format::Method,
+) -> crate::tool::Annotations {
+    use toolgate_config::format::Method;
+    crate::tool::Annotations {
+        title: decl.title.clone(),
+        read_only_hint: Some(decl.read_only.unwrap_or(method == Method::Get)),
+        destructive_hint: Some(decl.destructive.unwrap_or(method == Method::Delete)),
+        idempotent_hint: Some(
+            decl.idempotent
+                .unwrap_or(matches!(method, Method::Get | Method::Put | Method::Delete)),
+        ),
+        open_world_hint: Some(decl.open_world.unwrap_or(true)),
     }
 }

@@ -26,6 +26,7 @@ use crate::tool::native::NativeTool;
 use crate::upstream::Upstreams;
 use toolgate_config::{ConfigErrors, Diagnostic, GatewayFile};
 
+pub use settings::Secret;
 pub use toolset::{McpPattern, ToolSet};
 
 /// Validated tools and tool sets plus the gateway settings.
@@ -47,6 +48,8 @@ pub struct Catalog {
     mcp: McpRegistry,
     /// The API keys (`auth.keys`); empty when the API is open.
     keys: crate::auth::ApiKeys,
+    /// The secret of `mcp.session_secret_env`, if one is named.
+    pub mcp_session_secret: Option<Secret>,
 }
 
 /// A declared tool that cannot be used, and why.

@@ -81,6 +81,12 @@ pub(super) fn register(
             parameters: native.parameters(),
             timeout: native.timeout,
             cache_ttl: native.cache_ttl.filter(|_| native.read_only),
+            // `#[tool(read_only)]` is all a function says of itself.
+            annotations: crate::tool::Annotations {
+                read_only_hint: Some(native.read_only),
+                ..Default::default()
+            },
+            output_schema: None,
             origin: native.origin.to_owned(),
         };
         match Tool::new(spec, ToolKind::Native(Arc::new(native))) {

@@ -120,3 +120,55 @@ pub(crate) fn check_audit(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic
         ));
     }
 }
+
+/// A secret that never appears in logs or `Debug` output.
+#[derive(Clone)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    pub fn new(bytes: Vec<u8>) -> Secret {
+        Secret(bytes)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// The secret of `mcp.session_secret_env`, when one is named: it must be
+/// set and at least 32 characters long.
+pub(crate) fn mcp_session_secret(
+    file: &Loaded<GatewayFile>,
+    env: &dyn Fn(&str) -> Option<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Secret> {
+    let var = file.value.mcp.session_secret_env.as_ref()?;
+    let at = file.pos("mcp.session_secret_env");
+    match env(var).map(|v| v.trim().to_owned()) {
+        Some(v) if v.len() >= 32 => Some(Secret(v.into_bytes())),
+        Some(_) => {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at,
+                format!("the secret in {var} is shorter than 32 characters"),
+                "use a long random secret, e.g. from `openssl rand -hex 32`, the same on every replica",
+            ));
+            None
+        }
+        None => {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at,
+                format!("environment variable {var} (mcp.session_secret_env) is not set"),
+                "set it to a long random secret shared by every replica, or remove `session_secret_env` to sign sessions with a per-process secret",
+            ));
+            None
+        }
+    }
+}

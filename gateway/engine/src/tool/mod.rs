@@ -6,8 +6,10 @@ pub mod mcp;
 
 pub use toolgate::{ArgError, ToolError, context, is_valid_name, native, strict};
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::Value;
 
 /// A tool in the catalog.
@@ -26,8 +28,56 @@ pub struct Tool {
     /// Results cache, for tools that declare one.
     pub cache: Option<ResultCache>,
     pub kind: ToolKind,
+    /// Hints about the tool's behaviour, for clients that show or gate tools
+    /// by them (MCP clients).
+    pub annotations: Annotations,
+    /// JSON Schema of the tool's structured result, where it is known (MCP
+    /// tools that declare one).
+    pub output_schema: Option<Value>,
     /// Where it was declared, e.g. `tools.d/weather.yaml:3`.
     pub origin: String,
+}
+
+/// Hints about what a tool does, in MCP's terms (`readOnlyHint`...). Hints,
+/// not guarantees: the gateway enforces none of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Annotations {
+    /// A human-readable name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// It changes nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// It may destroy or overwrite something (meaningful when not read-only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// Calling it again with the same arguments has no further effect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// It reaches the world outside the gateway (an API, the web).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
+}
+
+/// What a successful call produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    /// The result as a model reads it: structured data or text.
+    pub data: Value,
+    /// An MCP server's own content blocks (text, images, audio, resources),
+    /// as it sent them, for clients that read them (the MCP face). Models
+    /// read `data`.
+    pub content: Option<Arc<Value>>,
+}
+
+impl From<Value> for Output {
+    fn from(data: Value) -> Self {
+        Output {
+            data,
+            content: None,
+        }
+    }
 }
 
 /// Cached successful results of one tool, keyed by canonical arguments.
@@ -36,7 +86,7 @@ pub struct Tool {
 #[derive(Debug)]
 pub struct ResultCache {
     ttl: Duration,
-    cache: std::sync::OnceLock<moka::sync::Cache<String, Value>>,
+    cache: std::sync::OnceLock<moka::sync::Cache<String, Output>>,
 }
 
 impl ResultCache {
@@ -47,11 +97,11 @@ impl ResultCache {
         }
     }
 
-    pub fn get(&self, key: &str) -> Option<Value> {
+    pub fn get(&self, key: &str) -> Option<Output> {
         self.cache.get().and_then(|c| c.get(key))
     }
 
-    pub fn insert(&self, key: String, value: Value) {
+    pub fn insert(&self, key: String, value: Output) {
         self.cache
             .get_or_init(|| {
                 moka::sync::Cache::builder()
@@ -67,7 +117,7 @@ impl ResultCache {
 #[derive(Debug)]
 pub enum ToolKind {
     /// A templated request to an HTTP API.
-    Http(http::HttpTool),
+    Http(Box<http::HttpTool>),
     /// A Rust function annotated with `#[tool]` (a builtin or the user's).
     Native(std::sync::Arc<native::NativeTool>),
     /// A tool of an MCP server, called over the server's session.
@@ -94,6 +144,8 @@ pub struct ToolSpec {
     pub parameters: Value,
     pub timeout: Option<Duration>,
     pub cache_ttl: Option<Duration>,
+    pub annotations: Annotations,
+    pub output_schema: Option<Value>,
     pub origin: String,
 }
 
@@ -112,6 +164,8 @@ impl Tool {
             timeout: spec.timeout,
             cache,
             kind,
+            annotations: spec.annotations,
+            output_schema: spec.output_schema,
             origin: spec.origin,
         })
     }

@@ -117,7 +117,12 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         .map_or_else(new_request_id, |r| r.0.clone());
     let catalog = state.catalog();
     let keys = catalog.keys();
-    let key = if keys.required() && req.uri().path() != "/healthz" {
+    let open = req.uri().path() == "/healthz"
+        || req
+            .uri()
+            .path()
+            .starts_with("/.well-known/oauth-protected-resource");
+    let key = if keys.required() && !open {
         // `x-api-key` is how Anthropic's clients send theirs.
         let token = req
             .headers()
@@ -133,13 +138,14 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             });
         let Some(token) = token else {
             return unauthorized(
+                &req,
                 "missing_api_key",
                 "this gateway needs an API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`)",
             );
         };
         let Some(key) = keys.find(token) else {
             tracing::warn!("refused a request with an unknown API key");
-            return unauthorized("invalid_api_key", "the API key is not valid");
+            return unauthorized(&req, "invalid_api_key", "the API key is not valid");
         };
         if let Some(per_minute) = key.requests_per_minute
             && let Err(wait) = state
@@ -170,11 +176,25 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     next.run(req).await
 }
 
-fn unauthorized(code: &'static str, message: &str) -> Response {
+/// 401 with `WWW-Authenticate: Bearer`; on the MCP endpoint it also names
+/// the protected-resource metadata (RFC 9728), where MCP clients look.
+fn unauthorized(req: &Request, code: &'static str, message: &str) -> Response {
     toolgate_engine::metrics::record(|m| m.reject("unauthorized"));
     let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, code, message).into_response();
-    resp.headers_mut()
-        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    let path = req.uri().path();
+    let challenge = if path == "/mcp" || path.starts_with("/mcp/") {
+        let url = crate::mcp::metadata_url(req.headers(), path);
+        let error = if code == "invalid_api_key" {
+            ", error=\"invalid_token\""
+        } else {
+            ""
+        };
+        HeaderValue::from_str(&format!("Bearer resource_metadata=\"{url}\"{error}"))
+            .unwrap_or_else(|_| HeaderValue::from_static("Bearer"))
+    } else {
+        HeaderValue::from_static("Bearer")
+    };
+    resp.headers_mut().insert(WWW_AUTHENTICATE, challenge);
     resp
 }
 

@@ -7,10 +7,11 @@ mod tools;
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 
 pub use error::{ApiError, body_error};
 pub use layers::{Caller, REQUEST_ID_HEADER, RequestId};
@@ -30,6 +31,9 @@ pub struct AppState {
     pub learned: Arc<toolgate_engine::formatter::Learned>,
     /// Caps on concurrent loops and streams, per-key rate limits.
     pub guards: Arc<Guards>,
+    /// Cancelled when the gateway begins to stop: ends MCP sessions and
+    /// their streams.
+    pub stopping: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {
@@ -51,6 +55,7 @@ impl AppState {
             executor,
             learned: Arc::default(),
             guards,
+            stopping: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -83,6 +88,9 @@ pub const ENDPOINTS: &[&str] = &[
     "GET /v1/tools",
     "GET /v1/tool-sets",
     "POST /v1/tools/{name}/invoke",
+    "POST|GET|DELETE /mcp/{tool_set}",
+    "POST|GET|DELETE /mcp",
+    "GET /.well-known/oauth-protected-resource",
     "GET /healthz",
     "GET /metrics",
 ];
@@ -105,7 +113,28 @@ async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> A
 /// changing it takes a restart.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.catalog().settings.limits.max_request_bytes;
-    Router::new()
+    let mut router = Router::new();
+    if state.catalog().settings.mcp.enabled {
+        let endpoint = crate::mcp::Endpoint::new(&state, state.stopping.clone());
+        router = router
+            .route(
+                "/mcp",
+                any(crate::mcp::serve_default).layer(Extension(endpoint.clone())),
+            )
+            .route(
+                "/mcp/{tool_set}",
+                any(crate::mcp::serve_set).layer(Extension(endpoint)),
+            )
+            .route(
+                "/.well-known/oauth-protected-resource",
+                get(crate::mcp::resource_metadata),
+            )
+            .route(
+                "/.well-known/oauth-protected-resource/{*resource}",
+                get(crate::mcp::resource_metadata),
+            );
+    }
+    router
         .route("/healthz", get(tools::healthz))
         .route("/metrics", get(tools::metrics))
         .route("/v1/tools", get(tools::list_tools))

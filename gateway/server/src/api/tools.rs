@@ -126,7 +126,7 @@ fn describe_tool(tool: &toolgate_engine::tool::Tool) -> Value {
                 json!({
                     "server": mcp.server(),
                     "name": mcp.remote_name(),
-                    "annotations": mcp.annotations,
+                    "annotations": tool.annotations,
                 }),
             );
         }

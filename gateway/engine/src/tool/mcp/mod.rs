@@ -28,7 +28,7 @@ use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use serde_json::Value;
 
-use crate::tool::{Tool, ToolError};
+use crate::tool::{Output, Tool, ToolError};
 use session::{Server, Status};
 pub use spec::ServerSpec;
 use toolgate_config::Pos;
@@ -41,9 +41,6 @@ pub struct McpTool {
     remote: String,
     /// The server marks it `readOnlyHint`.
     pub read_only: bool,
-    /// The tool's MCP annotations (`readOnlyHint`, `destructiveHint`...), as
-    /// the server sent them.
-    pub annotations: Option<Value>,
 }
 
 impl std::fmt::Debug for McpTool {
@@ -68,8 +65,9 @@ impl McpTool {
     }
 
     /// Calls the tool over the server's session. Dropping the future (the
-    /// executor's timeout) sends `notifications/cancelled` to the server.
-    pub async fn call(&self, args: &Value) -> Result<Value, ToolError> {
+    /// executor's timeout, a cancelled request) sends
+    /// `notifications/cancelled` to the server.
+    pub async fn call(&self, args: &Value) -> Result<Output, ToolError> {
         let server = self.server.upgrade().ok_or_else(|| {
             ToolError::Backend(format!(
                 "MCP server `{}` has been shut down",
@@ -89,7 +87,9 @@ impl McpTool {
                         "the result of MCP server `{name}` is unreadable: {e}"
                     ))
                 })?;
-                result::map_result(&wire, name)
+                let data = result::map_result(&wire, name)?;
+                let content = wire.get("content").cloned().map(Arc::new);
+                Ok(Output { data, content })
             }
             Ok(_) => Err(ToolError::Failed(format!(
                 "MCP server `{name}` asked for user input or started a background task, which the gateway does not support"

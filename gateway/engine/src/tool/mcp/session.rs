@@ -545,6 +545,11 @@ fn make_tool(
             parameters,
             timeout: spec.timeout,
             cache_ttl: spec.cache_ttl.filter(|_| read_only),
+            annotations: annotations(t),
+            output_schema: t
+                .output_schema
+                .as_ref()
+                .map(|s| Value::Object((**s).clone())),
             origin: format!("{} (MCP server `{}`)", spec.origin(), spec.name),
         },
         ToolKind::Mcp(McpTool {
@@ -552,14 +557,22 @@ fn make_tool(
             server_name: spec.name.clone(),
             remote: remote.to_owned(),
             read_only,
-            annotations: t
-                .annotations
-                .as_ref()
-                .and_then(|a| serde_json::to_value(a).ok()),
         }),
     )
     .map_err(|e| format!("its input schema is unusable: {e}"))?;
     Ok(Arc::new(tool))
+}
+
+/// The server's annotations of a tool, its `title` first.
+fn annotations(t: &rmcp::model::Tool) -> crate::tool::Annotations {
+    let a = t.annotations.as_ref();
+    crate::tool::Annotations {
+        title: t.title.clone().or_else(|| a.and_then(|a| a.title.clone())),
+        read_only_hint: a.and_then(|a| a.read_only_hint),
+        destructive_hint: a.and_then(|a| a.destructive_hint),
+        idempotent_hint: a.and_then(|a| a.idempotent_hint),
+        open_world_hint: a.and_then(|a| a.open_world_hint),
+    }
 }
 
 fn report_listing(server: &Server, listed: &[Listed]) {

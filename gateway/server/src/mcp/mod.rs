@@ -1,0 +1,254 @@
+//! The MCP face: every tool set served as an MCP server.
+//!
+//! - Streamable HTTP at `/mcp/{tool_set}` (and `/mcp`, the caller's default
+//!   set) on the gateway's own listener, behind the same layers as every
+//!   endpoint (request id, metrics, API keys, body limits): an unknown set
+//!   is 404, a set the key may not use 403, no key 401 with
+//!   `WWW-Authenticate` pointing at the protected-resource metadata
+//!   ([`resource_metadata`]).
+//! - rmcp's server negotiates the protocol per client: 2025-11-25 and older
+//!   with sessions (`sessions`: signed ids any replica can serve),
+//!   2026-07-28 statelessly (`server/discover`, per-request `_meta`,
+//!   `subscriptions/listen`).
+//! - stdio: `toolgate mcp --tool-set NAME` ([`serve_stdio`]).
+//!
+//! `handler` answers the requests; `wire` turns tools and results into
+//! MCP's shapes.
+
+mod handler;
+mod sessions;
+mod wire;
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Extension, Path, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rmcp::ServiceExt;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+pub use handler::{Target, ToolSetServer};
+use sessions::{SignedSessions, SignedStore, Signer};
+
+use crate::api::{ApiError, AppState, Caller};
+
+/// Hosts an open gateway's MCP endpoint always accepts.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The streamable HTTP service, shared by every request.
+#[derive(Clone)]
+pub struct Endpoint {
+    service: StreamableHttpService<ToolSetServer, SignedSessions>,
+    sessions: Arc<SignedSessions>,
+    max_sessions: usize,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("max_sessions", &self.max_sessions)
+            .finish()
+    }
+}
+
+impl Endpoint {
+    /// The endpoint of `state`'s gateway. Its settings (`mcp.*`, and
+    /// whether API keys are configured) are read here, once: changing them
+    /// takes a restart. `stop` ends every session and stream.
+    pub fn new(state: &AppState, stop: CancellationToken) -> Endpoint {
+        let catalog = state.catalog();
+        let settings = &catalog.settings;
+        let signer = Signer::new(catalog.mcp_session_secret.as_ref());
+        let sessions = Arc::new(SignedSessions::new(signer.clone()));
+        let mut config = StreamableHttpServerConfig::default()
+            .with_max_request_body_bytes(settings.limits.max_request_bytes)
+            .with_cancellation_token(stop)
+            .with_allowed_origins(settings.mcp.allowed_origins.clone())
+            .enforce_origin_validation();
+        config = if catalog.keys().required() {
+            // The key is the protection; the gateway may have any name.
+            config.disable_allowed_hosts()
+        } else {
+            config.with_allowed_hosts(
+                LOOPBACK_HOSTS
+                    .iter()
+                    .map(|h| (*h).to_owned())
+                    .chain(settings.mcp.allowed_hosts.iter().cloned()),
+            )
+        };
+        config.session_store = Some(Arc::new(SignedStore(signer)));
+        let for_sessions = state.clone();
+        let service = StreamableHttpService::new(
+            move || Ok(ToolSetServer::new(for_sessions.clone())),
+            Arc::clone(&sessions),
+            config,
+        );
+        Endpoint {
+            service,
+            sessions,
+            max_sessions: settings.mcp.max_sessions,
+        }
+    }
+}
+
+/// `/mcp/{tool_set}`.
+pub async fn serve_set(
+    State(state): State<AppState>,
+    Extension(endpoint): Extension<Endpoint>,
+    Extension(caller): Extension<Caller>,
+    Path(set): Path<String>,
+    req: Request,
+) -> Response {
+    serve(state, endpoint, caller, Some(set), req).await
+}
+
+/// `/mcp`: the caller's default set.
+pub async fn serve_default(
+    State(state): State<AppState>,
+    Extension(endpoint): Extension<Endpoint>,
+    Extension(caller): Extension<Caller>,
+    req: Request,
+) -> Response {
+    serve(state, endpoint, caller, None, req).await
+}
+
+async fn serve(
+    state: AppState,
+    endpoint: Endpoint,
+    caller: Caller,
+    set: Option<String>,
+    mut req: Request,
+) -> Response {
+    let catalog = state.catalog();
+    let set = match set {
+        Some(set) => set,
+        None => {
+            let default = match &caller.key {
+                Some(key) => key.default_tool_set.clone(),
+                None => catalog.default_set().map(|s| s.name.clone()),
+            };
+            match default {
+                Some(set) => set,
+                None => {
+                    return ApiError::not_found(
+                        "unknown_tool_set",
+                        "there is no default tool set: name one in the path, /mcp/{tool_set} (GET /v1/tool-sets lists them)",
+                    )
+                    .into_response();
+                }
+            }
+        }
+    };
+    if let Err(e) = catalog.usable_set(&set, caller.key.as_deref()) {
+        return ApiError::from(e).into_response();
+    }
+    if opens_session(req.method(), req.headers())
+        && endpoint.sessions.count().await >= endpoint.max_sessions
+    {
+        let mut err = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_sessions",
+            "the gateway holds as many MCP sessions as mcp.max_sessions allows; retry later, or use protocol 2026-07-28, which needs none",
+        );
+        err.retry_after = Some(5);
+        return err.into_response();
+    }
+    let closing = req.method() == Method::DELETE;
+    req.extensions_mut().insert(Target { set, caller });
+    let mut resp = endpoint.service.handle(req).await.into_response();
+    // A closed session is 204, as clients expect (the official Python
+    // client warns about rmcp's 202).
+    if closing && resp.status() == StatusCode::ACCEPTED {
+        *resp.status_mut() = StatusCode::NO_CONTENT;
+    }
+    resp
+}
+
+/// A request that may start a session: a POST without `Mcp-Session-Id`
+/// from a client that does not speak the stateless revision.
+fn opens_session(method: &Method, headers: &HeaderMap) -> bool {
+    method == Method::POST
+        && !headers.contains_key("mcp-session-id")
+        && headers
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|v| v < "2026-07-28")
+}
+
+/// The URL the client used to reach the gateway, from its `Host` (and a
+/// proxy's `X-Forwarded-Proto`).
+pub fn public_base(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| {
+            h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+        })
+        .unwrap_or("localhost");
+    let scheme = match headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some("https") => "https",
+        _ => "http",
+    };
+    format!("{scheme}://{host}")
+}
+
+/// The protected-resource metadata URL of `path` (RFC 9728).
+pub fn metadata_url(headers: &HeaderMap, path: &str) -> String {
+    format!(
+        "{}/.well-known/oauth-protected-resource{path}",
+        public_base(headers)
+    )
+}
+
+/// `GET /.well-known/oauth-protected-resource[/mcp/...]`, open: what an
+/// OAuth-aware MCP client reads to learn how to get a token. The gateway's
+/// tokens are its API keys, issued by its operator, so no authorization
+/// server is named.
+pub async fn resource_metadata(uri: axum::http::Uri, headers: HeaderMap) -> Response {
+    let resource_path = uri
+        .path()
+        .strip_prefix("/.well-known/oauth-protected-resource")
+        .filter(|p| !p.is_empty())
+        .unwrap_or("/mcp");
+    Json(json!({
+        "resource": format!("{}{resource_path}", public_base(&headers)),
+        "resource_name": "toolgate",
+        "bearer_methods_supported": ["header"],
+    }))
+    .into_response()
+}
+
+/// The stdio face's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StdioError {
+    #[error("the MCP session over stdio could not start: {0}")]
+    Start(String),
+    #[error("the MCP session over stdio ended with an error: {0}")]
+    Run(String),
+}
+
+/// Serves `set` over stdin/stdout to one local client, until it closes
+/// them. Nothing but MCP messages is written to stdout.
+pub async fn serve_stdio(state: AppState, set: String) -> Result<(), StdioError> {
+    let caller = Caller {
+        request_id: "stdio".to_owned(),
+        key: None,
+    };
+    let server = ToolSetServer::fixed(state, Target { set, caller });
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| StdioError::Start(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| StdioError::Run(e.to_string()))?;
+    Ok(())
+}

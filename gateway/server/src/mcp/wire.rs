@@ -1,0 +1,148 @@
+//! The gateway's tools and results in MCP's terms.
+//!
+//! - A tool is listed with its declared input schema (the canonical one,
+//!   not OpenAI's strict rendering: MCP clients validate against JSON
+//!   Schema as written), its output schema where one is known and its
+//!   annotations.
+//! - A result keeps its shape: an MCP server's own content blocks (images,
+//!   audio, resources) pass through as it sent them; structured data goes
+//!   out as `structuredContent` with its JSON text as the content a client
+//!   without structured support reads; text stays text.
+//! - A failed call is a result with `isError: true` and the error in
+//!   words (for invalid arguments, every violation), as the spec asks:
+//!   the client (or its model) reads it and can correct the call.
+
+use rmcp::model::{CallToolResult, Tool as McpTool};
+use serde_json::{Value, json};
+
+use toolgate_engine::executor::ToolResult;
+use toolgate_engine::tool::{Tool, ToolError};
+
+/// `tool` as an entry of `tools/list`.
+pub fn tool(tool: &Tool) -> Result<McpTool, serde_json::Error> {
+    let mut wire = json!({
+        "name": tool.name,
+        "description": tool.description,
+        "inputSchema": tool.parameters,
+    });
+    if let Some(obj) = wire.as_object_mut() {
+        if let Some(title) = &tool.annotations.title {
+            obj.insert("title".into(), json!(title));
+        }
+        if let Some(schema) = &tool.output_schema {
+            obj.insert("outputSchema".into(), schema.clone());
+        }
+        let annotations = serde_json::to_value(&tool.annotations)?;
+        if annotations.as_object().is_some_and(|a| !a.is_empty()) {
+            obj.insert("annotations".into(), annotations);
+        }
+    }
+    serde_json::from_value(wire)
+}
+
+/// A finished call as a `tools/call` result.
+pub fn result(result: &ToolResult) -> Result<CallToolResult, serde_json::Error> {
+    serde_json::from_value(result_json(result))
+}
+
+fn result_json(result: &ToolResult) -> Value {
+    if let Some(error) = &result.error {
+        return json!({
+            "resultType": "complete",
+            "content": [{"type": "text", "text": error_text(error)}],
+            "isError": true,
+        });
+    }
+    let data = result.data.as_ref().unwrap_or(&Value::Null);
+    let structured = data.is_object().then(|| data.clone());
+    let content = match (&result.content, data) {
+        // An MCP server's blocks, as it sent them.
+        (Some(blocks), _) if blocks.is_array() => (**blocks).clone(),
+        (_, Value::String(text)) => json!([{"type": "text", "text": text}]),
+        (_, Value::Null) => json!([]),
+        (_, other) => json!([{"type": "text", "text": other.to_string()}]),
+    };
+    // rmcp leaves `resultType` out for clients older than 2026-07-28.
+    let mut wire = json!({"resultType": "complete", "content": content, "isError": false});
+    if let (Some(structured), Some(obj)) = (structured, wire.as_object_mut()) {
+        obj.insert("structuredContent".into(), structured);
+    }
+    wire
+}
+
+/// The error as a client reads it: its code and message, and for invalid
+/// arguments each violation on a line of its own.
+fn error_text(error: &ToolError) -> String {
+    match error {
+        ToolError::InvalidArguments(violations) => {
+            let mut text = String::from(
+                "Error (invalid_arguments): the arguments do not match the tool's input schema:",
+            );
+            for v in violations {
+                text.push_str(&format!("\n- {}: {} ({})", v.path, v.message, v.rule));
+            }
+            text
+        }
+        other => format!("Error ({}): {other}", other.code()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use toolgate_engine::tool::ArgError;
+
+    fn ok(data: Value, content: Option<Value>) -> ToolResult {
+        let mut r =
+            ToolResult::failure(ToolError::Failed(String::new()), std::time::Instant::now());
+        r.success = true;
+        r.error = None;
+        r.data = Some(data);
+        r.content = content.map(Arc::new);
+        r
+    }
+
+    #[test]
+    fn results_keep_their_shape() {
+        let text = serde_json::to_value(result(&ok(json!("hi"), None)).unwrap()).unwrap();
+        assert_eq!(text["content"], json!([{"type": "text", "text": "hi"}]));
+        assert!(text.get("structuredContent").is_none());
+
+        let structured =
+            serde_json::to_value(result(&ok(json!({"t": 21}), None)).unwrap()).unwrap();
+        assert_eq!(structured["structuredContent"], json!({"t": 21}));
+        assert_eq!(structured["content"][0]["text"], "{\"t\":21}");
+
+        let image = json!([{"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]);
+        let passed = serde_json::to_value(
+            result(&ok(json!("[image: image/png]"), Some(image.clone()))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(passed["content"], image);
+    }
+
+    #[test]
+    fn invalid_arguments_are_a_tool_error_listing_each_violation() {
+        let r = ToolResult::failure(
+            ToolError::InvalidArguments(vec![
+                ArgError {
+                    path: "/city".into(),
+                    rule: "type".into(),
+                    message: "42 is not of type \"string\"".into(),
+                },
+                ArgError {
+                    path: "/".into(),
+                    rule: "required".into(),
+                    message: "\"units\" is a required property".into(),
+                },
+            ]),
+            std::time::Instant::now(),
+        );
+        let wire = serde_json::to_value(result(&r).unwrap()).unwrap();
+        assert_eq!(wire["isError"], true);
+        let text = wire["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("/city: 42 is not of type"), "{text}");
+        assert!(text.contains("\"units\" is a required property"), "{text}");
+    }
+}

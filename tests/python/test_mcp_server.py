@@ -1,0 +1,456 @@
+"""toolgate's tool sets as MCP servers, driven by the official Python `mcp`
+SDK as the client: over streamable HTTP (`/mcp/{tool_set}`, both protocol
+revisions: the 2025-11-25 handshake with sessions, and the stateless
+2026-07-28) and over stdio (`toolgate mcp`).
+
+The gateway proxies two real MCP servers (npm's server-everything and the
+SDK-based test server in tests/mcp/test_server.py), an HTTP backend and
+builtins; every call goes through the gateway's executor.
+"""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+from mcp.client.client import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from conftest import ROOT, binary, read_until
+
+FULL_KEY = "full-key-0123456789abcdef"
+SMALL_KEY = "small-key-0123456789abcdef"
+SECRET = "s" * 40
+
+EVERYTHING = ROOT / "tests/mcp/node_modules/.bin/mcp-server-everything"
+PYTHON = ROOT / ".venv/bin/python"
+TEST_SERVER = ROOT / "tests/mcp/test_server.py"
+
+GATEWAY_YAML = """
+defaults:
+  tool_set: web
+auth:
+  keys:
+    - name: full
+      key_env: FULL_KEY
+    - name: small
+      key_env: SMALL_KEY
+      tool_sets: [small]
+      limits: {{ tool_calls_per_minute: 3 }}
+builtins:
+  enabled: [calculator]
+reload:
+  debounce: 50ms
+mcp:
+  session_secret_env: MCP_SECRET
+"""
+
+TOOLS_YAML = """
+tools:
+  - name: lookup
+    description: Look a word up.
+    parameters:
+      type: object
+      properties:
+        q: {{ type: string, description: The word. }}
+      required: [q]
+    http:
+      url: "{backend}/echo"
+      query: {{ q: "{{{{ args.q }}}}" }}
+    response:
+      select: /q
+  - name: slow
+    description: Takes its time.
+    parameters:
+      type: object
+      properties:
+        ms: {{ type: integer }}
+      required: [ms]
+    http:
+      url: "{backend}/sleep"
+      query: {{ ms: "{{{{ args.ms }}}}" }}
+      timeout: 300ms
+mcp_servers:
+  - name: everything
+    transport: stdio
+    command: {everything}
+    tools: {{ include: [get-tiny-image, get-structured-content], prefix: ev_ }}
+  - name: py
+    transport: stdio
+    command: {python}
+    args: [{test_server}, stdio]
+    tools: {{ include: [sleep, cancelled, echo], prefix: py_ }}
+"""
+
+
+def configure(root: pathlib.Path, backend: str) -> pathlib.Path:
+    for sub in ("tools.d", "tool-sets"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    (root / "toolgate.yaml").write_text(GATEWAY_YAML.format())
+    (root / "tools.d" / "t.yaml").write_text(
+        TOOLS_YAML.format(backend=backend, everything=EVERYTHING, python=PYTHON, test_server=TEST_SERVER)
+    )
+    (root / "tool-sets" / "web.yaml").write_text(
+        'name: web\ndescription: Look things up.\ntools: [lookup, slow, "ev_*", "py_*"]\n'
+    )
+    (root / "tool-sets" / "small.yaml").write_text("name: small\ntools: [lookup]\n")
+    return root
+
+
+def env() -> dict:
+    e = {**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info"}
+    e.update(FULL_KEY=FULL_KEY, SMALL_KEY=SMALL_KEY, MCP_SECRET=SECRET)
+    return e
+
+
+def start(config: pathlib.Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        env=env(),
+    )
+    line = read_until(proc.stderr, "listening on http://")
+    return proc, "http://" + line.split("listening on http://")[1].strip()
+
+
+@pytest.fixture(scope="module")
+def servers():
+    if not EVERYTHING.exists():
+        pytest.skip(f"{EVERYTHING} is missing: run `make setup`")
+
+
+@pytest.fixture(scope="module")
+def mcp_gateway(tmp_path_factory, backend, servers):
+    config = configure(tmp_path_factory.mktemp("mcp-config"), backend)
+    proc, url = start(config)
+    yield url, config
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def client(url: str, key: str = FULL_KEY, mode: str = "legacy", **kw) -> Client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    return Client(streamable_http_client(url, http_client=http), mode=mode, **kw)
+
+
+def run(fn):
+    return anyio.run(fn)
+
+
+MODES = ["legacy", "auto"]  # 2025-11-25 with a session; 2026-07-28 stateless
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tool_set_is_listed_with_its_schemas_and_annotations(mcp_gateway, mode):
+    url, _ = mcp_gateway
+
+    async def go():
+        async with client(url + "/mcp/web", mode=mode) as c:
+            expected = "2025-11-25" if mode == "legacy" else "2026-07-28"
+            assert c.protocol_version == expected
+            assert c.server_info.name == "toolgate"
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            # The set's declared tools in order, then its MCP tools.
+            assert list(tools)[:2] == ["lookup", "slow"]
+            assert {"ev_get-tiny-image", "ev_get-structured-content", "py_sleep"} <= set(tools)
+            assert "calculator" not in tools, "not in the set"
+            lookup = tools["lookup"]
+            # The declared schema, not the strict rendering.
+            assert lookup.input_schema["properties"]["q"] == {"type": "string", "description": "The word."}
+            assert lookup.input_schema.get("additionalProperties") is None
+            assert lookup.annotations.read_only_hint is True
+            assert lookup.annotations.open_world_hint is True
+            # An upstream MCP tool keeps its output schema.
+            assert tools["ev_get-structured-content"].output_schema is not None
+
+    run(go)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_results_keep_their_shape(mcp_gateway, mode):
+    url, _ = mcp_gateway
+
+    async def go():
+        async with client(url + "/mcp/web", mode=mode) as c:
+            text = await c.call_tool("lookup", {"q": "gateway"})
+            assert not text.is_error
+            assert text.content[0].text == "gateway"
+
+            image = await c.call_tool("ev_get-tiny-image", {})
+            assert not image.is_error
+            images = [b for b in image.content if b.type == "image"]
+            assert images, image.content
+            assert images[0].mime_type == "image/png"
+            assert len(images[0].data) > 100, "the base64 itself, not a summary"
+
+            structured = await c.call_tool("ev_get-structured-content", {"location": "New York"})
+            assert not structured.is_error
+            assert structured.structured_content is not None
+            assert "temperature" in structured.structured_content
+
+    run(go)
+
+
+def test_failures_are_tool_errors_the_client_can_read(mcp_gateway):
+    url, _ = mcp_gateway
+
+    async def go():
+        async with client(url + "/mcp/web") as c:
+            invalid = await c.call_tool("lookup", {"q": 42})
+            assert invalid.is_error
+            assert "/q" in invalid.content[0].text and "string" in invalid.content[0].text
+
+            missing = await c.call_tool("lookup", {})
+            assert missing.is_error and "required" in missing.content[0].text
+
+            timeout = await c.call_tool("slow", {"ms": 3000})
+            assert timeout.is_error and "timeout" in timeout.content[0].text
+
+            with pytest.raises(Exception, match="Unknown tool"):
+                await c.call_tool("calculator", {"expression": "1+1"})
+
+    run(go)
+
+
+def test_cancelling_a_call_cancels_it_upstream(mcp_gateway):
+    url, _ = mcp_gateway
+
+    async def go():
+        async with client(url + "/mcp/web") as c:
+            before = int((await c.call_tool("py_cancelled", {})).content[0].text)
+            with anyio.move_on_after(1.0):
+                await c.call_tool("py_sleep", {"seconds": 20})
+                pytest.fail("the call should have been cancelled")
+            # The client's notifications/cancelled reached the gateway, which
+            # dropped the call, which cancelled it on the MCP server.
+            for _ in range(50):
+                after = int((await c.call_tool("py_cancelled", {})).content[0].text)
+                if after > before:
+                    break
+                await anyio.sleep(0.1)
+            assert after == before + 1
+
+    run(go)
+
+
+def test_a_keys_tool_call_rate_applies(mcp_gateway):
+    url, _ = mcp_gateway
+
+    async def go():
+        async with client(url + "/mcp/small", key=SMALL_KEY) as c:
+            results = [await c.call_tool("lookup", {"q": str(i)}) for i in range(4)]
+            assert [r.is_error for r in results] == [False, False, False, True]
+            assert "rate_limited" in results[3].content[0].text
+
+    run(go)
+
+
+def http(method: str, url: str, key: str | None = None, body: dict | None = None):
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
+def test_keys_decide_which_sets_a_client_reaches(mcp_gateway):
+    url, _ = mcp_gateway
+    status, headers, _ = http("POST", url + "/mcp/web", body=INITIALIZE)
+    assert status == 401
+    challenge = headers.get("www-authenticate") or headers.get("WWW-Authenticate")
+    assert challenge.startswith("Bearer resource_metadata=")
+    metadata_url = challenge.split('"')[1]
+    assert metadata_url.endswith("/.well-known/oauth-protected-resource/mcp/web")
+    status, _, body = http("GET", metadata_url)
+    assert status == 200
+    assert json.loads(body)["resource"].endswith("/mcp/web")
+
+    assert http("POST", url + "/mcp/web", key="wrong-key-0123456789", body=INITIALIZE)[0] == 401
+    status, _, body = http("POST", url + "/mcp/web", key=SMALL_KEY, body=INITIALIZE)
+    assert status == 403, body
+    status, _, body = http("POST", url + "/mcp/nope", key=FULL_KEY, body=INITIALIZE)
+    assert status == 404 and json.loads(body)["error"]["code"] == "unknown_tool_set"
+    status, _, _ = http("POST", url + "/mcp/small", key=SMALL_KEY, body=INITIALIZE)
+    assert status == 200
+
+    # /mcp is the caller's default set.
+    async def go():
+        async with client(url + "/mcp") as c:
+            names = [t.name for t in (await c.list_tools()).tools]
+            assert names[:2] == ["lookup", "slow"]
+
+    run(go)
+
+
+def test_a_forged_session_id_is_unknown(mcp_gateway):
+    url, _ = mcp_gateway
+    status, headers, _ = http("POST", url + "/mcp/web", key=FULL_KEY, body=INITIALIZE)
+    session = headers.get("mcp-session-id") or headers.get("Mcp-Session-Id")
+    assert session and "." in session
+    nonce, tag = session.split(".")
+    forged = nonce[:-1] + ("0" if nonce[-1] != "0" else "1") + "." + tag
+    req = urllib.request.Request(
+        url + "/mcp/web",
+        data=json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).encode(),
+        headers={
+            "Authorization": f"Bearer {FULL_KEY}",
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            "Mcp-Session-Id": forged,
+            "MCP-Protocol-Version": "2025-11-25",
+        },
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 404
+
+
+def test_a_reload_tells_listening_clients_the_list_changed(tmp_path, backend, servers):
+    config = configure(tmp_path, backend)
+    proc, url = start(config)
+    try:
+
+        async def go():
+            changed = anyio.Event()
+
+            async def on_message(message):
+                if isinstance(message, types.ToolListChangedNotification):
+                    changed.set()
+
+            async with client(url + "/mcp/small", message_handler=on_message) as legacy:
+                assert [t.name for t in (await legacy.list_tools()).tools] == ["lookup"]
+                async with client(url + "/mcp/small", mode="auto") as modern:
+                    async with modern.listen(tools_list_changed=True) as sub:
+                        (config / "tool-sets" / "small.yaml").write_text(
+                            "name: small\ntools: [lookup, calculator]\n"
+                        )
+                        with anyio.fail_after(15):
+                            async for _event in sub:
+                                break
+                    assert [t.name for t in (await modern.list_tools()).tools] == ["lookup", "calculator"]
+                with anyio.fail_after(15):
+                    await changed.wait()
+                assert [t.name for t in (await legacy.list_tools()).tools] == ["lookup", "calculator"]
+
+        run(go)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_stdio_serves_a_tool_set_to_a_client_that_launches_it(tmp_path, backend, servers):
+    config = configure(tmp_path, backend)
+    params = StdioServerParameters(
+        command=str(binary("toolgate")),
+        args=["mcp", "--tool-set", "web", "--config", str(config)],
+        env=env(),
+    )
+
+    async def go():
+        async with Client(params, mode="legacy") as c:
+            names = [t.name for t in (await c.list_tools()).tools]
+            assert names[:2] == ["lookup", "slow"] and "ev_get-tiny-image" in names
+            assert (await c.call_tool("lookup", {"q": "stdio"})).content[0].text == "stdio"
+            image = await c.call_tool("ev_get-tiny-image", {})
+            assert any(b.type == "image" for b in image.content)
+            assert (await c.call_tool("lookup", {"q": 1})).is_error
+
+    run(go)
+
+
+class Alternating:
+    """One address in front of two gateways: each HTTP request goes to the
+    next gateway in turn (a new upstream connection per request), so a
+    session started on one is continued on the other."""
+
+    def __init__(self, upstreams: list[str]):
+        self.upstreams = upstreams
+        self.turn = 0
+        self.sent = [0] * len(upstreams)
+
+    async def app(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        i = self.turn % len(self.upstreams)
+        self.turn += 1
+        self.sent[i] += 1
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k.lower() != b"host"]
+        url = self.upstreams[i] + scope["path"]
+        async with httpx2.AsyncClient(timeout=30) as upstream:
+            req = upstream.build_request(scope["method"], url, headers=headers, content=body)
+            resp = await upstream.send(req, stream=True)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": resp.status_code,
+                    "headers": [(k.encode(), v.encode()) for k, v in resp.headers.items()],
+                }
+            )
+            async for chunk in resp.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+            await resp.aclose()
+
+
+def test_two_replicas_behind_one_address_need_no_affinity(tmp_path, backend, servers):
+    import uvicorn
+
+    a, url_a = start(configure(tmp_path / "a", backend))
+    b, url_b = start(configure(tmp_path / "b", backend))
+    proxy = Alternating([url_a, url_b])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(proxy.app, log_level="warning", interface="asgi3"))
+    thread = threading.Thread(target=lambda: server.run(sockets=[sock]), daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+
+        async def go():
+            async with client(f"http://127.0.0.1:{port}/mcp/web") as c:
+                assert c.protocol_version == "2025-11-25"
+                for i in range(4):
+                    assert (await c.call_tool("lookup", {"q": f"w{i}"})).content[0].text == f"w{i}"
+                assert len((await c.list_tools()).tools) > 2
+
+        run(go)
+        assert min(proxy.sent) >= 3, f"requests did not alternate: {proxy.sent}"
+    finally:
+        server.should_exit = True
+        thread.join(5)
+        for p in (a, b):
+            p.terminate()
+            p.wait(timeout=10)
