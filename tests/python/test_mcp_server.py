@@ -84,7 +84,7 @@ mcp_servers:
   - name: everything
     transport: stdio
     command: {everything}
-    tools: {{ include: [get-tiny-image, get-structured-content], prefix: ev_ }}
+    tools: {{ include: [get-tiny-image, get-structured-content, trigger-long-running-operation], prefix: ev_ }}
   - name: py
     transport: stdio
     command: {python}
@@ -239,6 +239,30 @@ def test_cancelling_a_call_cancels_it_upstream(mcp_gateway):
                     break
                 await anyio.sleep(0.1)
             assert after == before + 1
+
+    run(go)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_progress_of_an_upstream_tool_reaches_the_client(mcp_gateway, mode):
+    url, _ = mcp_gateway
+
+    async def go():
+        async with client(url + "/mcp/web", mode=mode) as c:
+            reports = []
+
+            async def on_progress(progress, total, message):
+                reports.append((progress, total))
+
+            result = await c.call_tool(
+                "ev_trigger-long-running-operation", {"duration": 1, "steps": 4}, progress_callback=on_progress
+            )
+            assert not result.is_error
+            # rmcp subscribes just after sending the call: the first report
+            # may be lost, the later ones arrive in order.
+            assert len(reports) >= 3, reports
+            assert [p for p, _ in reports] == sorted(p for p, _ in reports)
+            assert reports[-1] == (4, 4)
 
     run(go)
 

@@ -74,9 +74,10 @@ pub struct McpEndpointDecl {
     /// is accepted.
     pub allowed_hosts: Vec<String>,
     /// Browser origins (`https://app.example.com:443`) whose pages may call
-    /// the endpoint. A request carrying any other `Origin` is refused;
-    /// requests without `Origin` (every non-browser client) are not
-    /// affected.
+    /// the endpoint, besides pages of this machine (`localhost`, `127.0.0.1`,
+    /// `[::1]`, any port). A request carrying any other `Origin` is
+    /// refused; requests without `Origin` (every non-browser client) are
+    /// not affected.
     pub allowed_origins: Vec<String>,
     /// How long a 2026-07-28 client may keep a tools list before asking
     /// again (`ttlMs`); clients listening for changes hear of reloads at

@@ -26,7 +26,7 @@ use crate::audit::{AuditEntry, AuditLog};
 use crate::catalog::Catalog;
 use crate::limits::{Rate, RateLimits};
 use crate::tool::context::{CallContext, ToolContext};
-use crate::tool::{Output, Tool, ToolError, ToolKind};
+use crate::tool::{Output, ProgressSink, Tool, ToolError, ToolKind};
 
 /// One call to run.
 #[derive(Debug, Clone)]
@@ -139,13 +139,28 @@ impl Executor {
     /// Runs one call; `ctx` describes the request it belongs to (native
     /// tools receive it, the model never sees it).
     pub async fn run(&self, catalog: &Catalog, call: &ToolCall, ctx: &CallContext) -> ToolResult {
+        self.run_reporting(catalog, call, ctx, None).await
+    }
+
+    /// [`run`](Self::run), passing the tool's progress reports (MCP tools
+    /// that send them) to `progress`.
+    pub async fn run_reporting(
+        &self,
+        catalog: &Catalog,
+        call: &ToolCall,
+        ctx: &CallContext,
+        progress: Option<&ProgressSink>,
+    ) -> ToolResult {
         let span = tracing::info_span!(
             "tool",
             tool = %call.name,
             call_id = %call.id,
             request_id = %ctx.request_id
         );
-        let result = self.execute(catalog, call, ctx).instrument(span).await;
+        let result = self
+            .execute(catalog, call, ctx, progress)
+            .instrument(span)
+            .await;
         self.record(catalog, call, ctx, &result).await;
         result
     }
@@ -200,7 +215,13 @@ impl Executor {
             .await;
     }
 
-    async fn execute(&self, catalog: &Catalog, call: &ToolCall, ctx: &CallContext) -> ToolResult {
+    async fn execute(
+        &self,
+        catalog: &Catalog,
+        call: &ToolCall,
+        ctx: &CallContext,
+        progress: Option<&ProgressSink>,
+    ) -> ToolResult {
         let started = Instant::now();
         let Some(tool) = catalog.tool(&call.name) else {
             let error = match catalog.unavailable_tool(&call.name) {
@@ -258,8 +279,8 @@ impl Executor {
         let timeout = tool
             .timeout
             .unwrap_or(catalog.settings.defaults.tool_timeout);
-        let run =
-            AssertUnwindSafe(self.invoke(&tool, arguments, call, ctx, catalog)).catch_unwind();
+        let run = AssertUnwindSafe(self.invoke(&tool, arguments, call, ctx, catalog, progress))
+            .catch_unwind();
         let mut outcome = match tokio::time::timeout(timeout, run).await {
             Err(_) => Err(ToolError::Timeout(timeout)),
             Ok(Err(panic)) => Err(ToolError::Panicked(panic_message(&panic))),
@@ -286,6 +307,7 @@ impl Executor {
         call: &ToolCall,
         ctx: &CallContext,
         catalog: &Catalog,
+        progress: Option<&ProgressSink>,
     ) -> Result<Output, ToolError> {
         match &tool.kind {
             ToolKind::Http(http) => http
@@ -297,7 +319,7 @@ impl Executor {
                 native.call(args, ctx).await.map(Output::from)
             }
             // Dropped on timeout, which tells the server to cancel the call.
-            ToolKind::Mcp(mcp) => mcp.call(&args).await,
+            ToolKind::Mcp(mcp) => mcp.call(&args, progress).await,
         }
     }
 

@@ -71,6 +71,20 @@ pub struct Output {
     pub content: Option<Arc<Value>>,
 }
 
+/// One progress report of a running call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// How far it is; grows with every report.
+    pub progress: f64,
+    /// The value `progress` will reach, when known.
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// Where a call's progress goes: the caller that asked for it (an MCP
+/// client). Reports are dropped, never waited for, when it is slow.
+pub type ProgressSink = tokio::sync::mpsc::Sender<Progress>;
+
 impl From<Value> for Output {
     fn from(data: Value) -> Self {
         Output {

@@ -13,8 +13,8 @@ use std::time::Duration;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, ErrorCode,
     Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, ServerNotification,
-    SubscriptionFilter, ToolListChangedNotification,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
+    ServerConfig, ServerNotification, SubscriptionFilter, ToolListChangedNotification,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::SessionRestoreMarker;
@@ -26,12 +26,47 @@ use super::wire;
 use crate::api::{AppState, Caller};
 use toolgate_engine::catalog::Catalog;
 use toolgate_engine::executor::{ToolCall, ToolResult};
-use toolgate_engine::tool::ToolError;
 use toolgate_engine::tool::context::CallContext;
+use toolgate_engine::tool::{Progress, ProgressSink, ToolError};
 
 /// How often a listening client's set is compared with what it was, to
 /// catch changes that come without a reload (an MCP server's tools).
 const LIST_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// Progress reports waiting to be sent to a slow client; beyond, they are
+/// dropped (the next one says more).
+const PROGRESS_BACKLOG: usize = 32;
+
+/// Awaits `call`, sending the progress reports it makes meanwhile (and
+/// those left when it ends) to the client as `notifications/progress`
+/// under the client's `token`, before the result.
+async fn forward_progress<T>(
+    call: impl std::future::Future<Output = T>,
+    mut reports: tokio::sync::mpsc::Receiver<Progress>,
+    token: rmcp::model::ProgressToken,
+    peer: &rmcp::Peer<RoleServer>,
+) -> T {
+    let note = |p: Progress| {
+        let mut note = ProgressNotificationParam::new(token.clone(), p.progress);
+        note.total = p.total;
+        note.message = p.message;
+        note
+    };
+    tokio::pin!(call);
+    let result = loop {
+        tokio::select! {
+            biased;
+            Some(p) = reports.recv() => {
+                let _ = peer.notify_progress(note(p)).await;
+            }
+            result = &mut call => break result,
+        }
+    };
+    while let Ok(p) = reports.try_recv() {
+        let _ = peer.notify_progress(note(p)).await;
+    }
+    result
+}
 
 /// Which set a request is for, and who sends it.
 #[derive(Debug, Clone)]
@@ -60,6 +95,12 @@ impl ToolSetServer {
             state,
             fixed: Some(target),
         }
+    }
+
+    /// `mcp.list_ttl` in milliseconds.
+    fn list_ttl_ms(&self) -> u64 {
+        let ttl = self.state.catalog().settings.mcp.list_ttl;
+        u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
     }
 
     fn target(&self, extensions: &rmcp::model::Extensions) -> Result<Target, McpError> {
@@ -118,7 +159,12 @@ impl ToolSetServer {
         }
     }
 
-    async fn call(&self, request: CallToolRequestParams, target: &Target) -> ToolResult {
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        target: &Target,
+        progress: Option<&ProgressSink>,
+    ) -> ToolResult {
         let catalog = self.state.catalog();
         let name = request.name.to_string();
         let context = CallContext::new()
@@ -130,7 +176,10 @@ impl ToolSetServer {
             name,
             arguments: Value::Object(request.arguments.unwrap_or_default()),
         };
-        self.state.executor.run(&catalog, &call, &context).await
+        self.state
+            .executor
+            .run_reporting(&catalog, &call, &context, progress)
+            .await
     }
 }
 
@@ -139,15 +188,19 @@ fn in_set(catalog: &Catalog, target: &Target, name: &str) -> Result<bool, McpErr
     let set = catalog
         .usable_set(&target.set, target.caller.key.as_deref())
         .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
-    Ok(set.tools.iter().any(|t| t == name)
-        || set.unavailable.iter().any(|t| t == name)
-        || set.mcp.iter().any(|p| p.matches(name)))
+    let known = catalog.tool(name).is_some() || catalog.unavailable_tool(name).is_some();
+    Ok(known
+        && (set.tools.iter().any(|t| t == name)
+            || set.unavailable.iter().any(|t| t == name)
+            || set.mcp.iter().any(|p| p.matches(name))))
 }
 
 impl ServerHandler for ToolSetServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_prompts()
+                .enable_resources()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
@@ -208,10 +261,9 @@ impl ServerHandler for ToolSetServer {
     ) -> Result<ListToolsResult, McpError> {
         let target = self.target(&context.extensions)?;
         let catalog = self.state.catalog();
-        let ttl = catalog.settings.mcp.list_ttl;
         let tools = self.list(&catalog, &target)?;
         Ok(ListToolsResult::with_all_items(tools)
-            .with_ttl_ms(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX))
+            .with_ttl_ms(self.list_ttl_ms())
             // What a key may list is the key's: never shared between keys.
             .with_cache_scope(CacheScope::Private))
     }
@@ -232,8 +284,30 @@ impl ServerHandler for ToolSetServer {
         }
         let started = std::time::Instant::now();
         let name = request.name.to_string();
+        // The client asked for progress: the tool's reports go to it.
+        let token = request
+            .meta
+            .as_ref()
+            .and_then(|m| m.get_progress_token())
+            .or_else(|| context.meta.get_progress_token());
+        let (sink, reports) = match token {
+            Some(token) => {
+                let (sink, reports) = tokio::sync::mpsc::channel::<Progress>(PROGRESS_BACKLOG);
+                (Some(sink), Some((token, reports)))
+            }
+            None => (None, None),
+        };
+        let call = async {
+            let run = self.call(request, &target, sink.as_ref());
+            match reports {
+                None => run.await,
+                Some((token, reports)) => {
+                    forward_progress(run, reports, token, &context.peer).await
+                }
+            }
+        };
         let result = tokio::select! {
-            result = self.call(request, &target) => result,
+            result = call => result,
             () = context.ct.cancelled() => {
                 // Dropping the call cancels it (an MCP server's call gets
                 // `notifications/cancelled`); the audit log still hears of it.
@@ -254,6 +328,69 @@ impl ServerHandler for ToolSetServer {
             McpError::internal_error(format!("the result cannot be encoded: {e}"), None)
         })?;
         Ok(CallToolResponse::Complete(result))
+    }
+
+    // The gateway serves tools. Prompts and resources are declared (clients
+    // and the conformance suite ask for them) and empty: lists answer none,
+    // a name or URI is not found.
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, McpError> {
+        Ok(rmcp::model::ListPromptsResult::with_all_items(Vec::new())
+            .with_ttl_ms(self.list_ttl_ms())
+            .with_cache_scope(CacheScope::Public))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, McpError> {
+        Ok(rmcp::model::ListResourcesResult::with_all_items(Vec::new())
+            .with_ttl_ms(self.list_ttl_ms())
+            .with_cache_scope(CacheScope::Public))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        Ok(
+            rmcp::model::ListResourceTemplatesResult::with_all_items(Vec::new())
+                .with_ttl_ms(self.list_ttl_ms())
+                .with_cache_scope(CacheScope::Public),
+        )
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        Err(McpError::invalid_params(
+            format!(
+                "Unknown prompt: {} (the gateway serves tools only)",
+                request.name
+            ),
+            None,
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        Err(McpError::resource_not_found(
+            format!(
+                "Resource not found: {} (the gateway serves tools only)",
+                request.uri
+            ),
+            Some(serde_json::json!({ "uri": request.uri })),
+        ))
     }
 
     /// 2025-11-25 sessions (and stdio): tell the client when the set's

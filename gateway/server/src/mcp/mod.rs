@@ -31,12 +31,22 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 pub use handler::{Target, ToolSetServer};
-use sessions::{SignedSessions, SignedStore, Signer};
+use sessions::{Closed, SignedSessions, SignedStore, Signer};
 
 use crate::api::{ApiError, AppState, Caller};
 
 /// Hosts an open gateway's MCP endpoint always accepts.
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// Browser origins always accepted: pages served from this machine.
+const LOOPBACK_ORIGINS: [&str; 6] = [
+    "http://localhost:*",
+    "https://localhost:*",
+    "http://127.0.0.1:*",
+    "https://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://[::1]:*",
+];
 
 /// The streamable HTTP service, shared by every request.
 #[derive(Clone)]
@@ -62,11 +72,17 @@ impl Endpoint {
         let catalog = state.catalog();
         let settings = &catalog.settings;
         let signer = Signer::new(catalog.mcp_session_secret.as_ref());
-        let sessions = Arc::new(SignedSessions::new(signer.clone()));
+        let closed = Closed::new();
+        let sessions = Arc::new(SignedSessions::new(signer.clone(), closed.clone()));
         let mut config = StreamableHttpServerConfig::default()
             .with_max_request_body_bytes(settings.limits.max_request_bytes)
             .with_cancellation_token(stop)
-            .with_allowed_origins(settings.mcp.allowed_origins.clone())
+            .with_allowed_origins(
+                LOOPBACK_ORIGINS
+                    .iter()
+                    .map(|o| (*o).to_owned())
+                    .chain(settings.mcp.allowed_origins.iter().cloned()),
+            )
             .enforce_origin_validation();
         config = if catalog.keys().required() {
             // The key is the protection; the gateway may have any name.
@@ -79,7 +95,7 @@ impl Endpoint {
                     .chain(settings.mcp.allowed_hosts.iter().cloned()),
             )
         };
-        config.session_store = Some(Arc::new(SignedStore(signer)));
+        config.session_store = Some(Arc::new(SignedStore { signer, closed }));
         let for_sessions = state.clone();
         let service = StreamableHttpService::new(
             move || Ok(ToolSetServer::new(for_sessions.clone())),

@@ -12,6 +12,9 @@
 //!
 //! Sessions live in memory (rmcp's local manager), closed on `DELETE` or
 //! after five idle minutes; their number is capped by `mcp.max_sessions`.
+//! A session closed with `DELETE` stays closed on the replica that closed
+//! it (its id is remembered for a day); another replica, which shares no
+//! state, would still accept the id.
 
 use std::sync::Arc;
 
@@ -93,17 +96,41 @@ impl Signer {
     }
 }
 
-/// The "store" rmcp consults for a session id it does not hold: a valid
-/// signature is the whole record. The `initialize` it replays names
-/// 2025-11-25; the handler takes the version the client sends in
-/// `MCP-Protocol-Version` instead (see `handler::ToolSetServer`).
+/// Ids of sessions closed with `DELETE`, remembered so that a closed
+/// session stays closed on the replica that closed it.
 #[derive(Debug, Clone)]
-pub struct SignedStore(pub Signer);
+pub struct Closed(moka::sync::Cache<String, ()>);
+
+impl Closed {
+    pub fn new() -> Closed {
+        Closed(
+            moka::sync::Cache::builder()
+                .max_capacity(CLOSED_REMEMBERED)
+                .time_to_live(CLOSED_FOR)
+                .build(),
+        )
+    }
+}
+
+/// How many closed ids are remembered, and for how long.
+const CLOSED_REMEMBERED: u64 = 100_000;
+const CLOSED_FOR: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The "store" rmcp consults for a session id it does not hold: a valid
+/// signature is the whole record, unless the session was closed here. The
+/// `initialize` it replays names 2025-11-25; the handler takes the version
+/// the client sends in `MCP-Protocol-Version` instead (see
+/// `handler::ToolSetServer`).
+#[derive(Debug, Clone)]
+pub struct SignedStore {
+    pub signer: Signer,
+    pub closed: Closed,
+}
 
 #[async_trait::async_trait]
 impl SessionStore for SignedStore {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        if !self.0.verify(session_id) {
+        if !self.signer.verify(session_id) || self.closed.0.contains_key(session_id) {
             return Ok(None);
         }
         let params = InitializeRequestParams::new(
@@ -128,6 +155,7 @@ impl SessionStore for SignedStore {
 pub struct SignedSessions {
     inner: LocalSessionManager,
     signer: Signer,
+    closed: Closed,
 }
 
 /// A session could not be created.
@@ -140,10 +168,11 @@ pub enum SessionError {
 }
 
 impl SignedSessions {
-    pub fn new(signer: Signer) -> SignedSessions {
+    pub fn new(signer: Signer, closed: Closed) -> SignedSessions {
         SignedSessions {
             inner: LocalSessionManager::default(),
             signer,
+            closed,
         }
     }
 
@@ -178,6 +207,7 @@ impl SessionManager for SignedSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        self.closed.0.insert(id.to_string(), ());
         Ok(self.inner.close_session(id).await?)
     }
 

@@ -28,7 +28,7 @@ use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use serde_json::Value;
 
-use crate::tool::{Output, Tool, ToolError};
+use crate::tool::{Output, Progress, ProgressSink, Tool, ToolError};
 use session::{Server, Status};
 pub use spec::ServerSpec;
 use toolgate_config::Pos;
@@ -67,7 +67,14 @@ impl McpTool {
     /// Calls the tool over the server's session. Dropping the future (the
     /// executor's timeout, a cancelled request) sends
     /// `notifications/cancelled` to the server.
-    pub async fn call(&self, args: &Value) -> Result<Output, ToolError> {
+    ///
+    /// With `progress`, the call asks the server for progress reports and
+    /// passes each on.
+    pub async fn call(
+        &self,
+        args: &Value,
+        progress: Option<&ProgressSink>,
+    ) -> Result<Output, ToolError> {
         let server = self.server.upgrade().ok_or_else(|| {
             ToolError::Backend(format!(
                 "MCP server `{}` has been shut down",
@@ -80,7 +87,11 @@ impl McpTool {
             params = params.with_arguments(map.clone());
         }
         let name = &self.server_name;
-        match peer.call_tool_once(params).await {
+        let response = match progress {
+            None => peer.call_tool_once(params).await,
+            Some(sink) => call_reporting(&server, &peer, params, sink).await,
+        };
+        match response {
             Ok(CallToolResponse::Complete(result)) => {
                 let wire = serde_json::to_value(&result).map_err(|e| {
                     ToolError::Failed(format!(
@@ -104,6 +115,105 @@ impl McpTool {
         }
     }
 }
+
+/// `tools/call` with the server's progress reports passed to `sink`. rmcp
+/// gives every request a progress token of its own; the reports carrying
+/// it are routed here by the session's dispatcher. A report sent before
+/// the subscription is in place (the first instants of the call) is lost.
+async fn call_reporting(
+    server: &Server,
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+    params: CallToolRequestParams,
+    sink: &ProgressSink,
+) -> Result<CallToolResponse, ServiceError> {
+    use rmcp::model::{CallToolRequest, ClientRequest, ServerResult};
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = peer
+        .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
+        .await?;
+    let reports = server
+        .progress
+        .subscribe(handle.progress_token.clone())
+        .await;
+    let mut guard = CancelOnDrop {
+        peer: peer.clone(),
+        id: Some(handle.id.clone()),
+    };
+    let result = forwarding(handle.await_response(), reports, sink).await;
+    guard.id = None;
+    match result? {
+        ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+        ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),
+        ServerResult::CreateTaskResult(result) => Ok(CallToolResponse::Task(result)),
+        _ => Err(ServiceError::UnexpectedResponse),
+    }
+}
+
+/// Tells the server a request was given up (`notifications/cancelled`)
+/// when dropped before it was answered, as rmcp's own calls do.
+struct CancelOnDrop {
+    peer: rmcp::Peer<rmcp::RoleClient>,
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let peer = self.peer.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let note = rmcp::model::CancelledNotification::new(
+                    rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the gateway gave up the call".to_owned()),
+                    ),
+                );
+                let _ = peer.send_notification(note.into()).await;
+            });
+        }
+    }
+}
+
+/// Awaits `call`, passing each progress report that arrives meanwhile (and
+/// those arriving just after it ends) to `sink`, in order, never waiting
+/// for the sink.
+async fn forwarding<T>(
+    call: impl std::future::Future<Output = T>,
+    mut reports: impl futures::Stream<Item = rmcp::model::ProgressNotificationParam> + Unpin,
+    sink: &ProgressSink,
+) -> T {
+    use futures::StreamExt;
+    let pass = |p: rmcp::model::ProgressNotificationParam| {
+        let _ = sink.try_send(Progress {
+            progress: p.progress,
+            total: p.total,
+            message: p.message,
+        });
+    };
+    tokio::pin!(call);
+    let result = loop {
+        tokio::select! {
+            biased;
+            Some(p) = reports.next() => pass(p),
+            result = &mut call => break result,
+        }
+    };
+    // rmcp may hand over the result before the last reports, which its
+    // notification handler dispatches on its own: wait a moment for them
+    // (bounded, as a server could report without end).
+    for _ in 0..LATE_REPORTS {
+        match tokio::time::timeout(LATE_REPORT_WAIT, reports.next()).await {
+            Ok(Some(p)) => pass(p),
+            _ => break,
+        }
+    }
+    result
+}
+
+/// How many progress reports arriving just after a call's result are still
+/// passed on, and how long each is waited for.
+const LATE_REPORTS: usize = 16;
+const LATE_REPORT_WAIT: Duration = Duration::from_millis(20);
 
 /// A tool the registry cannot offer now, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

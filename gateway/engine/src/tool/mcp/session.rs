@@ -48,6 +48,8 @@ pub(crate) struct Server {
     /// Bumped after every state change.
     changes: watch::Sender<u64>,
     list_changed: Arc<Notify>,
+    /// Routes the server's progress notifications to the call that asked.
+    pub progress: rmcp::handler::client::progress::ProgressDispatcher,
     /// Stops the supervisor (and the session).
     pub stop: CancellationToken,
     /// The registries holding this server; each gets its snapshot rebuilt
@@ -161,6 +163,7 @@ impl Server {
             }),
             changes: watch::channel(0).0,
             list_changed: Arc::new(Notify::new()),
+            progress: Default::default(),
             stop: CancellationToken::new(),
             owners: Mutex::new(Vec::new()),
             supervised: AtomicBool::new(false),
@@ -247,6 +250,7 @@ impl Server {
 /// Receives the server's notifications on the client side.
 struct Handler {
     list_changed: Arc<Notify>,
+    progress: rmcp::handler::client::progress::ProgressDispatcher,
 }
 
 impl ClientHandler for Handler {
@@ -262,6 +266,14 @@ impl ClientHandler for Handler {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.list_changed.notify_one();
+    }
+
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.handle_notification(params).await;
     }
 }
 
@@ -425,6 +437,7 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
 async fn connect(server: &Server) -> Result<Session, String> {
     let handler = Handler {
         list_changed: Arc::clone(&server.list_changed),
+        progress: server.progress.clone(),
     };
     match &server.spec.transport {
         Transport::Stdio(stdio) => {

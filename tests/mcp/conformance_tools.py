@@ -1,0 +1,92 @@
+"""The tools the official MCP conformance suite calls on a server
+(`test_simple_text`, `test_image_content`...), as a stdio MCP server written
+with the official Python SDK. toolgate proxies it in a tool set, and the
+suite runs against that set's `/mcp/{tool_set}`: what is checked is what
+the gateway makes of these results (content passed through, errors,
+progress) on its own MCP endpoint.
+
+    python conformance_tools.py      # MCP over stdin/stdout
+"""
+
+import base64
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import AudioContent, EmbeddedResource, ImageContent, TextContent, TextResourceContents
+
+server = MCPServer("conformance-tools", log_level="WARNING")
+
+# A 1x1 PNG and a tiny WAV header, base64.
+PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082"
+    )
+).decode()
+WAV = base64.b64encode(b"RIFF$\x00\x00\x00WAVEfmt \x10\x00\x00\x00\x01\x00\x01\x00D\xac\x00\x00\x88X\x01\x00\x02\x00\x10\x00data\x00\x00\x00\x00").decode()
+
+
+@server.tool(description="Tests simple text content response", structured_output=False)
+def test_simple_text() -> list:
+    return [TextContent(type="text", text="This is a simple text response for testing.")]
+
+
+@server.tool(description="Tests image content response", structured_output=False)
+def test_image_content() -> list:
+    return [ImageContent(type="image", data=PNG, mimeType="image/png")]
+
+
+@server.tool(description="Tests audio content response", structured_output=False)
+def test_audio_content() -> list:
+    return [AudioContent(type="audio", data=WAV, mimeType="audio/wav")]
+
+
+@server.tool(description="Tests embedded resource content response", structured_output=False)
+def test_embedded_resource() -> list:
+    return [
+        EmbeddedResource(
+            type="resource",
+            resource=TextResourceContents(
+                uri="test://embedded-resource", mimeType="text/plain", text="This is an embedded resource content."
+            ),
+        )
+    ]
+
+
+@server.tool(description="Tests response with multiple content types (text, image, resource)", structured_output=False)
+def test_multiple_content_types() -> list:
+    return [
+        TextContent(type="text", text="Multiple content types test:"),
+        ImageContent(type="image", data=PNG, mimeType="image/png"),
+        EmbeddedResource(
+            type="resource",
+            resource=TextResourceContents(
+                uri="test://mixed-content-resource", mimeType="application/json", text='{"test":"data","value":123}'
+            ),
+        ),
+    ]
+
+
+@server.tool(description="Tests error response handling", structured_output=False)
+def test_error_handling() -> str:
+    raise RuntimeError("This tool intentionally returns an error for testing")
+
+
+@server.tool(description="Tests tool that reports progress notifications", structured_output=False)
+async def test_tool_with_progress(ctx: Context) -> str:
+    for step in (0, 50, 100):
+        await ctx.report_progress(step, 100, f"Completed step {step} of 100")
+        await anyio.sleep(0.05)
+    return "done"
+
+
+@server.tool(description="Tests tool that emits log messages during execution", structured_output=False)
+async def test_tool_with_logging(ctx: Context) -> str:
+    for message in ("Tool execution started", "Tool processing data", "Tool execution completed"):
+        await ctx.info(message)
+        await anyio.sleep(0.05)
+    return "Tool with logging executed successfully"
+
+
+if __name__ == "__main__":
+    server.run("stdio")

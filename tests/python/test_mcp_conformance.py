@@ -1,0 +1,103 @@
+"""The official MCP conformance suite (`@modelcontextprotocol/conformance`,
+pinned in tests/node/package.json and run by the Node 22 installed there)
+against a tool set of toolgate served at `/mcp/{tool_set}`, for both
+requirement sets: 2025-11-25 (sessions) and 2026-07-28 (stateless).
+
+The set holds the tools the suite calls (`test_simple_text`,
+`test_image_content`...), offered by an MCP server written with the Python
+SDK (tests/mcp/conformance_tools.py) that the gateway proxies, and
+`json_schema_2020_12_tool`, a YAML tool whose declared schema must reach the
+client intact. Every scenario must pass except those listed, with the
+reason, in tests/mcp/conformance/expected-failures-<revision>.yaml; the
+suite also fails when a listed scenario starts passing.
+"""
+
+import subprocess
+
+import pytest
+
+from conftest import ROOT, binary, read_until
+
+NODE = ROOT / "tests/node/node_modules/.bin/node"
+SUITE = ROOT / "tests/node/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+PYTHON = ROOT / ".venv/bin/python"
+TOOLS = ROOT / "tests/mcp/conformance_tools.py"
+EXPECTED = ROOT / "tests/mcp/conformance"
+
+TOOLS_YAML = """
+mcp_servers:
+  - name: conformance
+    transport: stdio
+    command: {python}
+    args: [{tools}]
+tools:
+  - name: json_schema_2020_12_tool
+    description: Tool with JSON Schema 2020-12 features
+    http: {{ url: "http://127.0.0.1:9/never" }}
+    parameters:
+      $schema: https://json-schema.org/draft/2020-12/schema
+      type: object
+      $defs:
+        address:
+          $anchor: addressDef
+          type: object
+          properties: {{ street: {{ type: string }}, city: {{ type: string }} }}
+      properties:
+        name: {{ type: string }}
+        address: {{ $ref: "#/$defs/address" }}
+        contactMethod: {{ type: string, enum: [phone, email] }}
+        phone: {{ type: string }}
+        email: {{ type: string }}
+      allOf: [ {{ anyOf: [ {{ required: [phone] }}, {{ required: [email] }} ] }} ]
+      if: {{ properties: {{ contactMethod: {{ const: phone }} }}, required: [contactMethod] }}
+      then: {{ required: [phone] }}
+      else: {{ required: [email] }}
+      additionalProperties: false
+"""
+
+
+@pytest.fixture(scope="module")
+def conformance_gateway(tmp_path_factory):
+    if not SUITE.exists() or not NODE.exists():
+        pytest.skip(f"{SUITE} is missing: run `make setup`")
+    config = tmp_path_factory.mktemp("conformance")
+    (config / "tools.d").mkdir()
+    (config / "tool-sets").mkdir()
+    (config / "toolgate.yaml").write_text("defaults:\n  tool_set: conformance\n")
+    (config / "tools.d" / "conformance.yaml").write_text(TOOLS_YAML.format(python=PYTHON, tools=TOOLS))
+    (config / "tool-sets" / "conformance.yaml").write_text(
+        'name: conformance\ntools: [json_schema_2020_12_tool, "test_*"]\n'
+    )
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
+        stderr=subprocess.PIPE,
+    )
+    line = read_until(proc.stderr, "listening on http://")
+    yield "http://" + line.split("listening on http://")[1].strip()
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("revision", ["2025-11-25", "2026-07-28"])
+def test_the_official_conformance_suite_passes(conformance_gateway, revision, tmp_path):
+    run = subprocess.run(
+        [
+            str(NODE),
+            str(SUITE),
+            "server",
+            "--url",
+            conformance_gateway + "/mcp/conformance",
+            "--requirements",
+            revision,
+            "--expected-failures",
+            str(EXPECTED / f"expected-failures-{revision}.yaml"),
+            "-o",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    summary = run.stdout[run.stdout.find("=== SUMMARY") :]
+    assert run.returncode == 0, summary + run.stderr[-2000:]
+    assert "Baseline check passed" in run.stdout, summary
