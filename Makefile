@@ -85,6 +85,7 @@ bench: $(MCP_NODE)
 	target/release/bench-catalog
 	target/release/bench-parser
 	target/release/bench-mcp
+	target/release/bench-mcp-face
 	tests/bench/proxy.sh
 	target/release/bench-load
 
