@@ -47,6 +47,10 @@ auth:
       key_env: SMALL_KEY
       tool_sets: [small]
       limits: {{ tool_calls_per_minute: 3 }}
+  jwt:
+    issuer: https://auth.example.test
+    audience: toolgate
+    jwks_file: jwks.json
 builtins:
   enabled: [calculator]
 reload:
@@ -69,10 +73,43 @@ mcp_servers:
 """
 
 
+def signing_key():
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+# The authorization server's key, and another one it never published.
+ISSUER_KEY = signing_key()
+STRANGER_KEY = signing_key()
+
+
+def jwks() -> str:
+    import jwt
+
+    public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(ISSUER_KEY.public_key()))
+    public.update(kid="issuer-1", alg="RS256", use="sig")
+    return json.dumps({"keys": [public]})
+
+
+def token(key=None, kid="issuer-1", **claims) -> str:
+    import jwt
+
+    body = {
+        "iss": "https://auth.example.test",
+        "aud": "toolgate",
+        "exp": int(time.time()) + 600,
+        "toolgate_key": "small",
+        **claims,
+    }
+    return jwt.encode(body, key or ISSUER_KEY, algorithm="RS256", headers={"kid": kid})
+
+
 def configure(root: pathlib.Path, backend: str) -> pathlib.Path:
     for sub in ("tools.d", "tool-sets"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     (root / "toolgate.yaml").write_text(GATEWAY_YAML.format())
+    (root / "jwks.json").write_text(jwks())
     # The HTTP tools of the other end-to-end tests, and two MCP servers.
     (root / "tools.d" / "t.yaml").write_text(
         TOOLS_YAML.format(backend=backend)
@@ -302,6 +339,45 @@ def test_keys_decide_which_sets_a_client_reaches(mcp_gateway):
         async with client(url + "/mcp") as c:
             names = [t.name for t in (await c.list_tools()).tools]
             assert names[:2] == ["lookup", "slow"]
+
+    run(go)
+
+
+def test_tokens_of_the_authorization_server_act_as_the_key_they_name(mcp_gateway):
+    import jwt
+
+    url, _ = mcp_gateway
+    status, _, body = http("GET", url + "/.well-known/oauth-protected-resource/mcp/small")
+    assert json.loads(body)["authorization_servers"] == ["https://auth.example.test"]
+
+    good = token()
+    assert http("POST", url + "/mcp/small", key=good, body=INITIALIZE)[0] == 200
+    status, _, body = http("POST", url + "/mcp/web", key=good, body=INITIALIZE)
+    assert status == 403, "the token acts as `small`, which may not use `web`"
+    refused = {
+        "expired": token(exp=int(time.time()) - 600),  # beyond the 60 s leeway
+        "for another audience": token(aud="someone-else"),
+        "from another issuer": token(iss="https://evil.example.test"),
+        "signed by an unpublished key": token(key=STRANGER_KEY),
+        "naming an unknown key": token(toolgate_key="nobody"),
+        "naming no key": token(toolgate_key=None),
+        "signed with a shared secret": jwt.encode(
+            {"iss": "https://auth.example.test", "aud": "toolgate", "exp": int(time.time()) + 60, "toolgate_key": "small"},
+            "x" * 32,
+            algorithm="HS256",
+            headers={"kid": "issuer-1"},
+        ),
+    }
+    for why, bad in refused.items():
+        status, headers, body = http("POST", url + "/mcp/small", key=bad, body=INITIALIZE)
+        assert status == 401, f"a token {why} was accepted"
+        challenge = headers.get("www-authenticate") or headers.get("WWW-Authenticate")
+        assert 'error="invalid_token"' in challenge, (why, challenge)
+
+    async def go():
+        async with client(url + "/mcp/small", key=good) as c:
+            # (No calls: `small`'s tool-call budget belongs to another test.)
+            assert [t.name for t in (await c.list_tools()).tools] == ["lookup"]
 
     run(go)
 

@@ -38,7 +38,7 @@ pub struct GatewayFile {
     #[serde(default)]
     pub builtins: BuiltinsDecl,
     /// API keys. With none, the API is open (bind it to a private
-    /// address); with at least one, every endpoint but `/healthz` needs
+    /// address); with at least one, every endpoint but `/healthz` (and the protected-resource metadata) needs
     /// `Authorization: Bearer <key>`.
     #[serde(default)]
     pub auth: AuthDecl,
@@ -113,6 +113,37 @@ pub struct AuthDecl {
     /// key itself).
     #[serde(default)]
     pub keys: Vec<ApiKeyDecl>,
+    /// Bearer tokens from an OAuth authorization server (signed JWTs),
+    /// accepted besides the keys: a valid token acts as the key its claim
+    /// names.
+    #[serde(default)]
+    pub jwt: Option<JwtDecl>,
+}
+
+/// `auth.jwt`: which tokens are valid, and which key each acts as.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JwtDecl {
+    /// The `iss` a token must carry (the authorization server's URL); also
+    /// named in the protected-resource metadata.
+    pub issuer: String,
+    /// The `aud` a token must carry (this gateway).
+    pub audience: String,
+    /// Where the issuer's public keys are: a JWKS URL (fetched at start and
+    /// again when a token names an unknown key, at most every 30 seconds)...
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    /// ...or a JWKS file, relative to the configuration folder.
+    #[serde(default)]
+    pub jwks_file: Option<String>,
+    /// The claim whose value names the API key (in `auth.keys`) a token
+    /// acts as: its tool sets, limits and projects apply.
+    #[serde(default = "default_key_claim")]
+    pub key_claim: String,
+}
+
+fn default_key_claim() -> String {
+    "toolgate_key".to_owned()
 }
 
 /// One API key.

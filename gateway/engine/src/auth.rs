@@ -58,6 +58,8 @@ impl ApiKey {
 #[derive(Debug, Default)]
 pub struct ApiKeys {
     by_digest: HashMap<[u8; 32], Arc<ApiKey>>,
+    /// Bearer JWTs accepted besides the keys (`auth.jwt`).
+    jwt: Option<Arc<crate::jwt::JwtVerifier>>,
 }
 
 impl ApiKeys {
@@ -70,6 +72,16 @@ impl ApiKeys {
     /// The key `presented` is, if it is one.
     pub fn find(&self, presented: &str) -> Option<Arc<ApiKey>> {
         self.by_digest.get(&digest(presented)).cloned()
+    }
+
+    /// The verifier of `auth.jwt`, when tokens of an authorization server
+    /// are accepted.
+    pub fn jwt(&self) -> Option<&Arc<crate::jwt::JwtVerifier>> {
+        self.jwt.as_ref()
+    }
+
+    pub(crate) fn set_jwt(&mut self, jwt: crate::jwt::JwtVerifier) {
+        self.jwt = Some(Arc::new(jwt));
     }
 
     /// The key called `name`.

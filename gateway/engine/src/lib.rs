@@ -9,7 +9,8 @@
 //! [`executor`] runs the tool calls it makes. The loop yields typed events;
 //! the faces above (chat completions, MCP, ...) encode them.
 //!
-//! Beside that flow: [`auth`] decides who may call with which tool sets,
+//! Beside that flow: [`auth`] decides who may call with which tool sets
+//! ([`jwt`] checks tokens of an OAuth authorization server),
 //! [`limits`] caps concurrency and rates, [`audit`] writes one line per tool
 //! call, [`metrics`] counts everything (a leaf: it knows no other module),
 //! [`secrets`] keeps configured secrets out of what clients see, and
@@ -21,6 +22,7 @@ pub mod catalog;
 pub mod chat;
 pub mod executor;
 pub mod formatter;
+pub mod jwt;
 pub mod limits;
 pub mod metrics;
 pub mod openai;

@@ -79,7 +79,14 @@ pub(super) fn build(
 
     super::settings::check_limits(&raw.gateway, &mut diags);
     super::settings::check_audit(&raw.gateway, &mut diags);
-    let keys = super::keys::check(&raw.gateway, &sets, default_set.as_deref(), env, &mut diags);
+    let keys = super::keys::check(
+        &raw.gateway,
+        &sets,
+        default_set.as_deref(),
+        env,
+        &raw.dir,
+        &mut diags,
+    );
     let mcp_session_secret = super::settings::mcp_session_secret(&raw.gateway, env, &mut diags);
 
     diag::sort(&mut diags);

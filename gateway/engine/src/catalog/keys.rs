@@ -21,6 +21,7 @@ pub(crate) fn check(
     sets: &IndexMap<String, ToolSet>,
     default_set: Option<&str>,
     env: &dyn Fn(&str) -> Option<String>,
+    dir: &std::path::Path,
     diags: &mut Vec<Diagnostic>,
 ) -> ApiKeys {
     let mut keys = ApiKeys::default();
@@ -150,7 +151,122 @@ pub(crate) fn check(
             ));
         }
     }
+    if let Some(decl) = &file.value.auth.jwt
+        && let Some(jwt) = jwt_verifier(file, dir, decl, diags)
+    {
+        if keys.is_empty() {
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos("auth.jwt"),
+                "`auth.jwt` makes tokens act as API keys, but no key is declared",
+                "declare in `auth.keys` the keys tokens may name (their sets and limits apply)",
+            ));
+        }
+        keys.set_jwt(jwt);
+    }
     keys
+}
+
+/// `auth.jwt`: its issuer, audience, claim and exactly one JWKS source
+/// (a file read now, or an `https` URL, or `http` to this machine).
+fn jwt_verifier(
+    file: &Loaded<GatewayFile>,
+    dir: &std::path::Path,
+    decl: &toolgate_config::format::JwtDecl,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<crate::jwt::JwtVerifier> {
+    let at = |p: &str| file.pos(&format!("auth.jwt{p}"));
+    let mut err = |p: &str, msg: String, hint: &str| {
+        diags.push(Diagnostic::error(&file.file, at(p), msg, hint));
+    };
+    for (field, value) in [
+        (".issuer", &decl.issuer),
+        (".audience", &decl.audience),
+        (".key_claim", &decl.key_claim),
+    ] {
+        if value.trim().is_empty() {
+            err(
+                field,
+                format!("`auth.jwt{field}` is empty"),
+                "set it: tokens are checked against it",
+            );
+            return None;
+        }
+    }
+    let (issuer, audience, claim) = (
+        decl.issuer.clone(),
+        decl.audience.clone(),
+        decl.key_claim.clone(),
+    );
+    match (&decl.jwks_url, &decl.jwks_file) {
+        (Some(_), Some(_)) | (None, None) => {
+            err(
+                "",
+                "`auth.jwt` needs exactly one of `jwks_url` and `jwks_file`".into(),
+                "name where the issuer's public keys are: its JWKS URL, or a file holding them",
+            );
+            None
+        }
+        (None, Some(path)) => {
+            let text = match std::fs::read_to_string(dir.join(path)) {
+                Ok(text) => text,
+                Err(e) => {
+                    err(
+                        ".jwks_file",
+                        format!("cannot read {path}: {e}"),
+                        "give a path relative to the configuration folder",
+                    );
+                    return None;
+                }
+            };
+            match crate::jwt::parse_jwks(&text) {
+                Ok(jwks) => Some(crate::jwt::JwtVerifier::with_keys(
+                    issuer, audience, claim, jwks,
+                )),
+                Err(e) => {
+                    err(
+                        ".jwks_file",
+                        format!("{path}: {e}"),
+                        "the file must hold the issuer's JWKS: {\"keys\": [...]}",
+                    );
+                    None
+                }
+            }
+        }
+        (Some(url), None) => {
+            let parsed = url::Url::parse(url).ok();
+            let acceptable = parsed.as_ref().is_some_and(|u| {
+                u.scheme() == "https"
+                    || (u.scheme() == "http"
+                        && matches!(u.host_str(), Some("localhost" | "127.0.0.1" | "[::1]")))
+            });
+            if !acceptable {
+                err(
+                    ".jwks_url",
+                    format!("{url:?} is not an https URL"),
+                    "the keys that vouch for tokens must come over https (http only from this machine)",
+                );
+                return None;
+            }
+            match crate::executor::http_client() {
+                Ok(http) => Some(crate::jwt::JwtVerifier::with_url(
+                    issuer,
+                    audience,
+                    claim,
+                    url.clone(),
+                    http,
+                )),
+                Err(e) => {
+                    err(
+                        ".jwks_url",
+                        format!("no HTTP client for the JWKS: {e}"),
+                        "this is a bug; please report it",
+                    );
+                    None
+                }
+            }
+        }
+    }
 }
 
 /// The digest of a key declaration: `sha256` or `key_env`, exactly one.

@@ -105,7 +105,7 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
 /// The header Anthropic's clients send their key in.
 const X_API_KEY: &str = "x-api-key";
 
-/// When keys are configured, every endpoint but `/healthz` needs
+/// When keys are configured, every endpoint but `/healthz` (and the protected-resource metadata) needs
 /// `Authorization: Bearer <key>` (or `x-api-key: <key>`): a missing or unknown key is 401, a key
 /// over its requests per minute 429 with `Retry-After`. The headers are
 /// removed from the request either way, so nothing behind this layer can
@@ -143,9 +143,38 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
                 "this gateway needs an API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`)",
             );
         };
-        let Some(key) = keys.find(token) else {
-            tracing::warn!("refused a request with an unknown API key");
-            return unauthorized(&req, "invalid_api_key", "the API key is not valid");
+        let key = match keys.find(token) {
+            Some(key) => key,
+            None => match keys
+                .jwt()
+                .filter(|_| toolgate_engine::jwt::JwtVerifier::looks_like_jwt(token))
+            {
+                // A token of the OAuth authorization server acts as the key
+                // its claim names.
+                Some(jwt) => match jwt.verify(token).await {
+                    Ok(name) => match keys.by_name(&name) {
+                        Some(key) => Arc::clone(key),
+                        None => {
+                            tracing::warn!(key = %name, "refused a token naming an undeclared API key");
+                            return unauthorized(
+                                &req,
+                                "invalid_token",
+                                &format!(
+                                    "the token names the API key `{name}`, which this gateway does not have"
+                                ),
+                            );
+                        }
+                    },
+                    Err(e) => {
+                        tracing::warn!("refused a token: {e}");
+                        return unauthorized(&req, "invalid_token", &e.to_string());
+                    }
+                },
+                None => {
+                    tracing::warn!("refused a request with an unknown API key");
+                    return unauthorized(&req, "invalid_api_key", "the API key is not valid");
+                }
+            },
         };
         if let Some(per_minute) = key.requests_per_minute
             && let Err(wait) = state
@@ -184,7 +213,7 @@ fn unauthorized(req: &Request, code: &'static str, message: &str) -> Response {
     let path = req.uri().path();
     let challenge = if path == "/mcp" || path.starts_with("/mcp/") {
         let url = crate::mcp::metadata_url(req.headers(), path);
-        let error = if code == "invalid_api_key" {
+        let error = if code == "invalid_api_key" || code == "invalid_token" {
             ", error=\"invalid_token\""
         } else {
             ""

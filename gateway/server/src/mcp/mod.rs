@@ -224,21 +224,29 @@ pub fn metadata_url(headers: &HeaderMap, path: &str) -> String {
 }
 
 /// `GET /.well-known/oauth-protected-resource[/mcp/...]`, open: what an
-/// OAuth-aware MCP client reads to learn how to get a token. The gateway's
-/// tokens are its API keys, issued by its operator, so no authorization
-/// server is named.
-pub async fn resource_metadata(uri: axum::http::Uri, headers: HeaderMap) -> Response {
+/// OAuth-aware MCP client reads to learn how to get a token: from the
+/// authorization server of `auth.jwt` when there is one; otherwise the
+/// tokens are the gateway's API keys, issued by its operator, and none is
+/// named.
+pub async fn resource_metadata(
+    State(state): State<AppState>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
     let resource_path = uri
         .path()
         .strip_prefix("/.well-known/oauth-protected-resource")
         .filter(|p| !p.is_empty())
         .unwrap_or("/mcp");
-    Json(json!({
+    let mut metadata = json!({
         "resource": format!("{}{resource_path}", public_base(&headers)),
         "resource_name": "toolgate",
         "bearer_methods_supported": ["header"],
-    }))
-    .into_response()
+    });
+    if let (Some(jwt), Some(obj)) = (state.catalog().keys().jwt(), metadata.as_object_mut()) {
+        obj.insert("authorization_servers".into(), json!([jwt.issuer()]));
+    }
+    Json(metadata).into_response()
 }
 
 /// The stdio face's failure.
