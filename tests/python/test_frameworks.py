@@ -65,6 +65,35 @@ def test_agents_sdk_stops_when_the_budget_is_spent(gateway):
     assert paths == ["/v1/responses"], "one request, one loop"
 
 
+def test_agents_sdk_uses_a_tool_set_as_an_mcp_server(gateway):
+    """The SDK's own MCP client (`MCPServerStreamableHttp`) on `/mcp/web`:
+    the gateway offers no tools in the chat (`tool_set: none`), so the
+    model's call of `lookup` is the SDK's, which calls it over MCP."""
+    from agents.mcp import MCPServerStreamableHttp
+
+    agents.set_tracing_disabled(True)
+    client, paths = counted(gateway)
+    agents.set_default_openai_client(client, use_for_tracing=False)
+    agents.set_default_openai_api("responses")
+
+    async def go():
+        async with MCPServerStreamableHttp(params={"url": gateway + "/mcp/web"}, name="toolgate") as server:
+            names = [t.name for t in await server.list_tools()]
+            assert names == ["lookup", "slow"]
+            agent = agents.Agent(
+                name="assistant",
+                instructions="Use the tools.",
+                model="mock-model",
+                mcp_servers=[server],
+                model_settings=agents.ModelSettings(extra_body={"tool_set": "none"}),
+            )
+            return await agents.Runner.run(agent, 'call lookup {"q": "mcp"}', max_turns=5)
+
+    result = asyncio.run(go())
+    assert result.final_output == "Tool results: [lookup] mcp"
+    assert paths == ["/v1/responses", "/v1/responses"], "the SDK called the tool over MCP between two requests"
+
+
 def pydantic_agent(gateway, extra_body):
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider

@@ -382,6 +382,47 @@ def test_tokens_of_the_authorization_server_act_as_the_key_they_name(mcp_gateway
     run(go)
 
 
+def test_the_issuers_keys_can_come_from_a_url(tmp_path, backend, servers):
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    fetched = []
+
+    class Jwks(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            fetched.append(self.path)
+            body = jwks().encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    issuer = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
+    threading.Thread(target=issuer.serve_forever, daemon=True).start()
+    config = configure(tmp_path, backend)
+    yaml = (config / "toolgate.yaml").read_text()
+    (config / "toolgate.yaml").write_text(
+        yaml.replace("jwks_file: jwks.json", f"jwks_url: http://127.0.0.1:{issuer.server_address[1]}/jwks.json")
+    )
+    proc, url = start(config)
+    try:
+        assert fetched == [], "fetched on the first token, not at start"
+        assert http("POST", url + "/mcp/small", key=token(), body=INITIALIZE)[0] == 200
+        assert http("POST", url + "/mcp/small", key=token(), body=INITIALIZE)[0] == 200
+        assert fetched == ["/jwks.json"], "fetched once, then kept"
+        for _ in range(3):
+            assert http("POST", url + "/mcp/small", key=token(kid="rotated"), body=INITIALIZE)[0] == 401
+        # An unknown key is looked up again at most every 30 s: not yet.
+        assert fetched == ["/jwks.json"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        issuer.shutdown()
+
+
 def test_a_forged_session_id_is_unknown(mcp_gateway):
     url, _ = mcp_gateway
     status, headers, _ = http("POST", url + "/mcp/web", key=FULL_KEY, body=INITIALIZE)

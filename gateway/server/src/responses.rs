@@ -156,6 +156,16 @@ fn to_chat_request(req: &Value) -> Result<Vec<u8>, ApiError> {
     )
 }
 
+/// The text of content parts (`input_text`, `output_text`), joined; parts
+/// without text (images, files) are not translated.
+fn parts_text(parts: &[Value]) -> String {
+    parts
+        .iter()
+        .filter_map(|p| p["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("")
+}
+
 /// One input item as chat messages: a message as a message, a
 /// `function_call` as an assistant's tool call (consecutive calls in one
 /// assistant message), a `function_call_output` as a tool message.
@@ -174,11 +184,7 @@ fn translate_item(item: &Value, out: &mut Vec<Value>) -> Result<(), String> {
             };
             let text = match &item["content"] {
                 Value::String(s) => s.clone(),
-                Value::Array(parts) => parts
-                    .iter()
-                    .filter_map(|p| p["text"].as_str())
-                    .collect::<Vec<_>>()
-                    .join(""),
+                Value::Array(parts) => parts_text(parts),
                 _ => return Err("`content` must be a string or an array of parts".into()),
             };
             out.push(json!({"role": role, "content": text}));
@@ -201,8 +207,11 @@ fn translate_item(item: &Value, out: &mut Vec<Value>) -> Result<(), String> {
             }
         }
         Some("function_call_output") => {
+            // A string, or content parts (what the Agents SDK sends for an
+            // MCP tool's result).
             let output = match &item["output"] {
                 Value::String(s) => s.clone(),
+                Value::Array(parts) => parts_text(parts),
                 other => other.to_string(),
             };
             out.push(json!({"role": "tool", "tool_call_id": item["call_id"], "content": output}));
@@ -556,7 +565,7 @@ mod tests {
                 {"type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"},
                 {"type": "function_call", "call_id": "c2", "name": "t", "arguments": "{\"a\":1}"},
                 {"type": "function_call_output", "call_id": "c1", "output": "one"},
-                {"type": "function_call_output", "call_id": "c2", "output": "two"},
+                {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "two"}]},
                 {"type": "reasoning", "summary": []},
             ],
             "tools": [{"type": "function", "name": "t", "parameters": {"type": "object"}}],
@@ -572,6 +581,8 @@ mod tests {
             m[3],
             json!({"role": "tool", "tool_call_id": "c1", "content": "one"})
         );
+        // Content parts, as the Agents SDK sends an MCP tool's output.
+        assert_eq!(m[4]["content"], "two");
         assert_eq!(m.len(), 5);
         assert_eq!(out["tools"][0]["function"]["name"], "t");
         assert_eq!(out["response_format"]["type"], "json_schema");

@@ -27,11 +27,10 @@ use crate::api::{AppState, Caller};
 use toolgate_engine::catalog::Catalog;
 use toolgate_engine::executor::{ToolCall, ToolResult};
 use toolgate_engine::tool::context::CallContext;
-use toolgate_engine::tool::{Progress, ProgressSink, ToolError};
+use toolgate_engine::tool::{Progress, ToolError};
 
-/// How often a listening client's set is compared with what it was, to
-/// catch changes that come without a reload (an MCP server's tools).
-const LIST_CHECK_EVERY: Duration = Duration::from_secs(5);
+/// How often a session's watcher asks whether its client is still there.
+const GONE_CHECK_EVERY: Duration = Duration::from_secs(30);
 
 /// Progress reports waiting to be sent to a slow client; beyond, they are
 /// dropped (the next one says more).
@@ -139,17 +138,29 @@ impl ToolSetServer {
         Some(Sha256::digest(&json).into())
     }
 
-    /// Waits until the set's list differs from `seen` (a reload, an MCP
-    /// server's change), then returns the new fingerprint; `None` when
-    /// the gateway is stopping.
-    async fn next_change(&self, target: &Target, seen: &mut Option<[u8; 32]>) -> Option<()> {
-        let mut changes = self.state.live().subscribe();
-        let mut tick = tokio::time::interval(LIST_CHECK_EVERY);
-        tick.tick().await;
+    /// Waits until the set's list differs from `seen` (after a reload, or
+    /// when an MCP server's tools change), then updates `seen`. `None`
+    /// when the gateway is stopping or `gone` says the client left (it is
+    /// asked every [`GONE_CHECK_EVERY`]). No catalog is held while waiting.
+    async fn next_change(
+        &self,
+        target: &Target,
+        seen: &mut Option<[u8; 32]>,
+        gone: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Option<()> {
+        let mut reloads = self.state.live().subscribe();
         loop {
-            tokio::select! {
-                r = changes.changed() => r.ok()?,
-                _ = tick.tick() => {}
+            let mut servers = self.state.catalog().mcp().subscribe();
+            servers.mark_unchanged();
+            let mut check = tokio::time::interval(GONE_CHECK_EVERY);
+            check.tick().await;
+            loop {
+                tokio::select! {
+                    r = reloads.changed() => { r.ok()?; break; }
+                    // A publish, or the registry dropped with its catalog.
+                    _ = servers.changed() => break,
+                    _ = check.tick() => if gone() { return None; },
+                }
             }
             let now = self.fingerprint(target);
             if now != *seen {
@@ -158,29 +169,14 @@ impl ToolSetServer {
             }
         }
     }
+}
 
-    async fn call(
-        &self,
-        request: CallToolRequestParams,
-        target: &Target,
-        progress: Option<&ProgressSink>,
-    ) -> ToolResult {
-        let catalog = self.state.catalog();
-        let name = request.name.to_string();
-        let context = CallContext::new()
-            .with_request_id(target.caller.request_id.clone())
-            .with_key(target.caller.key_name())
-            .with_tool_set(Some(target.set.clone()));
-        let call = ToolCall {
-            id: format!("mcp-{}", target.caller.request_id),
-            name,
-            arguments: Value::Object(request.arguments.unwrap_or_default()),
-        };
-        self.state
-            .executor
-            .run_reporting(&catalog, &call, &context, progress)
-            .await
-    }
+/// The context of a call from `target` (audit line, rate limits).
+fn call_context(target: &Target) -> CallContext {
+    CallContext::new()
+        .with_request_id(target.caller.request_id.clone())
+        .with_key(target.caller.key_name())
+        .with_tool_set(Some(target.set.clone()))
 }
 
 /// `true` when `name` is a tool of the set (usable or not) for this caller.
@@ -283,31 +279,31 @@ impl ServerHandler for ToolSetServer {
             ));
         }
         let started = std::time::Instant::now();
-        let name = request.name.to_string();
         // The client asked for progress: the tool's reports go to it.
         let token = request
             .meta
             .as_ref()
             .and_then(|m| m.get_progress_token())
             .or_else(|| context.meta.get_progress_token());
-        let (sink, reports) = match token {
-            Some(token) => {
-                let (sink, reports) = tokio::sync::mpsc::channel::<Progress>(PROGRESS_BACKLOG);
-                (Some(sink), Some((token, reports)))
-            }
-            None => (None, None),
+        let call = ToolCall {
+            id: format!("mcp-{}", target.caller.request_id),
+            name: request.name.to_string(),
+            arguments: Value::Object(request.arguments.unwrap_or_default()),
         };
-        let call = async {
-            let run = self.call(request, &target, sink.as_ref());
-            match reports {
-                None => run.await,
-                Some((token, reports)) => {
+        let ctx = call_context(&target);
+        let executor = &self.state.executor;
+        let run = async {
+            match token {
+                None => executor.run(&catalog, &call, &ctx).await,
+                Some(token) => {
+                    let (sink, reports) = tokio::sync::mpsc::channel::<Progress>(PROGRESS_BACKLOG);
+                    let run = executor.run_reporting(&catalog, &call, &ctx, Some(&sink));
                     forward_progress(run, reports, token, &context.peer).await
                 }
             }
         };
         let result = tokio::select! {
-            result = call => result,
+            result = run => result,
             () = context.ct.cancelled() => {
                 // Dropping the call cancels it (an MCP server's call gets
                 // `notifications/cancelled`); the audit log still hears of it.
@@ -315,12 +311,7 @@ impl ServerHandler for ToolSetServer {
                     ToolError::Failed("the client cancelled the call".into()),
                     started,
                 );
-                let call = ToolCall { id: format!("mcp-{}", target.caller.request_id), name, arguments: Value::Null };
-                let context = CallContext::new()
-                    .with_request_id(target.caller.request_id.clone())
-                    .with_key(target.caller.key_name())
-                    .with_tool_set(Some(target.set.clone()));
-                self.state.executor.record(&catalog, &call, &context, &result).await;
+                executor.record(&catalog, &call, &ctx, &result).await;
                 return Err(McpError::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
             }
         };
@@ -403,8 +394,16 @@ impl ServerHandler for ToolSetServer {
         let peer = context.peer;
         tokio::spawn(async move {
             let mut seen = server.fingerprint(&target);
-            while server.next_change(&target, &mut seen).await.is_some() {
-                if peer.is_transport_closed() || peer.notify_tool_list_changed().await.is_err() {
+            let gone = {
+                let peer = peer.clone();
+                move || peer.is_transport_closed()
+            };
+            while server
+                .next_change(&target, &mut seen, &gone)
+                .await
+                .is_some()
+            {
+                if peer.notify_tool_list_changed().await.is_err() {
                     break;
                 }
                 tracing::debug!(tool_set = %target.set, "told an MCP client the tool list changed");
@@ -428,7 +427,7 @@ impl ServerHandler for ToolSetServer {
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),
-                changed = self.next_change(&target, &mut seen) => {
+                changed = self.next_change(&target, &mut seen, &|| false) => {
                     if changed.is_none() {
                         return Ok(());
                     }

@@ -254,6 +254,8 @@ pub(crate) struct Registry {
     reserved: HashMap<String, String>,
     expected: Vec<Expected>,
     snapshot: ArcSwap<Snapshot>,
+    /// Bumped after every rebuild of the snapshot.
+    published: tokio::sync::watch::Sender<u64>,
     /// Serialises the rebuilding of the snapshot.
     publishing: Mutex<()>,
     started: std::sync::atomic::AtomicBool,
@@ -353,6 +355,7 @@ impl Registry {
             }
         }
         self.snapshot.store(Arc::new(Snapshot { tools, gaps }));
+        self.published.send_modify(|n| *n += 1);
     }
 
     fn server(&self, name: &str) -> Option<&Arc<Server>> {
@@ -404,6 +407,7 @@ impl McpRegistry {
             reserved,
             expected,
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
+            published: tokio::sync::watch::Sender::new(0),
             publishing: Mutex::new(()),
             started: std::sync::atomic::AtomicBool::new(false),
         });
@@ -443,6 +447,13 @@ impl McpRegistry {
         }
         self.inner.publish();
         kept
+    }
+
+    /// Wakes whenever the tools the servers offer may have changed (a
+    /// server listed its tools, went down or came back). It holds no
+    /// reference to the registry.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.published.subscribe()
     }
 
     /// Each server's name and whether it is ready, for metrics.
