@@ -28,7 +28,21 @@ def binary(name: str) -> pathlib.Path:
     return path
 
 
-class Backend(BaseHTTPRequestHandler):
+class JsonHandler(BaseHTTPRequestHandler):
+    """Answers JSON, quietly."""
+
+    def send_json(self, body: bytes):
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class Backend(JsonHandler):
     """Answers tools: /echo?q=... returns {"q": ...}; /sleep?ms=N sleeps."""
 
     hits = 0
@@ -39,15 +53,7 @@ class Backend(BaseHTTPRequestHandler):
         params = dict(urllib.parse.parse_qsl(url.query))
         if url.path == "/sleep":
             time.sleep(int(params.get("ms", "100")) / 1000)
-        body = json.dumps({"path": url.path, **params}).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
+        self.send_json(json.dumps({"path": url.path, **params}).encode())
 
 
 def read_until(stream, needle: str, timeout: float = 30.0) -> str:

@@ -26,7 +26,7 @@ from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import ROOT, TOOLS_YAML, binary, read_until
+from conftest import ROOT, TOOLS_YAML, JsonHandler, binary, read_until
 
 FULL_KEY = "full-key-0123456789abcdef"
 SMALL_KEY = "small-key-0123456789abcdef"
@@ -383,22 +383,14 @@ def test_tokens_of_the_authorization_server_act_as_the_key_they_name(mcp_gateway
 
 
 def test_the_issuers_keys_can_come_from_a_url(tmp_path, backend, servers):
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
 
     fetched = []
 
-    class Jwks(BaseHTTPRequestHandler):
+    class Jwks(JsonHandler):
         def do_GET(self):  # noqa: N802 (http.server's naming)
             fetched.append(self.path)
-            body = jwks().encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
+            self.send_json(jwks().encode())
 
     issuer = ThreadingHTTPServer(("127.0.0.1", 0), Jwks)
     threading.Thread(target=issuer.serve_forever, daemon=True).start()
