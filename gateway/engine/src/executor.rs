@@ -54,11 +54,11 @@ pub struct ToolResult {
     /// The output was cut to the configured size.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
-    /// An MCP tool's own content blocks, for clients that read them (the
-    /// MCP face); `None` for other tools, and when the blocks are larger
+    /// An MCP tool's result as its server sent it, for clients that read
+    /// it (the MCP face); `None` for other tools, and when it is larger
     /// than `limits.max_response_bytes` (then only `data` remains).
     #[serde(skip)]
-    pub content: Option<Arc<Value>>,
+    pub mcp_result: Option<Arc<Value>>,
 }
 
 impl ToolResult {
@@ -72,7 +72,7 @@ impl ToolResult {
             skipped: false,
             cached: false,
             truncated: false,
-            content: None,
+            mcp_result: None,
         }
     }
 
@@ -288,11 +288,11 @@ impl Executor {
         };
         if let Ok(output) = &mut outcome
             && output
-                .content
+                .mcp_result
                 .as_ref()
                 .is_some_and(|c| json_len(c) > catalog.settings.limits.max_response_bytes)
         {
-            output.content = None;
+            output.mcp_result = None;
         }
         if let (Ok(output), Some(cache), Some(key)) = (&outcome, &tool.cache, cache_key) {
             cache.insert(key, output.clone());
@@ -341,7 +341,7 @@ impl Executor {
         started: Instant,
     ) -> ToolResult {
         match outcome {
-            Ok(Output { data, content }) => {
+            Ok(Output { data, mcp_result }) => {
                 let (data, truncated) =
                     cap_output(data, catalog.settings.defaults.max_output_chars);
                 ToolResult {
@@ -352,7 +352,7 @@ impl Executor {
                     skipped: false,
                     cached: false,
                     truncated,
-                    content,
+                    mcp_result,
                 }
             }
             Err(e) => ToolResult::failure(e, started),

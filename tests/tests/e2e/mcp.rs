@@ -472,3 +472,39 @@ async fn an_mcp_tool_in_the_chat_loop() {
         ]
     );
 }
+
+#[tokio::test]
+async fn base64_in_structured_content_never_reaches_the_model() {
+    // server-filesystem's `read_media_file` puts the image inside
+    // `structuredContent`: its base64 must be summarised there too.
+    let bin = require!(mcp_support::filesystem());
+    let files = tempfile::tempdir().unwrap();
+    let mut png = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    png.extend((0..30_000u32).map(|i| (i % 251) as u8));
+    let path = files.path().join("picture.png");
+    std::fs::write(&path, &png).unwrap();
+    let yaml = format!(
+        "mcp_servers:\n  - name: fs\n    transport: stdio\n    command: {bin}\n    args: [{}]\n    tools: {{ include: [read_media_file], prefix: fs_ }}\n",
+        files.path().display()
+    );
+    let dir = ConfigDir::new(&[
+        ("tools.d/fs.yaml", yaml.as_str()),
+        ("tool-sets/default.yaml", "name: default\ntools: [fs_read_media_file]\n"),
+    ]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let result = call(
+        &catalog,
+        "fs_read_media_file",
+        json!({"path": path.display().to_string()}),
+    )
+    .await;
+    assert!(result.success, "{:?}", result.error);
+    let data = result.data.unwrap().to_string();
+    assert!(data.len() < 2_000, "{} characters reached the model: {data:.300}", data.len());
+    assert!(data.contains("[binary data: image/png, 30008 bytes]"), "{data}");
+    // The MCP face still gets the server's result as it was.
+    let upstream = result.mcp_result.expect("the server's result is kept");
+    assert!(upstream.to_string().len() > 40_000);
+    catalog.mcp().shutdown().await;
+}

@@ -65,10 +65,10 @@ pub struct Annotations {
 pub struct Output {
     /// The result as a model reads it: structured data or text.
     pub data: Value,
-    /// An MCP server's own content blocks (text, images, audio, resources),
-    /// as it sent them, for clients that read them (the MCP face). Models
-    /// read `data`.
-    pub content: Option<Arc<Value>>,
+    /// An MCP server's result as it sent it (`content` blocks with images,
+    /// audio and resources, `structuredContent` with its binary data), for
+    /// clients that read them (the MCP face). Models read `data`.
+    pub mcp_result: Option<Arc<Value>>,
 }
 
 /// One progress report of a running call.
@@ -89,7 +89,7 @@ impl From<Value> for Output {
     fn from(data: Value) -> Self {
         Output {
             data,
-            content: None,
+            mcp_result: None,
         }
     }
 }

@@ -4,8 +4,9 @@
 //!   not OpenAI's strict rendering: MCP clients validate against JSON
 //!   Schema as written), its output schema where one is known and its
 //!   annotations.
-//! - A result keeps its shape: an MCP server's own content blocks (images,
-//!   audio, resources) pass through as it sent them; structured data goes
+//! - A result keeps its shape: an MCP server's result passes through as it
+//!   sent it (content blocks with images, audio and resources, and its
+//!   `structuredContent`, binary data included); other structured data goes
 //!   out as `structuredContent` with its JSON text as the content a client
 //!   without structured support reads; text stays text.
 //! - A failed call is a result with `isError: true` and the error in
@@ -53,19 +54,33 @@ fn result_json(result: &ToolResult) -> Value {
             "isError": true,
         });
     }
+    // An MCP server's result, as it sent it.
+    if let Some(upstream) = &result.mcp_result
+        && upstream.get("content").is_some_and(Value::is_array)
+    {
+        let mut wire = json!({
+            "resultType": "complete",
+            "content": upstream["content"],
+            "isError": false,
+        });
+        if let (Some(structured), Some(obj)) = (
+            upstream.get("structuredContent").filter(|v| v.is_object()),
+            wire.as_object_mut(),
+        ) {
+            obj.insert("structuredContent".into(), structured.clone());
+        }
+        return wire;
+    }
     let data = result.data.as_ref().unwrap_or(&Value::Null);
-    let structured = data.is_object().then(|| data.clone());
-    let content = match (&result.content, data) {
-        // An MCP server's blocks, as it sent them.
-        (Some(blocks), _) if blocks.is_array() => (**blocks).clone(),
-        (_, Value::String(text)) => json!([{"type": "text", "text": text}]),
-        (_, Value::Null) => json!([]),
-        (_, other) => json!([{"type": "text", "text": other.to_string()}]),
+    let content = match data {
+        Value::String(text) => json!([{"type": "text", "text": text}]),
+        Value::Null => json!([]),
+        other => json!([{"type": "text", "text": other.to_string()}]),
     };
     // rmcp leaves `resultType` out for clients older than 2026-07-28.
     let mut wire = json!({"resultType": "complete", "content": content, "isError": false});
-    if let (Some(structured), Some(obj)) = (structured, wire.as_object_mut()) {
-        obj.insert("structuredContent".into(), structured);
+    if let (true, Some(obj)) = (data.is_object(), wire.as_object_mut()) {
+        obj.insert("structuredContent".into(), data.clone());
     }
     wire
 }
@@ -93,13 +108,13 @@ mod tests {
     use std::sync::Arc;
     use toolgate_engine::tool::ArgError;
 
-    fn ok(data: Value, content: Option<Value>) -> ToolResult {
+    fn ok(data: Value, mcp_result: Option<Value>) -> ToolResult {
         let mut r =
             ToolResult::failure(ToolError::Failed(String::new()), std::time::Instant::now());
         r.success = true;
         r.error = None;
         r.data = Some(data);
-        r.content = content.map(Arc::new);
+        r.mcp_result = mcp_result.map(Arc::new);
         r
     }
 
@@ -115,11 +130,17 @@ mod tests {
         assert_eq!(structured["content"][0]["text"], "{\"t\":21}");
 
         let image = json!([{"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"}]);
+        let upstream = json!({"content": image, "structuredContent": {"raw": "iVBORw0KGgo="}});
         let passed = serde_json::to_value(
-            result(&ok(json!("[image: image/png]"), Some(image.clone()))).unwrap(),
+            result(&ok(json!({"raw": "[binary data]"}), Some(upstream))).unwrap(),
         )
         .unwrap();
         assert_eq!(passed["content"], image);
+        assert_eq!(
+            passed["structuredContent"],
+            json!({"raw": "iVBORw0KGgo="}),
+            "as sent, not as summarised for models"
+        );
     }
 
     #[test]

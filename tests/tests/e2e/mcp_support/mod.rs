@@ -147,3 +147,8 @@ pub async fn start(catalog: &Catalog) {
         .await
         .expect("starting the MCP servers must be bounded by their startup timeout");
 }
+
+/// `@modelcontextprotocol/server-filesystem` from npm (`tests/mcp/package.json`).
+pub fn filesystem() -> Option<String> {
+    existing(repo_root().join("tests/mcp/node_modules/.bin/mcp-server-filesystem"))
+}

@@ -99,8 +99,10 @@ impl McpTool {
                     ))
                 })?;
                 let data = result::map_result(&wire, name)?;
-                let content = wire.get("content").cloned().map(Arc::new);
-                Ok(Output { data, content })
+                Ok(Output {
+                    data,
+                    mcp_result: Some(Arc::new(wire)),
+                })
             }
             Ok(_) => Err(ToolError::Failed(format!(
                 "MCP server `{name}` asked for user input or started a background task, which the gateway does not support"

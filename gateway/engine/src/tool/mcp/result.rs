@@ -1,7 +1,9 @@
 //! Turning an MCP `tools/call` result into the gateway's uniform result.
 //!
 //! - `structuredContent`, when present, is the data (it is what the tool
-//!   declares as its output);
+//!   declares as its output), with binary data summarised wherever it
+//!   appears in it (an image object's `data`, a resource's `blob`, any
+//!   base64 `data`/`blob` string, `data:` URLs);
 //! - otherwise the content blocks become one text: text blocks as they are,
 //!   images, audio and resources as a one-line summary (a model cannot read
 //!   base64, and it would fill its context);
@@ -30,7 +32,63 @@ pub fn map_result(result: &Value, server: &str) -> Result<Value, ToolError> {
     }
     match result.get("structuredContent") {
         Some(Value::Null) | None => Ok(Value::String(text)),
-        Some(structured) => Ok(structured.clone()),
+        Some(structured) => Ok(without_binary(structured)),
+    }
+}
+
+/// Base64 shorter than this stays as it is: it costs a model little and may
+/// be an identifier.
+const BINARY_MIN_CHARS: usize = 256;
+
+/// `value` with each binary payload replaced by a one-line summary (with
+/// the `mimeType` of the object holding it, when it has one).
+fn without_binary(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mime = map.get("mimeType").and_then(Value::as_str);
+            Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        let v = match v {
+                            Value::String(s)
+                                if matches!(k.as_str(), "data" | "blob") && is_base64(s) =>
+                            {
+                                Value::String(binary_summary(s, mime))
+                            }
+                            other => without_binary(other),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(without_binary).collect()),
+        Value::String(s) if s.len() >= BINARY_MIN_CHARS && s.starts_with("data:") => {
+            match s.split_once(";base64,") {
+                Some((kind, data)) if is_base64(data) => {
+                    Value::String(binary_summary(data, Some(&kind["data:".len()..])))
+                }
+                _ => value.clone(),
+            }
+        }
+        other => other.clone(),
+    }
+}
+
+/// Long enough to matter, and nothing but base64 (line breaks allowed).
+fn is_base64(s: &str) -> bool {
+    s.len() >= BINARY_MIN_CHARS
+        && s.bytes().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_' | b'\r' | b'\n')
+        })
+}
+
+fn binary_summary(data: &str, mime: Option<&str>) -> String {
+    let size = base64_size(Some(&Value::String(data.to_owned())));
+    match mime {
+        Some(m) => format!("[binary data: {m}, {size}]"),
+        None => format!("[binary data, {size}]"),
     }
 }
 
@@ -150,6 +208,31 @@ mod tests {
                 "[image: image/png, 8 bytes]\n[audio: audio/wav, 3 bytes]\n[resource file:///x.bin, application/octet-stream, 6 bytes]\n[resource memo://a]\nshort\n[resource link r.txt: file:///r.txt]\n[hologram content]"
             )
         );
+    }
+
+    #[test]
+    fn binary_data_in_structured_content_is_summarised_wherever_it_is() {
+        let png = "iVBORw0KGgo".repeat(100);
+        let r = json!({
+            "content": [{"type": "text", "text": "ignored"}],
+            "structuredContent": {
+                "content": [{"type": "image", "data": png, "mimeType": "image/png"}],
+                "files": [{"name": "a.bin", "blob": png}],
+                "preview": format!("data:image/png;base64,{png}"),
+                "id": "c2hvcnQ=",
+                "note": "plain text stays",
+            }
+        });
+        let out = map_result(&r, "s").unwrap();
+        assert_eq!(
+            out["content"][0]["data"],
+            "[binary data: image/png, 825 bytes]"
+        );
+        assert_eq!(out["content"][0]["mimeType"], "image/png");
+        assert_eq!(out["files"][0]["blob"], "[binary data, 825 bytes]");
+        assert_eq!(out["preview"], "[binary data: image/png, 825 bytes]");
+        assert_eq!(out["id"], "c2hvcnQ=", "short values stay");
+        assert_eq!(out["note"], "plain text stays");
     }
 
     #[test]
