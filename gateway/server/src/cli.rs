@@ -286,6 +286,8 @@ async fn check_connect(dir: &Path) -> ExitCode {
     let mcp = catalog.mcp();
     mcp.start().await;
     let reports = mcp.reports();
+    // With the tools the servers offered.
+    let summary = catalog.summary();
     mcp.shutdown().await;
     let mut failed = 0;
     for r in &reports {
@@ -332,7 +334,7 @@ async fn check_connect(dir: &Path) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
-    println!("ok: {}", catalog.summary());
+    println!("ok: {summary}");
     ExitCode::SUCCESS
 }
 

@@ -489,7 +489,10 @@ async fn base64_in_structured_content_never_reaches_the_model() {
     );
     let dir = ConfigDir::new(&[
         ("tools.d/fs.yaml", yaml.as_str()),
-        ("tool-sets/default.yaml", "name: default\ntools: [fs_read_media_file]\n"),
+        (
+            "tool-sets/default.yaml",
+            "name: default\ntools: [fs_read_media_file]\n",
+        ),
     ]);
     let catalog = load_catalog(dir.path(), &[]);
     start(&catalog).await;
@@ -501,8 +504,15 @@ async fn base64_in_structured_content_never_reaches_the_model() {
     .await;
     assert!(result.success, "{:?}", result.error);
     let data = result.data.unwrap().to_string();
-    assert!(data.len() < 2_000, "{} characters reached the model: {data:.300}", data.len());
-    assert!(data.contains("[binary data: image/png, 30008 bytes]"), "{data}");
+    assert!(
+        data.len() < 2_000,
+        "{} characters reached the model: {data:.300}",
+        data.len()
+    );
+    assert!(
+        data.contains("[binary data: image/png, 30008 bytes]"),
+        "{data}"
+    );
     // The MCP face still gets the server's result as it was.
     let upstream = result.mcp_result.expect("the server's result is kept");
     assert!(upstream.to_string().len() > 40_000);

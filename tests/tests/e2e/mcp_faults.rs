@@ -94,6 +94,36 @@ async fn a_server_that_does_not_start_leaves_the_gateway_running() {
 }
 
 #[tokio::test]
+async fn an_unreachable_http_server_is_reported_in_words() {
+    // Nothing listens on the discard port of loopback.
+    let dir = ConfigDir::new(&[
+        (
+            "tools.d/gone.yaml",
+            "mcp_servers:\n  - name: gone\n    transport: http\n    url: http://127.0.0.1:9/mcp\n    tools: { prefix: gone_ }\n    startup_timeout: 5s\n",
+        ),
+        (
+            "tool-sets/default.yaml",
+            "name: default\ntools: [\"gone_*\"]\n",
+        ),
+    ]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let reason = catalog
+        .unavailable()
+        .map(|u| u.reason)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(reason.contains("`initialize` failed"), "{reason}");
+    for rust in ["rmcp::", "Transport [", "WorkerTransport", "reqwest::"] {
+        assert!(
+            !reason.contains(rust),
+            "a Rust type name reached users: {reason}"
+        );
+    }
+    catalog.mcp().shutdown().await;
+}
+
+#[tokio::test]
 async fn a_server_killed_mid_call_fails_the_call_and_is_restarted() {
     let yaml = require!(python_stdio_yaml("py", "py_", "    timeout: 60s\n"));
     let dir = ConfigDir::new(&[("tools.d/py.yaml", &format!("mcp_servers:\n{yaml}"))]);
@@ -191,8 +221,8 @@ fn check_connect_reports_each_server() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("ok: 0 tools (0 unavailable), 1 MCP server, 1 tool sets"),
-        "{stdout}"
+        stdout.contains("ok: 2 tools (0 unavailable), 1 MCP server, 1 tool sets"),
+        "the summary counts the tools the server offered: {stdout}"
     );
 
     // A server that does not start, and a set naming a tool the server

@@ -255,10 +255,11 @@ impl Catalog {
             1 => ", 1 MCP server".to_owned(),
             n => format!(", {n} MCP servers"),
         };
+        // The MCP servers' tools as of now (none before they start).
         format!(
             "{} tools ({} unavailable){mcp}, {} tool sets, default set: {}",
-            self.tools.len(),
-            self.unavailable.len(),
+            self.tools().count(),
+            self.unavailable().count(),
             self.sets.len(),
             self.default_set.as_deref().unwrap_or("none"),
         )

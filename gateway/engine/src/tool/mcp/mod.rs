@@ -111,9 +111,13 @@ impl McpTool {
                 "MCP server `{name}` closed the session during the call; it is being restarted"
             ))),
             Err(ServiceError::McpError(e)) => Err(ToolError::Backend(format!(
-                "MCP server `{name}` answered with an error: {e}"
+                "MCP server `{name}` answered with an error: {} (code {})",
+                e.message, e.code.0
             ))),
-            Err(e) => Err(ToolError::Backend(format!("MCP server `{name}`: {e}"))),
+            Err(e) => Err(ToolError::Backend(format!(
+                "MCP server `{name}`: {}",
+                in_words(&e)
+            ))),
         }
     }
 }
@@ -174,6 +178,26 @@ impl Drop for CancelOnDrop {
             });
         }
     }
+}
+
+/// An rmcp error as a sentence: the transport's own error rather than
+/// rmcp's wrapper, which names Rust types.
+pub(crate) fn in_words(e: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(ServiceError::TransportSend(t)) = e.downcast_ref::<ServiceError>() {
+        return format!("the connection failed: {}", in_words(&*t.error));
+    }
+    if let Some(ServiceError::Timeout { timeout }) = e.downcast_ref::<ServiceError>() {
+        return format!("no answer within {timeout:?}");
+    }
+    if let Some(t) = e.downcast_ref::<rmcp::transport::DynamicTransportError>() {
+        return in_words(&*t.error);
+    }
+    if let Some(rmcp::service::ClientInitializeError::TransportError { error, context }) =
+        e.downcast_ref::<rmcp::service::ClientInitializeError>()
+    {
+        return format!("{} (while {context})", in_words(&*error.error));
+    }
+    e.to_string()
 }
 
 /// Awaits `call`, passing each progress report that arrives meanwhile (and

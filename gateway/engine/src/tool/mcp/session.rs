@@ -360,7 +360,7 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
             .peer()
             .list_all_tools()
             .await
-            .map_err(|e| format!("`tools/list` failed: {e}"))?;
+            .map_err(|e| format!("`tools/list` failed: {}", super::in_words(&e)))?;
         Ok::<_, String>((session, tools))
     };
     let (session, tools) = tokio::select! {
@@ -420,7 +420,7 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
                         });
                         publish(server);
                     }
-                    Ok(Err(e)) => tracing::warn!(mcp_server = %spec.name, "listing the tools of MCP server `{}` again failed: {e}", spec.name),
+                    Ok(Err(e)) => tracing::warn!(mcp_server = %spec.name, "listing the tools of MCP server `{}` again failed: {}", spec.name, super::in_words(&e)),
                     Err(_) => tracing::warn!(mcp_server = %spec.name, "listing the tools of MCP server `{}` again timed out", spec.name),
                 }
             }
@@ -452,7 +452,7 @@ async fn connect(server: &Server) -> Result<Session, String> {
             handler
                 .serve(transport)
                 .await
-                .map_err(|e| format!("`initialize` failed: {e}"))
+                .map_err(|e| format!("`initialize` failed: {}", super::in_words(&e)))
         }
         Transport::Http(http) => {
             let headers: HashMap<_, _> = http.headers.iter().cloned().collect();
@@ -462,7 +462,7 @@ async fn connect(server: &Server) -> Result<Session, String> {
             handler
                 .serve(transport)
                 .await
-                .map_err(|e| format!("`initialize` failed: {e}"))
+                .map_err(|e| format!("`initialize` failed: {}", super::in_words(&e)))
         }
     }
 }
