@@ -4,6 +4,7 @@ official Python SDK (`mcp` 2.x, installed by `make setup`).
     python test_server.py stdio   # MCP over stdin/stdout
     python test_server.py http    # streamable HTTP on 127.0.0.1, on a free
                                   # port printed as `PORT <n>` on stdout
+    python test_server.py http N  # the same on port N
 
 Its tools exercise what the gateway must handle: plain text, structured
 content, errors, images and resources, a call that takes as long as asked
@@ -129,7 +130,7 @@ def main() -> None:
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", int(sys.argv[2]) if len(sys.argv) > 2 else 0))
     sock.listen(128)  # connections queue up before uvicorn serves
     app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, log_level="warning")

@@ -324,3 +324,99 @@ fn the_command_line_calls_mcp_tools_and_logs_their_stderr() {
     );
     assert!(line("listed_search ").contains("unavailable"));
 }
+
+#[tokio::test]
+async fn an_http_server_that_goes_away_is_down_until_it_is_back_with_its_new_tools() {
+    let first = require!(mcp_support::HttpServer::start().await);
+    let port = first.port();
+    let yaml = format!(
+        "mcp_servers:\n  - name: remote\n    transport: http\n    url: {}\n    tools: {{ prefix: r_ }}\n",
+        first.url
+    );
+    let dir = ConfigDir::new(&[("tools.d/remote.yaml", &yaml)]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    // The server adds `late` at run time, and says so.
+    assert_eq!(text(&call(&catalog, "r_grow", json!({})).await), "grown");
+    mcp_support::eventually("`late` is offered", || catalog.tool("r_late").is_some()).await;
+
+    // It stops: the next call fails at once, and the server is down (its
+    // tools unavailable with the reason, its health false).
+    drop(first);
+    let r = call(&catalog, "r_echo", json!({"message": "hi"})).await;
+    let e = r.error.expect("the server is gone").to_string();
+    assert!(e.contains("reconnecting"), "{e}");
+    mcp_support::eventually("the server is down", || {
+        catalog.tool("r_echo").is_none() && catalog.mcp().health() == [("remote".to_owned(), false)]
+    })
+    .await;
+    let reason = catalog
+        .unavailable()
+        .map(|u| u.reason)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(reason.contains("remote"), "{reason}");
+
+    // Back on the same port, without `late`: a new session, a fresh list.
+    let _second = require!(mcp_support::HttpServer::start_on(port).await);
+    mcp_support::eventually("the server is back", || catalog.tool("r_echo").is_some()).await;
+    assert!(
+        catalog.tool("r_late").is_none(),
+        "a tool of the old server is still offered"
+    );
+    assert_eq!(
+        text(&call(&catalog, "r_echo", json!({"message": "back"})).await),
+        "back"
+    );
+    catalog.mcp().shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_answering_401_is_told_which_setting_gives_it_a_token() {
+    // The upstream: a toolgate whose MCP endpoint needs an API key.
+    let upstream_dir = ConfigDir::new(&[
+        (
+            "toolgate.yaml",
+            "builtins:\n  enabled: [calculator]\nauth:\n  keys:\n    - name: a\n      key_env: KEY\n",
+        ),
+        (
+            "tool-sets/default.yaml",
+            "name: default\ntools: [calculator]\n",
+        ),
+    ]);
+    let upstream = Gateway::start(load_catalog(
+        upstream_dir.path(),
+        &[("KEY", "a-long-key-0123456789")],
+    ))
+    .await;
+    let yaml = format!(
+        "mcp_servers:\n  - name: locked\n    transport: http\n    url: {}\n    tools: {{ prefix: l_ }}\n",
+        upstream.url("/mcp/default")
+    );
+    let dir = ConfigDir::new(&[("tools.d/locked.yaml", &yaml)]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let reason = catalog
+        .unavailable()
+        .map(|u| u.reason)
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        reason.contains("401 Unauthorized") && reason.contains("`headers`"),
+        "{reason}"
+    );
+    catalog.mcp().shutdown().await;
+
+    // With the key in `headers`, the other gateway's set is a server like
+    // any other: toolgate's MCP client on toolgate's MCP face.
+    let yaml = format!(
+        "mcp_servers:\n  - name: locked\n    transport: http\n    url: {}\n    headers: {{ Authorization: \"Bearer a-long-key-0123456789\" }}\n    tools: {{ prefix: l_ }}\n",
+        upstream.url("/mcp/default")
+    );
+    let dir = ConfigDir::new(&[("tools.d/locked.yaml", &yaml)]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let r = call(&catalog, "l_calculator", json!({"expression": "6 * 7"})).await;
+    assert_eq!(text(&r), "42");
+    catalog.mcp().shutdown().await;
+}

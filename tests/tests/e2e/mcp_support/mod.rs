@@ -79,9 +79,14 @@ pub struct HttpServer {
 
 impl HttpServer {
     pub async fn start() -> Option<HttpServer> {
+        Self::start_on(0).await
+    }
+
+    /// On `port` (0: a free one).
+    pub async fn start_on(port: u16) -> Option<HttpServer> {
         let (python, script) = python_server()?;
         let mut child = tokio::process::Command::new(python)
-            .args([script.as_str(), "http"])
+            .args([script.as_str(), "http", &port.to_string()])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
@@ -103,6 +108,15 @@ impl HttpServer {
             _child: child,
             url: format!("http://127.0.0.1:{port}/mcp"),
         })
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.url
+            .trim_start_matches("http://127.0.0.1:")
+            .trim_end_matches("/mcp")
+            .parse()
+            .expect("a port")
     }
 }
 

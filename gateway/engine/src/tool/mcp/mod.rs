@@ -110,6 +110,15 @@ impl McpTool {
             Err(ServiceError::TransportClosed) => Err(ToolError::Backend(format!(
                 "MCP server `{name}` closed the session during the call; it is being restarted"
             ))),
+            Err(e @ ServiceError::TransportSend(_)) => {
+                // Unreachable, or it lost our session: a new one is started
+                // (the tools are unavailable until it is up).
+                let reason = in_words(&e);
+                server.connection_broken(reason.clone());
+                Err(ToolError::Backend(format!(
+                    "MCP server `{name}`: {reason}; the gateway is reconnecting to it"
+                )))
+            }
             Err(ServiceError::McpError(e)) => Err(ToolError::Backend(format!(
                 "MCP server `{name}` answered with an error: {} (code {})",
                 e.message, e.code.0
@@ -197,7 +206,13 @@ pub(crate) fn in_words(e: &(dyn std::error::Error + 'static)) -> String {
     {
         return format!("{} (while {context})", in_words(&*error.error));
     }
-    e.to_string()
+    // rmcp's HTTP client errors, by what they say.
+    match e.to_string().as_str() {
+        "Auth required" => "the server answered 401 Unauthorized: give it a token in this server's `headers` (e.g. `Authorization: \"Bearer {{ env.TOKEN }}\"`)".to_owned(),
+        "Insufficient scope" => "the server answered 403 (insufficient scope): the token in this server's `headers` lacks a permission it needs".to_owned(),
+        "Session expired (HTTP 404)" => "the server no longer knows the gateway's session (it restarted?)".to_owned(),
+        other => other.to_owned(),
+    }
 }
 
 /// Awaits `call`, passing each progress report that arrives meanwhile (and

@@ -50,6 +50,9 @@ pub(crate) struct Server {
     list_changed: Arc<Notify>,
     /// Routes the server's progress notifications to the call that asked.
     pub progress: rmcp::handler::client::progress::ProgressDispatcher,
+    /// Why a call found the connection broken, for the session to end on.
+    broken: Mutex<Option<String>>,
+    broken_notify: Notify,
     /// Stops the supervisor (and the session).
     pub stop: CancellationToken,
     /// The registries holding this server; each gets its snapshot rebuilt
@@ -164,10 +167,20 @@ impl Server {
             changes: watch::channel(0).0,
             list_changed: Arc::new(Notify::new()),
             progress: Default::default(),
+            broken: Mutex::new(None),
+            broken_notify: Notify::new(),
             stop: CancellationToken::new(),
             owners: Mutex::new(Vec::new()),
             supervised: AtomicBool::new(false),
         }
+    }
+
+    /// A call found the connection broken (the server is unreachable, or
+    /// lost the session): the session ends, the server is down with
+    /// `reason` until a new session starts.
+    pub fn connection_broken(&self, reason: String) {
+        *self.broken.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        self.broken_notify.notify_one();
     }
 
     fn owners(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Registry>>> {
@@ -394,8 +407,22 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
 
     let cancel = session.cancellation_token();
     let mut waiting = std::pin::pin!(session.waiting());
+    // A break reported by a call of an earlier session is old news.
+    server
+        .broken
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
     loop {
         tokio::select! {
+            () = server.broken_notify.notified() => {
+                let Some(reason) = server.broken.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+                    continue;
+                };
+                cancel.cancel();
+                let _ = tokio::time::timeout(STOP_GRACE, &mut waiting).await;
+                return SessionEnd::Ended(reason);
+            }
             quit = &mut waiting => {
                 return SessionEnd::Ended(match quit {
                     Ok(QuitReason::Closed) => "the session was closed (the process exited or the connection dropped)".to_owned(),
@@ -456,8 +483,12 @@ async fn connect(server: &Server) -> Result<Session, String> {
         }
         Transport::Http(http) => {
             let headers: HashMap<_, _> = http.headers.iter().cloned().collect();
+            // No transparent re-initialization: a server that lost our
+            // session (it restarted) gets a new session from the
+            // supervisor, and with it a fresh `tools/list`.
             let config = StreamableHttpClientTransportConfig::with_uri(http.url.clone())
-                .custom_headers(headers);
+                .custom_headers(headers)
+                .reinit_on_expired_session(false);
             let transport = StreamableHttpClientTransport::from_config(config);
             handler
                 .serve(transport)
