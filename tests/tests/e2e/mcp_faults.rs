@@ -108,11 +108,7 @@ async fn an_unreachable_http_server_is_reported_in_words() {
     ]);
     let catalog = load_catalog(dir.path(), &[]);
     start(&catalog).await;
-    let reason = catalog
-        .unavailable()
-        .map(|u| u.reason)
-        .collect::<Vec<_>>()
-        .join("\n");
+    let reason = mcp_support::unavailable_reasons(&catalog);
     assert!(reason.contains("`initialize` failed"), "{reason}");
     for rust in ["rmcp::", "Transport [", "WorkerTransport", "reqwest::"] {
         assert!(
@@ -350,11 +346,7 @@ async fn an_http_server_that_goes_away_is_down_until_it_is_back_with_its_new_too
         catalog.tool("r_echo").is_none() && catalog.mcp().health() == [("remote".to_owned(), false)]
     })
     .await;
-    let reason = catalog
-        .unavailable()
-        .map(|u| u.reason)
-        .collect::<Vec<_>>()
-        .join("\n");
+    let reason = mcp_support::unavailable_reasons(&catalog);
     assert!(reason.contains("remote"), "{reason}");
 
     // Back on the same port, without `late`: a new session, a fresh list.
@@ -396,11 +388,7 @@ async fn a_server_answering_401_is_told_which_setting_gives_it_a_token() {
     let dir = ConfigDir::new(&[("tools.d/locked.yaml", &yaml)]);
     let catalog = load_catalog(dir.path(), &[]);
     start(&catalog).await;
-    let reason = catalog
-        .unavailable()
-        .map(|u| u.reason)
-        .collect::<Vec<_>>()
-        .join("\n");
+    let reason = mcp_support::unavailable_reasons(&catalog);
     assert!(
         reason.contains("401 Unauthorized") && reason.contains("`headers`"),
         "{reason}"

@@ -166,3 +166,12 @@ pub async fn start(catalog: &Catalog) {
 pub fn filesystem() -> Option<String> {
     existing(repo_root().join("tests/mcp/node_modules/.bin/mcp-server-filesystem"))
 }
+
+/// Every reason the catalog gives for a tool it cannot offer, one a line.
+pub fn unavailable_reasons(catalog: &Catalog) -> String {
+    catalog
+        .unavailable()
+        .map(|u| u.reason)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
