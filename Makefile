@@ -10,8 +10,13 @@ MOCK_LISTEN ?= 127.0.0.1:8089
 ## run: serve the shipped configuration on $(LISTEN). Without OPENAI_BASE_URL
 ## or OPENAI_API_KEY in the environment, the scripted model (tests/src/mock_llm.rs)
 ## is started on $(MOCK_LISTEN) and serves as the upstream.
+# The binaries `make run` serves; `make test` builds exactly these (same
+# packages, so the same features) for its Python end-to-end tests, so a
+# `make run` after `make test` finds them built.
+RUN_BINS := -p toolgate-server --bin toolgate -p toolgate-tests --bin mock-llm
+
 run:
-	$(CARGO) build -p toolgate-server --bin toolgate -p toolgate-tests --bin mock-llm
+	$(CARGO) build $(RUN_BINS)
 	@if [ -z "$$OPENAI_BASE_URL$$OPENAI_API_KEY" ]; then \
 		echo "No OPENAI_BASE_URL or OPENAI_API_KEY: the scripted model answers on $(MOCK_LISTEN)"; \
 		target/debug/mock-llm $(MOCK_LISTEN) & mock=$$!; \
@@ -53,7 +58,7 @@ $(VENV)/.installed: tests/python/requirements.txt
 	touch $@
 
 ## test: format check, lints, and every test of the workspace (Rust, then
-## the Python SDK end-to-end tests)
+## the Python SDK end-to-end tests, against the binaries `make run` serves)
 test: setup lint
 	$(CARGO) build --workspace --all-targets
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -61,6 +66,7 @@ test: setup lint
 	else \
 		$(CARGO) test --workspace --no-fail-fast; \
 	fi
+	$(CARGO) build $(RUN_BINS)
 	$(PYTHON) -m pytest -q tests/python
 
 ## lint: rustfmt, clippy (which also holds code to the declared
