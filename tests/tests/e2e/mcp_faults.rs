@@ -393,6 +393,24 @@ async fn a_server_answering_401_is_told_which_setting_gives_it_a_token() {
         reason.contains("401 Unauthorized") && reason.contains("`headers`"),
         "{reason}"
     );
+    // Refused credentials are not retried (backoff would have retried
+    // twice by now): the upstream saw one `initialize`.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let metrics = reqwest::Client::new()
+        .get(upstream.url("/metrics"))
+        .bearer_auth("a-long-key-0123456789")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let refused: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.contains("route=\"/mcp/{tool_set}\"") && l.contains("status=\"401\""))
+        .collect();
+    assert_eq!(refused.len(), 1, "{metrics}");
+    assert!(refused[0].ends_with(" 1"), "{}", refused[0]);
     catalog.mcp().shutdown().await;
 
     // With the key in `headers`, the other gateway's set is a server like

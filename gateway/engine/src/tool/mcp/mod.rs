@@ -189,30 +189,59 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// The transport's own error inside rmcp's wrappers (which name Rust
+/// types).
+fn innermost<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> &'a (dyn std::error::Error + 'static) {
+    if let Some(ServiceError::TransportSend(t)) = e.downcast_ref::<ServiceError>() {
+        return innermost(&*t.error);
+    }
+    if let Some(t) = e.downcast_ref::<rmcp::transport::DynamicTransportError>() {
+        return innermost(&*t.error);
+    }
+    if let Some(rmcp::service::ClientInitializeError::TransportError { error, .. }) =
+        e.downcast_ref::<rmcp::service::ClientInitializeError>()
+    {
+        return innermost(&*error.error);
+    }
+    e
+}
+
+/// `true` when the server refused the gateway's credentials (HTTP 401, or
+/// 403 for a missing scope): trying again will not help until the
+/// configuration gives it a token.
+pub(crate) fn needs_token(e: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(
+        innermost(e).to_string().as_str(),
+        "Auth required" | "Insufficient scope"
+    )
+}
+
 /// An rmcp error as a sentence: the transport's own error rather than
 /// rmcp's wrapper, which names Rust types.
 pub(crate) fn in_words(e: &(dyn std::error::Error + 'static)) -> String {
-    if let Some(ServiceError::TransportSend(t)) = e.downcast_ref::<ServiceError>() {
-        return format!("the connection failed: {}", in_words(&*t.error));
-    }
     if let Some(ServiceError::Timeout { timeout }) = e.downcast_ref::<ServiceError>() {
         return format!("no answer within {timeout:?}");
     }
-    if let Some(t) = e.downcast_ref::<rmcp::transport::DynamicTransportError>() {
-        return in_words(&*t.error);
-    }
-    if let Some(rmcp::service::ClientInitializeError::TransportError { error, context }) =
-        e.downcast_ref::<rmcp::service::ClientInitializeError>()
-    {
-        return format!("{} (while {context})", in_words(&*error.error));
-    }
-    // rmcp's HTTP client errors, by what they say.
-    match e.to_string().as_str() {
+    let context = match e.downcast_ref::<rmcp::service::ClientInitializeError>() {
+        Some(rmcp::service::ClientInitializeError::TransportError { context, .. }) => {
+            format!(" (while {context})")
+        }
+        _ => String::new(),
+    };
+    let inner = innermost(e);
+    let words = match inner.to_string().as_str() {
         "Auth required" => "the server answered 401 Unauthorized: give it a token in this server's `headers` (e.g. `Authorization: \"Bearer {{ env.TOKEN }}\"`)".to_owned(),
         "Insufficient scope" => "the server answered 403 (insufficient scope): the token in this server's `headers` lacks a permission it needs".to_owned(),
         "Session expired (HTTP 404)" => "the server no longer knows the gateway's session (it restarted?)".to_owned(),
         other => other.to_owned(),
-    }
+    };
+    let connection = match e.downcast_ref::<ServiceError>() {
+        Some(ServiceError::TransportSend(_)) => "the connection failed: ",
+        _ => "",
+    };
+    format!("{connection}{words}{context}")
 }
 
 /// Awaits `call`, passing each progress report that arrives meanwhile (and

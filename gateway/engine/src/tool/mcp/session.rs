@@ -315,6 +315,13 @@ pub(crate) async fn supervise(server: Arc<Server>) {
         let repeated = |reason: &str| server.state().last_error.as_deref() == Some(reason);
         let reason = match end {
             SessionEnd::Stopped => break,
+            SessionEnd::NeedsToken(reason) => {
+                tracing::error!(mcp_server = %name, "MCP server `{name}` refused the gateway: {reason}; it is not retried until the configuration changes");
+                server.set_status(Status::Down { reason });
+                publish(&server);
+                stop.cancelled().await;
+                break;
+            }
             SessionEnd::FailedToStart(reason) if repeated(&reason) => {
                 tracing::debug!(mcp_server = %name, "MCP server `{name}` failed to start again: {reason}");
                 reason
@@ -359,6 +366,9 @@ fn publish(server: &Server) {
 enum SessionEnd {
     Stopped,
     FailedToStart(String),
+    /// It refused the gateway's credentials: not retried until the
+    /// configuration changes (a reload starts a new server).
+    NeedsToken(String),
     Ended(String),
 }
 
@@ -374,12 +384,13 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
             .list_all_tools()
             .await
             .map_err(|e| format!("`tools/list` failed: {}", super::in_words(&e)))?;
-        Ok::<_, String>((session, tools))
+        Ok::<_, StartFailure>((session, tools))
     };
     let (session, tools) = tokio::select! {
         r = tokio::time::timeout(spec.startup_timeout, startup) => match r {
             Ok(Ok(started)) => started,
-            Ok(Err(reason)) => return SessionEnd::FailedToStart(reason),
+            Ok(Err(StartFailure { reason, needs_token: true })) => return SessionEnd::NeedsToken(reason),
+            Ok(Err(StartFailure { reason, .. })) => return SessionEnd::FailedToStart(reason),
             Err(_) => return SessionEnd::FailedToStart(format!(
                 "it did not complete `initialize` and `tools/list` within {}",
                 humantime_serde::re::humantime::format_duration(spec.startup_timeout)
@@ -460,8 +471,32 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
     }
 }
 
+/// Why a session did not start, and whether trying again can help.
+struct StartFailure {
+    reason: String,
+    /// The server refused the gateway's credentials.
+    needs_token: bool,
+}
+
+impl From<String> for StartFailure {
+    fn from(reason: String) -> Self {
+        StartFailure {
+            reason,
+            needs_token: false,
+        }
+    }
+}
+
+/// An rmcp error at start, in words, and whether a token would help.
+fn start_failure(e: rmcp::service::ClientInitializeError) -> StartFailure {
+    StartFailure {
+        reason: format!("`initialize` failed: {}", super::in_words(&e)),
+        needs_token: super::needs_token(&e),
+    }
+}
+
 /// Spawns or connects to the server and runs `initialize`.
-async fn connect(server: &Server) -> Result<Session, String> {
+async fn connect(server: &Server) -> Result<Session, StartFailure> {
     let handler = Handler {
         list_changed: Arc::clone(&server.list_changed),
         progress: server.progress.clone(),
@@ -476,10 +511,7 @@ async fn connect(server: &Server) -> Result<Session, String> {
             if let Some(stderr) = stderr {
                 tokio::spawn(forward_stderr(server.spec.name.clone(), stderr));
             }
-            handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("`initialize` failed: {}", super::in_words(&e)))
+            handler.serve(transport).await.map_err(start_failure)
         }
         Transport::Http(http) => {
             let headers: HashMap<_, _> = http.headers.iter().cloned().collect();
@@ -490,10 +522,7 @@ async fn connect(server: &Server) -> Result<Session, String> {
                 .custom_headers(headers)
                 .reinit_on_expired_session(false);
             let transport = StreamableHttpClientTransport::from_config(config);
-            handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("`initialize` failed: {}", super::in_words(&e)))
+            handler.serve(transport).await.map_err(start_failure)
         }
     }
 }
