@@ -439,6 +439,30 @@ def test_a_forged_session_id_is_unknown(mcp_gateway):
     assert e.value.code == 404
 
 
+def test_a_session_belongs_to_the_key_that_opened_it(mcp_gateway):
+    url, _ = mcp_gateway
+    status, headers, _ = http("POST", url + "/mcp/small", key=FULL_KEY, body=INITIALIZE)
+    session = headers.get("mcp-session-id") or headers.get("Mcp-Session-Id")
+    for method in ("GET", "DELETE", "POST"):
+        req = urllib.request.Request(
+            url + "/mcp/small",
+            data=json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).encode() if method == "POST" else None,
+            headers={
+                "Authorization": f"Bearer {SMALL_KEY}",
+                "Accept": "application/json, text/event-stream",
+                "Content-Type": "application/json",
+                "Mcp-Session-Id": session,
+                "MCP-Protocol-Version": "2025-11-25",
+                "Last-Event-ID": "0/0",
+            },
+            method=method,
+        )
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=10)
+        assert e.value.code == 404, method
+        assert json.loads(e.value.read())["error"]["code"] == "unknown_session"
+
+
 def test_a_reload_tells_listening_clients_the_list_changed(tmp_path, backend, servers):
     config = configure(tmp_path, backend)
     proc, url = start(config)

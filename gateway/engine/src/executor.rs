@@ -295,7 +295,15 @@ impl Executor {
             output.mcp_result = None;
         }
         if let (Ok(output), Some(cache), Some(key)) = (&outcome, &tool.cache, cache_key) {
-            cache.insert(key, output.clone());
+            // The model-readable data only: raw MCP results (base64 and all)
+            // would make the entry count no bound on the cache's bytes.
+            cache.insert(
+                key,
+                Output {
+                    data: output.data.clone(),
+                    mcp_result: None,
+                },
+            );
         }
         self.finish_output(outcome, catalog, started)
     }

@@ -4,11 +4,12 @@
 //!
 //! Only asymmetric signatures are accepted (RSA, ECDSA, EdDSA: a JWKS holds
 //! public keys), with the algorithm the key itself declares when it does.
-//! A JWKS from a URL is fetched on first use and again when a token names a
-//! key it lacks (at most every [`REFETCH_AFTER`]); the fetch is bounded in
-//! bytes and time. The HTTP side (401 and its header) is the server's.
+//! A JWKS from a URL is fetched on first use, again when a token names a
+//! key it lacks (at most every [`REFETCH_AFTER`]) and when it is older than
+//! [`MAX_AGE`]; the fetch is bounded in bytes and time, and tokens arriving
+//! meanwhile wait for it. The HTTP side (401 and its header) is the
+//! server's.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
@@ -18,6 +19,9 @@ use serde_json::Value;
 
 /// A remote JWKS is fetched again for an unknown key at most this often.
 pub const REFETCH_AFTER: Duration = Duration::from_secs(30);
+/// A remote JWKS is fetched again when older than this, so a key the
+/// issuer withdrew stops being trusted.
+pub const MAX_AGE: Duration = Duration::from_secs(3600);
 /// Largest JWKS document read.
 const MAX_JWKS_BYTES: usize = 1024 * 1024;
 /// Longest a JWKS fetch may take.
@@ -47,7 +51,8 @@ enum Source {
         url: String,
         http: reqwest::Client,
         keys: ArcSwapOption<JwkSet>,
-        fetched: Mutex<Option<Instant>>,
+        /// When the keys were last fetched; held during a fetch.
+        fetched: tokio::sync::Mutex<Option<Instant>>,
     },
 }
 
@@ -101,7 +106,7 @@ impl JwtVerifier {
                 url,
                 http,
                 keys: ArcSwapOption::empty(),
-                fetched: Mutex::new(None),
+                fetched: tokio::sync::Mutex::new(None),
             },
         }
     }
@@ -132,6 +137,7 @@ impl JwtVerifier {
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+        validation.validate_nbf = true;
         let data = jsonwebtoken::decode::<Value>(token, &key, &validation)
             .map_err(|e| JwtError::Invalid(e.to_string()))?;
         data.claims
@@ -167,23 +173,20 @@ impl JwtVerifier {
                 keys,
                 fetched,
             } => {
-                if let Some(set) = keys.load_full()
+                // One fetch at a time; the others wait for it and use it.
+                let mut last = fetched.lock().await;
+                let fresh = last.is_some_and(|t| t.elapsed() < MAX_AGE);
+                if fresh
+                    && let Some(set) = keys.load_full()
                     && let Some(found) = pick(&set)
                 {
                     return found;
                 }
-                let due = {
-                    let mut last = fetched.lock().unwrap_or_else(|p| p.into_inner());
-                    let due = last.is_none_or(|t| t.elapsed() >= REFETCH_AFTER);
-                    if due {
-                        *last = Some(Instant::now());
-                    }
-                    due
-                };
-                if !due {
+                if last.is_some_and(|t| t.elapsed() < REFETCH_AFTER) {
                     return Err(JwtError::UnknownKey);
                 }
                 let set = fetch(http, url).await?;
+                *last = Some(Instant::now());
                 let found = pick(&set);
                 keys.store(Some(std::sync::Arc::new(set)));
                 found.unwrap_or(Err(JwtError::UnknownKey))

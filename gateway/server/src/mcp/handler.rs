@@ -80,12 +80,19 @@ pub struct ToolSetServer {
     state: AppState,
     /// The one target of a stdio server; HTTP requests bring theirs.
     fixed: Option<Target>,
+    /// This session's list watcher runs (one per session, however many
+    /// `notifications/initialized` a client sends).
+    watching: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ToolSetServer {
     /// A server whose requests bring their target (HTTP).
     pub fn new(state: AppState) -> Self {
-        ToolSetServer { state, fixed: None }
+        ToolSetServer {
+            state,
+            fixed: None,
+            watching: Default::default(),
+        }
     }
 
     /// A server of one set, for one local client (stdio).
@@ -93,6 +100,7 @@ impl ToolSetServer {
         ToolSetServer {
             state,
             fixed: Some(target),
+            watching: Default::default(),
         }
     }
 
@@ -387,6 +395,12 @@ impl ServerHandler for ToolSetServer {
     /// 2025-11-25 sessions (and stdio): tell the client when the set's
     /// list changes, for as long as the session lasts.
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if self
+            .watching
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return;
+        }
         let Ok(target) = self.target(&context.extensions) else {
             return;
         };

@@ -73,7 +73,11 @@ impl Endpoint {
         let settings = &catalog.settings;
         let signer = Signer::new(catalog.mcp_session_secret.as_ref());
         let closed = Closed::new();
-        let sessions = Arc::new(SignedSessions::new(signer.clone(), closed.clone()));
+        let sessions = Arc::new(SignedSessions::new(
+            signer.clone(),
+            closed.clone(),
+            settings.mcp.max_sessions,
+        ));
         let mut config = StreamableHttpServerConfig::default()
             .with_max_request_body_bytes(settings.limits.max_request_bytes)
             .with_cancellation_token(stop)
@@ -84,17 +88,10 @@ impl Endpoint {
                     .chain(settings.mcp.allowed_origins.iter().cloned()),
             )
             .enforce_origin_validation();
-        config = if catalog.keys().required() {
-            // The key is the protection; the gateway may have any name.
-            config.disable_allowed_hosts()
-        } else {
-            config.with_allowed_hosts(
-                LOOPBACK_HOSTS
-                    .iter()
-                    .map(|h| (*h).to_owned())
-                    .chain(settings.mcp.allowed_hosts.iter().cloned()),
-            )
-        };
+        // `Host` is checked per request, against the catalog in service
+        // (`host_allowed`), so a reload that removes the keys brings the
+        // check back.
+        config = config.disable_allowed_hosts();
         config.session_store = Some(Arc::new(SignedStore { signer, closed }));
         let for_sessions = state.clone();
         let service = StreamableHttpService::new(
@@ -161,6 +158,32 @@ async fn serve(
     if let Err(e) = catalog.usable_set(&set, caller.key.as_deref()) {
         return ApiError::from(e).into_response();
     }
+    // Without keys, only this machine's names (and the listed ones) may
+    // reach the endpoint: a page rebound to 127.0.0.1 cannot.
+    if !catalog.keys().required()
+        && !host_allowed(req.headers(), &catalog.settings.mcp.allowed_hosts)
+    {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "host_not_allowed",
+            "this gateway has no API keys, so its MCP endpoint answers only requests to a loopback host or one in mcp.allowed_hosts",
+        )
+        .into_response();
+    }
+    // A session id must be one this gateway issued to this caller's key;
+    // anything else is unknown (404), before rmcp reads it.
+    let owner = caller.key_name().unwrap_or_default();
+    if let Some(id) = req.headers().get("mcp-session-id")
+        && !id
+            .to_str()
+            .is_ok_and(|id| endpoint.sessions.verifies(id, &owner))
+    {
+        return ApiError::not_found(
+            "unknown_session",
+            "no such MCP session for this key: start a new one (initialize)",
+        )
+        .into_response();
+    }
     if opens_session(req.method(), req.headers())
         && endpoint.sessions.count().await >= endpoint.max_sessions
     {
@@ -174,13 +197,35 @@ async fn serve(
     }
     let closing = req.method() == Method::DELETE;
     req.extensions_mut().insert(Target { set, caller });
-    let mut resp = endpoint.service.handle(req).await.into_response();
+    let mut resp = sessions::OWNER
+        .scope(owner, endpoint.service.handle(req))
+        .await
+        .into_response();
     // A closed session is 204, as clients expect (the official Python
     // client warns about rmcp's 202).
     if closing && resp.status() == StatusCode::ACCEPTED {
         *resp.status_mut() = StatusCode::NO_CONTENT;
     }
     resp
+}
+
+/// `true` when the request's `Host` is loopback or listed.
+fn host_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let name = match host.rsplit_once(':') {
+        // `[::1]:8080`, `localhost:8080`; a bare IPv6 literal has no port.
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => {
+            name
+        }
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    LOOPBACK_HOSTS.contains(&name)
+        || allowed
+            .iter()
+            .any(|a| a.eq_ignore_ascii_case(name) || a.eq_ignore_ascii_case(host))
 }
 
 /// A request that may start a session: a POST without `Mcp-Session-Id`

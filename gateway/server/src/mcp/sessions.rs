@@ -36,6 +36,16 @@ use sha2::Sha256;
 
 use toolgate_engine::catalog::Secret;
 
+tokio::task_local! {
+    /// The key (name) of the request rmcp is handling: sessions are issued
+    /// to it, and only its ids verify.
+    pub static OWNER: String;
+}
+
+fn owner() -> String {
+    OWNER.try_with(Clone::clone).unwrap_or_default()
+}
+
 /// Bytes of the HMAC kept in an id (128 bits).
 const TAG_BYTES: usize = 16;
 
@@ -64,23 +74,26 @@ impl Signer {
         Signer { key: key.into() }
     }
 
-    fn mac(&self, nonce: &str) -> Hmac<Sha256> {
+    fn mac(&self, nonce: &str, owner: &str) -> Hmac<Sha256> {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
             .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
         mac.update(nonce.as_bytes());
+        mac.update(b"\0");
+        mac.update(owner.as_bytes());
         mac
     }
 
-    /// A new signed id: `<nonce>.<tag>`.
-    pub fn issue(&self) -> String {
+    /// A new id for a session of `owner` (the API key's name, empty when
+    /// the gateway is open): `<nonce>.<tag>`.
+    pub fn issue(&self, owner: &str) -> String {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
-        let tag = self.mac(&nonce).finalize().into_bytes();
+        let tag = self.mac(&nonce, owner).finalize().into_bytes();
         format!("{nonce}.{}", URL_SAFE_NO_PAD.encode(&tag[..TAG_BYTES]))
     }
 
-    /// `true` when `id` was issued under this secret (compared in constant
-    /// time).
-    pub fn verify(&self, id: &str) -> bool {
+    /// `true` when `id` was issued under this secret for `owner` (compared
+    /// in constant time): another key's session id does not verify.
+    pub fn verify(&self, id: &str, owner: &str) -> bool {
         let Some((nonce, tag)) = id.split_once('.') else {
             return false;
         };
@@ -89,7 +102,7 @@ impl Signer {
         }
         match URL_SAFE_NO_PAD.decode(tag) {
             Ok(tag) if tag.len() == TAG_BYTES => {
-                self.mac(nonce).verify_truncated_left(&tag).is_ok()
+                self.mac(nonce, owner).verify_truncated_left(&tag).is_ok()
             }
             _ => false,
         }
@@ -130,7 +143,7 @@ pub struct SignedStore {
 #[async_trait::async_trait]
 impl SessionStore for SignedStore {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        if !self.signer.verify(session_id) || self.closed.0.contains_key(session_id) {
+        if !self.signer.verify(session_id, &owner()) || self.closed.0.contains_key(session_id) {
             return Ok(None);
         }
         let params = InitializeRequestParams::new(
@@ -156,6 +169,8 @@ pub struct SignedSessions {
     inner: LocalSessionManager,
     signer: Signer,
     closed: Closed,
+    /// Sessions held at once, at most.
+    max: usize,
 }
 
 /// A session could not be created.
@@ -165,15 +180,23 @@ pub enum SessionError {
     Local(#[from] LocalSessionManagerError),
     #[error("a session id was issued twice")]
     Collision,
+    #[error("the gateway holds as many MCP sessions as mcp.max_sessions allows")]
+    Full,
 }
 
 impl SignedSessions {
-    pub fn new(signer: Signer, closed: Closed) -> SignedSessions {
+    pub fn new(signer: Signer, closed: Closed, max: usize) -> SignedSessions {
         SignedSessions {
             inner: LocalSessionManager::default(),
             signer,
             closed,
+            max,
         }
+    }
+
+    /// `true` when `id` is a session id this gateway issued to `owner`.
+    pub fn verifies(&self, id: &str, owner: &str) -> bool {
+        self.signer.verify(id, owner)
     }
 
     /// Sessions held by this process.
@@ -187,7 +210,10 @@ impl SessionManager for SignedSessions {
     type Transport = <LocalSessionManager as SessionManager>::Transport;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        let id: SessionId = self.signer.issue().into();
+        if self.count().await >= self.max {
+            return Err(SessionError::Full);
+        }
+        let id: SessionId = self.signer.issue(&owner()).into();
         match self.inner.restore_session(id.clone()).await? {
             RestoreOutcome::Restored(transport) => Ok((id, transport)),
             _ => Err(SessionError::Collision),
@@ -207,7 +233,11 @@ impl SessionManager for SignedSessions {
     }
 
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        self.closed.0.insert(id.to_string(), ());
+        // Only ids this gateway issued are remembered (the endpoint refuses
+        // others before this).
+        if self.signer.verify(id, &owner()) {
+            self.closed.0.insert(id.to_string(), ());
+        }
         Ok(self.inner.close_session(id).await?)
     }
 
@@ -250,6 +280,9 @@ impl SessionManager for SignedSessions {
         id: SessionId,
     ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
         // Reached only for ids the store (the signature) vouched for.
+        if self.count().await >= self.max {
+            return Err(SessionError::Full);
+        }
         Ok(self.inner.restore_session(id).await?)
     }
 }
@@ -262,13 +295,15 @@ mod tests {
     fn only_ids_signed_under_the_secret_verify() {
         let a = Signer::new(None);
         let b = Signer::new(None);
-        let id = a.issue();
-        assert!(a.verify(&id));
-        assert!(!b.verify(&id), "another secret");
+        let id = a.issue("alice");
+        assert!(a.verify(&id, "alice"));
+        assert!(!a.verify(&id, "bob"), "another key's id");
+        assert!(!a.verify(&id, ""), "another key's id");
+        assert!(!b.verify(&id, "alice"), "another secret");
         let (nonce, tag) = id.split_once('.').unwrap();
         let mut forged = tag.to_owned();
         forged.replace_range(0..1, if tag.starts_with('A') { "B" } else { "A" });
-        assert!(!a.verify(&format!("{nonce}.{forged}")));
+        assert!(!a.verify(&format!("{nonce}.{forged}"), "alice"));
         for junk in [
             "",
             ".",
@@ -277,7 +312,7 @@ mod tests {
             &format!("{nonce}."),
             &format!(".{tag}"),
         ] {
-            assert!(!a.verify(junk), "{junk:?}");
+            assert!(!a.verify(junk, "alice"), "{junk:?}");
         }
     }
 
@@ -287,6 +322,6 @@ mod tests {
             toolgate_engine::catalog::Secret::new(b"0123456789abcdef0123456789abcdef".to_vec());
         let a = Signer::new(Some(&secret));
         let b = Signer::new(Some(&secret));
-        assert!(b.verify(&a.issue()));
+        assert!(b.verify(&a.issue("alice"), "alice"));
     }
 }

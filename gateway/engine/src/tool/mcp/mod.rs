@@ -110,7 +110,7 @@ impl McpTool {
             Err(ServiceError::TransportClosed) => Err(ToolError::Backend(format!(
                 "MCP server `{name}` closed the session during the call; it is being restarted"
             ))),
-            Err(e @ ServiceError::TransportSend(_)) => {
+            Err(e @ ServiceError::TransportSend(_)) if connection_lost(&e) => {
                 // Unreachable, or it lost our session: a new one is started
                 // (the tools are unavailable until it is up).
                 let reason = in_words(&e);
@@ -205,7 +205,41 @@ fn innermost<'a>(
     {
         return innermost(&*error.error);
     }
+    // The HTTP client's own error, under rmcp's "Client error".
+    if let Some(rmcp::transport::streamable_http_client::StreamableHttpError::Client(http)) =
+        e.downcast_ref::<rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error>>()
+    {
+        return http;
+    }
     e
+}
+
+/// A reqwest error's text without its URL (and its source, which says why).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text
+            .replace(&format!(" for url ({url})"), "")
+            .replace(url.as_str(), "<url>");
+    }
+    match std::error::Error::source(e) {
+        Some(source) => format!("{text}: {source}"),
+        None => text,
+    }
+}
+
+/// `true` when the connection itself is gone (the server is unreachable, or
+/// no longer knows the session), not when one request got an error status
+/// (a 429 or 500 fails that call only).
+fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
+    let inner = innermost(e);
+    if let Some(http) = inner.downcast_ref::<reqwest::Error>() {
+        return http.is_connect() || http.is_timeout() || http.is_request();
+    }
+    matches!(
+        inner.to_string().as_str(),
+        "Session expired (HTTP 404)" | "Transport channel closed" | "unexpected end of stream"
+    )
 }
 
 /// `true` when the server refused the gateway's credentials (HTTP 401, or
@@ -231,7 +265,12 @@ pub(crate) fn in_words(e: &(dyn std::error::Error + 'static)) -> String {
         _ => String::new(),
     };
     let inner = innermost(e);
-    let words = match inner.to_string().as_str() {
+    // reqwest's errors name the URL, which may hold a secret.
+    let text = match inner.downcast_ref::<reqwest::Error>() {
+        Some(http) => without_url(http),
+        None => inner.to_string(),
+    };
+    let words = match text.as_str() {
         "Auth required" => "the server answered 401 Unauthorized: give it a token in this server's `headers` (e.g. `Authorization: \"Bearer {{ env.TOKEN }}\"`)".to_owned(),
         "Insufficient scope" => "the server answered 403 (insufficient scope): the token in this server's `headers` lacks a permission it needs".to_owned(),
         "Session expired (HTTP 404)" => "the server no longer knows the gateway's session (it restarted?)".to_owned(),
