@@ -161,7 +161,11 @@ async fn serve(
     // Without keys, only this machine's names (and the listed ones) may
     // reach the endpoint: a page rebound to 127.0.0.1 cannot.
     if !catalog.keys().required()
-        && !host_allowed(req.headers(), &catalog.settings.mcp.allowed_hosts)
+        && !host_allowed(
+            req.headers(),
+            req.uri(),
+            &catalog.settings.mcp.allowed_hosts,
+        )
     {
         return ApiError::new(
             StatusCode::FORBIDDEN,
@@ -209,9 +213,14 @@ async fn serve(
     resp
 }
 
-/// `true` when the request's `Host` is loopback or listed.
-fn host_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
-    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+/// `true` when the request's `Host` (HTTP/2: its authority) is loopback or
+/// listed.
+fn host_allowed(headers: &HeaderMap, uri: &axum::http::Uri, allowed: &[String]) -> bool {
+    let Some(host) = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| uri.authority().map(|a| a.as_str()))
+    else {
         return false;
     };
     let name = match host.rsplit_once(':') {
@@ -320,4 +329,46 @@ pub async fn serve_stdio(state: AppState, set: String) -> Result<(), StdioError>
         .await
         .map_err(|e| StdioError::Run(e.to_string()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_loopback_or_listed() {
+        let with = |host: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, host.parse().unwrap_or_else(|e| panic!("{e}")));
+            h
+        };
+        let uri = axum::http::Uri::from_static("/mcp");
+        let listed = ["gw.example.com".to_owned()];
+        for ok in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1:1",
+            "[::1]:8080",
+            "gw.example.com:443",
+        ] {
+            assert!(host_allowed(&with(ok), &uri, &listed), "{ok}");
+        }
+        for refused in [
+            "evil.example.com",
+            "evil.example.com:8080",
+            "localhost.evil.com",
+            "127.0.0.2",
+        ] {
+            assert!(!host_allowed(&with(refused), &uri, &listed), "{refused}");
+        }
+        let h2 = axum::http::Uri::from_static("http://127.0.0.1:8080/mcp");
+        assert!(
+            host_allowed(&HeaderMap::new(), &h2, &listed),
+            "HTTP/2 authority"
+        );
+        assert!(
+            !host_allowed(&HeaderMap::new(), &uri, &listed),
+            "no host at all"
+        );
+    }
 }
