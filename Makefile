@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run setup cargo-deny test check lint fmt bench demo schema clean
+.PHONY: run setup deb cargo-deny test check lint fmt bench demo schema clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -43,6 +43,19 @@ setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) cargo-deny
 $(NODE_CLIENTS): tests/node/package.json tests/node/package-lock.json
 	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+
+## deb: the Debian packages the benchmarks need (nginx as the reference
+## proxy and fixed upstream, wrk as the load generator), installed with apt
+## when missing (as root, or through sudo)
+DEB_PACKAGES := nginx wrk
+deb:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		echo "installing $$missing"; \
+		$$sudo apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
 
 cargo-deny:
 	@cargo-deny --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deny --version $(CARGO_DENY_VERSION)
@@ -86,7 +99,7 @@ fmt:
 	$(CARGO) fmt --all
 
 ## bench: benchmarks, in release mode (run nothing else meanwhile)
-bench: $(MCP_NODE)
+bench: $(MCP_NODE) deb
 	$(CARGO) build --release -p toolgate-server --bin toolgate -p toolgate-tests --bins
 	target/release/bench-catalog
 	target/release/bench-parser

@@ -1,78 +1,150 @@
 #!/usr/bin/env bash
-# Proxy benchmark: the scripted model served directly vs. through toolgate,
-# measured in the same run with the same load generator (wrk), on 127.0.0.1.
+# Proxy benchmark: toolgate as a transparent proxy next to nginx doing the
+# same job, measured in one run with one load generator (wrk), on 127.0.0.1.
 #
-#   direct       POST /v1/chat/completions to the scripted model
-#   proxy        the same request through the gateway (no tool set: the
-#                transparent proxy, body forwarded byte for byte)
-#   tool loop    through the gateway with a one-tool set: model call, HTTP
-#                tool call (to the scripted model's GET /v1/models), model call
+#   upstream     nginx (1 worker) answering every POST with a fixed chat
+#                completion: the model, without a model's cost
+#   nginx        nginx (2 workers) as a reverse proxy to it (keep-alive pool):
+#                the reference
+#   toolgate     `toolgate serve` with an API key, no tool set: the
+#                transparent proxy (auth, rate check, metrics, request id)
 #
-# Throughput is measured with 64 connections, latency with 1 connection.
-# Needs release builds of `toolgate` and `mock-llm` (make bench builds them)
-# and wrk (installed from Debian's packages when missing).
+# The three are measured alternately, ROUNDS times, with wrk (1 thread, 16
+# connections, DURATION seconds); each figure below is the median of its
+# rounds, and the ratio is toolgate's median over nginx's.
+#
+# Then the tool loop: the scripted model asks for the builtin `calculator`
+# and answers after its result. The gateway's own time per loop iteration
+# is its request time minus the model calls' and the tool's time, all three
+# read from its own /metrics histograms (sums over the run).
+#
+# Needs release builds of `toolgate` and `mock-llm` (make bench builds them),
+# nginx and wrk (`make deb` installs them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-DURATION=${DURATION:-8}
+DURATION=${DURATION:-4}
+ROUNDS=${ROUNDS:-3}
+CONNECTIONS=${CONNECTIONS:-16}
 BIN=target/release
-command -v wrk >/dev/null || { echo "installing wrk"; apt-get install -y -qq wrk >/dev/null; }
+for tool in nginx wrk; do
+  command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || { echo "$tool is missing: run \`make deb\`" >&2; exit 1; }
+done
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
 work=$(mktemp -d)
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"; }
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-MOCK=127.0.0.1:$(port)
+UP=127.0.0.1:$(port)
+NGX=127.0.0.1:$(port)
 GATE=127.0.0.1:$(port)
+MOCK=127.0.0.1:$(port)
+LOOP=127.0.0.1:$(port)
 
-"$BIN/mock-llm" "$MOCK" >/dev/null &
-pids+=($!)
+COMPLETION='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}'
+
+nginx_conf() { # name workers server-block
+  mkdir -p "$work/$1"
+  cat > "$work/$1/nginx.conf" <<CONF
+worker_processes $2;
+daemon off;
+pid $work/$1/nginx.pid;
+error_log $work/$1/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/$1;
+  proxy_temp_path $work/$1;
+  fastcgi_temp_path $work/$1;
+  uwsgi_temp_path $work/$1;
+  scgi_temp_path $work/$1;
+  keepalive_requests 1000000;
+  $3
+}
+CONF
+  "$NGINX" -c "$work/$1/nginx.conf" -e "$work/$1/error.log" &
+  pids+=($!)
+}
+
+nginx_conf upstream 1 "server {
+    listen $UP;
+    location / { default_type application/json; return 200 '$COMPLETION'; }
+  }"
+nginx_conf proxy 2 "upstream model { server $UP; keepalive 64; }
+  server {
+    listen $NGX;
+    location / {
+      proxy_pass http://model;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+    }
+  }"
 
 mkdir -p "$work/config/tools.d" "$work/config/tool-sets"
 cat > "$work/config/toolgate.yaml" <<YAML
 upstreams:
+  - name: model
+    base_url: http://$UP/v1
+auth:
+  keys:
+    - name: bench
+      key_env: BENCH_KEY
+YAML
+BENCH_KEY=sk-bench-0123456789abcdef TOOLGATE_LOG=warn "$BIN/toolgate" serve --config "$work/config" --listen "$GATE" &
+pids+=($!)
+GATE_PID=$!
+
+# The tool loop: the scripted model as upstream, one builtin tool.
+"$BIN/mock-llm" "$MOCK" >/dev/null &
+pids+=($!)
+mkdir -p "$work/loop/tools.d" "$work/loop/tool-sets"
+cat > "$work/loop/toolgate.yaml" <<YAML
+upstreams:
   - name: mock
     base_url: http://$MOCK/v1
+builtins:
+  enabled: [calculator]
 YAML
-cat > "$work/config/tools.d/bench.yaml" <<YAML
-tools:
-  - name: models_list
-    description: Lists the models of the scripted model server.
-    http:
-      url: http://$MOCK/v1/models
-    response:
-      select: /data/0/id
-YAML
-printf 'name: bench\ntools: [models_list]\n' > "$work/config/tool-sets/bench.yaml"
-TOOLGATE_LOG=warn "$BIN/toolgate" serve --config "$work/config" --listen "$GATE" &
+printf 'name: calc\ntools: [calculator]\n' > "$work/loop/tool-sets/calc.yaml"
+TOOLGATE_LOG=warn "$BIN/toolgate" serve --config "$work/loop" --listen "$LOOP" &
 pids+=($!)
 
-for addr in "$MOCK" "$GATE"; do
-  for _ in $(seq 50); do curl -sf "http://$addr/v1/models" >/dev/null && break; sleep 0.1; done
+for addr in "$UP" "$NGX"; do
+  for _ in $(seq 50); do curl -sf -X POST "http://$addr/v1/chat/completions" >/dev/null && break; sleep 0.1; done
+done
+for addr in "$GATE" "$LOOP" "$MOCK"; do
+  for _ in $(seq 100); do curl -sf "http://$addr/healthz" >/dev/null 2>&1 || curl -sf "http://$addr/v1/models" >/dev/null 2>&1 && break; sleep 0.1; done
 done
 
-lua() { # name body
-  cat > "$work/$1.lua" <<LUA
+cat > "$work/plain.lua" <<'LUA'
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.body = [[$2]]
+wrk.headers["Authorization"] = "Bearer sk-bench-0123456789abcdef"
+wrk.body = '{"model":"bench-model","messages":[{"role":"user","content":"Hello!"}]}'
 LUA
-}
-lua plain '{"model":"mock-model","messages":[{"role":"user","content":"hello"}]}'
-lua loop '{"model":"mock-model","messages":[{"role":"user","content":"call models_list {}"}],"tool_set":"bench"}'
+cat > "$work/loop.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [[{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}]]
+LUA
 
-# Sanity: the loop really runs the tool.
-curl -sf "http://$GATE/v1/chat/completions" -H 'content-type: application/json' -d @<(sed -n 's/^wrk.body = \[\[\(.*\)\]\]$/\1/p' "$work/loop.lua") \
-  | grep -q 'Tool results: \[models_list\] mock-model' || { echo "the tool loop did not run the tool" >&2; exit 1; }
+# Sanity: each path gives the fixed completion; the loop really runs the tool.
+for addr in "$UP" "$NGX" "$GATE"; do
+  curl -sf "http://$addr/v1/chat/completions" -H 'authorization: Bearer sk-bench-0123456789abcdef' -H 'content-type: application/json' \
+    -d '{"model":"bench-model","messages":[{"role":"user","content":"Hello!"}]}' | grep -q 'How can I help' || { echo "no completion from $addr" >&2; exit 1; }
+done
+curl -sf "http://$LOOP/v1/chat/completions" -H 'content-type: application/json' \
+  -d '{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}' \
+  | grep -q '42' || { echo "the tool loop did not run the tool" >&2; exit 1; }
 
-# run NAME ADDR LUA CONNECTIONS -> "rps p50_ms p99_ms"
+# run ADDR LUA -> "rps p50_ms p99_ms"
 run() {
   local out
-  local threads=$(( $4 < 2 ? $4 : 2 ))
-  out=$(wrk -t"$threads" -c"$4" -d"${DURATION}s" --latency -s "$work/$3.lua" "http://$2/v1/chat/completions")
-  if grep -q "Non-2xx" <<<"$out"; then echo "$1: non-2xx answers" >&2; echo "$out" >&2; exit 1; fi
+  out=$(wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$work/$2.lua" "http://$1/v1/chat/completions")
+  if grep -q "Non-2xx\|Socket errors" <<<"$out"; then echo "$1: errors" >&2; echo "$out" >&2; exit 1; fi
   local rps p50 p99
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
@@ -83,22 +155,57 @@ ms() { # wrk prints 123.45us / 1.23ms / 1.02s
   python3 -c "import re,sys; n,u=re.fullmatch(r'([0-9.]+)([a-z]+)', sys.argv[1]).groups(); print(round(float(n)*{'us':0.001,'ms':1,'s':1000,'m':60000}[u],4))" "$1"
 }
 
-read -r d_rps _ _ <<<"$(run direct "$MOCK" plain 64)"
-read -r p_rps _ _ <<<"$(run proxy "$GATE" plain 64)"
-read -r l_rps _ _ <<<"$(run loop "$GATE" loop 64)"
-read -r _ d50 d99 <<<"$(run direct "$MOCK" plain 1)"
-read -r _ p50 p99 <<<"$(run proxy "$GATE" plain 1)"
-read -r _ l50 l99 <<<"$(run loop "$GATE" loop 1)"
+: > "$work/results"
+for round in $(seq "$ROUNDS"); do
+  for path in upstream:$UP nginx:$NGX toolgate:$GATE; do
+    r=$(run "${path#*:}" plain) || exit 1
+    echo "${path%%:*} $r" >> "$work/results"
+  done
+done
 
-echo
-echo "proxy benchmark: wrk, ${DURATION}s per run, 127.0.0.1, $(nproc) cores, $(date -u +%Y-%m-%d)"
-printf '%-34s %12s %10s %10s\n' "" "req/s (c=64)" "p50 ms c=1" "p99 ms c=1"
-printf '%-34s %12s %10s %10s\n' "scripted model, direct" "$d_rps" "$d50" "$d99"
-printf '%-34s %12s %10s %10s\n' "through toolgate, transparent" "$p_rps" "$p50" "$p99"
-printf '%-34s %12s %10s %10s\n' "through toolgate, one-tool loop" "$l_rps" "$l50" "$l99"
-python3 - "$d_rps" "$p_rps" "$l_rps" "$d50" "$p50" "$d99" "$p99" "$l50" <<'PY'
-import sys
-d, p, l, d50, p50, d99, p99, l50 = map(float, sys.argv[1:])
-print(f"transparent proxy: throughput ratio {p/d:.2f} (target >= 0.5), added p50 {p50-d50:+.3f} ms (target < 0.2), added p99 {p99-d99:+.3f} ms")
-print(f"one-tool loop (2 model calls + 1 HTTP tool call): {l/d:.2f} of direct throughput, p50 {l50:.3f} ms = {l50/d50:.1f}x one direct call")
+# The loop: gateway time per iteration from the gateway's own metrics.
+metric_sum() { # name [label filter]
+  curl -sf "http://$LOOP/metrics" | awk -v n="$1_sum" -v f="${2:-}" '$1 ~ "^"n && index($1, f) {s += $2} END {printf "%.9f\n", s}'
+}
+metric_count() {
+  curl -sf "http://$LOOP/metrics" | awk -v n="$1_count" -v f="${2:-}" '$1 ~ "^"n && index($1, f) {s += $2} END {printf "%d\n", s}'
+}
+r=$(CONNECTIONS=1 run "$LOOP" loop) || exit 1
+read -r _ loop_p50 _ <<<"$r"
+req_s=$(metric_sum toolgate_http_request_duration_seconds 'route="/v1/chat/completions"')
+req_n=$(metric_count toolgate_http_request_duration_seconds 'route="/v1/chat/completions"')
+up_s=$(metric_sum toolgate_upstream_request_duration_seconds)
+up_n=$(metric_count toolgate_upstream_request_duration_seconds)
+tool_s=$(metric_sum toolgate_tool_call_duration_seconds)
+tool_n=$(metric_count toolgate_tool_call_duration_seconds)
+rss_kib=$(awk '/VmRSS/ {print $2}' "/proc/$GATE_PID/status")
+
+python3 - "$work/results" "$DURATION" "$ROUNDS" "$CONNECTIONS" "$req_s" "$req_n" "$up_s" "$up_n" "$tool_s" "$tool_n" "$loop_p50" "$rss_kib" <<'PY'
+import statistics, sys, os, datetime
+path, duration, rounds, conns = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+req_s, req_n, up_s, up_n, tool_s, tool_n, loop_p50, rss = map(float, sys.argv[5:])
+runs = {}
+for line in open(path):
+    name, rps, p50, p99 = line.split()
+    runs.setdefault(name, []).append((float(rps), float(p50), float(p99)))
+med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in runs.items()}
+print()
+print(f"proxy benchmark: wrk -t1 -c{conns} -d{duration}s, {rounds} alternating rounds, medians; "
+      f"127.0.0.1, {os.cpu_count()} cores, {datetime.date.today()}")
+print(f"{'path':<34} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8}   each round's req/s")
+labels = {"upstream": "upstream (nginx, fixed answer)", "nginx": "nginx reverse proxy (2 workers)",
+          "toolgate": "toolgate transparent proxy"}
+for k in ("upstream", "nginx", "toolgate"):
+    rps, p50, p99 = med[k]
+    each = ", ".join(f"{r[0]:.0f}" for r in runs[k])
+    print(f"{labels[k]:<34} {rps:>10.0f} {p50:>8.3f} {p99:>8.3f}   {each}")
+t, n = med["toolgate"], med["nginx"]
+print(f"toolgate / nginx: throughput {t[0]/n[0]:.2f}x (goal >= 0.8), p99 {t[2]:.3f} ms vs {n[2]:.3f} ms; "
+      f"toolgate resident memory after the run {rss/1024:.1f} MiB")
+iters = up_n  # one model call per loop iteration
+own = req_s - up_s - tool_s
+print(f"tool loop (scripted model, builtin calculator, 1 connection): {int(req_n)} requests, "
+      f"{int(up_n)} model calls, {int(tool_n)} tool calls, p50 {loop_p50:.3f} ms per request; "
+      f"gateway's own time {own/iters*1e6:.1f} us per iteration (goal < 50; "
+      f"request {req_s/req_n*1e6:.0f} us - model {up_s/req_n*1e6:.0f} us - tool {tool_s/req_n*1e6:.0f} us per request)")
 PY
