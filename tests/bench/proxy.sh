@@ -67,6 +67,7 @@ http {
 CONF
   "$NGINX" -c "$work/$1/nginx.conf" -e "$work/$1/error.log" &
   pids+=($!)
+  last_nginx=$!
 }
 
 nginx_conf upstream 1 "server {
@@ -82,6 +83,7 @@ nginx_conf proxy 2 "upstream model { server $UP; keepalive 64; }
       proxy_set_header Connection \"\";
     }
   }"
+NGX_PID=$last_nginx
 
 mkdir -p "$work/config/tools.d" "$work/config/tool-sets"
 cat > "$work/config/toolgate.yaml" <<YAML
@@ -180,10 +182,45 @@ tool_s=$(metric_sum toolgate_tool_call_duration_seconds)
 tool_n=$(metric_count toolgate_tool_call_duration_seconds)
 rss_kib=$(awk '/VmRSS/ {print $2}' "/proc/$GATE_PID/status")
 
-python3 - "$work/results" "$DURATION" "$ROUNDS" "$CONNECTIONS" "$req_s" "$req_n" "$up_s" "$up_n" "$tool_s" "$tool_n" "$loop_p50" "$rss_kib" <<'PY'
+# Memory per idle keep-alive connection: N connections that each made one
+# request and stay open; resident memory before and after, toolgate and the
+# nginx proxy's workers.
+IDLE=${IDLE:-1000}
+idle_kib() { # addr pids... -> KiB per idle connection
+  python3 - "$IDLE" "$@" <<'PY'
+import resource, socket, sys, time
+n, addr, pids = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, n + 64)), hard))
+def rss():
+    total = 0
+    for pid in pids:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
+host, port = addr.rsplit(":", 1)
+time.sleep(0.5)
+before = rss()
+conns = []
+for _ in range(n):
+    s = socket.create_connection((host, int(port)))
+    s.sendall(f"GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n".encode())
+    if not s.recv(65536):
+        sys.exit(f"{addr} closed an idle connection")
+    conns.append(s)
+time.sleep(0.5)
+after = rss()
+print(f"{(after - before) / n:.1f}")
+PY
+}
+gate_idle=$(idle_kib "$GATE" "$GATE_PID")
+ngx_idle=$(idle_kib "$NGX" $(pgrep -P "$NGX_PID"))
+
+python3 - "$work/results" "$DURATION" "$ROUNDS" "$CONNECTIONS" "$req_s" "$req_n" "$up_s" "$up_n" "$tool_s" "$tool_n" "$loop_p50" "$rss_kib" "$gate_idle" "$ngx_idle" "$IDLE" <<'PY'
 import statistics, sys, os, datetime
 path, duration, rounds, conns = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-req_s, req_n, up_s, up_n, tool_s, tool_n, loop_p50, rss = map(float, sys.argv[5:])
+req_s, req_n, up_s, up_n, tool_s, tool_n, loop_p50, rss, gate_idle, ngx_idle, idle = map(float, sys.argv[5:])
 runs = {}
 for line in open(path):
     name, rps, p50, p99 = line.split()
@@ -202,6 +239,8 @@ for k in ("upstream", "nginx", "toolgate"):
 t, n = med["toolgate"], med["nginx"]
 print(f"toolgate / nginx: throughput {t[0]/n[0]:.2f}x (goal >= 0.8), p99 {t[2]:.3f} ms vs {n[2]:.3f} ms; "
       f"toolgate resident memory after the run {rss/1024:.1f} MiB")
+print(f"memory per idle keep-alive connection ({int(idle)} open): toolgate {gate_idle:.1f} KiB, nginx {ngx_idle:.1f} KiB "
+      f"(per open stream: bench-load)")
 iters = up_n  # one model call per loop iteration
 own = req_s - up_s - tool_s
 print(f"tool loop (scripted model, builtin calculator, 1 connection): {int(req_n)} requests, "

@@ -6,17 +6,35 @@
 //! Requests are retried on 429, 5xx and connection errors, with exponential
 //! backoff that honours `Retry-After`, and only while no byte of a response
 //! has been used.
+//!
+//! The HTTP client is hyper's pooled client used directly (HTTP/1.1
+//! keep-alive, HTTP/2 over TLS when the server offers it): the request URIs
+//! and the authorization header are built once per upstream, so a call does
+//! no URL parsing and no per-request client-side work beyond the request
+//! itself. [`Bounded`] is an answer's body under the call's deadlines and
+//! size cap, passed through as an `http_body::Body` (a `Content-Length`
+//! answer keeps its length) or read as a stream.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
 use globset::{Glob, GlobMatcher};
-use reqwest::StatusCode;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT};
+use http::{Method, Request, StatusCode, Uri};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::formatter::PromptTemplate;
 use toolgate_config::format::{FormatterKind, RetryDecl};
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// One OpenAI-compatible upstream.
 #[derive(Debug)]
@@ -24,9 +42,15 @@ pub struct Upstream {
     pub name: String,
     /// Base URL without a trailing slash, e.g. `https://api.openai.com/v1`.
     pub base_url: String,
+    chat_uri: Uri,
+    models_uri: Uri,
     api_key: Option<String>,
-    client: reqwest::Client,
+    /// `Bearer <api key>`, marked sensitive.
+    authorization: Option<HeaderValue>,
+    client: Client<Connector, Full<Bytes>>,
     retry: RetryDecl,
+    /// Longest wait for the response head and between two reads of a body.
+    read_timeout: Duration,
     /// Longest time one model call may take in all (retries and body).
     timeout: Duration,
 }
@@ -36,7 +60,7 @@ pub struct Upstream {
 pub struct Timeouts {
     /// To open a connection.
     pub connect: Duration,
-    /// Between two reads of a response.
+    /// To the response head, and between two reads of a response body.
     pub read: Duration,
     /// One model call in all, from the first attempt to the last byte.
     pub total: Duration,
@@ -46,7 +70,7 @@ pub struct Timeouts {
 /// body must arrive by.
 #[derive(Debug)]
 pub struct Reply {
-    pub response: reqwest::Response,
+    pub response: http::Response<Incoming>,
     pub deadline: tokio::time::Instant,
 }
 
@@ -137,6 +161,31 @@ impl UpstreamError {
     }
 }
 
+/// The TLS setup of every upstream: rustls with the platform's trust store
+/// (the same verifier the gateway's other HTTP clients use).
+fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_platform_verifier()?
+    .with_no_client_auth())
+}
+
+/// `base` (no trailing slash) joined with `path`, as a request URI. The
+/// URL is parsed once here (IDNA host names become ASCII), never per call.
+fn endpoint(base: &str, path: &str) -> Result<Uri, String> {
+    let url = url::Url::parse(&format!("{base}{path}")).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "the scheme `{}` is not http or https",
+            url.scheme()
+        ));
+    }
+    Uri::try_from(url.as_str()).map_err(|e| e.to_string())
+}
+
 impl Upstream {
     /// An upstream; fails only when its HTTP client cannot be built (no
     /// silent fallback to a client without the timeouts).
@@ -147,22 +196,45 @@ impl Upstream {
         timeouts: Timeouts,
         retry: RetryDecl,
     ) -> Result<Upstream, String> {
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(timeouts.connect)
-            .read_timeout(timeouts.read)
+        let cannot = |e: &dyn std::fmt::Display| {
+            format!("the HTTP client of upstream `{name}` cannot be built: {e}")
+        };
+        let base = base_url.trim_end_matches('/').to_owned();
+        let chat_uri = endpoint(&base, "/chat/completions").map_err(|e| cannot(&e))?;
+        let models_uri = endpoint(&base, "/models").map_err(|e| cannot(&e))?;
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(timeouts.connect));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls_config().map_err(|e| cannot(&e))?)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
-            .redirect(reqwest::redirect::Policy::none())
-            .referer(false)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| format!("the HTTP client of upstream `{name}` cannot be built: {e}"))?;
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        let authorization = match &api_key {
+            Some(key) => {
+                let mut v = HeaderValue::try_from(format!("Bearer {key}"))
+                    .map_err(|_| cannot(&"the API key is not a valid header value"))?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
         Ok(Upstream {
             name,
-            base_url: base_url.trim_end_matches('/').to_owned(),
+            base_url: base,
+            chat_uri,
+            models_uri,
             api_key,
+            authorization,
             client,
             retry,
+            read_timeout: timeouts.read,
             timeout: timeouts.total,
         })
     }
@@ -207,33 +279,64 @@ impl Upstream {
         result
     }
 
+    /// A request to `uri` with the gateway's headers and, when it has one,
+    /// the upstream's key.
+    fn request(&self, method: Method, uri: &Uri, body: Bytes) -> Request<Full<Bytes>> {
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = method;
+        *req.uri_mut() = uri.clone();
+        let headers = req.headers_mut();
+        headers.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("toolgate/", env!("CARGO_PKG_VERSION"))),
+        );
+        if let Some(auth) = &self.authorization {
+            headers.insert(AUTHORIZATION, auth.clone());
+        }
+        req
+    }
+
+    /// One exchange: the response head within the read timeout.
+    async fn send(
+        &self,
+        req: Request<Full<Bytes>>,
+    ) -> Result<http::Response<Incoming>, UpstreamError> {
+        match tokio::time::timeout(self.read_timeout, self.client.request(req)).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => Err(UpstreamError::Unreachable {
+                upstream: self.name.clone(),
+                message: describe(&e),
+            }),
+            // A timed-out request may have been processed: retrying could
+            // run it twice, and would double the wait.
+            Err(_) => Err(UpstreamError::Timeout {
+                upstream: self.name.clone(),
+            }),
+        }
+    }
+
     async fn chat_attempts(
         &self,
         body: Bytes,
         request_id: Option<&str>,
-    ) -> Result<reqwest::Response, UpstreamError> {
-        let url = format!("{}/chat/completions", self.base_url);
+    ) -> Result<http::Response<Incoming>, UpstreamError> {
         let request_id = request_id.and_then(|id| HeaderValue::from_str(id).ok());
         let mut attempt = 1;
         loop {
-            let mut req = self
-                .client
-                .post(&url)
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                .body(body.clone());
+            let mut req = self.request(Method::POST, &self.chat_uri, body.clone());
+            req.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
             if let Some(id) = &request_id {
-                req = req.header("x-request-id", id.clone());
+                req.headers_mut().insert("x-request-id", id.clone());
             }
-            if let Some(key) = &self.api_key {
-                req = req.bearer_auth(key);
-            }
-            let outcome = req.send().await;
-            let (error, retry_after) = match outcome {
+            let (error, retry_after) = match self.send(req).await {
                 Ok(resp) if resp.status().is_success() => return Ok(resp),
                 Ok(resp) => {
                     let status = resp.status();
                     let retry_after = parse_retry_after(resp.headers().get(RETRY_AFTER));
-                    let text = read_error_body(resp).await;
+                    let text = tokio::time::timeout(self.read_timeout, read_error_body(resp))
+                        .await
+                        .unwrap_or_default();
                     let err = UpstreamError::Status {
                         upstream: self.name.clone(),
                         status,
@@ -245,20 +348,8 @@ impl Upstream {
                     }
                     (err, retry_after)
                 }
-                Err(e) if e.is_timeout() => {
-                    // A timed-out request may have been processed: retrying
-                    // could run it twice, and would double the wait.
-                    return Err(UpstreamError::Timeout {
-                        upstream: self.name.clone(),
-                    });
-                }
-                Err(e) => (
-                    UpstreamError::Unreachable {
-                        upstream: self.name.clone(),
-                        message: describe(&e),
-                    },
-                    None,
-                ),
+                Err(e @ UpstreamError::Timeout { .. }) => return Err(e),
+                Err(e) => (e, None),
             };
             if attempt >= self.retry.max_attempts {
                 return Err(error);
@@ -294,12 +385,14 @@ impl Upstream {
     /// The whole body of `reply`, under `limit` bytes and the reply's
     /// deadline.
     pub async fn read_body(&self, reply: Reply, limit: usize) -> Result<Vec<u8>, UpstreamError> {
-        let mut stream = std::pin::pin!(self.body_stream(reply, limit));
-        let mut body = Vec::new();
-        while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
-            body.extend_from_slice(&chunk?);
+        let mut body = self.body(reply, limit);
+        let mut out = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame?.into_data() {
+                out.extend_from_slice(&data);
+            }
         }
-        Ok(body)
+        Ok(out)
     }
 
     /// The body of `reply` as chunks; the stream ends with an error once
@@ -309,74 +402,65 @@ impl Upstream {
         reply: Reply,
         limit: usize,
     ) -> impl futures::Stream<Item = Result<Bytes, UpstreamError>> + Send + 'static + use<> {
-        let name = self.name.clone();
+        self.body(reply, limit).into_data_stream()
+    }
+
+    /// The body of `reply` under `limit` bytes, the read timeout between
+    /// two reads and the reply's deadline.
+    pub fn body(&self, reply: Reply, limit: usize) -> Bounded {
         let Reply { response, deadline } = reply;
-        async_stream::stream! {
-            if response.content_length().is_some_and(|n| n > limit as u64) {
-                yield Err(UpstreamError::TooLarge { upstream: name, limit });
-                return;
-            }
-            let mut seen = 0usize;
-            let mut chunks = response.bytes_stream();
-            loop {
-                let next = tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut chunks)).await;
-                match next {
-                    Err(_) => {
-                        yield Err(UpstreamError::Timeout { upstream: name });
-                        return;
-                    }
-                    Ok(None) => return,
-                    Ok(Some(Err(e))) => {
-                        let timeout = e.is_timeout();
-                        yield Err(if timeout {
-                            UpstreamError::Timeout { upstream: name }
-                        } else {
-                            UpstreamError::Unreachable { upstream: name, message: describe(&e) }
-                        });
-                        return;
-                    }
-                    Ok(Some(Ok(chunk))) => {
-                        seen = seen.saturating_add(chunk.len());
-                        if seen > limit {
-                            yield Err(UpstreamError::TooLarge { upstream: name, limit });
-                            return;
-                        }
-                        yield Ok(chunk);
-                    }
-                }
-            }
+        let too_large = http_body::Body::size_hint(response.body())
+            .exact()
+            .is_some_and(|n| n > limit as u64);
+        Bounded {
+            inner: response.into_body(),
+            upstream: self.name.clone(),
+            limit,
+            seen: 0,
+            read: self.read_timeout,
+            deadline,
+            timer: Box::pin(tokio::time::sleep_until(
+                deadline.min(tokio::time::Instant::now() + self.read_timeout),
+            )),
+            state: if too_large {
+                BodyState::TooLarge
+            } else {
+                BodyState::Reading
+            },
         }
     }
 
     /// `GET {base}/models`: the model ids the upstream lists.
     pub async fn list_models(&self) -> Result<Vec<String>, UpstreamError> {
-        let mut req = self
-            .client
-            .get(format!("{}/models", self.base_url))
-            .timeout(Duration::from_secs(5));
-        if let Some(key) = &self.api_key {
-            req = req.header(AUTHORIZATION, format!("Bearer {key}"));
-        }
-        let resp = req.send().await.map_err(|e| UpstreamError::Unreachable {
-            upstream: self.name.clone(),
-            message: describe(&e),
-        })?;
-        // The list is read under a cap, like every upstream answer.
+        // The list is read under a cap and a deadline, like every upstream
+        // answer.
         const MAX_MODELS_BYTES: usize = 4 * 1024 * 1024;
-        let mut resp = resp;
-        let mut body = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| UpstreamError::Unreachable {
-            upstream: self.name.clone(),
-            message: describe(&e),
-        })? {
-            body.extend_from_slice(&chunk);
-            if body.len() > MAX_MODELS_BYTES {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let fetch = async {
+            let resp = self
+                .send(self.request(Method::GET, &self.models_uri, Bytes::new()))
+                .await?;
+            let reply = Reply {
+                response: resp,
+                deadline,
+            };
+            self.read_body(reply, MAX_MODELS_BYTES).await
+        };
+        let body = match tokio::time::timeout_at(deadline, fetch).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(UpstreamError::TooLarge { .. })) => {
                 return Err(UpstreamError::Invalid {
                     upstream: self.name.clone(),
                     message: format!("its model list is larger than {MAX_MODELS_BYTES} bytes"),
                 });
             }
-        }
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(UpstreamError::Timeout {
+                    upstream: self.name.clone(),
+                });
+            }
+        };
         let v: serde_json::Value =
             serde_json::from_slice(&body).map_err(|e| UpstreamError::Invalid {
                 upstream: self.name.clone(),
@@ -393,10 +477,111 @@ impl Upstream {
     }
 }
 
-/// A reqwest error as text, without its URL.
-fn describe(e: &reqwest::Error) -> String {
-    let mut msg = String::new();
-    let mut source: Option<&dyn std::error::Error> = Some(e);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyState {
+    Reading,
+    /// The declared length is over the cap: the first poll says so.
+    TooLarge,
+    Done,
+}
+
+/// An upstream answer's body under the call's bounds: at most `limit`
+/// bytes, the read timeout between two reads, and the call's total
+/// deadline. It ends with an [`UpstreamError`] when one is crossed. Its size
+/// hint is the upstream's, so a `Content-Length` answer passed through
+/// keeps its length.
+#[derive(Debug)]
+pub struct Bounded {
+    inner: Incoming,
+    upstream: String,
+    limit: usize,
+    seen: usize,
+    read: Duration,
+    deadline: tokio::time::Instant,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    state: BodyState,
+}
+
+impl Bounded {
+    fn fail(&mut self, e: UpstreamError) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
+        self.state = BodyState::Done;
+        Poll::Ready(Some(Err(e)))
+    }
+}
+
+impl Body for Bounded {
+    type Data = Bytes;
+    type Error = UpstreamError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
+        let this = &mut *self;
+        match this.state {
+            BodyState::Done => return Poll::Ready(None),
+            BodyState::TooLarge => {
+                let e = UpstreamError::TooLarge {
+                    upstream: this.upstream.clone(),
+                    limit: this.limit,
+                };
+                return this.fail(e);
+            }
+            BodyState::Reading => {}
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => {
+                ready!(this.timer.as_mut().poll(cx));
+                let e = UpstreamError::Timeout {
+                    upstream: this.upstream.clone(),
+                };
+                this.fail(e)
+            }
+            Poll::Ready(None) => {
+                this.state = BodyState::Done;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let e = UpstreamError::Unreachable {
+                    upstream: this.upstream.clone(),
+                    message: describe(&e),
+                };
+                this.fail(e)
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.seen = this.seen.saturating_add(data.len());
+                    if this.seen > this.limit {
+                        let e = UpstreamError::TooLarge {
+                            upstream: this.upstream.clone(),
+                            limit: this.limit,
+                        };
+                        return this.fail(e);
+                    }
+                    let next = this
+                        .deadline
+                        .min(tokio::time::Instant::now() + this.read);
+                    this.timer.as_mut().reset(next);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.state == BodyState::Done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// An HTTP client error as text, the innermost cause (no URL, no type
+/// names).
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
     while let Some(s) = source {
         msg = s.to_string();
         source = s.source();
@@ -404,12 +589,14 @@ fn describe(e: &reqwest::Error) -> String {
     msg
 }
 
-async fn read_error_body(resp: reqwest::Response) -> Vec<u8> {
+async fn read_error_body(resp: http::Response<Incoming>) -> Vec<u8> {
     // Error bodies are small; cap what is read anyway.
     let mut out = Vec::new();
-    let mut resp = resp;
-    while let Ok(Some(chunk)) = resp.chunk().await {
-        out.extend_from_slice(&chunk);
+    let mut body = resp.into_body();
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Ok(data) = frame.into_data() {
+            out.extend_from_slice(&data);
+        }
         if out.len() > 64 * 1024 {
             break;
         }
@@ -540,7 +727,7 @@ mod tests {
     fn tool_rejections_are_recognised() {
         let status = |code: u16, message: &str| UpstreamError::Status {
             upstream: "u".into(),
-            status: reqwest::StatusCode::from_u16(code).unwrap(),
+            status: StatusCode::from_u16(code).unwrap(),
             message: message.into(),
             retry_after: None,
         };

@@ -5,7 +5,7 @@
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use axum::response::sse::Event as SseEvent;
 use serde_json::{Value, json};
@@ -195,8 +195,10 @@ fn error_event(e: &ChatError) -> SseEvent {
     data_event(&json!({"error": {"message": e.to_string(), "type": "api_error", "code": e.code()}}))
 }
 
-/// Forwards a request and streams the upstream's answer back unchanged.
-/// `guard` (a stream's place under the cap) is held until the body ends.
+/// Forwards a request and passes the upstream's answer back unchanged:
+/// status, content type and body, with its length when it has one (a
+/// stream stays a stream). `guard` (a stream's place under the cap) is
+/// held until the body ends.
 async fn proxy(
     upstream: &toolgate_engine::upstream::Upstream,
     body: Bytes,
@@ -204,23 +206,44 @@ async fn proxy(
     guard: Option<Permit>,
 ) -> Result<Response, ApiError> {
     let reply = upstream.chat_with(body, Some(request_id)).await?;
-    let status = StatusCode::from_u16(reply.response.status().as_u16()).unwrap_or(StatusCode::OK);
-    let mut out = Response::builder().status(status);
-    if let Some(ct) = reply.response.headers().get(reqwest::header::CONTENT_TYPE) {
-        out = out.header(header::CONTENT_TYPE, ct.as_bytes());
+    let status = reply.response.status();
+    let content_type = reply.response.headers().get(header::CONTENT_TYPE).cloned();
+    // Not size-capped (nothing is buffered); the upstream's read timeout
+    // and total deadline still end a trickling answer.
+    let body = upstream.body(reply, usize::MAX);
+    let mut out = Response::new(Body::new(Held {
+        body,
+        _guard: guard,
+    }));
+    *out.status_mut() = status;
+    if let Some(ct) = content_type {
+        out.headers_mut().insert(header::CONTENT_TYPE, ct);
     }
-    // Not buffered, so not size-capped; the upstream's total deadline
-    // still ends a trickling answer.
-    let body = upstream.body_stream(reply, usize::MAX);
-    let chunks = futures::StreamExt::map(body, move |chunk| {
-        let _held = &guard;
-        chunk
-    });
-    out.body(Body::from_stream(chunks)).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "upstream_invalid_response",
-            e.to_string(),
-        )
-    })
+    Ok(out)
+}
+
+/// A body that holds a place under the stream cap until it is dropped.
+struct Held<B> {
+    body: B,
+    _guard: Option<Permit>,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Held<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }

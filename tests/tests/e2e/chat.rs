@@ -327,7 +327,15 @@ async fn without_tools_the_request_passes_through_unchanged() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let body: Value = r.json().await.unwrap();
+    // The upstream's length is passed on, not re-chunked.
+    let length = r
+        .headers()
+        .get("content-length")
+        .map(|v| v.to_str().unwrap().parse::<usize>().unwrap());
+    assert!(r.headers().get("transfer-encoding").is_none());
+    let bytes = r.bytes().await.unwrap();
+    assert_eq!(length, Some(bytes.len()));
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(
         body["choices"][0]["message"]["content"],
         "Hello! You said: hello"

@@ -69,11 +69,7 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .filter(|id| valid_request_id(id))
         .map_or_else(new_request_id, str::to_owned);
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str)
-        .to_owned();
+    let route = req.extensions().get::<MatchedPath>().cloned();
     let method = match *req.method() {
         Method::GET => "GET",
         Method::POST => "POST",
@@ -85,15 +81,16 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
         _ => "other",
     };
     req.extensions_mut().insert(RequestId(id.clone()));
-    let span = tracing::info_span!("request", request_id = %id, method, route = %route);
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
+    let span = tracing::info_span!("request", request_id = %id, method, route);
     let began = Instant::now();
     let mut resp = next.run(req).instrument(span).await;
     toolgate_engine::metrics::record(|m| {
         m.http_requests
-            .with_label_values(&[route.as_str(), method, resp.status().as_str()])
+            .with_label_values(&[route, method, resp.status().as_str()])
             .inc();
         m.http_duration
-            .with_label_values(&[route.as_str()])
+            .with_label_values(&[route])
             .observe(began.elapsed().as_secs_f64());
     });
     if let Ok(v) = HeaderValue::from_str(&id) {
@@ -237,20 +234,26 @@ pub async fn body_deadline(State(state): State<AppState>, req: Request, next: Ne
     let (parts, body) = req.into_parts();
     let read = async {
         let mut data = body.into_data_stream();
-        let mut bytes = Vec::new();
+        // A body that arrives in one chunk (most do) is passed on as is.
+        let mut chunks: Vec<axum::body::Bytes> = Vec::new();
+        let mut len = 0usize;
         while let Some(chunk) = data.next().await {
             let chunk = chunk
                 .map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
-            if bytes.len() + chunk.len() > max {
+            len += chunk.len();
+            if len > max {
                 return Err(ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "request_too_large",
                     "the request body is larger than limits.max_request_bytes",
                 ));
             }
-            bytes.extend_from_slice(&chunk);
+            chunks.push(chunk);
         }
-        Ok(bytes)
+        Ok(match chunks.len() {
+            1 => chunks.swap_remove(0),
+            _ => axum::body::Bytes::from(chunks.concat()),
+        })
     };
     match tokio::time::timeout(timeout, read).await {
         Err(_) => {

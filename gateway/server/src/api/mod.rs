@@ -22,9 +22,14 @@ use toolgate_engine::catalog::Catalog;
 use toolgate_engine::executor::Executor;
 use toolgate_engine::limits::Guards;
 
-/// What every handler shares.
+/// What every handler shares. Every layer and handler of every request
+/// takes a clone: one reference count.
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// The contents of an [`AppState`].
+#[derive(Debug)]
+pub struct Shared {
     live: Arc<Live>,
     pub executor: Executor,
     /// Formatters learned in `auto` mode; outlives catalog reloads.
@@ -34,6 +39,14 @@ pub struct AppState {
     /// Cancelled when the gateway begins to stop: ends MCP sessions and
     /// their streams.
     pub stopping: tokio_util::sync::CancellationToken,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 impl AppState {
@@ -50,15 +63,17 @@ impl AppState {
         } else {
             executor.with_rate_limits(Arc::clone(&guards.rates))
         };
-        AppState {
+        AppState(Arc::new(Shared {
             live,
             executor,
             learned: Arc::default(),
             guards,
             stopping: tokio_util::sync::CancellationToken::new(),
-        }
+        }))
     }
+}
 
+impl Shared {
     /// What the engine's loops run with.
     pub fn services(&self) -> toolgate_engine::chat::Services {
         toolgate_engine::chat::Services {
