@@ -558,9 +558,7 @@ impl Body for Bounded {
                         };
                         return this.fail(e);
                     }
-                    let next = this
-                        .deadline
-                        .min(tokio::time::Instant::now() + this.read);
+                    let next = this.deadline.min(tokio::time::Instant::now() + this.read);
                     this.timer.as_mut().reset(next);
                 }
                 Poll::Ready(Some(Ok(frame)))
