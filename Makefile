@@ -30,6 +30,7 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 MCP_NODE := tests/mcp/node_modules/.installed
 NODE_CLIENTS := tests/node/node_modules/.installed
+OPENAPI_NODE := tests/openapi/node_modules/.installed
 
 CARGO_DENY_VERSION := 0.20.2
 
@@ -37,8 +38,14 @@ CARGO_DENY_VERSION := 0.20.2
 ## openai SDK (tests/python/requirements.txt), the MCP servers of the MCP
 ## tests (tests/mcp/package.json, installed with npm into tests/mcp/node_modules)
 ## the official Node clients with the Node 22 they need (tests/node/package.json)
-## and cargo-deny (built from crates.io once, when missing)
-setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) cargo-deny
+## the real API descriptions and the Prism mock server of the OpenAPI import
+## tests (tests/openapi/package.json) and cargo-deny (built from crates.io
+## once, when missing)
+setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) cargo-deny
+
+$(OPENAPI_NODE): tests/openapi/package.json tests/openapi/package-lock.json
+	cd tests/openapi && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 $(NODE_CLIENTS): tests/node/package.json tests/node/package-lock.json
 	cd tests/node && npm ci --no-audit --no-fund --loglevel=error

@@ -911,7 +911,8 @@ fn default_method() -> Method {
 }
 
 /// A request body: `json` (a JSON document whose strings are templates; a
-/// string that is exactly one `{{ expression }}` keeps the value's JSON type)
+/// string that is exactly one `{{ expression }}` keeps the value's JSON type,
+/// and an object field whose expression is an absent argument is left out)
 /// or `text` (a text template). Exactly one of the two.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

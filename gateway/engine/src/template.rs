@@ -83,6 +83,19 @@ pub fn is_single_expression(source: &str) -> bool {
     s.starts_with("{{") && s.ends_with("}}") && s.matches("{{").count() == 1 && !s.contains("{%")
 }
 
+/// A single-expression template that renders nothing when its value is
+/// undefined (an argument the call left out), instead of JSON's `null`: a
+/// JSON body leaves such a field out.
+pub fn empty_when_undefined(source: &str) -> String {
+    let s = source.trim();
+    let inner = s
+        .strip_prefix("{{")
+        .and_then(|s| s.strip_suffix("}}"))
+        .map(|s| s.trim_start_matches('-').trim_end_matches('-').trim())
+        .unwrap_or(s);
+    format!("{{% if ({inner}) is defined %}}{{{{ {inner} }}}}{{% endif %}}")
+}
+
 /// Everything but RFC 3986's unreserved characters is encoded, so a value
 /// cannot add a path segment, a query parameter or a fragment.
 const URL_VALUE: &AsciiSet = &NON_ALPHANUMERIC
@@ -154,6 +167,25 @@ pub fn has_dot_segment(url: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_undefined_single_expression_renders_nothing() {
+        let mut set = TemplateSet::default();
+        let source = empty_when_undefined("{{- args.n -}}");
+        set.add(format!("t{JSON_SUFFIX}"), source).unwrap();
+        let env = set.finish();
+        let render = |args: Value| {
+            render(
+                &env,
+                &format!("t{JSON_SUFFIX}"),
+                minijinja::context! { args => minijinja::Value::from_serialize(&args) },
+            )
+            .unwrap()
+        };
+        assert_eq!(render(json!({})), "");
+        assert_eq!(render(json!({"n": null})), "null");
+        assert_eq!(render(json!({"n": [1, "a"]})), r#"[1,"a"]"#);
+    }
 
     #[test]
     fn reports_variables_with_attributes() {

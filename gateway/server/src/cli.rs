@@ -68,10 +68,47 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         tool_set: Option<String>,
     },
+    /// Write tools from an API description, for review and a `tools.d`
+    /// file.
+    #[command(subcommand)]
+    Import(Import),
     /// Print the JSON Schema of the configuration formats, for editors.
     Schema {
         #[arg(long, value_enum, default_value_t = SchemaKind::All)]
         kind: SchemaKind,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Import {
+    /// One HTTP tool per operation of an OpenAPI 3.0/3.1 or Swagger 2.0
+    /// description (YAML or JSON), in the tools.d format: every `$ref`
+    /// resolved, parameters and the request body as one arguments object,
+    /// security schemes read from environment variables. Operations that
+    /// cannot be tools are listed in the file's header.
+    Openapi {
+        /// The spec file.
+        spec: PathBuf,
+        /// Only operations whose name, operationId or path matches one of
+        /// these globs (repeatable).
+        #[arg(long, value_name = "GLOB")]
+        include: Vec<String>,
+        /// Not the operations matching one of these globs (repeatable).
+        #[arg(long, value_name = "GLOB")]
+        exclude: Vec<String>,
+        /// Put before every tool name, e.g. `github_`.
+        #[arg(long, default_value = "", value_name = "P")]
+        prefix: String,
+        /// The API's base URL, instead of the spec's first server.
+        #[arg(long, value_name = "URL")]
+        server: Option<String>,
+        /// The environment variable holding the API's credential (for every
+        /// security scheme; a bearer token when the spec declares none).
+        #[arg(long, value_name = "NAME")]
+        auth_env: Option<String>,
+        /// Write to this file instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
 }
 
@@ -149,6 +186,50 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check { connect: false } => Ok(check(&cli.config)),
         Command::Check { connect: true } => Ok(check_connect(&cli.config).await),
+        Command::Import(Import::Openapi {
+            spec,
+            include,
+            exclude,
+            prefix,
+            server,
+            auth_env,
+            out,
+        }) => {
+            let options = toolgate_openapi::Options {
+                include,
+                exclude,
+                prefix,
+                server,
+                auth_env,
+            };
+            let imported = toolgate_openapi::import_file(&spec, &options)?;
+            let yaml = toolgate_openapi::to_yaml(&imported, &spec.display().to_string())?;
+            match &out {
+                Some(path) => std::fs::write(path, &yaml)
+                    .with_context(|| format!("cannot write {}", path.display()))?,
+                None => print!("{yaml}"),
+            }
+            eprintln!(
+                "{} tools from {} operations{}{}",
+                imported.tools.len(),
+                imported.operations,
+                if imported.skipped.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; {} not imported (listed in the header)",
+                        imported.skipped.len()
+                    )
+                },
+                if imported.env.is_empty() {
+                    String::new()
+                } else {
+                    let names: Vec<&str> = imported.env.iter().map(|(n, _)| n.as_str()).collect();
+                    format!("; credentials from {}", names.join(", "))
+                },
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Schema { kind } => {
             let mut all = json_schemas();
             let value = match kind {

@@ -296,6 +296,18 @@ async fn json_bodies_are_built_as_json() {
 }
 
 #[tokio::test]
+async fn a_json_field_of_an_absent_argument_is_left_out() {
+    let s = setup().await;
+    let (status, body) = invoke(&s, "echo_json", json!({"name": "a", "tags": ["t"]})).await;
+    assert_eq!(status, 200, "{body}");
+    // `count` was not given: no `count` field (not `"count": null`).
+    assert_eq!(
+        body["data"],
+        json!({"name": "a", "greeting": "Hello a!", "tags": ["t"], "fixed": [1, true, "x"]})
+    );
+}
+
+#[tokio::test]
 async fn a_slow_backend_times_out_with_504() {
     let s = setup().await;
     let (status, body) = invoke(&s, "slow", json!({"ms": 3000})).await;

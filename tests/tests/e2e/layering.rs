@@ -14,7 +14,12 @@ use toolgate_tests::repo_root;
 /// The layers, lowest first: a crate may depend on crates of lower layers
 /// only (dev-dependencies aside).
 const LAYERS: &[&[&str]] = &[
-    &["toolgate-config", "toolgate-toolcall", "tool-macros"],
+    &[
+        "toolgate-config",
+        "toolgate-toolcall",
+        "toolgate-openapi",
+        "tool-macros",
+    ],
     &["toolgate"],
     &["toolgate-builtins"],
     &["toolgate-engine"],
@@ -169,6 +174,7 @@ fn the_engine_and_below_link_no_http_server_or_cli() {
         "toolgate",
         "toolgate-config",
         "toolgate-toolcall",
+        "toolgate-openapi",
     ] {
         let linked: Vec<&str> = g
             .closure(krate)

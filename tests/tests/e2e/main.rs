@@ -19,6 +19,7 @@ mod mcp_config;
 mod mcp_faults;
 mod native_faults;
 mod native_registry;
+mod openapi;
 mod ops;
 mod serve;
 mod structured;

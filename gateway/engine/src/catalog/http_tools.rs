@@ -311,7 +311,12 @@ impl ToolCheck<'_> {
                     let single = template::is_single_expression(source);
                     let key = json_leaf_name(name, pointer, single);
                     let at = format!(".http.body.json{}", pointer.replace('/', "."));
-                    self.add(key, source, &at, false).map(|k| {
+                    let source = if single {
+                        std::borrow::Cow::Owned(template::empty_when_undefined(source))
+                    } else {
+                        std::borrow::Cow::Borrowed(source)
+                    };
+                    self.add(key, &source, &at, false).map(|k| {
                         if single {
                             JsonBody::Value(k)
                         } else {

@@ -337,32 +337,44 @@ impl HttpTool {
             .map_err(|e| ToolError::Failed(format!("cannot render {what}: {e}")))
     }
 
+    /// A single-expression template's value, `None` when it renders
+    /// nothing (an absent argument).
+    fn render_value(&self, name: &str, ctx: &minijinja::Value) -> Result<Option<Value>, ToolError> {
+        let text = self.render(name, ctx.clone(), "http.body")?;
+        if text.trim().is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| ToolError::Failed(format!("http.body rendered invalid JSON: {e}")))
+    }
+
     fn render_json(&self, body: &JsonBody, ctx: &minijinja::Value) -> Result<Value, ToolError> {
         Ok(match body {
             JsonBody::Literal(v) => v.clone(),
             JsonBody::Text(name) => Value::String(self.render(name, ctx.clone(), "http.body")?),
-            JsonBody::Value(name) => {
-                let text = self.render(name, ctx.clone(), "http.body")?;
-                if text.trim().is_empty() {
-                    Value::Null
-                } else {
-                    serde_json::from_str(&text).map_err(|e| {
-                        ToolError::Failed(format!("http.body rendered invalid JSON: {e}"))
-                    })?
-                }
-            }
+            JsonBody::Value(name) => self.render_value(name, ctx)?.unwrap_or(Value::Null),
             JsonBody::Array(items) => Value::Array(
                 items
                     .iter()
                     .map(|b| self.render_json(b, ctx))
                     .collect::<Result<_, _>>()?,
             ),
-            JsonBody::Object(fields) => Value::Object(
-                fields
-                    .iter()
-                    .map(|(k, b)| Ok((k.clone(), self.render_json(b, ctx)?)))
-                    .collect::<Result<_, ToolError>>()?,
-            ),
+            JsonBody::Object(fields) => {
+                let mut out = serde_json::Map::with_capacity(fields.len());
+                for (k, b) in fields {
+                    // A field that is one `{{ expression }}` of an absent
+                    // argument is left out (an explicit null stays null).
+                    if let JsonBody::Value(name) = b {
+                        if let Some(value) = self.render_value(name, ctx)? {
+                            out.insert(k.clone(), value);
+                        }
+                        continue;
+                    }
+                    out.insert(k.clone(), self.render_json(b, ctx)?);
+                }
+                Value::Object(out)
+            }
         })
     }
 }

@@ -1,0 +1,316 @@
+//! `toolgate import openapi` on real API descriptions no one here wrote —
+//! GitHub's (npm `@octokit/openapi`), the Petstore in OpenAPI 3.0, 3.1 and
+//! Swagger 2.0 (npm `@readme/oas-examples`) — and calls through the
+//! imported tools to Prism's mock of the same spec, whose request
+//! validation must accept them. Skipped, saying so, before `make setup`
+//! has installed `tests/openapi/package.json`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolgate::context::CallContext;
+use toolgate_engine::catalog::Catalog;
+use toolgate_engine::executor::{Executor, ToolCall, http_client};
+use toolgate_tests::{ConfigDir, load_catalog, repo_root, run_cli, toolgate_bin};
+
+fn spec(path: &str) -> Option<PathBuf> {
+    let p = repo_root().join("tests/openapi/node_modules").join(path);
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is missing; run `make setup` (tests/openapi/package.json)",
+            p.display()
+        );
+        None
+    }
+}
+
+const PETSTORES: &[&str] = &[
+    "@readme/oas-examples/3.0/yaml/petstore.yaml",
+    "@readme/oas-examples/3.1/yaml/petstore.yaml",
+    "@readme/oas-examples/2.0/yaml/petstore.yaml",
+];
+/// For Prism: `2.0/yaml/petstore.yaml` declares no `consumes` for its
+/// JSON bodies, which Prism refuses whatever is sent.
+const MOCKED: &[&str] = &[
+    "@readme/oas-examples/3.0/yaml/petstore.yaml",
+    "@readme/oas-examples/3.1/yaml/petstore.yaml",
+    "@readme/oas-examples/2.0/yaml/petstore-expanded.yaml",
+];
+const GITHUB: &str = "@octokit/openapi/generated/api.github.com.json";
+
+/// Runs the import; returns the YAML it printed.
+fn import(spec: &Path, extra: &[&str]) -> String {
+    let spec = spec.to_string_lossy();
+    let mut args = vec!["import", "openapi", spec.as_ref()];
+    args.extend_from_slice(extra);
+    let (code, out, err) = run_cli(&toolgate_bin(), &args);
+    assert_eq!(code, 0, "import failed: {err}");
+    assert!(err.contains(" tools from "), "{err}");
+    out
+}
+
+/// The imported file as a configuration folder's only tools file, loaded
+/// with every credential it declares set.
+fn load(yaml: &str, env: &[String]) -> (ConfigDir, Catalog) {
+    let dir = ConfigDir::new(&[("tools.d/api.yaml", yaml)]);
+    let vars: Vec<(&str, &str)> = env
+        .iter()
+        .map(|e| (e.as_str(), "test-credential"))
+        .collect();
+    let catalog = load_catalog(dir.path(), &vars);
+    (dir, catalog)
+}
+
+/// The imported file's tool names and the variables it declares.
+fn names_and_env(yaml: &str) -> (Vec<String>, Vec<String>) {
+    let v: Value = serde_yaml::from_str(yaml).unwrap();
+    let names = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    let env = v
+        .get("env")
+        .and_then(Value::as_object)
+        .map(|e| e.keys().cloned().collect())
+        .unwrap_or_default();
+    (names, env)
+}
+
+#[test]
+fn real_specs_import_into_tools_that_load_deterministically() {
+    for path in PETSTORES.iter().chain([&GITHUB]) {
+        let Some(spec) = spec(path) else { return };
+        let yaml = import(&spec, &[]);
+        assert_eq!(yaml, import(&spec, &[]), "{path}: a second import differs");
+        let (names, env) = names_and_env(&yaml);
+        let unique: HashSet<&String> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{path}: names collide");
+        for n in &names {
+            assert!(
+                !n.is_empty()
+                    && n.len() <= 64
+                    && n.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+                "{path}: invalid name {n}"
+            );
+        }
+        // Every tool loads (and, with its credentials set, is available).
+        let (_dir, catalog) = load(&yaml, &env);
+        let listed = catalog.tools().count();
+        assert_eq!(listed, names.len(), "{path}");
+        if *path == GITHUB {
+            assert!(names.len() > 1000, "GitHub: only {} tools", names.len());
+        } else {
+            assert!(names.len() >= 19, "{path}: only {} tools", names.len());
+        }
+    }
+}
+
+#[test]
+fn include_exclude_and_prefix_select_and_rename() {
+    let Some(spec) = spec(GITHUB) else { return };
+    let yaml = import(
+        &spec,
+        &[
+            "--include",
+            "issues/*",
+            "--exclude",
+            "*comment*",
+            "--prefix",
+            "gh_",
+            "--auth-env",
+            "GITHUB_TOKEN",
+        ],
+    );
+    let (names, env) = names_and_env(&yaml);
+    assert!(names.iter().any(|n| n == "gh_issues_create"), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with("gh_issues_") && !n.contains("comment")),
+        "{names:?}"
+    );
+    assert_eq!(env, ["GITHUB_TOKEN"]);
+    let v: Value = serde_yaml::from_str(&yaml).unwrap();
+    let create = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "gh_issues_create")
+        .unwrap();
+    assert_eq!(
+        create["http"]["url"],
+        "https://api.github.com/repos/{{ args.owner }}/{{ args.repo }}/issues"
+    );
+    assert_eq!(
+        create["http"]["headers"]["Authorization"],
+        "Bearer {{ env.GITHUB_TOKEN }}"
+    );
+    assert_eq!(
+        create["parameters"]["required"],
+        json!(["owner", "repo", "title"])
+    );
+}
+
+/// Prism's validation verdict on request number `n` (from 0) of its log:
+/// the `[VALIDATOR]` lines after the `n`-th `Request received`.
+async fn prism_verdict(log: &std::path::Path, n: usize) -> String {
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(request) = text.split("Request received").nth(n + 1) {
+            let verdict: Vec<&str> = request
+                .lines()
+                .filter(|l| l.contains("[VALIDATOR]"))
+                .collect();
+            if !verdict.is_empty() {
+                return verdict.join("\n");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "prism logged no verdict for request {n}: {}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
+/// A value `schema` accepts, for calling every imported tool.
+fn example(schema: &Value, depth: usize) -> Value {
+    if let Some(e) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return e.clone();
+    }
+    let ty = match &schema["type"] {
+        Value::Array(ts) => ts
+            .iter()
+            .find(|t| *t != "null")
+            .cloned()
+            .unwrap_or(Value::Null),
+        t => t.clone(),
+    };
+    match (ty.as_str().unwrap_or("string"), schema["format"].as_str()) {
+        ("integer", _) => json!(1),
+        ("number", _) => json!(1.5),
+        ("boolean", _) => json!(true),
+        ("array", _) => json!([example(&schema["items"], depth + 1)]),
+        ("object", _) if depth < 4 => {
+            let mut out = serde_json::Map::new();
+            for (k, s) in schema["properties"].as_object().into_iter().flatten() {
+                out.insert(k.clone(), example(s, depth + 1));
+            }
+            Value::Object(out)
+        }
+        ("object", _) => json!({}),
+        (_, Some("date-time")) => json!("2026-01-02T03:04:05Z"),
+        (_, Some("email")) => json!("someone@example.com"),
+        _ => json!("text"),
+    }
+}
+
+#[tokio::test]
+async fn calls_through_imported_tools_pass_prisms_request_validation() {
+    let Some(prism) = spec(".bin/prism") else {
+        return;
+    };
+    for path in MOCKED {
+        let Some(spec) = spec(path) else { return };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let mut mock = tokio::process::Command::new(&prism)
+            .args([
+                "mock",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "--errors",
+            ])
+            .arg(&spec)
+            .env("NO_COLOR", "1")
+            .stdout(log.reopen().unwrap())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::new();
+        let mut up = false;
+        for _ in 0..240 {
+            // A connection, not a request: requests are counted in its log.
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                up = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        assert!(up, "prism did not start for {path}");
+        // Prism's validation is on: a request the spec forbids is refused.
+        let pets = if path.contains("expanded") {
+            "pets"
+        } else {
+            "pet"
+        };
+        client
+            .post(format!("{base}/{pets}"))
+            .header("authorization", "Bearer x")
+            .json(&json!({"name": 3}))
+            .send()
+            .await
+            .unwrap();
+        let verdict = prism_verdict(log.path(), 0).await;
+        assert!(
+            verdict.contains("did not pass"),
+            "{path}: prism accepted an invalid body: {verdict}"
+        );
+
+        let yaml = import(&spec, &["--server", &base]);
+        let (names, env) = names_and_env(&yaml);
+        let (_dir, catalog) = load(&yaml, &env);
+        let executor = Executor::new(http_client().unwrap());
+        let decls: Value = serde_yaml::from_str(&yaml).unwrap();
+        let mut outcomes = BTreeMap::new();
+        for (tool, name) in decls["tools"].as_array().unwrap().iter().zip(&names) {
+            let arguments = example(&tool["parameters"], 0);
+            let call = ToolCall {
+                id: "t".into(),
+                name: name.clone(),
+                arguments: arguments.clone(),
+            };
+            let result = executor.run(&catalog, &call, &CallContext::new()).await;
+            // Prism's log says whether the request passed its validation
+            // (an operation whose spec has no 2xx answer then answers with
+            // the status it documents, so the status alone does not tell).
+            let verdict = prism_verdict(log.path(), outcomes.len() + 1).await;
+            assert!(
+                verdict.contains("passed the validation rules"),
+                "{path}: {name} {arguments} was refused by the spec: {verdict}\n(the tool said: {:?})",
+                result.error
+            );
+            outcomes.insert(name.clone(), result.success);
+        }
+        let ok = outcomes.values().filter(|s| **s).count();
+        eprintln!(
+            "{path}: all {} calls passed validation; {ok} answered 2xx",
+            outcomes.len()
+        );
+        mock.kill().await.ok();
+    }
+}
