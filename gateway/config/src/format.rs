@@ -674,14 +674,15 @@ impl Default for WebFetchDecl {
     }
 }
 
-/// A file in `tools.d/`: HTTP tools and MCP servers.
+/// A file in `tools.d/`: HTTP tools, MCP servers, and OpenAPI descriptions
+/// whose operations become HTTP tools.
 ///
-/// The loader reads each tool and server entry on its own (`T` and `M` are
-/// first raw YAML values), so one malformed entry does not hide the errors
-/// of the others.
+/// The loader reads each entry on its own (`T`, `M` and `O` are first raw
+/// YAML values), so one malformed entry does not hide the errors of the
+/// others.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ToolFile<T = ToolDecl, M = McpServerDecl> {
+pub struct ToolFile<T = ToolDecl, M = McpServerDecl, O = OpenApiDecl> {
     /// Environment variables this file's templates may read as `env.NAME`,
     /// each `optional` (a tool using it is disabled, with a warning, while it
     /// is unset) or `required` (unset is a configuration error).
@@ -693,16 +694,49 @@ pub struct ToolFile<T = ToolDecl, M = McpServerDecl> {
     /// MCP servers whose tools the gateway offers.
     #[serde(default, bound(deserialize = "M: Deserialize<'de>"))]
     pub mcp_servers: Vec<M>,
+    /// OpenAPI descriptions imported at load: each operation becomes an
+    /// HTTP tool, as `toolgate import openapi` would write it.
+    #[serde(default, bound(deserialize = "O: Deserialize<'de>"))]
+    pub openapi: Vec<O>,
 }
 
-impl<T, M> Default for ToolFile<T, M> {
+impl<T, M, O> Default for ToolFile<T, M, O> {
     fn default() -> Self {
         ToolFile {
             env: IndexMap::new(),
             tools: Vec::new(),
             mcp_servers: Vec::new(),
+            openapi: Vec::new(),
         }
     }
+}
+
+/// An OpenAPI 3.0/3.1 or Swagger 2.0 description whose operations become
+/// HTTP tools when the configuration is loaded (and reloaded). The
+/// variables its security schemes read are declared `optional` unless the
+/// file's `env` declares them.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OpenApiDecl {
+    /// The spec file (YAML or JSON), relative to the configuration folder.
+    pub spec: String,
+    /// Only operations whose tool name, operationId or path matches one of
+    /// these globs; all when empty.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Not the operations matching one of these globs.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Put before every tool name, e.g. `github_`.
+    #[serde(default)]
+    pub prefix: String,
+    /// The API's base URL, instead of the spec's first server.
+    #[serde(default)]
+    pub server: Option<String>,
+    /// The environment variable holding the API's credential, for every
+    /// security scheme (a bearer token when the spec declares none).
+    #[serde(default)]
+    pub auth_env: Option<String>,
 }
 
 /// An MCP server whose tools the gateway proxies, over one session kept for

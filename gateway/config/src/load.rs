@@ -6,10 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
+use indexmap::IndexMap;
 use serde::de::DeserializeOwned;
 
 use super::diag::Diagnostic;
-use super::format::{GatewayFile, McpServerDecl, ToolDecl, ToolFile, ToolSetFile};
+use super::format::{
+    EnvNeed, GatewayFile, McpServerDecl, OpenApiDecl, ToolDecl, ToolFile, ToolSetFile,
+};
 use super::span::{Pos, SpanIndex};
 
 /// A parsed file and where its values stand.
@@ -41,7 +44,7 @@ pub struct RawConfig {
 }
 
 /// A tools file as read: each entry parsed on its own, `None` when it failed.
-pub type RawToolFile = ToolFile<Option<ToolDecl>, Option<McpServerDecl>>;
+pub type RawToolFile = ToolFile<Option<ToolDecl>, Option<McpServerDecl>, Option<OpenApiDecl>>;
 
 pub const GATEWAY_FILE: &str = "toolgate.yaml";
 pub const TOOLS_DIR: &str = "tools.d";
@@ -136,12 +139,13 @@ fn parse_file<T: FromYaml>(
             return None;
         }
     };
-    parse_text(&file, &text, diags)
+    parse_text(dir, &file, &text, diags)
 }
 
 /// Parses one file's text: YAML syntax first, then the typed form, so that
 /// type errors carry the exact path and position of the offending value.
 pub fn parse_text<T: FromYaml>(
+    dir: &Path,
     file: &str,
     text: &str,
     diags: &mut Vec<Diagnostic>,
@@ -172,6 +176,7 @@ pub fn parse_text<T: FromYaml>(
         }
     };
     let mut ctx = Ctx {
+        dir,
         file,
         spans: SpanIndex::new(text),
         diags,
@@ -186,6 +191,8 @@ pub fn parse_text<T: FromYaml>(
 
 /// What a typed conversion needs to report errors.
 pub struct Ctx<'a> {
+    /// The configuration folder (paths in files are relative to it).
+    dir: &'a Path,
     file: &'a str,
     spans: SpanIndex,
     diags: &'a mut Vec<Diagnostic>,
@@ -245,8 +252,9 @@ impl FromYaml for ToolSetFile {
 /// hiding the rest.
 impl FromYaml for RawToolFile {
     fn from_yaml(value: serde_yaml::Value, ctx: &mut Ctx<'_>) -> Option<Self> {
-        let outer: ToolFile<serde_yaml::Value, serde_yaml::Value> = ctx.typed(value, "")?;
-        let tools = outer
+        let outer: ToolFile<serde_yaml::Value, serde_yaml::Value, serde_yaml::Value> =
+            ctx.typed(value, "")?;
+        let mut tools: Vec<Option<ToolDecl>> = outer
             .tools
             .into_iter()
             .enumerate()
@@ -258,11 +266,104 @@ impl FromYaml for RawToolFile {
             .enumerate()
             .map(|(i, v)| ctx.typed(v, &format!("mcp_servers[{i}]")))
             .collect();
+        let mut env = outer.env;
+        let openapi = outer
+            .openapi
+            .into_iter()
+            .enumerate()
+            .map(|(j, v)| {
+                let decl: OpenApiDecl = ctx.typed(v, &format!("openapi[{j}]"))?;
+                import_openapi(ctx, j, &decl, &mut tools, &mut env);
+                Some(decl)
+            })
+            .collect();
         Some(ToolFile {
-            env: outer.env,
+            env,
             tools,
             mcp_servers,
+            openapi,
         })
+    }
+}
+
+/// Appends the tools of the OpenAPI description `decl` (entry `j` of the
+/// file's `openapi`) to `tools`, each positioned at the entry, and declares
+/// the variables they read as `optional` unless `env` declares them.
+fn import_openapi(
+    ctx: &mut Ctx<'_>,
+    j: usize,
+    decl: &OpenApiDecl,
+    tools: &mut Vec<Option<ToolDecl>>,
+    env: &mut IndexMap<String, EnvNeed>,
+) {
+    let at = format!("openapi[{j}]");
+    if decl.spec.contains("://") {
+        ctx.diags.push(Diagnostic::error(
+            ctx.file,
+            ctx.spans.find(&format!("{at}.spec")),
+            format!("`{}` is a URL; specs are read from files", decl.spec),
+            "download the spec into the configuration folder and give its path",
+        ));
+        return;
+    }
+    let options = toolgate_openapi::Options {
+        include: decl.include.clone(),
+        exclude: decl.exclude.clone(),
+        prefix: decl.prefix.clone(),
+        server: decl.server.clone(),
+        auth_env: decl.auth_env.clone(),
+    };
+    let imported = match toolgate_openapi::import_file(&ctx.dir.join(&decl.spec), &options) {
+        Ok(imported) => imported,
+        Err(e) => {
+            ctx.diags.push(Diagnostic::error(
+                ctx.file,
+                ctx.spans.find(&format!("{at}.spec")),
+                // Paths in the message relative to the folder, as in every
+                // other diagnostic.
+                format!(
+                    "cannot import `{}`: {}",
+                    decl.spec,
+                    e.to_string()
+                        .replace(&format!("{}/", ctx.dir.display()), "")
+                ),
+                "give the path of an OpenAPI 3.x or Swagger 2.0 file, relative to the configuration folder",
+            ));
+            return;
+        }
+    };
+    for (name, _) in imported.env {
+        env.entry(name).or_insert(EnvNeed::Optional);
+    }
+    if !imported.skipped.is_empty() {
+        let shown: Vec<&str> = imported
+            .skipped
+            .iter()
+            .take(3)
+            .map(String::as_str)
+            .collect();
+        ctx.diags.push(Diagnostic::warning(
+            ctx.file,
+            ctx.spans.find(&at),
+            format!(
+                "{} operations of `{}` are not tools: {}{}",
+                imported.skipped.len(),
+                decl.spec,
+                shown.join("; "),
+                if imported.skipped.len() > shown.len() {
+                    "; …"
+                } else {
+                    ""
+                }
+            ),
+            format!("`toolgate import openapi {}` lists them all", decl.spec),
+        ));
+    }
+    for tool in imported.tools {
+        let path = format!("tools[{}]", tools.len());
+        ctx.spans.alias(&path, &at);
+        let decl = ctx.typed(serde_yaml::Value::Mapping(tool.decl), &path);
+        tools.push(decl);
     }
 }
 

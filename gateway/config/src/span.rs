@@ -37,6 +37,13 @@ impl SpanIndex {
         }
     }
 
+    /// Makes `path` (and what is under it) point where `to` stands: for
+    /// values the loader adds, such as the tools of an OpenAPI import.
+    pub fn alias(&mut self, path: &str, to: &str) {
+        let pos = self.find(to);
+        self.positions.insert(path.to_owned(), pos);
+    }
+
     /// The position of the node at `path`, or of its closest indexed
     /// ancestor, or line 1 column 1.
     pub fn find(&self, path: &str) -> Pos {

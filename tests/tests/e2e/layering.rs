@@ -14,12 +14,8 @@ use toolgate_tests::repo_root;
 /// The layers, lowest first: a crate may depend on crates of lower layers
 /// only (dev-dependencies aside).
 const LAYERS: &[&[&str]] = &[
-    &[
-        "toolgate-config",
-        "toolgate-toolcall",
-        "toolgate-openapi",
-        "tool-macros",
-    ],
+    &["toolgate-toolcall", "toolgate-openapi", "tool-macros"],
+    &["toolgate-config"],
     &["toolgate"],
     &["toolgate-builtins"],
     &["toolgate-engine"],

@@ -314,3 +314,78 @@ async fn calls_through_imported_tools_pass_prisms_request_validation() {
         mock.kill().await.ok();
     }
 }
+
+/// An `openapi:` source in a tools.d file: its operations are tools at
+/// load, in tool sets by glob, with the credential variable declared, and
+/// calls go where the spec says.
+#[tokio::test]
+async fn an_openapi_source_in_tools_d_becomes_tools_at_load() {
+    let backend = toolgate_tests::Backend::start().await;
+    let spec = r#"
+openapi: 3.1.0
+info: { title: Echo, version: "1" }
+servers: [{ url: "https://unused.example" }]
+components:
+  securitySchemes: { key: { type: apiKey, in: header, name: X-Key } }
+security: [{ key: [] }]
+paths:
+  /echo/items/{id}:
+    post:
+      operationId: save_item
+      summary: Save an item
+      parameters:
+        - { name: id, in: path, required: true, schema: { type: integer } }
+        - { name: dry_run, in: query, schema: { type: boolean } }
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [title]
+              properties: { title: { type: string }, note: { type: string } }
+"#;
+    let tools = format!(
+        "openapi:\n  - spec: specs/echo.yaml\n    prefix: echo_\n    server: {}\n",
+        backend.url()
+    );
+    let dir = ConfigDir::new(&[
+        ("specs/echo.yaml", spec),
+        ("tools.d/echo.yaml", &tools),
+        ("tool-sets/echo.yaml", "name: echo\ntools: [\"echo_*\"]\n"),
+    ]);
+    // Without its credential the tool is disabled, with the reason.
+    let without = load_catalog(dir.path(), &[]);
+    assert!(without.tool("echo_save_item").is_none());
+    assert!(without.unavailable_tool("echo_save_item").is_some());
+
+    let catalog = load_catalog(dir.path(), &[("ECHO_KEY", "k-123")]);
+    let set = catalog.usable_set("echo", None).unwrap();
+    assert!(
+        set.tools.iter().any(|t| t == "echo_save_item"),
+        "{:?}",
+        set.tools
+    );
+    let call = ToolCall {
+        id: "t".into(),
+        name: "echo_save_item".into(),
+        arguments: json!({"id": 7, "title": "hello"}),
+    };
+    let result = Executor::new(http_client().unwrap())
+        .run(&catalog, &call, &CallContext::new())
+        .await;
+    assert!(result.success, "{:?}", result.error);
+    let sent = backend.requests().pop().unwrap();
+    assert_eq!(
+        (sent.method.as_str(), sent.path.as_str()),
+        ("POST", "/echo/items/7")
+    );
+    assert_eq!(sent.query, None, "an absent query argument is left out");
+    assert_eq!(sent.headers["x-key"], "k-123");
+    let body: Value = serde_json::from_slice(&sent.body).unwrap();
+    assert_eq!(
+        body,
+        json!({"title": "hello"}),
+        "an absent body field is left out"
+    );
+}

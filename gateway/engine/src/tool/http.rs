@@ -139,9 +139,12 @@ impl HttpTool {
                     rendered.push((key, value));
                 }
             }
-            let mut pairs = url.query_pairs_mut();
-            for (key, value) in rendered {
-                pairs.append_pair(key, &value);
+            // No `?` at all when every value rendered empty.
+            if !rendered.is_empty() {
+                let mut pairs = url.query_pairs_mut();
+                for (key, value) in rendered {
+                    pairs.append_pair(key, &value);
+                }
             }
         }
 
