@@ -106,7 +106,7 @@ fmt:
 	$(CARGO) fmt --all
 
 ## bench: benchmarks, in release mode (run nothing else meanwhile)
-bench: $(MCP_NODE) deb
+bench: $(MCP_NODE) $(OPENAPI_NODE) deb
 	$(CARGO) build --release -p toolgate-server --bin toolgate -p toolgate-tests --bins
 	target/release/bench-catalog
 	target/release/bench-parser

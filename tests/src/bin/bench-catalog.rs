@@ -2,6 +2,12 @@
 //! and memory, next to a baseline measured in the same run: parsing the same
 //! files as plain YAML values (no typed structs, no validation).
 //!
+//! Then, when `make setup` has installed GitHub's OpenAPI description
+//! (`tests/openapi/package.json`): the time to import it into tools and to
+//! load the resulting catalog, next to the 1,000 generated tools' load
+//! measured in the same run, and the size of the tool definitions a model
+//! would be sent for the whole set.
+//!
 //! Run with `make bench` (release mode, nothing else compiling).
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
@@ -167,6 +173,71 @@ fn main() {
         "  + one catalog, a cache on every tool:  {:>8.1} MiB ({:.1} KiB per tool)",
         mib(rss_cached.saturating_sub(rss_plain)),
         rss_cached.saturating_sub(rss_plain) as f64 / 1024.0 / TOOLS as f64
+    );
+    github(load);
+}
+
+/// GitHub's description imported, then its tools loaded; `generated` is
+/// the median load of the generated tools, measured just before.
+fn github(generated: Duration) {
+    let spec = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("openapi/node_modules/@octokit/openapi/generated/api.github.com.json");
+    if !spec.exists() {
+        println!(
+            "openapi import: skipped, {} is missing (make setup)",
+            spec.display()
+        );
+        return;
+    }
+    let options = toolgate_openapi::Options::default();
+    let mut imports = Vec::new();
+    let mut yaml = String::new();
+    let mut tools = 0;
+    for _ in 0..5 {
+        let start = Instant::now();
+        let imported = toolgate_openapi::import_file(&spec, &options).unwrap();
+        yaml = toolgate_openapi::to_yaml(&imported, "api.github.com.json").unwrap();
+        imports.push(start.elapsed());
+        tools = imported.tools.len();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("tools.d")).unwrap();
+    std::fs::write(dir.path().join("tools.d/github.yaml"), &yaml).unwrap();
+    let mut loads = Vec::new();
+    let mut prompt_bytes = 0;
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        let catalog = load(dir.path());
+        loads.push(start.elapsed());
+        assert_eq!(catalog.tools().count(), tools);
+        prompt_bytes = catalog
+            .tools()
+            .map(|t| serde_json::to_vec(&t.to_openai()).unwrap().len())
+            .sum::<usize>();
+        black_box(catalog);
+    }
+    let (import, load) = (median(imports), median(loads));
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let per_tool = |d: Duration, n: usize| d.as_secs_f64() * 1e6 / n as f64;
+    println!(
+        "openapi import: GitHub's description ({:.1} MB) into {tools} tools, median of 5 / {RUNS} runs",
+        std::fs::metadata(&spec).unwrap().len() as f64 / 1e6
+    );
+    println!(
+        "  import (read, resolve, write YAML):    {:>8.2} ms",
+        ms(import)
+    );
+    println!(
+        "  load of the {tools} imported tools:     {:>8.2} ms ({:.0} us per tool; generated: {:.0} us per tool, {:.2}x)",
+        ms(load),
+        per_tool(load, tools),
+        per_tool(generated, TOOLS),
+        per_tool(load, tools) / per_tool(generated, TOOLS)
+    );
+    println!(
+        "  tool definitions of the whole set:     {:>8.1} KiB ({} bytes per tool)",
+        prompt_bytes as f64 / 1024.0,
+        prompt_bytes / tools.max(1)
     );
 }
 
