@@ -43,7 +43,7 @@ pub enum ImportError {
     )]
     NotOpenApi,
     #[error(
-        "the spec's server URL `{0}` is not an absolute http(s) URL: give the API's address with `server` (`--server https://api.example.com`)"
+        "the spec's server URL `{0}` is not an absolute http(s) URL free of `{{`/`}}` (unfilled server variables or template syntax): give the API's address with `server` (`--server https://api.example.com`)"
     )]
     Server(String),
     #[error("`{glob}` is not a valid glob: {message}")]
@@ -214,7 +214,11 @@ pub fn import(mut docs: Documents, options: &Options) -> Result<Imported, Import
                     .map_or_else(|| default_server.clone(), server_url),
             };
             let server = server.trim_end_matches('/').to_string();
-            if !(server.starts_with("http://") || server.starts_with("https://")) {
+            // The server URL goes into a template: a spec must not be able
+            // to make it read `env` (another API's credential).
+            if !(server.starts_with("http://") || server.starts_with("https://"))
+                || server.contains(['{', '}'])
+            {
                 return Err(ImportError::Server(server));
             }
             let auth = match security.for_operation(op) {

@@ -79,6 +79,15 @@ pub fn ident(name: &str) -> String {
     out
 }
 
+/// `true` for a cookie name (an RFC 6265 token): also what keeps a name
+/// from carrying template syntax into the `Cookie` header's template.
+pub fn is_cookie_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "!#$&'*+-.^_`|~".contains(c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@ use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
 use serde_yaml::Mapping;
 
-use crate::names::ident;
+use crate::names::{ident, is_cookie_name};
 use crate::schema::Converter;
 use crate::security::Auth;
 use crate::spec::DocId;
@@ -161,6 +161,11 @@ pub fn build(
             }
             In::Header => {
                 headers.insert(pname.clone(), value);
+            }
+            In::Cookie if !is_cookie_name(pname) => {
+                return Err(format!(
+                    "its cookie parameter {pname:?} is not a valid cookie name"
+                ));
             }
             In::Cookie => cookies.push((pname.clone(), arg.clone())),
         }

@@ -133,6 +133,9 @@ impl<'a> Security<'a> {
                 match scheme.get("in").and_then(Value::as_str) {
                     Some("header") => auth.headers.push((key.into(), value)),
                     Some("query") => auth.query.push((key.into(), value)),
+                    Some("cookie") if !crate::names::is_cookie_name(key) => {
+                        return Err(format!("API key cookie {key:?} is not a valid cookie name"));
+                    }
                     Some("cookie") => auth.cookies.push((key.into(), value)),
                     other => {
                         return Err(format!(

@@ -275,3 +275,38 @@ fn the_same_spec_gives_the_same_bytes() {
     let b = to_yaml(&import_json(pets(), &Options::default()), "pets.yaml").unwrap();
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_spec_cannot_smuggle_template_syntax_into_a_request() {
+    // A server URL or a cookie name reading `env` would send another API's
+    // credential to this one.
+    let spec = |server: &str, cookie: &str| {
+        json!({"openapi": "3.0.0", "info": {"title": "T", "version": "1"},
+               "servers": [{"url": server}],
+               "paths": {"/a/{x}": {"get": {"operationId": "a", "parameters": [
+                   {"name": "x", "in": "path", "required": true, "schema": {"type": "string"}},
+                   {"name": cookie, "in": "cookie", "schema": {"type": "string"}}]}}}})
+    };
+    let err = import(
+        Documents::from_value(spec("https://x.example/{{ env.GITHUB_TOKEN }}", "c"), None),
+        &Options::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ImportError::Server(_)), "{err}");
+    let imported = import_json(
+        spec("https://x.example", "c={{ env.GITHUB_TOKEN }}"),
+        &Options::default(),
+    );
+    assert!(imported.tools.is_empty());
+    assert!(
+        imported.skipped[0].contains("not a valid cookie name"),
+        "{:?}",
+        imported.skipped
+    );
+    // Template syntax in a path is only ever a parameter name.
+    let path = json!({"openapi": "3.0.0", "info": {"title": "T", "version": "1"},
+        "servers": [{"url": "https://x.example"}],
+        "paths": {"/b{{ env.GITHUB_TOKEN }}": {"get": {"operationId": "b"}}}});
+    let b = tool(&import_json(path, &Options::default()), "b");
+    assert!(!b["http"]["url"].as_str().unwrap().contains("env."), "{b}");
+}
