@@ -9,6 +9,9 @@
 //! - `fix NAME {json}`: when NAME's result was an error, call it again with
 //!   these arguments (a model correcting itself).
 //! - `loop NAME {json}`: call NAME on every turn (never answers).
+//! - `then NAME {json}`: once tools have answered, call NAME if it is
+//!   offered by then and has not answered yet (one `then` per turn, in
+//!   order): a model that calls a tool an earlier call told it of.
 //! - Without a script, or once the tools have answered, it answers in text,
 //!   quoting every tool result: `Tool results: [name] result ...`.
 //!
@@ -134,10 +137,10 @@ fn directives(text: &str) -> HashMap<String, String> {
     out
 }
 
-/// `(verb, name, arguments)` for every `call|fix|loop NAME {json}`.
+/// `(verb, name, arguments)` for every `call|fix|loop|then NAME {json}`.
 fn script(text: &str) -> Vec<(String, String, Value)> {
     let mut out = Vec::new();
-    let words = ["call ", "fix ", "loop "];
+    let words = ["call ", "fix ", "loop ", "then "];
     let mut i = 0;
     while i < text.len() {
         let rest = &text[i..];
@@ -289,6 +292,16 @@ fn decide(req: &Value) -> Reply {
         return Reply {
             content: Some(format!("Hello! You said: {}", user_text.trim())),
             calls: Vec::new(),
+        };
+    }
+    // Tools an earlier result made known, one per turn.
+    if let Some((_, n, a)) = steps
+        .iter()
+        .find(|(v, n, _)| v == "then" && is_offered(n) && !results.iter().any(|(r, _)| r == n))
+    {
+        return Reply {
+            content: None,
+            calls: vec![(n.clone(), a.clone())],
         };
     }
     // Correct a failed call once.

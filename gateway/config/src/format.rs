@@ -1000,6 +1000,26 @@ pub struct ToolSetFile {
     /// Other sets whose tools this set includes.
     #[serde(default)]
     pub include: Vec<String>,
+    /// How a model meets the set's tools: all of them in every request
+    /// (`all`, the default), or a `find_tools` search that makes the tools
+    /// it finds callable (`search`), for sets too large for a prompt.
+    #[serde(default)]
+    pub discovery: Discovery,
+    /// With `discovery: search`: how many found tools stay in the prompt
+    /// at once (the oldest found leave first); default 16.
+    #[serde(default)]
+    pub max_tools_in_prompt: Option<u32>,
+}
+
+/// How a model meets a tool set's tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Discovery {
+    /// Every tool of the set is offered in every request.
+    #[default]
+    All,
+    /// The model is offered `find_tools` (and the tools it found).
+    Search,
 }
 
 /// The JSON Schemas of all three formats, keyed by file kind.

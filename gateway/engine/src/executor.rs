@@ -176,7 +176,7 @@ impl Executor {
         ctx: &CallContext,
         result: &ToolResult,
     ) {
-        let tool = catalog.tool(&call.name);
+        let tool = catalog.tool_for(&call.name, ctx.tool_set.as_deref());
         // Names the catalog does not know are the model's inventions:
         // counted together, so they cannot grow the metrics without bound.
         let label = if tool.is_some() || catalog.unavailable_tool(&call.name).is_some() {
@@ -223,7 +223,7 @@ impl Executor {
         progress: Option<&ProgressSink>,
     ) -> ToolResult {
         let started = Instant::now();
-        let Some(tool) = catalog.tool(&call.name) else {
+        let Some(tool) = catalog.tool_for(&call.name, ctx.tool_set.as_deref()) else {
             let error = match catalog.unavailable_tool(&call.name) {
                 Some(u) => {
                     ToolError::Failed(format!("tool `{}` is unavailable: {}", call.name, u.reason))
@@ -328,6 +328,9 @@ impl Executor {
             }
             // Dropped on timeout, which tells the server to cancel the call.
             ToolKind::Mcp(mcp) => mcp.call(&args, progress).await,
+            ToolKind::Search => {
+                crate::discovery::run(catalog, ctx.tool_set.as_deref(), &args).map(Output::from)
+            }
         }
     }
 

@@ -67,6 +67,10 @@ enum Command {
         /// The tool set to serve; default: the configuration's default set.
         #[arg(long, value_name = "NAME")]
         tool_set: Option<String>,
+        /// `search`: list only `find_tools` and `call_tool`; `all`: every
+        /// tool; default: the set's own `discovery`.
+        #[arg(long, value_enum)]
+        discovery: Option<DiscoveryArg>,
     },
     /// Write tools from an API description, for review and a `tools.d`
     /// file.
@@ -118,6 +122,22 @@ enum SchemaKind {
     Gateway,
     Tools,
     ToolSet,
+}
+
+/// `toolgate mcp --discovery`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DiscoveryArg {
+    All,
+    Search,
+}
+
+impl DiscoveryArg {
+    fn into_config(self) -> toolgate_config::format::Discovery {
+        match self {
+            DiscoveryArg::All => toolgate_config::format::Discovery::All,
+            DiscoveryArg::Search => toolgate_config::format::Discovery::Search,
+        }
+    }
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
@@ -281,7 +301,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Command::Mcp { tool_set } => {
+        Command::Mcp {
+            tool_set,
+            discovery,
+        } => {
             let catalog = load(&cli.config)?;
             let Some(set) = tool_set.or_else(|| catalog.default_set().map(|s| s.name.clone()))
             else {
@@ -293,6 +316,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::server::stdio(
                 catalog,
                 set,
+                discovery.map(DiscoveryArg::into_config),
                 crate::server::Options {
                     dir: cli.config.clone(),
                     loader,

@@ -153,7 +153,12 @@ async fn finish(state: &AppState, audit: Option<AuditLog>) {
 /// Serves the tool set `set` of `catalog` over stdin/stdout (MCP) until
 /// the client closes them. The configuration is watched and reloaded as
 /// for `serve`; logs go to stderr.
-pub async fn stdio(catalog: Catalog, set: String, options: Options) -> Result<(), ServeError> {
+pub async fn stdio(
+    catalog: Catalog,
+    set: String,
+    discovery: Option<toolgate_config::format::Discovery>,
+    options: Options,
+) -> Result<(), ServeError> {
     if let Err(e) = catalog.usable_set(&set, None) {
         return Err(ServeError::Stdio(e.to_string()));
     }
@@ -163,7 +168,7 @@ pub async fn stdio(catalog: Catalog, set: String, options: Options) -> Result<()
         audit,
         ..
     } = prepare(catalog, options).await?;
-    let served = crate::mcp::serve_stdio(state.clone(), set).await;
+    let served = crate::mcp::serve_stdio(state.clone(), set, discovery).await;
     drop(watch);
     finish(&state, audit).await;
     served.map_err(|e| ServeError::Stdio(e.to_string()))

@@ -12,6 +12,7 @@ mod chat;
 mod cli;
 mod config_errors;
 mod custom_tools;
+mod discovery;
 mod http_tools;
 mod layering;
 mod mcp;

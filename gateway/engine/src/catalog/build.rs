@@ -104,7 +104,7 @@ pub(super) fn build(
         tools.insert(tool.name.clone(), tool);
     }
 
-    Ok(Catalog {
+    let catalog = Catalog {
         mcp: super::mcp::registry(mcp_specs, &tools, &sets),
         extensions,
         settings: raw.gateway.value,
@@ -116,7 +116,15 @@ pub(super) fn build(
         warnings: diags,
         keys,
         mcp_session_secret,
-    })
+    };
+    // Sets that search have their index before the first request (the MCP
+    // servers' tools join it on the first search after they list them).
+    for set in catalog.sets() {
+        if matches!(set.discovery, crate::discovery::Discovery::Search { .. }) {
+            set.index.warm(catalog.tools_in(set).collect());
+        }
+    }
+    Ok(catalog)
 }
 
 /// The YAML-declared HTTP tools, checked: those ready to build, those

@@ -127,6 +127,18 @@ impl Catalog {
         }
     }
 
+    /// The tool a call named `name` runs in the tool set `set`: the set's
+    /// `find_tools`, else [`Catalog::tool`]. (Membership in the set is the
+    /// caller's to check.)
+    pub fn tool_for(&self, name: &str, set: Option<&str>) -> Option<Arc<Tool>> {
+        if name == crate::discovery::FIND_TOOLS
+            && let Some(set) = set.and_then(|s| self.sets.get(s))
+        {
+            return Some(Arc::clone(&set.search_tool));
+        }
+        self.tool(name)
+    }
+
     /// Every usable tool: the declared ones in declaration order (files
     /// sorted by name), then those the MCP servers offer now.
     pub fn tools(&self) -> impl Iterator<Item = Arc<Tool>> + '_ {

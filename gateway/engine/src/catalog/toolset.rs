@@ -6,7 +6,10 @@ use std::collections::{HashMap, HashSet};
 use globset::{Glob, GlobMatcher};
 use indexmap::{IndexMap, IndexSet};
 
-use crate::tool::is_valid_name;
+use std::sync::Arc;
+
+use crate::discovery::{self, Discovery, SearchIndex};
+use crate::tool::{Tool, is_valid_name};
 use toolgate_config::load::Loaded;
 use toolgate_config::{Diagnostic, Pos, ToolSetFile};
 
@@ -25,6 +28,15 @@ pub struct ToolSet {
     /// only known once the servers run; matched against the live tools.
     #[serde(skip)]
     pub mcp: Vec<McpPattern>,
+    /// How a model meets the tools: all at once, or by search.
+    pub discovery: Discovery,
+    /// The set's `find_tools` (offered with `discovery: search`, and to MCP
+    /// clients that ask for the search surface).
+    #[serde(skip)]
+    pub search_tool: Arc<Tool>,
+    /// The search index of the set's tools.
+    #[serde(skip)]
+    pub index: Arc<SearchIndex>,
 }
 
 /// A tool-set entry (a name or a glob) that MCP servers may satisfy.
@@ -161,6 +173,38 @@ pub fn resolve(
         );
         let (usable_tools, unusable): (Vec<String>, Vec<String>) =
             tools.into_iter().partition(|t| usable(t));
+        if usable_tools
+            .iter()
+            .chain(&unusable)
+            .any(|t| t == discovery::FIND_TOOLS)
+        {
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos("tools"),
+                format!(
+                    "tool set `{}` has a tool named `{}`, the name of every set's tool search",
+                    file.value.name,
+                    discovery::FIND_TOOLS
+                ),
+                "rename that tool",
+            ));
+        }
+        let Some(discovery) = resolve_discovery(file, diags) else {
+            continue;
+        };
+        let search_tool =
+            match discovery::search_tool(&file.value.name, file.value.description.as_deref()) {
+                Ok(t) => Arc::new(t),
+                Err(e) => {
+                    diags.push(Diagnostic::error(
+                        &file.file,
+                        file.pos("name"),
+                        format!("the set's find_tools cannot be built: {e}"),
+                        "report this as a bug",
+                    ));
+                    continue;
+                }
+            };
         let mut patterns = Vec::new();
         collect_mcp(
             i,
@@ -179,10 +223,59 @@ pub fn resolve(
                 unavailable: unusable,
                 origin: file.file.clone(),
                 mcp: patterns,
+                discovery,
+                search_tool,
+                index: Arc::default(),
             },
         );
     }
     out
+}
+
+/// A set's `discovery` and `max_tools_in_prompt`, checked together.
+fn resolve_discovery(file: &Loaded<ToolSetFile>, diags: &mut Vec<Diagnostic>) -> Option<Discovery> {
+    use toolgate_config::format::Discovery as Declared;
+    let max = file.value.max_tools_in_prompt;
+    match file.value.discovery {
+        Declared::All => {
+            if max.is_some() {
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    file.pos("max_tools_in_prompt"),
+                    "`max_tools_in_prompt` applies only to sets with `discovery: search`",
+                    "add `discovery: search` or remove `max_tools_in_prompt`",
+                ));
+                return None;
+            }
+            Some(Discovery::All)
+        }
+        Declared::Search => {
+            let max = max.map_or(Some(discovery::DEFAULT_MAX_IN_PROMPT), |m| {
+                usize::try_from(m).ok()
+            });
+            match max {
+                Some(m) if (1..=discovery::MAX_IN_PROMPT).contains(&m) => Some(Discovery::Search {
+                    max_tools_in_prompt: m,
+                }),
+                _ => {
+                    diags.push(Diagnostic::error(
+                        &file.file,
+                        file.pos("max_tools_in_prompt"),
+                        format!(
+                            "`max_tools_in_prompt` is {}, outside 1-{}",
+                            file.value.max_tools_in_prompt.unwrap_or_default(),
+                            discovery::MAX_IN_PROMPT
+                        ),
+                        format!(
+                            "give a number of tools between 1 and {}",
+                            discovery::MAX_IN_PROMPT
+                        ),
+                    ));
+                    None
+                }
+            }
+        }
+    }
 }
 
 fn sorted_names(by_name: &HashMap<&str, usize>) -> String {

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::request::ChatRequest;
-use super::tool_loop::Loop;
+use super::tool_loop::{Loop, Search};
 use crate::auth::ApiKey;
 use crate::catalog::{Catalog, SetError};
+use crate::discovery::{Discovery, FIND_TOOLS};
 use crate::executor::Executor;
 use crate::formatter::Learned;
 use crate::limits::Guards;
@@ -134,10 +135,24 @@ pub fn plan(
     }
 
     // Tool mode: the set's tools, then the client's, with no name twice.
+    // A set that searches offers `find_tools` (and, later, what it
+    // found); every tool of the set may be called.
     let gateway: Vec<Arc<crate::tool::Tool>> = set
         .map(|s| catalog.tools_in(s).collect())
         .unwrap_or_default();
-    let gateway_tools: HashSet<String> = gateway.iter().map(|t| t.name.clone()).collect();
+    let mut gateway_tools: HashSet<String> = gateway.iter().map(|t| t.name.clone()).collect();
+    let search = set.and_then(|s| match s.discovery {
+        Discovery::All => None,
+        Discovery::Search {
+            max_tools_in_prompt,
+        } => Some(Search {
+            tool: Arc::clone(&s.search_tool),
+            max_tools_in_prompt,
+        }),
+    });
+    if search.is_some() {
+        gateway_tools.insert(FIND_TOOLS.to_owned());
+    }
     for t in &request.client_tools {
         let name = t
             .pointer("/function/name")
@@ -157,7 +172,10 @@ pub fn plan(
     {
         return Err(PlanError::ManyChoices);
     }
-    let mut tools: Vec<Value> = gateway.iter().map(|t| t.to_openai()).collect();
+    let mut tools: Vec<Value> = match &search {
+        Some(_) => Vec::new(),
+        None => gateway.iter().map(|t| t.to_openai()).collect(),
+    };
     tools.extend(request.client_tools.iter().cloned());
     let settings = &catalog.settings;
     let max_iterations = request
@@ -173,6 +191,7 @@ pub fn plan(
         tool_set,
         tools,
         gateway_tools,
+        search,
         max_iterations,
         request,
         learned: Arc::clone(&services.learned),

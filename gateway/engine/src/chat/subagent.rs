@@ -125,6 +125,7 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
         tool_set: parent.tool_set.clone(),
         tools,
         gateway_tools,
+        search: parent.search.clone(),
         max_iterations: parent.catalog.settings.builtins.spawn.max_iterations,
         learned: Arc::clone(&parent.learned),
         context: parent.context.clone(),

@@ -23,6 +23,7 @@
 //!   model and how calls come back; the loop itself works on OpenAI-shaped
 //!   messages whatever the formatter.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,10 +36,11 @@ use super::events::{Answer, CallRecord, ChatError, Event, FinishReason, Report, 
 use super::request::ChatRequest;
 use super::subagent;
 use crate::catalog::Catalog;
+use crate::discovery::{FIND_TOOLS, found_names};
 use crate::executor::{Executor, ToolCall, ToolResult};
 use crate::formatter::{self, Call, Learned, PromptTemplate, Turn};
 use crate::openai::add_usage;
-use crate::tool::ToolError;
+use crate::tool::{Tool, ToolError};
 use crate::upstream::{Reply, Resolved, UpstreamError};
 use toolgate_config::format::FormatterKind;
 use toolgate_toolcall::{OfferedTool, ParseOptions, StreamEvent, StreamParser};
@@ -59,10 +61,14 @@ pub struct Loop {
     pub request: ChatRequest,
     /// The tool set in force, if any.
     pub tool_set: Option<String>,
-    /// Tools offered to the model: the set's, then the client's.
+    /// Tools offered to the model: the set's (none when it searches, see
+    /// `search`), then the client's.
     pub tools: Vec<Value>,
-    /// Names of the set's tools (run by the gateway).
+    /// Names of the set's tools (run by the gateway), `find_tools` among
+    /// them when the set searches.
     pub gateway_tools: HashSet<String>,
+    /// The set's tool search, when it searches (`discovery: search`).
+    pub search: Option<Search>,
     pub max_iterations: u32,
     /// Formatter choices learned in `auto` mode.
     pub learned: Arc<Learned>,
@@ -72,6 +78,15 @@ pub struct Loop {
     pub guards: Arc<crate::limits::Guards>,
     /// The caller's key, whose limits sub-agents count against.
     pub key: Option<Arc<crate::auth::ApiKey>>,
+}
+
+/// A set's tool search, as a loop offers it: `find_tools` first, then the
+/// tools it found (at most `max_tools_in_prompt`, the oldest found leave
+/// first), then the client's.
+#[derive(Debug, Clone)]
+pub struct Search {
+    pub tool: Arc<Tool>,
+    pub max_tools_in_prompt: usize,
 }
 
 /// The formatter in force for one loop.
@@ -118,6 +133,8 @@ struct Run {
     /// The budget is spent: this call offers no gateway tools, and its
     /// answer ends the loop.
     last_call: bool,
+    /// With a search: the tools found (or called), the most recent last.
+    found: Vec<Arc<Tool>>,
 }
 
 impl Loop {
@@ -130,7 +147,7 @@ impl Loop {
         let mode = match kind {
             FormatterKind::FunctionCalling => Mode::FunctionCalling { fallback: false },
             FormatterKind::Auto => Mode::FunctionCalling { fallback: true },
-            FormatterKind::StructuredPrompt => self.structured()?,
+            FormatterKind::StructuredPrompt => self.structured(&self.offered_tools(&[]))?,
         };
         tracing::debug!(formatter = mode.label(), model = %self.request.model, "tool loop");
         Ok(Run {
@@ -139,20 +156,35 @@ impl Loop {
             calls: Vec::new(),
             usage: Value::Null,
             last_call: false,
+            found: Vec::new(),
             mode,
             l: self,
         })
     }
 
-    fn structured(&self) -> Result<Mode, ChatError> {
+    fn structured(&self, tools: &[Value]) -> Result<Mode, ChatError> {
         let template = match &self.resolved.template {
             Some(t) => Arc::clone(t),
             None => PromptTemplate::default_template().map_err(ChatError::Internal)?,
         };
         Ok(Mode::Structured {
             template,
-            offered: formatter::offered(&self.tools),
+            offered: formatter::offered(tools),
         })
+    }
+
+    /// The tools a model call offers: with a search, `find_tools` and the
+    /// tools `found` before the client's.
+    fn offered_tools(&self, found: &[Arc<Tool>]) -> Cow<'_, [Value]> {
+        match &self.search {
+            None => Cow::Borrowed(&self.tools),
+            Some(search) => Cow::Owned(
+                std::iter::once(search.tool.to_openai())
+                    .chain(found.iter().map(|t| t.to_openai()))
+                    .chain(self.tools.iter().cloned())
+                    .collect(),
+            ),
+        }
     }
 
     /// Runs the loop to its answer. (Boxed: a loop may run sub-agents,
@@ -293,16 +325,15 @@ impl Run {
         }
         let model = &self.l.resolved.model;
         // The last call offers the client's tools only.
-        let client_only: Vec<Value>;
         let tools = if self.last_call {
-            client_only = self.l.request.client_tools.clone();
             if forced {
                 tool_choice = json!("auto");
             }
-            &client_only
+            Cow::Borrowed(self.l.request.client_tools.as_slice())
         } else {
-            &self.l.tools
+            self.l.offered_tools(&self.found)
         };
+        let tools = tools.as_ref();
         Ok(match &self.mode {
             Mode::FunctionCalling { .. } => {
                 if iteration > 1 && forced && !tools.is_empty() {
@@ -341,7 +372,7 @@ impl Run {
                 self.l
                     .learned
                     .remember_structured(&upstream.name, &self.l.resolved.model);
-                self.mode = self.l.structured()?;
+                self.mode = self.l.structured(&self.l.offered_tools(&self.found))?;
                 Ok(upstream
                     .chat_with(self.body(iteration, stream)?, Some(&request_id))
                     .await?)
@@ -517,11 +548,55 @@ impl Run {
                 formatter = self.mode.label(),
                 "tool call"
             );
+            if result.success {
+                self.note_found(call, &result);
+            }
             self.calls.push(CallRecord::new(call, &result, iteration));
             self.messages.push(
                 json!({"role": "tool", "tool_call_id": call.id, "content": result.to_model_text()}),
             );
         }
+        if self.l.search.is_some()
+            && let Mode::Structured { template, .. } = &self.mode
+        {
+            let template = Arc::clone(template);
+            let offered = formatter::offered(&self.l.offered_tools(&self.found));
+            self.mode = Mode::Structured { template, offered };
+        }
+    }
+
+    /// With a search, a successful call adds tools to those offered: the
+    /// tools `find_tools` found, or the tool called (so its schema is in
+    /// the prompt from then on). The oldest leave beyond the cap.
+    fn note_found(&mut self, call: &Call, result: &ToolResult) {
+        let Some(search) = &self.l.search else {
+            return;
+        };
+        let max = search.max_tools_in_prompt;
+        // The best match last, so it is the last to leave.
+        let names: Vec<String> = if call.name == FIND_TOOLS {
+            let mut names: Vec<String> = result
+                .data
+                .as_ref()
+                .map(|d| found_names(d).map(str::to_owned).collect())
+                .unwrap_or_default();
+            names.reverse();
+            names
+        } else {
+            vec![call.name.clone()]
+        };
+        for name in names {
+            if !self.l.gateway_tools.contains(&name) {
+                continue;
+            }
+            let Some(tool) = self.l.catalog.tool(&name) else {
+                continue;
+            };
+            self.found.retain(|t| t.name != name);
+            self.found.push(tool);
+        }
+        let over = self.found.len().saturating_sub(max);
+        self.found.drain(..over);
     }
 
     /// Runs `spawn` calls: validated like any call, then each call's tasks

@@ -136,6 +136,8 @@ pub enum ToolKind {
     Native(std::sync::Arc<native::NativeTool>),
     /// A tool of an MCP server, called over the server's session.
     Mcp(mcp::McpTool),
+    /// `find_tools`: a search of the calling request's tool set.
+    Search,
 }
 
 impl ToolKind {
@@ -145,6 +147,7 @@ impl ToolKind {
             ToolKind::Native(n) if n.builtin => "builtin",
             ToolKind::Native(_) => "native",
             ToolKind::Mcp(_) => "mcp",
+            ToolKind::Search => "search",
         }
     }
 }

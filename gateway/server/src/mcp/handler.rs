@@ -24,7 +24,9 @@ use sha2::{Digest, Sha256};
 
 use super::wire;
 use crate::api::{AppState, Caller};
-use toolgate_engine::catalog::Catalog;
+use toolgate_config::format::Discovery;
+use toolgate_engine::catalog::{Catalog, ToolSet};
+use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
 use toolgate_engine::tool::context::CallContext;
 use toolgate_engine::tool::{Progress, ToolError};
@@ -72,7 +74,14 @@ async fn forward_progress<T>(
 pub struct Target {
     pub set: String,
     pub caller: Caller,
+    /// The list the client asked for (`?discovery=` on HTTP,
+    /// `--discovery` on stdio); `None`: the set's own `discovery`.
+    pub discovery: Option<Discovery>,
 }
+
+/// The search surface's way to call a tool `find_tools` found, for
+/// clients whose model may call only listed tools.
+pub const CALL_TOOL: &str = "call_tool";
 
 /// The MCP server of the gateway's tool sets.
 #[derive(Debug, Clone)]
@@ -121,11 +130,21 @@ impl ToolSetServer {
             .ok_or_else(|| McpError::internal_error("the request names no tool set", None))
     }
 
-    /// The set's tools as `tools/list` entries, in the set's order.
+    /// The set's tools as `tools/list` entries, in the set's order; for
+    /// the search surface, `find_tools` and `call_tool`.
     fn list(&self, catalog: &Catalog, target: &Target) -> Result<Vec<rmcp::model::Tool>, McpError> {
         let set = catalog
             .usable_set(&target.set, target.caller.key.as_deref())
             .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let unlisted = |e: serde_json::Error| {
+            McpError::internal_error(format!("the search surface cannot be listed: {e}"), None)
+        };
+        if searches(set, target) {
+            return Ok(vec![
+                wire::tool(&set.search_tool).map_err(unlisted)?,
+                wire::call_tool(&set.name).map_err(unlisted)?,
+            ]);
+        }
         catalog
             .tools_in(set)
             .map(|t| {
@@ -185,6 +204,39 @@ fn call_context(target: &Target) -> CallContext {
         .with_request_id(target.caller.request_id.clone())
         .with_key(target.caller.key_name())
         .with_tool_set(Some(target.set.clone()))
+}
+
+/// A finished call as the `tools/call` response.
+fn encode(result: &ToolResult) -> Result<CallToolResponse, McpError> {
+    let result: CallToolResult = wire::result(result).map_err(|e| {
+        McpError::internal_error(format!("the result cannot be encoded: {e}"), None)
+    })?;
+    Ok(CallToolResponse::Complete(result))
+}
+
+/// `true` when `target` gets the set's search surface.
+fn searches(set: &ToolSet, target: &Target) -> bool {
+    match target.discovery {
+        Some(d) => d == Discovery::Search,
+        None => matches!(set.discovery, search::Discovery::Search { .. }),
+    }
+}
+
+/// A `call_tool` call's tool name and arguments, or the result that says
+/// what is wrong with it.
+fn unwrap_call_tool(args: &serde_json::Map<String, Value>) -> Result<(String, Value), ToolResult> {
+    match (args.get("name").and_then(Value::as_str), args.get("arguments")) {
+        (Some(name), None) => Ok((name.to_owned(), Value::Object(Default::default()))),
+        (Some(name), Some(a)) if a.is_object() => Ok((name.to_owned(), a.clone())),
+        _ => Err(ToolResult::failure(
+            ToolError::InvalidArguments(vec![toolgate_engine::tool::ArgError {
+                path: "/".into(),
+                rule: "call_tool".into(),
+                message: "call_tool takes `name` (a tool find_tools returned) and `arguments` (an object)".into(),
+            }]),
+            std::time::Instant::now(),
+        )),
+    }
 }
 
 /// `true` when `name` is a tool of the set (usable or not) for this caller.
@@ -279,10 +331,37 @@ impl ServerHandler for ToolSetServer {
     ) -> Result<CallToolResponse, McpError> {
         let target = self.target(&context.extensions)?;
         let catalog = self.state.catalog();
-        if !in_set(&catalog, &target, &request.name)? {
+        let set = catalog
+            .usable_set(&target.set, target.caller.key.as_deref())
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let mut name = request.name.to_string();
+        let mut arguments = Value::Object(request.arguments.unwrap_or_default());
+        // The search surface's `call_tool`: the tool it names, which must
+        // be the set's (a result the model reads when it is not).
+        if name == CALL_TOOL && searches(set, &target) {
+            let unwrapped = match arguments.as_object() {
+                Some(args) => unwrap_call_tool(args),
+                None => unwrap_call_tool(&Default::default()),
+            };
+            let (inner, inner_args) = match unwrapped {
+                Ok(call) => call,
+                Err(refused) => return encode(&refused),
+            };
+            if inner != FIND_TOOLS && !in_set(&catalog, &target, &inner)? {
+                return encode(&ToolResult::failure(
+                    ToolError::Failed(format!(
+                        "the tool set `{}` has no tool `{inner}`; find_tools finds its tools",
+                        target.set
+                    )),
+                    std::time::Instant::now(),
+                ));
+            }
+            name = inner;
+            arguments = inner_args;
+        } else if name != FIND_TOOLS && !in_set(&catalog, &target, &name)? {
             return Err(McpError::new(
                 ErrorCode::INVALID_PARAMS,
-                format!("Unknown tool: {}", request.name),
+                format!("Unknown tool: {name}"),
                 None,
             ));
         }
@@ -295,8 +374,8 @@ impl ServerHandler for ToolSetServer {
             .or_else(|| context.meta.get_progress_token());
         let call = ToolCall {
             id: format!("mcp-{}", target.caller.request_id),
-            name: request.name.to_string(),
-            arguments: Value::Object(request.arguments.unwrap_or_default()),
+            name,
+            arguments,
         };
         let ctx = call_context(&target);
         let executor = &self.state.executor;
@@ -323,10 +402,15 @@ impl ServerHandler for ToolSetServer {
                 return Err(McpError::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
             }
         };
-        let result: CallToolResult = wire::result(&result).map_err(|e| {
-            McpError::internal_error(format!("the result cannot be encoded: {e}"), None)
-        })?;
-        Ok(CallToolResponse::Complete(result))
+        let mut result = result;
+        if call.name == FIND_TOOLS {
+            // An MCP client calls what it found through `call_tool` (or by
+            // name): it needs each tool's input schema.
+            wire::add_input_schemas(&mut result, |name| {
+                catalog.tool(name).map(|t| t.parameters.clone())
+            });
+        }
+        encode(&result)
     }
 
     // The gateway serves tools. Prompts and resources are declared (clients

@@ -34,6 +34,7 @@ pub use handler::{Target, ToolSetServer};
 use sessions::{Closed, SignedSessions, SignedStore, Signer};
 
 use crate::api::{ApiError, AppState, Caller};
+use toolgate_config::format::Discovery;
 
 /// Hosts an open gateway's MCP endpoint always accepts.
 const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
@@ -199,8 +200,29 @@ async fn serve(
         err.retry_after = Some(5);
         return err.into_response();
     }
+    // `?discovery=search` asks for the set's search surface, `all` for
+    // every tool; without it, the set's own `discovery` decides.
+    let asked =
+        axum::extract::Query::<std::collections::HashMap<String, String>>::try_from_uri(req.uri())
+            .ok()
+            .and_then(|q| q.0.get("discovery").cloned());
+    let discovery = match asked.as_deref() {
+        None => None,
+        Some("all") => Some(Discovery::All),
+        Some("search") => Some(Discovery::Search),
+        Some(other) => {
+            return ApiError::bad_request(format!(
+                "`discovery={other}` is neither `all` nor `search`"
+            ))
+            .into_response();
+        }
+    };
     let closing = req.method() == Method::DELETE;
-    req.extensions_mut().insert(Target { set, caller });
+    req.extensions_mut().insert(Target {
+        set,
+        caller,
+        discovery,
+    });
     let mut resp = sessions::OWNER
         .scope(owner, endpoint.service.handle(req))
         .await
@@ -314,12 +336,23 @@ pub enum StdioError {
 
 /// Serves `set` over stdin/stdout to one local client, until it closes
 /// them. Nothing but MCP messages is written to stdout.
-pub async fn serve_stdio(state: AppState, set: String) -> Result<(), StdioError> {
+pub async fn serve_stdio(
+    state: AppState,
+    set: String,
+    discovery: Option<Discovery>,
+) -> Result<(), StdioError> {
     let caller = Caller {
         request_id: "stdio".to_owned(),
         key: None,
     };
-    let server = ToolSetServer::fixed(state, Target { set, caller });
+    let server = ToolSetServer::fixed(
+        state,
+        Target {
+            set,
+            caller,
+            discovery,
+        },
+    );
     let running = server
         .serve(rmcp::transport::stdio())
         .await

@@ -41,6 +41,47 @@ pub fn tool(tool: &Tool) -> Result<McpTool, serde_json::Error> {
     serde_json::from_value(wire)
 }
 
+/// The search surface's `call_tool` as an entry of `tools/list`.
+pub fn call_tool(set: &str) -> Result<McpTool, serde_json::Error> {
+    serde_json::from_value(json!({
+        "name": super::handler::CALL_TOOL,
+        "title": "Call a found tool",
+        "description": format!(
+            "Call a tool of the `{set}` tool set that find_tools returned, by its name, with \
+             arguments that match the inputSchema find_tools gave for it."
+        ),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "The tool's name, as find_tools returned it."},
+                "arguments": {"type": "object", "description": "The tool's arguments."}
+            },
+            "required": ["name"],
+            "additionalProperties": false
+        }
+    }))
+}
+
+/// A `find_tools` result with each found tool's `inputSchema` (what
+/// `schema` gives for its name) added, for MCP clients.
+pub fn add_input_schemas(result: &mut ToolResult, schema: impl Fn(&str) -> Option<Value>) {
+    let Some(tools) = result
+        .data
+        .as_mut()
+        .and_then(|d| d.get_mut("tools"))
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    for t in tools {
+        if let Some(s) = t["name"].as_str().and_then(&schema)
+            && let Some(obj) = t.as_object_mut()
+        {
+            obj.insert("inputSchema".into(), s);
+        }
+    }
+}
+
 /// A finished call as a `tools/call` result.
 pub fn result(result: &ToolResult) -> Result<CallToolResult, serde_json::Error> {
     serde_json::from_value(result_json(result))

@@ -1,0 +1,363 @@
+//! Tool search, for sets too large for a prompt (`discovery: search`).
+//!
+//! A set's tools are ranked by BM25 (the `bm25` crate: English stemming,
+//! stop words) over each tool's name, description and parameter names;
+//! names are split into words (`repos_create-fork`, `listForRepo`). The
+//! index is built at catalog load for sets that search, and rebuilt on the
+//! next search when the set's tools change (an MCP server's list does).
+//!
+//! `find_tools` is a tool like any other (validated, timed, audited) whose
+//! call runs [`run`]. The chat loop then offers the tools it found (see
+//! `chat/tool_loop.rs`); the MCP face lists `find_tools` and `call_tool`.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bm25::{Embedder, EmbedderBuilder, Language, Scorer};
+use serde_json::{Value, json};
+
+use crate::catalog::{Catalog, ToolSet};
+use crate::tool::{Annotations, Tool, ToolError, ToolKind, ToolSpec};
+
+/// The search tool's name in every set.
+pub const FIND_TOOLS: &str = "find_tools";
+/// Found tools kept in a prompt at once when the set does not say.
+pub const DEFAULT_MAX_IN_PROMPT: usize = 16;
+/// The most `max_tools_in_prompt` may be.
+pub const MAX_IN_PROMPT: usize = 128;
+/// Tools one search returns when the model does not say.
+pub const DEFAULT_RESULTS: usize = 5;
+/// The most tools one search returns.
+pub const MAX_RESULTS: usize = 20;
+/// The longest query, in characters.
+pub const MAX_QUERY_CHARS: usize = 500;
+/// The longest description a search result carries, in characters.
+const RESULT_DESCRIPTION_CHARS: usize = 300;
+
+/// How a model meets a set's tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Discovery {
+    /// Every tool in every request.
+    All,
+    /// `find_tools`, and up to `max_tools_in_prompt` tools it found.
+    Search { max_tools_in_prompt: usize },
+}
+
+/// The `find_tools` tool of the set `set` (its description names the set).
+pub fn search_tool(set: &str, description: Option<&str>) -> Result<Tool, String> {
+    let about = description.map_or_else(String::new, |d| format!(" ({d})"));
+    Tool::new(
+        ToolSpec {
+            name: FIND_TOOLS.to_owned(),
+            description: format!(
+                "Search the tools of the `{set}` tool set{about} and make the best matches \
+                 callable. Say in plain words what you want to do (\"create an issue in a \
+                 repository\"); you get the matching tools' names and descriptions, and can \
+                 call them by name from then on. Search again with other words when none fits."
+            ),
+            category: None,
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "query": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": MAX_QUERY_CHARS,
+                        "description": "What you want to do, in a few words."
+                    },
+                    "limit": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": MAX_RESULTS,
+                        "description": format!("How many tools to return (default {DEFAULT_RESULTS}).")
+                    }
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            }),
+            timeout: None,
+            cache_ttl: None,
+            annotations: Annotations {
+                title: Some("Find tools".to_owned()),
+                read_only_hint: Some(true),
+                idempotent_hint: Some(true),
+                open_world_hint: Some(false),
+                destructive_hint: None,
+            },
+            output_schema: None,
+            origin: "toolgate (tool search)".to_owned(),
+        },
+        ToolKind::Search,
+    )
+}
+
+/// A set's search index, built from its tools as they are when asked.
+#[derive(Default)]
+pub struct SearchIndex {
+    built: Mutex<Option<Arc<Built>>>,
+}
+
+impl std::fmt::Debug for SearchIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SearchIndex")
+    }
+}
+
+struct Built {
+    /// The tools indexed, in the set's order: a search ranks these, and a
+    /// set whose tools are not these same tools is indexed again.
+    tools: Vec<Arc<Tool>>,
+    embedder: Embedder,
+    scorer: Scorer<u32>,
+}
+
+impl SearchIndex {
+    /// The index of `tools`, built now unless it is already theirs.
+    fn of(&self, tools: Vec<Arc<Tool>>) -> Arc<Built> {
+        let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(b) = built.as_ref()
+            && b.tools.len() == tools.len()
+            && b.tools.iter().zip(&tools).all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            return Arc::clone(b);
+        }
+        let fresh = Arc::new(Built::new(tools));
+        *built = Some(Arc::clone(&fresh));
+        fresh
+    }
+
+    /// Builds the index of `tools` ahead of the first search.
+    pub fn warm(&self, tools: Vec<Arc<Tool>>) {
+        self.of(tools);
+    }
+}
+
+impl Built {
+    fn new(tools: Vec<Arc<Tool>>) -> Built {
+        let docs: Vec<String> = tools.iter().map(|t| document(t)).collect();
+        let corpus: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let embedder: Embedder =
+            EmbedderBuilder::with_fit_to_corpus(Language::English, &corpus).build();
+        let mut scorer = Scorer::<u32>::new();
+        for (i, doc) in docs.iter().enumerate() {
+            // A set has far fewer than 2^32 tools.
+            if let Ok(id) = u32::try_from(i) {
+                scorer.upsert(&id, embedder.embed(doc));
+            }
+        }
+        Built {
+            tools,
+            embedder,
+            scorer,
+        }
+    }
+
+    /// The best `limit` tools for `query`, best first (ties in set order).
+    fn search(&self, query: &str, limit: usize) -> Vec<Arc<Tool>> {
+        let mut matches = self
+            .scorer
+            .matches(&self.embedder.embed(&split_separators(query)));
+        matches.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        matches
+            .into_iter()
+            .filter_map(|m| self.tools.get(m.id as usize).cloned())
+            .take(limit)
+            .collect()
+    }
+}
+
+/// What is indexed of a tool: its name (twice: a name is short and says
+/// most), its description, and its parameter names (those of an object
+/// parameter's properties too, e.g. a request body's fields).
+fn document(tool: &Tool) -> String {
+    let name = words(&tool.name);
+    let mut doc = format!("{name} {name} {}", tool.description);
+    if let Some(category) = &tool.category {
+        doc.push(' ');
+        doc.push_str(&words(category));
+    }
+    let mut add_names = |props: &serde_json::Map<String, Value>| {
+        for key in props.keys() {
+            doc.push(' ');
+            doc.push_str(&words(key));
+        }
+    };
+    if let Some(props) = tool.parameters.get("properties").and_then(Value::as_object) {
+        add_names(props);
+        for nested in props.values() {
+            if let Some(inner) = nested.get("properties").and_then(Value::as_object) {
+                add_names(inner);
+            }
+        }
+    }
+    doc
+}
+
+/// An identifier as words: separators to spaces, camelCase split.
+fn words(ident: &str) -> String {
+    let mut out = String::with_capacity(ident.len() + 8);
+    let mut prev_lower = false;
+    for c in ident.chars() {
+        if matches!(c, '_' | '-' | '/' | '.' | ':') {
+            out.push(' ');
+            prev_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && prev_lower {
+            out.push(' ');
+        }
+        prev_lower = c.is_lowercase() || c.is_ascii_digit();
+        out.push(c);
+    }
+    out
+}
+
+/// A query with identifier separators as spaces (`issues_create` is two
+/// words); its capitals are left alone (`GitHub` stays one word).
+fn split_separators(query: &str) -> String {
+    query.replace(['_', '-', '/', '.', ':'], " ")
+}
+
+/// The tools of `set` that best match `query`, best first.
+pub fn find(catalog: &Catalog, set: &ToolSet, query: &str, limit: usize) -> Vec<Arc<Tool>> {
+    let tools: Vec<Arc<Tool>> = catalog.tools_in(set).collect();
+    set.index.of(tools).search(query, limit)
+}
+
+/// A `find_tools` call in the set `set` (arguments already validated).
+pub fn run(catalog: &Catalog, set: Option<&str>, args: &Value) -> Result<Value, ToolError> {
+    let Some(set) = set.and_then(|s| catalog.set(s)) else {
+        return Err(ToolError::Failed(
+            "find_tools searches a tool set, and this call names none".into(),
+        ));
+    };
+    let query = args["query"].as_str().unwrap_or_default();
+    let limit = args["limit"]
+        .as_u64()
+        .and_then(|l| usize::try_from(l).ok())
+        .unwrap_or(DEFAULT_RESULTS)
+        .clamp(1, MAX_RESULTS);
+    let found = find(catalog, set, query, limit);
+    let tools: Vec<Value> = found
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "description": toolgate::truncate_chars(&t.description, RESULT_DESCRIPTION_CHARS),
+            })
+        })
+        .collect();
+    Ok(if tools.is_empty() {
+        json!({"tools": [], "note": "No tool matches. Search again with other words."})
+    } else {
+        json!({"tools": tools})
+    })
+}
+
+/// The names `find_tools` returned in `data` (its result), in order.
+pub fn found_names(data: &Value) -> impl Iterator<Item = &str> {
+    data["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str, description: &str, params: Value) -> Arc<Tool> {
+        Arc::new(
+            Tool::new(
+                ToolSpec {
+                    name: name.into(),
+                    description: description.into(),
+                    category: None,
+                    parameters: params,
+                    timeout: None,
+                    cache_ttl: None,
+                    annotations: Annotations::default(),
+                    output_schema: None,
+                    origin: String::new(),
+                },
+                ToolKind::Search,
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn identifiers_become_words() {
+        assert_eq!(words("repos_create-fork"), "repos create fork");
+        assert_eq!(words("listForRepo"), "list For Repo");
+        assert_eq!(words("getV2Item"), "get V2 Item");
+        assert_eq!(
+            split_separators("issues_create GitHub"),
+            "issues create GitHub"
+        );
+    }
+
+    #[test]
+    fn ranks_by_name_description_and_parameters_and_rebuilds_on_change() {
+        let obj = |props: Value| json!({"type": "object", "properties": props});
+        let tools = vec![
+            tool(
+                "issues_create",
+                "Create an issue",
+                obj(json!({"owner": {}, "repo": {}, "title": {}})),
+            ),
+            tool(
+                "issues_list",
+                "List issues in a repository",
+                obj(json!({"owner": {}, "repo": {}})),
+            ),
+            tool(
+                "gists_create",
+                "Create a gist",
+                obj(json!({"body": {"type": "object", "properties": {"files": {}}}})),
+            ),
+            tool(
+                "weather",
+                "Current weather for a city",
+                obj(json!({"city": {}})),
+            ),
+        ];
+        let index = SearchIndex::default();
+        let names = |found: Vec<Arc<Tool>>| -> Vec<String> {
+            found.iter().map(|t| t.name.clone()).collect()
+        };
+        let built = index.of(tools.clone());
+        assert_eq!(
+            names(built.search("open a new issue", 1)),
+            ["issues_create"]
+        );
+        assert_eq!(
+            names(built.search("what issues does the repository have", 1)),
+            ["issues_list"]
+        );
+        // A nested parameter name counts.
+        assert_eq!(names(built.search("files", 5)), ["gists_create"]);
+        assert_eq!(
+            names(built.search("temperature in Paris city", 5)),
+            ["weather"]
+        );
+        assert!(built.search("zebra", 5).is_empty());
+        // Same tools: the same index; other tools: a new one.
+        assert!(Arc::ptr_eq(&built, &index.of(tools.clone())));
+        let fewer = index.of(tools[..2].to_vec());
+        assert!(!Arc::ptr_eq(&built, &fewer));
+        assert!(fewer.search("weather city", 5).is_empty());
+    }
+
+    #[test]
+    fn equal_scores_keep_the_set_order() {
+        let obj = json!({"type": "object"});
+        let tools: Vec<Arc<Tool>> = (0..6)
+            .map(|i| tool(&format!("same_{i}"), "identical text", obj.clone()))
+            .collect();
+        let found = SearchIndex::default().of(tools).search("identical", 3);
+        let names: Vec<&str> = found.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["same_0", "same_1", "same_2"]);
+    }
+}
