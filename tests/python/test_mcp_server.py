@@ -119,6 +119,9 @@ def configure(root: pathlib.Path, backend: str) -> pathlib.Path:
         'name: web\ndescription: Look things up.\ntools: [lookup, slow, "ev_*", "py_*"]\n'
     )
     (root / "tool-sets" / "small.yaml").write_text("name: small\ntools: [lookup]\n")
+    (root / "tool-sets" / "found.yaml").write_text(
+        'name: found\ntools: [lookup, slow, "ev_*", "py_*"]\ndiscovery: search\n'
+    )
     return root
 
 
@@ -211,6 +214,42 @@ def test_results_keep_their_shape(mcp_gateway, mode):
             assert not structured.is_error
             assert structured.structured_content is not None
             assert "temperature" in structured.structured_content
+
+    run(go)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_set_that_searches_lists_find_tools_and_call_tool(mcp_gateway, mode):
+    url, _ = mcp_gateway
+
+    async def go():
+        async with client(url + "/mcp/found", mode=mode) as c:
+            listed = [t.name for t in (await c.list_tools()).tools]
+            assert listed == ["find_tools", "call_tool"]
+            # The index holds the MCP servers' tools too, listed after load.
+            found = await c.call_tool("find_tools", {"query": "look a word up"})
+            assert not found.is_error, found.content
+            hits = found.structured_content["tools"]
+            assert hits[0]["name"] == "lookup"
+            assert hits[0]["inputSchema"]["properties"]["q"] == {"type": "string"}
+            image = await c.call_tool("find_tools", {"query": "a tiny image", "limit": 1})
+            assert [t["name"] for t in image.structured_content["tools"]] == ["ev_get-tiny-image"]
+
+            called = await c.call_tool("call_tool", {"name": "lookup", "arguments": {"q": "gateway"}})
+            assert not called.is_error and called.content[0].text == "gateway"
+            invalid = await c.call_tool("call_tool", {"name": "lookup", "arguments": {"q": 1}})
+            assert invalid.is_error and "/q" in invalid.content[0].text
+            outside = await c.call_tool("call_tool", {"name": "calculator", "arguments": {}})
+            assert outside.is_error and "find_tools" in outside.content[0].text
+            # A found tool may also be called by its name.
+            direct = await c.call_tool("lookup", {"q": "direct"})
+            assert direct.content[0].text == "direct"
+
+        # A client may ask for the whole list, or for the search of any set.
+        async with client(url + "/mcp/found?discovery=all", mode=mode) as c:
+            assert [t.name for t in (await c.list_tools()).tools][:2] == ["lookup", "slow"]
+        async with client(url + "/mcp/web?discovery=search", mode=mode) as c:
+            assert [t.name for t in (await c.list_tools()).tools] == ["find_tools", "call_tool"]
 
     run(go)
 

@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bm25::{Embedder, EmbedderBuilder, Language, Scorer};
+use bm25::{DefaultTokenizer, Embedder, EmbedderBuilder, Language, Scorer, Tokenizer};
 use serde_json::{Value, json};
 
 use crate::catalog::{Catalog, ToolSet};
@@ -109,6 +109,10 @@ struct Built {
     tools: Vec<Arc<Tool>>,
     embedder: Embedder,
     scorer: Scorer<u32>,
+    /// Per tool, per word of its name: the terms that stand for it (its
+    /// stem and its aliases' stems).
+    name_terms: Vec<Vec<Vec<String>>>,
+    tokenizer: DefaultTokenizer,
 }
 
 impl SearchIndex {
@@ -145,19 +149,58 @@ impl Built {
                 scorer.upsert(&id, embedder.embed(doc));
             }
         }
+        let tokenizer = DefaultTokenizer::new(Language::English);
+        let name_terms = tools
+            .iter()
+            .map(|t| {
+                words(&t.name)
+                    .split_whitespace()
+                    .map(|w| {
+                        let lower = w.to_lowercase();
+                        std::iter::once(lower.as_str())
+                            .chain(aliases(&lower).iter().copied())
+                            .flat_map(|a| tokenizer.tokenize(a))
+                            .collect::<Vec<String>>()
+                    })
+                    .filter(|terms| !terms.is_empty())
+                    .collect()
+            })
+            .collect();
         Built {
             tools,
             embedder,
             scorer,
+            name_terms,
+            tokenizer,
         }
     }
 
-    /// The best `limit` tools for `query`, best first (ties in set order).
+    /// The best `limit` tools for `query`, best first (ties in set order):
+    /// BM25, then the best [`RERANKED`] reranked by how much of each
+    /// tool's name the query covers, so that `pulls_list` beats
+    /// `interactions_get-pull-request-creation-cap-for-repo` for "list pull
+    /// requests" (a long name that mentions the words is not what was
+    /// asked for).
     fn search(&self, query: &str, limit: usize) -> Vec<Arc<Tool>> {
-        let mut matches = self
-            .scorer
-            .matches(&self.embedder.embed(&split_separators(query)));
+        let query = split_separators(query);
+        let mut matches = self.scorer.matches(&self.embedder.embed(&query));
         matches.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        let asked: std::collections::HashSet<String> =
+            self.tokenizer.tokenize(&query).into_iter().collect();
+        let top = matches.len().min(RERANKED);
+        for m in &mut matches[..top] {
+            let Some(name) = self.name_terms.get(m.id as usize) else {
+                continue;
+            };
+            let covered = name
+                .iter()
+                .filter(|terms| terms.iter().any(|t| asked.contains(t)))
+                .count();
+            #[allow(clippy::cast_precision_loss)]
+            let coverage = covered as f32 / name.len().max(1) as f32;
+            m.score *= 1.0 + NAME_COVERAGE_WEIGHT * coverage;
+        }
+        matches[..top].sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         matches
             .into_iter()
             .filter_map(|m| self.tools.get(m.id as usize).cloned())
@@ -166,12 +209,28 @@ impl Built {
     }
 }
 
-/// What is indexed of a tool: its name (twice: a name is short and says
-/// most), its description, and its parameter names (those of an object
-/// parameter's properties too, e.g. a request body's fields).
+/// What is indexed of a tool, weighted by repetition: its name (three
+/// times, with the usual synonyms of its verbs and nouns, see [`aliases`]),
+/// its description's first sentence (twice) and the next words of it (the
+/// rest of a long description is mostly caveats that would drown the
+/// rest), and its parameter names (those of an object parameter's
+/// properties too, e.g. a request body's fields).
 fn document(tool: &Tool) -> String {
-    let name = words(&tool.name);
-    let mut doc = format!("{name} {name} {}", tool.description);
+    let mut name = words(&tool.name);
+    let extra: Vec<&str> = name
+        .split_whitespace()
+        .flat_map(|w| aliases(&w.to_lowercase()).iter().copied())
+        .collect();
+    for e in extra {
+        name.push(' ');
+        name.push_str(e);
+    }
+    let (summary, rest) = first_sentence(&tool.description);
+    let rest: Vec<&str> = rest.split_whitespace().take(DESCRIPTION_WORDS).collect();
+    let mut doc = format!(
+        "{name} {name} {name} {summary} {summary} {}",
+        rest.join(" ")
+    );
     if let Some(category) = &tool.category {
         doc.push(' ');
         doc.push_str(&words(category));
@@ -191,6 +250,42 @@ fn document(tool: &Tool) -> String {
         }
     }
     doc
+}
+
+/// How many of BM25's best matches are reranked by name coverage.
+const RERANKED: usize = 50;
+/// A match's score is multiplied by `1 + this × the share of its name's
+/// words the query has`.
+const NAME_COVERAGE_WEIGHT: f32 = 2.0;
+
+/// Words of a description after its first sentence that are indexed.
+const DESCRIPTION_WORDS: usize = 40;
+
+/// The first sentence of `text` (up to a `. `) and the rest.
+fn first_sentence(text: &str) -> (&str, &str) {
+    match text.find(". ") {
+        Some(at) => (&text[..at], &text[at + 2..]),
+        None => (text, ""),
+    }
+}
+
+/// Other words for a word of a tool's name: the verbs APIs name
+/// operations with, as people ask for them, and common abbreviations.
+fn aliases(word: &str) -> &'static [&'static str] {
+    match word {
+        "create" | "add" | "post" | "new" | "insert" => &["create", "add", "new"],
+        "list" | "all" => &["list", "all"],
+        "get" | "read" | "fetch" | "retrieve" | "show" => &["get", "read", "show"],
+        "update" | "edit" | "patch" | "modify" | "set" => &["update", "edit", "change", "set"],
+        "delete" | "remove" | "destroy" => &["delete", "remove"],
+        "search" | "find" | "query" => &["search", "find"],
+        "repo" | "repos" => &["repository"],
+        "org" | "orgs" => &["organization"],
+        "config" => &["configuration"],
+        "env" => &["environment"],
+        "auth" => &["authentication"],
+        _ => &[],
+    }
 }
 
 /// An identifier as words: separators to spaces, camelCase split.
