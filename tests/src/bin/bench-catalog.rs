@@ -203,6 +203,12 @@ fn github(generated: Duration) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("tools.d")).unwrap();
     std::fs::write(dir.path().join("tools.d/github.yaml"), &yaml).unwrap();
+    std::fs::create_dir_all(dir.path().join("tool-sets")).unwrap();
+    std::fs::write(
+        dir.path().join("tool-sets/github.yaml"),
+        "name: github\ntools: [\"*\"]\ndiscovery: search\n",
+    )
+    .unwrap();
     let mut loads = Vec::new();
     let mut prompt_bytes = 0;
     for _ in 0..RUNS {
@@ -238,6 +244,56 @@ fn github(generated: Duration) {
         "  tool definitions of the whole set:     {:>8.1} KiB ({} bytes per tool)",
         prompt_bytes as f64 / 1024.0,
         prompt_bytes / tools.max(1)
+    );
+    search_surface(dir.path(), prompt_bytes);
+}
+
+/// `discovery: search` on the GitHub set: what a prompt carries after one
+/// search (find_tools and the 5 tools found) for each task of
+/// tests/openapi/github-tasks-*.yaml, and how long a search takes.
+fn search_surface(dir: &std::path::Path, whole: usize) {
+    let catalog = load(dir);
+    let set = catalog.set("github").unwrap();
+    let bytes = |t: &toolgate_engine::tool::Tool| serde_json::to_vec(&t.to_openai()).unwrap().len();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi");
+    let mut tasks: Vec<String> = Vec::new();
+    for file in ["github-tasks-tuning.yaml", "github-tasks-held-out.yaml"] {
+        let list = toolgate_config::load::parse_untyped(
+            &std::fs::read_to_string(root.join(file)).unwrap(),
+        );
+        tasks.extend(
+            list.as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["task"].as_str().unwrap().to_owned()),
+        );
+    }
+    // The first search builds nothing: the index was built at load.
+    let mut times = Vec::new();
+    let mut sizes = Vec::new();
+    for task in &tasks {
+        let start = Instant::now();
+        let found = toolgate_engine::discovery::find(&catalog, set, task, 5);
+        times.push(start.elapsed());
+        sizes.push(bytes(&set.search_tool) + found.iter().map(|t| bytes(t)).sum::<usize>());
+    }
+    sizes.sort_unstable();
+    let median_bytes = sizes[sizes.len() / 2];
+    let mut all: Vec<usize> = catalog.tools_in(set).map(|t| bytes(&t)).collect();
+    all.sort_unstable_by(|a, b| b.cmp(a));
+    let cap = toolgate_engine::discovery::DEFAULT_MAX_IN_PROMPT;
+    let worst = bytes(&set.search_tool) + all.iter().take(cap).sum::<usize>();
+    println!(
+        "  with discovery: search, one search (5 found), {} tasks: median {:>6.1} KiB ({:.1}% of the whole set); at most {cap} found: {:.1} KiB",
+        tasks.len(),
+        median_bytes as f64 / 1024.0,
+        median_bytes as f64 * 100.0 / whole as f64,
+        worst as f64 / 1024.0,
+    );
+    println!(
+        "  a search (BM25 over {} tools, reranked):  {:>8.1} us median",
+        all.len(),
+        median(times).as_secs_f64() * 1e6
     );
 }
 
