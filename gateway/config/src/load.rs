@@ -50,12 +50,27 @@ pub const GATEWAY_FILE: &str = "toolgate.yaml";
 pub const TOOLS_DIR: &str = "tools.d";
 pub const SETS_DIR: &str = "tool-sets";
 
+/// How a URL the configuration names (an `openapi:` spec) is read: its
+/// text, or why not. The loader does no I/O beyond the folder itself; the
+/// caller brings the network (with its own size cap and timeout).
+pub type Fetch<'a> = &'a dyn Fn(&str) -> Result<String, String>;
+
 /// Reads and parses every file of the folder. Parse errors are appended to
-/// `diags`; the files that failed are left out of the result.
+/// `diags`; the files that failed are left out of the result. URLs are
+/// refused (see [`load_dir_with`]).
 pub fn load_dir(dir: &Path, diags: &mut Vec<Diagnostic>) -> RawConfig {
+    load_dir_with(
+        dir,
+        &|_| Err("this loader fetches no URLs".to_owned()),
+        diags,
+    )
+}
+
+/// [`load_dir`], reading URLs with `fetch`.
+pub fn load_dir_with(dir: &Path, fetch: Fetch<'_>, diags: &mut Vec<Diagnostic>) -> RawConfig {
     let gateway_path = dir.join(GATEWAY_FILE);
     let gateway = if gateway_path.exists() {
-        parse_file(dir, &gateway_path, diags)
+        parse_file(dir, fetch, &gateway_path, diags)
     } else {
         None
     }
@@ -68,11 +83,11 @@ pub fn load_dir(dir: &Path, diags: &mut Vec<Diagnostic>) -> RawConfig {
     let tool_count = tool_paths.len();
     let tool_files: Vec<Loaded<RawToolFile>> = tool_paths
         .into_iter()
-        .filter_map(|p| parse_file(dir, &p, diags))
+        .filter_map(|p| parse_file(dir, fetch, &p, diags))
         .collect();
     let set_files = yaml_files(dir, SETS_DIR, diags)
         .into_iter()
-        .filter_map(|p| parse_file(dir, &p, diags))
+        .filter_map(|p| parse_file(dir, fetch, &p, diags))
         .collect();
     RawConfig {
         dir: dir.to_owned(),
@@ -123,6 +138,7 @@ fn display_path(dir: &Path, path: &Path) -> String {
 
 fn parse_file<T: FromYaml>(
     dir: &Path,
+    fetch: Fetch<'_>,
     path: &Path,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Loaded<T>> {
@@ -139,13 +155,29 @@ fn parse_file<T: FromYaml>(
             return None;
         }
     };
-    parse_text(dir, &file, &text, diags)
+    parse_text_with(dir, fetch, &file, &text, diags)
 }
 
 /// Parses one file's text: YAML syntax first, then the typed form, so that
 /// type errors carry the exact path and position of the offending value.
 pub fn parse_text<T: FromYaml>(
     dir: &Path,
+    file: &str,
+    text: &str,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Loaded<T>> {
+    parse_text_with(
+        dir,
+        &|_| Err("this loader fetches no URLs".to_owned()),
+        file,
+        text,
+        diags,
+    )
+}
+
+fn parse_text_with<T: FromYaml>(
+    dir: &Path,
+    fetch: Fetch<'_>,
     file: &str,
     text: &str,
     diags: &mut Vec<Diagnostic>,
@@ -177,6 +209,7 @@ pub fn parse_text<T: FromYaml>(
     };
     let mut ctx = Ctx {
         dir,
+        fetch,
         file,
         spans: SpanIndex::new(text),
         diags,
@@ -193,6 +226,8 @@ pub fn parse_text<T: FromYaml>(
 pub struct Ctx<'a> {
     /// The configuration folder (paths in files are relative to it).
     dir: &'a Path,
+    /// How URLs are read.
+    fetch: Fetch<'a>,
     file: &'a str,
     spans: SpanIndex,
     diags: &'a mut Vec<Diagnostic>,
@@ -297,15 +332,6 @@ fn import_openapi(
     env: &mut IndexMap<String, EnvNeed>,
 ) {
     let at = format!("openapi[{j}]");
-    if decl.spec.contains("://") {
-        ctx.diags.push(Diagnostic::error(
-            ctx.file,
-            ctx.spans.find(&format!("{at}.spec")),
-            format!("`{}` is a URL; specs are read from files", decl.spec),
-            "download the spec into the configuration folder and give its path",
-        ));
-        return;
-    }
     let options = toolgate_openapi::Options {
         include: decl.include.clone(),
         exclude: decl.exclude.clone(),
@@ -313,21 +339,29 @@ fn import_openapi(
         server: decl.server.clone(),
         auth_env: decl.auth_env.clone(),
     };
-    let imported = match toolgate_openapi::import_file(&ctx.dir.join(&decl.spec), &options) {
+    let is_url = decl.spec.starts_with("https://") || decl.spec.starts_with("http://");
+    let imported = if is_url {
+        (ctx.fetch)(&decl.spec).and_then(|text| {
+            toolgate_openapi::import_text(&text, &options).map_err(|e| e.to_string())
+        })
+    } else if decl.spec.contains("://") {
+        Err("only http(s) URLs and files are read".to_owned())
+    } else {
+        toolgate_openapi::import_file(&ctx.dir.join(&decl.spec), &options).map_err(|e| {
+            // Paths in the message relative to the folder, as in every
+            // other diagnostic.
+            e.to_string()
+                .replace(&format!("{}/", ctx.dir.display()), "")
+        })
+    };
+    let imported = match imported {
         Ok(imported) => imported,
         Err(e) => {
             ctx.diags.push(Diagnostic::error(
                 ctx.file,
                 ctx.spans.find(&format!("{at}.spec")),
-                // Paths in the message relative to the folder, as in every
-                // other diagnostic.
-                format!(
-                    "cannot import `{}`: {}",
-                    decl.spec,
-                    e.to_string()
-                        .replace(&format!("{}/", ctx.dir.display()), "")
-                ),
-                "give the path of an OpenAPI 3.x or Swagger 2.0 file, relative to the configuration folder",
+                format!("cannot import `{}`: {e}", decl.spec),
+                "give the path of an OpenAPI 3.x or Swagger 2.0 file, relative to the configuration folder, or its http(s) URL",
             ));
             return;
         }

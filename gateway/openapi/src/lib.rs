@@ -103,6 +103,16 @@ const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
+/// Imports a spec given as text (YAML or JSON), e.g. fetched from a URL:
+/// its `$ref`s to other files are refused, having no folder to resolve in.
+pub fn import_text(text: &str, options: &Options) -> Result<Imported, ImportError> {
+    let value = spec::parse(text).map_err(|message| ImportError::Parse {
+        path: PathBuf::from("(the fetched spec)"),
+        message,
+    })?;
+    import(Documents::from_value(value, None), options)
+}
+
 /// Reads the spec at `path` and imports it.
 pub fn import_file(path: &Path, options: &Options) -> Result<Imported, ImportError> {
     import(Documents::from_file(path)?, options)

@@ -458,3 +458,57 @@ fn tool_search_finds_the_operation_for_a_task_in_githubs_api() {
         );
     }
 }
+
+/// An `openapi:` spec may be an http(s) URL, fetched once at each load:
+/// its tools load like a file's; a failed fetch is an error at the entry.
+#[tokio::test]
+async fn an_openapi_source_may_be_a_url_fetched_at_load() {
+    const SPEC: &str = r#"{"openapi": "3.0.0", "info": {"title": "Items", "version": "1"},
+        "servers": [{"url": "https://items.example"}],
+        "paths": {"/items": {"get": {"operationId": "list_items", "summary": "List the items"}}}}"#;
+    const REFS: &str = r#"{"openapi": "3.0.0", "info": {"title": "Refs", "version": "1"},
+        "servers": [{"url": "https://items.example"}],
+        "paths": {"/items": {"post": {"operationId": "save", "requestBody": {"content":
+            {"application/json": {"schema": {"$ref": "common.json#/Item"}}}}}}}}"#;
+    let app = axum::Router::new()
+        .route("/openapi.json", axum::routing::get(|| async { SPEC }))
+        .route("/refs.json", axum::routing::get(|| async { REFS }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let load = |tools: String| async move {
+        let dir = ConfigDir::new(&[("tools.d/web.yaml", &tools)]);
+        // Loading is synchronous: off the runtime that serves the spec.
+        tokio::task::spawn_blocking(move || {
+            let loaded = Catalog::load_with_env(dir.path(), &|_| None);
+            drop(dir);
+            loaded
+        })
+        .await
+        .unwrap()
+    };
+
+    let catalog = load(format!(
+        "openapi:\n  - spec: http://{addr}/openapi.json\n    prefix: web_\n"
+    ))
+    .await
+    .unwrap();
+    let tool = catalog.tool("web_list_items").unwrap();
+    assert_eq!(tool.description, "List the items");
+
+    let errors = load(format!("openapi:\n  - spec: http://{addr}/missing.json\n"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        errors.contains("tools.d/web.yaml:2:11: error: cannot import")
+            && errors.contains("answered HTTP 404"),
+        "{errors}"
+    );
+    // A `$ref` to another file cannot be followed from a URL: that schema
+    // accepts any value, as for any reference that cannot be resolved.
+    let refs = load(format!("openapi:\n  - spec: http://{addr}/refs.json\n"))
+        .await
+        .unwrap();
+    assert!(refs.tool("save").is_some());
+}

@@ -7,6 +7,7 @@
 
 mod build;
 mod builtins;
+mod fetch;
 mod http_tools;
 mod keys;
 mod mcp;
@@ -108,7 +109,7 @@ impl Catalog {
         natives: &[NativeTool],
     ) -> Result<Catalog, ConfigErrors> {
         let mut diags = Vec::new();
-        let raw = toolgate_config::load_dir(dir, &mut diags);
+        let raw = toolgate_config::load_dir_with(dir, &fetch::fetch, &mut diags);
         build::build(raw, env, natives, diags)
     }
 
