@@ -5,7 +5,8 @@
 //! events once and records the line and column of every node under its path
 //! (`tools[0].http.url`), so a validation error can point at the exact value.
 
-use std::collections::HashMap;
+/// Paths are trusted text (the configuration's own): a fast hash.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
 use yaml_rust2::scanner::Marker;
@@ -103,11 +104,10 @@ impl Builder {
         }
     }
 
-    /// Records a node's position. A key's position is kept only until its
-    /// value's arrives: errors point at values.
-    fn record(&mut self, path: &str, mark: Marker) {
+    /// Records a node's position.
+    fn record(&mut self, path: String, mark: Marker) {
         self.positions.insert(
-            path.to_owned(),
+            path,
             Pos {
                 line: mark.line(),
                 column: mark.col() + 1,
@@ -120,28 +120,30 @@ impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, ev: Event, mark: Marker) {
         match ev {
             Event::Scalar(value, ..) => match self.next_node_path() {
+                // A key: its value, which always follows, is what errors
+                // point at.
                 None => {
-                    if let Some(Frame::Map { path, key }) = self.stack.last_mut() {
-                        let full = join(path, &value);
+                    if let Some(Frame::Map { key, .. }) = self.stack.last_mut() {
                         *key = Some(value);
-                        self.record(&full, mark);
                     }
                 }
-                Some(path) => self.record(&path, mark),
+                Some(path) => self.record(path, mark),
             },
             Event::Alias(_) => {
-                let _ = self.next_node_path();
+                if let Some(path) = self.next_node_path() {
+                    self.record(path, mark);
+                }
             }
             Event::MappingStart(..) => {
                 // A complex (mapping) key is not something these formats use;
                 // index it under an empty key so the walk stays in step.
                 let path = self.next_node_path().unwrap_or_default();
-                self.record(&path, mark);
+                self.record(path.clone(), mark);
                 self.stack.push(Frame::Map { path, key: None });
             }
             Event::SequenceStart(..) => {
                 let path = self.next_node_path().unwrap_or_default();
-                self.record(&path, mark);
+                self.record(path.clone(), mark);
                 self.stack.push(Frame::Seq { path, next: 0 });
             }
             Event::MappingEnd | Event::SequenceEnd => {

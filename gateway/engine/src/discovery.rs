@@ -129,10 +129,20 @@ impl SearchIndex {
         *built = Some(Arc::clone(&fresh));
         fresh
     }
+}
 
-    /// Builds the index of `tools` ahead of the first search.
-    pub fn warm(&self, tools: Vec<Arc<Tool>>) {
-        self.of(tools);
+/// Builds `index` for `tools` on a thread of its own, ahead of the first
+/// search (which waits for it if it comes first). Where no thread can be
+/// started, the first search builds it.
+pub fn warm(index: &Arc<SearchIndex>, tools: Vec<Arc<Tool>>) {
+    let index = Arc::clone(index);
+    let spawned = std::thread::Builder::new()
+        .name("toolgate-search-index".into())
+        .spawn(move || {
+            index.of(tools);
+        });
+    if let Err(e) = spawned {
+        tracing::debug!("the search index will be built on the first search: {e}");
     }
 }
 

@@ -28,7 +28,7 @@ pub(super) fn build(
     let mut templates = TemplateSet::default();
     let DeclaredTools {
         pending,
-        mut unavailable,
+        unavailable,
         mut declared,
         first_seen,
     } = declared_tools(&raw, env, &mut templates, &mut diags);
@@ -94,12 +94,7 @@ pub(super) fn build(
         return Err(ConfigErrors { diagnostics: diags });
     }
 
-    let mut tools = http_tools(
-        pending,
-        templates,
-        settings.limits.max_response_bytes,
-        &mut unavailable,
-    );
+    let mut tools = http_tools(pending, templates, settings.limits.max_response_bytes);
     for tool in native_tools {
         tools.insert(tool.name.clone(), tool);
     }
@@ -117,11 +112,13 @@ pub(super) fn build(
         keys,
         mcp_session_secret,
     };
-    // Sets that search have their index before the first request (the MCP
-    // servers' tools join it on the first search after they list them).
+    // Sets that search get their index built now, on a thread of its own
+    // so the load does not wait for it (a search that comes first waits
+    // for it instead); the MCP servers' tools join it on the first search
+    // after they list them.
     for set in catalog.sets() {
         if matches!(set.discovery, crate::discovery::Discovery::Search { .. }) {
-            set.index.warm(catalog.tools_in(set).collect());
+            crate::discovery::warm(&set.index, catalog.tools_in(set).collect());
         }
     }
     Ok(catalog)
@@ -273,7 +270,6 @@ fn http_tools(
     pending: Vec<(ToolSpec, PendingHttp)>,
     templates: TemplateSet,
     max_response_bytes: usize,
-    unavailable: &mut IndexMap<String, Unavailable>,
 ) -> IndexMap<String, Arc<Tool>> {
     let env = templates.finish();
     let mut tools = IndexMap::with_capacity(pending.len());
@@ -293,23 +289,8 @@ fn http_tools(
             max_response_bytes,
             redirects: http.redirects,
         }));
-        // The schema compiled during validation, so this cannot fail; if it
-        // somehow did, the tool is reported unavailable rather than lost.
-        match Tool::new(spec, kind) {
-            Ok(tool) => {
-                tools.insert(name, Arc::new(tool));
-            }
-            Err(e) => {
-                unavailable.insert(
-                    name.clone(),
-                    Unavailable {
-                        name,
-                        reason: e,
-                        origin: String::new(),
-                    },
-                );
-            }
-        }
+        let validator = http.validator;
+        tools.insert(name, Arc::new(Tool::with_validator(spec, kind, validator)));
     }
 
     tools

@@ -64,6 +64,8 @@ pub(super) struct PendingHttp {
     /// Templates that read `env` (what they render is secret).
     pub(super) secret_templates: BTreeSet<String>,
     pub(super) redirects: Option<crate::tool::http::Redirects>,
+    /// The parameters schema, compiled once here.
+    pub(super) validator: jsonschema::Validator,
 }
 
 /// What names a template may read.
@@ -101,9 +103,10 @@ pub(super) fn check_tool(
     }
     // Parameters: a JSON Schema of type object whose `required` names
     // declared properties.
-    c.params = check_parameters(&decl.parameters, &mut |p, msg, hint| {
+    let (params, validator) = check_parameters(&decl.parameters, &mut |p, msg, hint| {
         c.err(&format!(".parameters{p}"), msg, hint)
     });
+    c.params = params;
     let http = &decl.http;
     let url = c.check_url(&http.url);
     let query = c.check_query(http);
@@ -131,6 +134,7 @@ pub(super) fn check_tool(
         env: BTreeMap::new(),
         secret_templates: c.secret_templates,
         redirects,
+        validator: validator?,
     })
 }
 
@@ -433,18 +437,20 @@ impl ToolCheck<'_> {
     }
 }
 
-/// Checks a parameters schema; returns the declared property names.
+/// Checks a parameters schema; returns the declared property names and
+/// the compiled schema (compiled once, here: compiling checks it against
+/// the meta-schema too).
 pub(super) fn check_parameters(
     schema: &Value,
     err: &mut dyn FnMut(&str, String, &str),
-) -> BTreeSet<String> {
+) -> (BTreeSet<String>, Option<jsonschema::Validator>) {
     let Some(obj) = schema.as_object() else {
         err(
             "",
             "parameters must be a JSON Schema object".into(),
             "write `type: object` with `properties`",
         );
-        return BTreeSet::new();
+        return (BTreeSet::new(), None);
     };
     if obj.get("type").and_then(Value::as_str) != Some("object") {
         err(
@@ -453,19 +459,18 @@ pub(super) fn check_parameters(
             "tool arguments are always an object: add `type: object`",
         );
     }
-    if let Err(e) = jsonschema::meta::validate(schema) {
-        err(
-            "",
-            format!("parameters is not a valid JSON Schema: {e}"),
-            "fix the schema (see json-schema.org)",
-        );
-    } else if let Err(e) = jsonschema::validator_for(schema) {
-        err(
-            "",
-            format!("parameters cannot be compiled: {e}"),
-            "fix the schema (see json-schema.org)",
-        );
-    }
+    // Compiling checks the schema against its meta-schema first.
+    let validator = match jsonschema::validator_for(schema) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            err(
+                "",
+                format!("parameters is not a valid JSON Schema: {e}"),
+                "fix the schema (see json-schema.org)",
+            );
+            None
+        }
+    };
     let props: BTreeSet<String> = obj
         .get("properties")
         .and_then(Value::as_object)
@@ -484,7 +489,7 @@ pub(super) fn check_parameters(
             }
         }
     }
-    props
+    (props, validator)
 }
 
 /// Minijinja's global functions, which templates may call.

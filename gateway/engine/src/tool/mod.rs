@@ -170,8 +170,18 @@ impl Tool {
     /// Builds a tool; fails when `parameters` is not a usable JSON Schema.
     pub fn new(spec: ToolSpec, kind: ToolKind) -> Result<Tool, String> {
         let validator = compile_schema(&spec.parameters)?;
+        Ok(Tool::with_validator(spec, kind, validator))
+    }
+
+    /// Builds a tool whose `parameters` the caller has compiled (and
+    /// checked to be of `type: object`) into `validator`.
+    pub fn with_validator(
+        spec: ToolSpec,
+        kind: ToolKind,
+        validator: jsonschema::Validator,
+    ) -> Tool {
         let cache = spec.cache_ttl.map(ResultCache::new);
-        Ok(Tool {
+        Tool {
             name: spec.name,
             description: spec.description,
             category: spec.category,
@@ -184,7 +194,7 @@ impl Tool {
             annotations: spec.annotations,
             output_schema: spec.output_schema,
             origin: spec.origin,
-        })
+        }
     }
 
     /// Checks `args` against the schema; every violation is reported.
