@@ -23,6 +23,17 @@ impl Default for TemplateSet {
     fn default() -> Self {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        // A boolean prints as JSON spells it (`true`), not as Jinja does
+        // (`True`): a URL, header or form value is read by an API, which
+        // expects the former.
+        env.set_formatter(|out, state, value| {
+            if value.kind() == minijinja::value::ValueKind::Bool {
+                out.write_str(if value.is_true() { "true" } else { "false" })?;
+                Ok(())
+            } else {
+                minijinja::escape_formatter(out, state, value)
+            }
+        });
         env.set_auto_escape_callback(|name| {
             if name.ends_with(JSON_SUFFIX) {
                 AutoEscape::Json
@@ -185,6 +196,25 @@ mod tests {
         assert_eq!(render(json!({})), "");
         assert_eq!(render(json!({"n": null})), "null");
         assert_eq!(render(json!({"n": [1, "a"]})), r#"[1,"a"]"#);
+    }
+
+    #[test]
+    fn booleans_print_as_json_spells_them() {
+        let mut set = TemplateSet::default();
+        set.add(
+            "q".into(),
+            "{{ args.b }},{{ args.c }},{{ args.b and 1 }}".into(),
+        )
+        .unwrap();
+        set.add(format!("j{JSON_SUFFIX}"), "{{ args.b }}".into())
+            .unwrap();
+        let env = set.finish();
+        let args = || minijinja::context! { args => minijinja::Value::from_serialize(json!({"b": true, "c": false})) };
+        assert_eq!(render(&env, "q", args()).unwrap(), "true,false,1");
+        assert_eq!(
+            render(&env, &format!("j{JSON_SUFFIX}"), args()).unwrap(),
+            "true"
+        );
     }
 
     #[test]

@@ -35,12 +35,15 @@ const PETSTORES: &[&str] = &[
     "@readme/oas-examples/3.1/yaml/petstore.yaml",
     "@readme/oas-examples/2.0/yaml/petstore.yaml",
 ];
-/// For Prism: `2.0/yaml/petstore.yaml` declares no `consumes` for its
-/// JSON bodies, which Prism refuses whatever is sent.
-const MOCKED: &[&str] = &[
-    "@readme/oas-examples/3.0/yaml/petstore.yaml",
-    "@readme/oas-examples/3.1/yaml/petstore.yaml",
-    "@readme/oas-examples/2.0/yaml/petstore-expanded.yaml",
+/// For Prism, with the operations to import: `2.0/yaml/petstore.yaml`
+/// declares no `consumes` for its JSON bodies, which Prism refuses
+/// whatever is sent; GitHub's issues and pull requests (its whole API is
+/// imported and loaded above).
+const MOCKED: &[(&str, &[&str])] = &[
+    ("@readme/oas-examples/3.0/yaml/petstore.yaml", &[]),
+    ("@readme/oas-examples/3.1/yaml/petstore.yaml", &[]),
+    ("@readme/oas-examples/2.0/yaml/petstore-expanded.yaml", &[]),
+    (GITHUB, &["--include", "issues/*", "--include", "pulls/*"]),
 ];
 const GITHUB: &str = "@octokit/openapi/generated/api.github.com.json";
 
@@ -223,7 +226,7 @@ async fn calls_through_imported_tools_pass_prisms_request_validation() {
     let Some(prism) = spec(".bin/prism") else {
         return;
     };
-    for path in MOCKED {
+    for (path, only) in MOCKED {
         let Some(spec) = spec(path) else { return };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -263,13 +266,16 @@ async fn calls_through_imported_tools_pass_prisms_request_validation() {
         }
         assert!(up, "prism did not start for {path}");
         // Prism's validation is on: a request the spec forbids is refused.
-        let pets = if path.contains("expanded") {
-            "pets"
+        // (On GitHub's spec Prism checks paths, queries and headers but lets
+        // any JSON body through, so its check is a query.)
+        let invalid = if *path == GITHUB {
+            client.get(format!("{base}/repos/o/r/issues?per_page=abc"))
+        } else if path.contains("expanded") {
+            client.post(format!("{base}/pets"))
         } else {
-            "pet"
+            client.post(format!("{base}/pet"))
         };
-        client
-            .post(format!("{base}/{pets}"))
+        invalid
             .header("authorization", "Bearer x")
             .json(&json!({"name": 3}))
             .send()
@@ -281,12 +287,15 @@ async fn calls_through_imported_tools_pass_prisms_request_validation() {
             "{path}: prism accepted an invalid body: {verdict}"
         );
 
-        let yaml = import(&spec, &["--server", &base]);
+        let mut args = vec!["--server", base.as_str()];
+        args.extend_from_slice(only);
+        let yaml = import(&spec, &args);
         let (names, env) = names_and_env(&yaml);
         let (_dir, catalog) = load(&yaml, &env);
         let executor = Executor::new(http_client().unwrap());
         let decls: Value = serde_yaml::from_str(&yaml).unwrap();
         let mut outcomes = BTreeMap::new();
+        let mut unsent = Vec::new();
         for (tool, name) in decls["tools"].as_array().unwrap().iter().zip(&names) {
             let arguments = example(&tool["parameters"], 0);
             let call = ToolCall {
@@ -295,6 +304,12 @@ async fn calls_through_imported_tools_pass_prisms_request_validation() {
                 arguments: arguments.clone(),
             };
             let result = executor.run(&catalog, &call, &CallContext::new()).await;
+            // This test's example values do not satisfy every schema
+            // (patterns, lengths): such a call is refused before it is sent.
+            if let Some(toolgate::ToolError::InvalidArguments(_)) = &result.error {
+                unsent.push(name.clone());
+                continue;
+            }
             // Prism's log says whether the request passed its validation
             // (an operation whose spec has no 2xx answer then answers with
             // the status it documents, so the status alone does not tell).
@@ -308,8 +323,12 @@ async fn calls_through_imported_tools_pass_prisms_request_validation() {
         }
         let ok = outcomes.values().filter(|s| **s).count();
         eprintln!(
-            "{path}: all {} calls passed validation; {ok} answered 2xx",
+            "{path}: all {} calls passed validation; {ok} answered 2xx; not sent (example arguments invalid): {unsent:?}",
             outcomes.len()
+        );
+        assert!(
+            unsent.len() * 10 <= outcomes.len(),
+            "{path}: too few calls were sent to judge"
         );
         mock.kill().await.ok();
     }
