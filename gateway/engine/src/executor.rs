@@ -26,7 +26,20 @@ use crate::audit::{AuditEntry, AuditLog};
 use crate::catalog::Catalog;
 use crate::limits::{Rate, RateLimits};
 use crate::tool::context::{CallContext, ToolContext};
-use crate::tool::{Output, ProgressSink, Tool, ToolError, ToolKind};
+use crate::tool::{Output, Progress, ProgressSink, Tool, ToolError, ToolKind};
+
+/// Progress reports of one call waiting to be passed on; beyond, they are
+/// dropped (the next one says more).
+const PROGRESS_BACKLOG: usize = 32;
+
+/// A progress report of a running call of a batch.
+#[derive(Debug, Clone)]
+pub struct CallProgress {
+    /// The call's id (the model's).
+    pub call_id: String,
+    pub tool: String,
+    pub progress: Progress,
+}
 
 /// One call to run.
 #[derive(Debug, Clone)]
@@ -163,6 +176,38 @@ impl Executor {
             .await;
         self.record(catalog, call, ctx, &result).await;
         result
+    }
+
+    /// Runs one call, passing its progress reports to `out`.
+    async fn run_forwarding(
+        &self,
+        catalog: &Catalog,
+        call: &ToolCall,
+        ctx: &CallContext,
+        out: &tokio::sync::mpsc::Sender<CallProgress>,
+    ) -> ToolResult {
+        let (sink, mut reports) = tokio::sync::mpsc::channel::<Progress>(PROGRESS_BACKLOG);
+        let forward = |progress: Progress| {
+            let _ = out.try_send(CallProgress {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                progress,
+            });
+        };
+        let run = self.run_reporting(catalog, call, ctx, Some(&sink));
+        tokio::pin!(run);
+        loop {
+            tokio::select! {
+                biased;
+                Some(p) = reports.recv() => forward(p),
+                result = &mut run => {
+                    while let Ok(p) = reports.try_recv() {
+                        forward(p);
+                    }
+                    return result;
+                }
+            }
+        }
     }
 
     /// Counts a finished call in the metrics and writes it to the audit log.
@@ -378,6 +423,19 @@ impl Executor {
         calls: &[ToolCall],
         ctx: &CallContext,
     ) -> Vec<ToolResult> {
+        self.run_batch_reporting(catalog, calls, ctx, None).await
+    }
+
+    /// [`run_batch`](Self::run_batch), passing each call's progress reports
+    /// to `progress` with the call's index in `calls` (dropped, never
+    /// waited for, when the receiver is slow).
+    pub async fn run_batch_reporting(
+        &self,
+        catalog: &Catalog,
+        calls: &[ToolCall],
+        ctx: &CallContext,
+        progress: Option<&tokio::sync::mpsc::Sender<CallProgress>>,
+    ) -> Vec<ToolResult> {
         // Index of the first occurrence of each distinct call.
         let mut first: HashMap<(String, String), usize> = HashMap::new();
         let mut origin = Vec::with_capacity(calls.len());
@@ -403,7 +461,13 @@ impl Executor {
                     break;
                 };
                 let call = &calls[i];
-                in_flight.push(async move { (slot, self.run(catalog, call, ctx).await) });
+                in_flight.push(async move {
+                    let result = match progress {
+                        None => self.run(catalog, call, ctx).await,
+                        Some(out) => self.run_forwarding(catalog, call, ctx, out).await,
+                    };
+                    (slot, result)
+                });
             }
             match in_flight.next().await {
                 Some((slot, result)) => results[slot] = Some(result),

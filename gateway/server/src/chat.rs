@@ -138,6 +138,9 @@ impl Chunks {
             // OpenAI's format has no place for the gateway's own calls; the
             // last chunk's `toolgate` report lists them.
             Event::ToolCallStarted(_) | Event::ToolCallDone(_) => Vec::new(),
+            // Nor for a tool's progress: an SSE comment, which clients
+            // skip, with the report as JSON for those that read it.
+            Event::ToolProgress(p) => vec![progress_comment(&p)],
             Event::ClientCalls(calls) => {
                 let deltas: Vec<Value> = calls
                     .iter()
@@ -185,6 +188,19 @@ impl Chunks {
 
 fn data_event(v: &Value) -> SseEvent {
     SseEvent::default().data(v.to_string())
+}
+
+/// `: toolgate.progress {"call_id": …, "tool": …, "progress": …, "total": …, "message": …}`
+fn progress_comment(p: &toolgate_engine::executor::CallProgress) -> SseEvent {
+    let report = json!({
+        "call_id": p.call_id,
+        "tool": p.tool,
+        "progress": p.progress.progress,
+        "total": p.progress.total,
+        "message": p.progress.message,
+    });
+    // A comment is one line: the JSON has no raw newline in it.
+    SseEvent::default().comment(format!("toolgate.progress {report}"))
 }
 
 /// An error in the middle of a stream: the status is already sent, so the

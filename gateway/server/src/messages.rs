@@ -312,7 +312,10 @@ impl StreamEncoder {
             }
             // Reasoning has no signed thinking block to go in; the gateway's
             // own calls are in the report.
-            Event::Reasoning(_) | Event::ToolCallStarted(_) | Event::ToolCallDone(_) => {}
+            Event::Reasoning(_)
+            | Event::ToolCallStarted(_)
+            | Event::ToolProgress(_)
+            | Event::ToolCallDone(_) => {}
             Event::ClientCalls(calls) => {
                 self.close_text(&mut out);
                 for c in &calls {

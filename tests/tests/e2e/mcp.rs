@@ -418,25 +418,32 @@ async fn names_that_collide_or_are_too_long_are_reported_not_overwritten() {
     );
 }
 
-#[tokio::test]
-async fn an_mcp_tool_in_the_chat_loop() {
-    let bin = require!(everything());
+/// A gateway whose default set `mcp` holds `tools` (YAML) of npm's
+/// server-everything, in front of the scripted model.
+async fn chat_gateway(
+    bin: &str,
+    tools: &str,
+) -> (toolgate_tests::mock_llm::MockLlm, Gateway, ConfigDir) {
     let model = toolgate_tests::mock_llm::MockLlm::start().await;
     let gateway_yaml = format!(
         "defaults:\n  tool_set: mcp\nupstreams:\n  - name: mock\n    base_url: {}\n",
         model.base_url()
     );
+    let set = format!("name: mcp\ntools: {tools}\n");
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml),
-        ("tools.d/everything.yaml", &everything_yaml(&bin, "10s")),
-        (
-            "tool-sets/mcp.yaml",
-            "name: mcp\ntools: [everything_echo, \"everything_get-*\"]\n",
-        ),
+        ("tools.d/everything.yaml", &everything_yaml(bin, "10s")),
+        ("tool-sets/mcp.yaml", &set),
     ]);
     let catalog = load_catalog(dir.path(), &[]);
     start(&catalog).await;
-    let gw = Gateway::start(catalog).await;
+    (model, Gateway::start(catalog).await, dir)
+}
+
+#[tokio::test]
+async fn an_mcp_tool_in_the_chat_loop() {
+    let bin = require!(everything());
+    let (model, gw, _dir) = chat_gateway(&bin, "[everything_echo, \"everything_get-*\"]").await;
     let body: Value = reqwest::Client::new()
         .post(gw.url("/v1/chat/completions"))
         .json(&json!({
@@ -471,6 +478,45 @@ async fn an_mcp_tool_in_the_chat_loop() {
             "everything_get-tiny-image"
         ]
     );
+}
+
+/// An MCP tool's progress reports reach a streamed chat completion as SSE
+/// comments (which OpenAI clients skip), before the answer.
+#[tokio::test]
+async fn an_mcp_tools_progress_reaches_a_streamed_chat_completion() {
+    let bin = require!(everything());
+    let (_model, gw, _dir) =
+        chat_gateway(&bin, "[everything_trigger-long-running-operation]").await;
+    let text = reqwest::Client::new()
+        .post(gw.url("/v1/chat/completions"))
+        .json(&json!({
+            "model": "mock-model",
+            "stream": true,
+            "messages": [{"role": "user", "content": "call everything_trigger-long-running-operation {\"duration\": 1, \"steps\": 3}"}]
+        }))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let reports: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(": toolgate.progress "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .collect();
+    assert_eq!(reports.len(), 3, "{text}");
+    for (i, r) in reports.iter().enumerate() {
+        assert_eq!(r["tool"], "everything_trigger-long-running-operation");
+        assert_eq!(r["progress"].as_f64(), Some((i + 1) as f64));
+        assert_eq!(r["total"].as_f64(), Some(3.0));
+        assert!(r["call_id"].as_str().is_some_and(|id| !id.is_empty()));
+    }
+    // The comments come before the answer, which is whole.
+    let first_report = text.find(": toolgate.progress").unwrap();
+    let answer = text.rfind("\"content\":").unwrap();
+    assert!(first_report < answer);
+    assert!(text.trim_end().ends_with("data: [DONE]"));
 }
 
 #[tokio::test]

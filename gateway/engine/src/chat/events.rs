@@ -5,6 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::executor::CallProgress;
 use crate::executor::ToolResult;
 use crate::formatter::Call;
 use crate::tool::ToolError;
@@ -20,6 +21,9 @@ pub enum Event {
     Reasoning(String),
     /// The gateway starts running a tool call the model made.
     ToolCallStarted(Call),
+    /// A running gateway tool call reported progress (MCP tools that send
+    /// `notifications/progress`).
+    ToolProgress(Box<CallProgress>),
     /// A gateway tool call finished (successfully or not).
     ToolCallDone(Box<CallRecord>),
     /// The model called client tools: the client runs them and asks again.

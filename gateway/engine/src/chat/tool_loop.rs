@@ -37,7 +37,7 @@ use super::request::ChatRequest;
 use super::subagent;
 use crate::catalog::Catalog;
 use crate::discovery::{FIND_TOOLS, found_names};
-use crate::executor::{Executor, ToolCall, ToolResult};
+use crate::executor::{CallProgress, Executor, ToolCall, ToolResult};
 use crate::formatter::{self, Call, Learned, PromptTemplate, Turn};
 use crate::openai::add_usage;
 use crate::tool::{Tool, ToolError};
@@ -51,6 +51,9 @@ use toolgate_toolcall::{OfferedTool, ParseOptions, StreamEvent, StreamParser};
 const PARSE: ParseOptions = ParseOptions {
     orphan_think_close: false,
 };
+
+/// Progress reports waiting to be streamed; beyond, they are dropped.
+const PROGRESS_BACKLOG: usize = 64;
 
 /// Everything one loop needs.
 #[derive(Debug)]
@@ -224,7 +227,7 @@ impl Loop {
             let (next, finish) = run.decide(&turn, iteration);
             let client_calls = match next {
                 Next::Run(calls) => {
-                    run.run_calls(&turn, &calls, iteration).await;
+                    run.run_calls(&turn, &calls, iteration, None).await;
                     continue;
                 }
                 Next::LastCall => {
@@ -464,7 +467,13 @@ impl Run {
 
     /// Runs a turn's calls: appends the assistant message and the tool
     /// messages to the conversation, and records each call in the report.
-    async fn run_calls(&mut self, turn: &Turn, calls: &[Call], iteration: u32) {
+    async fn run_calls(
+        &mut self,
+        turn: &Turn,
+        calls: &[Call],
+        iteration: u32,
+        progress: Option<&tokio::sync::mpsc::Sender<CallProgress>>,
+    ) {
         self.messages.push(json!({
             "role": "assistant",
             "content": turn.content,
@@ -507,7 +516,7 @@ impl Run {
         let (batch_results, spawn_results) = futures::join!(
             self.l
                 .executor
-                .run_batch(&self.l.catalog, &batch, &self.l.context),
+                .run_batch_reporting(&self.l.catalog, &batch, &self.l.context, progress),
             self.run_spawns(&spawns),
         );
         let mut results = batch_results.into_iter();
@@ -727,7 +736,26 @@ impl Run {
                             yield Event::ToolCallStarted(c.clone());
                         }
                         let before = self.calls.len();
-                        self.run_calls(&turn, &calls, iteration).await;
+                        // The tools' progress reports go out as they come.
+                        let (tx, mut rx) = tokio::sync::mpsc::channel::<CallProgress>(PROGRESS_BACKLOG);
+                        {
+                            let running = self.run_calls(&turn, &calls, iteration, Some(&tx));
+                            tokio::pin!(running);
+                            loop {
+                                let report = tokio::select! {
+                                    biased;
+                                    Some(p) = rx.recv() => Some(p),
+                                    () = &mut running => None,
+                                };
+                                match report {
+                                    Some(p) => yield Event::ToolProgress(Box::new(p)),
+                                    None => break,
+                                }
+                            }
+                        }
+                        while let Ok(p) = rx.try_recv() {
+                            yield Event::ToolProgress(Box::new(p));
+                        }
                         for record in &self.calls[before..] {
                             yield Event::ToolCallDone(Box::new(record.clone()));
                         }
