@@ -252,6 +252,8 @@ def test_a_set_that_searches_lists_find_tools_and_call_tool(mcp_gateway, mode):
             assert [t.name for t in (await c.list_tools()).tools] == ["find_tools", "call_tool"]
 
     run(go)
+    status, _, body = http("POST", url + "/mcp/found?discovery=some", key=FULL_KEY, body=INITIALIZE)
+    assert status == 400 and "neither `all` nor `search`" in json.loads(body)["error"]["message"], body
 
 
 def test_failures_are_tool_errors_the_client_can_read(mcp_gateway):

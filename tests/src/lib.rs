@@ -329,6 +329,39 @@ impl Gateway {
     }
 }
 
+/// A gateway in front of the scripted model, with a recording backend for
+/// its HTTP tools: `config` (in [`ConfigDir::fixture`]'s format) may read
+/// `${MODEL}` (the model's base URL) and `${BACKEND}`.
+pub struct ChatSetup {
+    pub backend: Backend,
+    pub model: mock_llm::MockLlm,
+    pub gateway: Gateway,
+    pub dir: ConfigDir,
+}
+
+impl ChatSetup {
+    pub async fn start(config: &str) -> ChatSetup {
+        let backend = Backend::start().await;
+        let model = mock_llm::MockLlm::start().await;
+        let dir = ConfigDir::fixture(
+            config,
+            &[("MODEL", &model.base_url()), ("BACKEND", &backend.url())],
+        );
+        let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
+        ChatSetup {
+            backend,
+            model,
+            gateway,
+            dir,
+        }
+    }
+
+    /// The URL of `path` on the gateway.
+    pub fn url(&self, path: &str) -> String {
+        self.gateway.url(path)
+    }
+}
+
 /// The `toolgate` binary built next to the test executables.
 pub fn toolgate_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();

@@ -718,7 +718,8 @@ impl<T, M, O> Default for ToolFile<T, M, O> {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenApiDecl {
-    /// The spec file (YAML or JSON), relative to the configuration folder.
+    /// The spec (YAML or JSON): a file, relative to the configuration
+    /// folder, or an http(s) URL fetched once at every load.
     pub spec: String,
     /// Only operations whose tool name, operationId or path matches one of
     /// these globs; all when empty.

@@ -59,11 +59,12 @@ pub type Fetch<'a> = &'a dyn Fn(&str) -> Result<String, String>;
 /// `diags`; the files that failed are left out of the result. URLs are
 /// refused (see [`load_dir_with`]).
 pub fn load_dir(dir: &Path, diags: &mut Vec<Diagnostic>) -> RawConfig {
-    load_dir_with(
-        dir,
-        &|_| Err("this loader fetches no URLs".to_owned()),
-        diags,
-    )
+    load_dir_with(dir, &no_fetch, diags)
+}
+
+/// The fetch of a loader that reads no URLs.
+fn no_fetch(_: &str) -> Result<String, String> {
+    Err("this loader fetches no URLs".to_owned())
 }
 
 /// [`load_dir`], reading URLs with `fetch`.
@@ -166,13 +167,7 @@ pub fn parse_text<T: FromYaml>(
     text: &str,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Loaded<T>> {
-    parse_text_with(
-        dir,
-        &|_| Err("this loader fetches no URLs".to_owned()),
-        file,
-        text,
-        diags,
-    )
+    parse_text_with(dir, &no_fetch, file, text, diags)
 }
 
 fn parse_text_with<T: FromYaml>(

@@ -2,9 +2,12 @@
 //!
 //! A set's tools are ranked by BM25 (the `bm25` crate: English stemming,
 //! stop words) over each tool's name, description and parameter names;
-//! names are split into words (`repos_create-fork`, `listForRepo`). The
-//! index is built at catalog load for sets that search, and rebuilt on the
-//! next search when the set's tools change (an MCP server's list does).
+//! names are split into words (`repos_create-fork`, `listForRepo`), with
+//! the usual synonyms of API verbs; BM25's best matches are reranked by
+//! how much of each name the query covers. The index is built at catalog
+//! load for sets that search (on a thread of its own, see [`warm`]), and
+//! rebuilt on the next search when the set's tools change (an MCP
+//! server's list does).
 //!
 //! `find_tools` is a tool like any other (validated, timed, audited) whose
 //! call runs [`run`]. The chat loop then offers the tools it found (see

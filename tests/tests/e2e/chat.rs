@@ -4,8 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{Value, json};
-use toolgate_tests::mock_llm::MockLlm;
-use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog, post_json, post_sse, user};
+use toolgate_tests::{ChatSetup, ConfigDir, Gateway, load_catalog, post_json, post_sse, user};
 
 const CONFIG: &str = r#"
 --- toolgate.yaml
@@ -59,28 +58,10 @@ name: other
 tools: [lookup]
 "#;
 
-struct Setup {
-    backend: Backend,
-    model: MockLlm,
-    gateway: Gateway,
-    _dir: ConfigDir,
-}
+type Setup = ChatSetup;
 
 async fn setup() -> Setup {
-    let backend = Backend::start().await;
-    let model = MockLlm::start().await;
-    let dir = ConfigDir::fixture(
-        CONFIG,
-        &[("MODEL", &model.base_url()), ("BACKEND", &backend.url())],
-    );
-    let catalog = load_catalog(dir.path(), &[]);
-    let gateway = Gateway::start(catalog).await;
-    Setup {
-        backend,
-        model,
-        gateway,
-        _dir: dir,
-    }
+    ChatSetup::start(CONFIG).await
 }
 
 async fn post(s: &Setup, body: Value) -> (u16, Value) {

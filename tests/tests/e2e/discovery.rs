@@ -6,8 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{Value, json};
-use toolgate_tests::mock_llm::MockLlm;
-use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog, post_json, post_sse, user};
+use toolgate_tests::{ChatSetup, post_json, post_sse, user};
 
 /// Tools with distinct purposes, and fillers that search must rank below.
 const TOOLS: &[(&str, &str, &str)] = &[
@@ -104,27 +103,8 @@ tools: ["*"]
     )
 }
 
-struct Setup {
-    model: MockLlm,
-    gateway: Gateway,
-    _backend: Backend,
-    _dir: ConfigDir,
-}
-
-async fn setup() -> Setup {
-    let backend = Backend::start().await;
-    let model = MockLlm::start().await;
-    let dir = ConfigDir::fixture(
-        &config(),
-        &[("MODEL", &model.base_url()), ("BACKEND", &backend.url())],
-    );
-    let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
-    Setup {
-        model,
-        gateway,
-        _backend: backend,
-        _dir: dir,
-    }
+async fn setup() -> ChatSetup {
+    ChatSetup::start(&config()).await
 }
 
 /// The names of the tools a model request offered.

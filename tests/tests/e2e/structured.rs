@@ -4,8 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{Value, json};
-use toolgate_tests::mock_llm::MockLlm;
-use toolgate_tests::{Backend, ConfigDir, Gateway, load_catalog, post_json, post_sse, user};
+use toolgate_tests::{ChatSetup, post_json, post_sse, user};
 
 const CONFIG: &str = r#"
 --- toolgate.yaml
@@ -44,27 +43,10 @@ name: web
 tools: [lookup]
 "#;
 
-struct Setup {
-    model: MockLlm,
-    gateway: Gateway,
-    _backend: Backend,
-    _dir: ConfigDir,
-}
+type Setup = ChatSetup;
 
 async fn setup() -> Setup {
-    let backend = Backend::start().await;
-    let model = MockLlm::start().await;
-    let dir = ConfigDir::fixture(
-        CONFIG,
-        &[("MODEL", &model.base_url()), ("BACKEND", &backend.url())],
-    );
-    let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
-    Setup {
-        model,
-        gateway,
-        _backend: backend,
-        _dir: dir,
-    }
+    ChatSetup::start(CONFIG).await
 }
 
 async fn post(s: &Setup, body: Value) -> (u16, Value) {

@@ -239,16 +239,13 @@ fn unwrap_call_tool(args: &serde_json::Map<String, Value>) -> Result<(String, Va
     }
 }
 
-/// `true` when `name` is a tool of the set (usable or not) for this caller.
-fn in_set(catalog: &Catalog, target: &Target, name: &str) -> Result<bool, McpError> {
-    let set = catalog
-        .usable_set(&target.set, target.caller.key.as_deref())
-        .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+/// `true` when `name` is a tool of `set` (usable or not).
+fn in_set(catalog: &Catalog, set: &ToolSet, name: &str) -> bool {
     let known = catalog.tool(name).is_some() || catalog.unavailable_tool(name).is_some();
-    Ok(known
+    known
         && (set.tools.iter().any(|t| t == name)
             || set.unavailable.iter().any(|t| t == name)
-            || set.mcp.iter().any(|p| p.matches(name))))
+            || set.mcp.iter().any(|p| p.matches(name)))
 }
 
 impl ServerHandler for ToolSetServer {
@@ -347,7 +344,7 @@ impl ServerHandler for ToolSetServer {
                 Ok(call) => call,
                 Err(refused) => return encode(&refused),
             };
-            if inner != FIND_TOOLS && !in_set(&catalog, &target, &inner)? {
+            if inner != FIND_TOOLS && !in_set(&catalog, set, &inner) {
                 return encode(&ToolResult::failure(
                     ToolError::Failed(format!(
                         "the tool set `{}` has no tool `{inner}`; find_tools finds its tools",
@@ -358,7 +355,7 @@ impl ServerHandler for ToolSetServer {
             }
             name = inner;
             arguments = inner_args;
-        } else if name != FIND_TOOLS && !in_set(&catalog, &target, &name)? {
+        } else if name != FIND_TOOLS && !in_set(&catalog, set, &name) {
             return Err(McpError::new(
                 ErrorCode::INVALID_PARAMS,
                 format!("Unknown tool: {name}"),
