@@ -477,8 +477,13 @@ pub struct Server {
 impl Server {
     /// Starts `toolgate serve` on `dir` with `env` added to its environment.
     pub async fn start(dir: &Path, env: &[(&str, &str)]) -> Server {
+        Server::start_on(dir, env, "127.0.0.1:0").await
+    }
+
+    /// The same, listening on `listen`.
+    pub async fn start_on(dir: &Path, env: &[(&str, &str)], listen: &str) -> Server {
         let mut child = Command::new(toolgate_bin())
-            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .args(["serve", "--listen", listen, "--config"])
             .arg(dir)
             .envs(env.iter().copied())
             .env("TOOLGATE_LOG", "info")
@@ -503,7 +508,11 @@ impl Server {
         };
         let line = server.logged("listening on http://").await;
         let at = line.find("listening on http://").unwrap();
-        server.addr = line[at + "listening on http://".len()..].trim().to_owned();
+        // The address ends where the line (or, in JSON logs, the string) does.
+        server.addr = line[at + "listening on http://".len()..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']'))
+            .collect();
         server
     }
 
@@ -693,4 +702,77 @@ pub async fn listening_address(stderr: std::process::ChildStderr) -> String {
     })
     .await
     .unwrap()
+}
+
+/// A port nothing listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits (at most 10 s) until something accepts connections on `port`.
+pub async fn wait_for_port(port: u16) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing listens on port {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A real `redis-server` (the Debian package `make deb` installs) on
+/// 127.0.0.1, without persistence; stopped when dropped.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+}
+
+impl RedisServer {
+    pub async fn start() -> RedisServer {
+        RedisServer::start_on(free_port()).await
+    }
+
+    /// On `port` (to bring a stopped one back where the gateways expect it).
+    pub async fn start_on(port: u16) -> RedisServer {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot run redis-server ({e}): `make deb` installs it (Debian package redis-server)")
+            });
+        wait_for_port(port).await;
+        RedisServer {
+            child: Some(child),
+            port,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Kills it (its data is lost, as in a crash).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }

@@ -55,6 +55,125 @@ pub struct GatewayFile {
     /// `/mcp/{tool_set}` (and the caller's default set at `/mcp`).
     #[serde(default)]
     pub mcp: McpEndpointDecl,
+    /// State shared by replicas (rate limits, result caches, learned
+    /// formatters). Without it each process keeps its own. Read at start:
+    /// a reload that changes it takes effect at the next restart.
+    #[serde(default)]
+    pub state: StateDecl,
+    /// Traces exported with OpenTelemetry (OTLP over HTTP). Off unless set
+    /// here or by the standard `OTEL_EXPORTER_OTLP_ENDPOINT` variables.
+    /// Read at start.
+    #[serde(default)]
+    pub telemetry: TelemetryDecl,
+}
+
+/// `state`: where replicas share what they count and learn.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StateDecl {
+    /// A Redis (or Valkey) server shared by every replica.
+    #[serde(default)]
+    pub redis: Option<RedisDecl>,
+}
+
+/// `state.redis`: the shared Redis.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedisDecl {
+    /// Environment variable holding the URL, e.g. `redis://redis:6379/0`
+    /// (`rediss://` for TLS; a password goes in the URL, hence a variable).
+    pub url_env: String,
+    /// Prefix of every key the gateway writes, so several gateways (or
+    /// other programs) can share one Redis.
+    #[serde(default = "default_redis_prefix")]
+    pub prefix: String,
+    /// Longest wait for one Redis operation; a slower answer counts as
+    /// Redis being unavailable.
+    #[serde(default = "default_redis_timeout", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub timeout: Duration,
+    /// What rate limits do while Redis is unavailable: `local` (each
+    /// replica counts on its own), `open` (no rate limits) or `closed`
+    /// (refuse what a rate limit applies to, 503). Caches and learned
+    /// formatters always fall back to the replica's own.
+    #[serde(default)]
+    pub on_unavailable: Unavailable,
+    /// Largest cached tool result stored in Redis, in bytes of JSON; larger
+    /// results are cached by the replica alone.
+    #[serde(default = "default_redis_max_value_bytes")]
+    pub max_value_bytes: usize,
+}
+
+/// `state.redis.on_unavailable`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Unavailable {
+    /// Each replica enforces the limits on its own (a key may get up to
+    /// its limit from every replica).
+    #[default]
+    Local,
+    /// No rate limits until Redis is back.
+    Open,
+    /// Requests and tool calls under a rate limit are refused (503).
+    Closed,
+}
+
+fn default_redis_prefix() -> String {
+    "toolgate:".into()
+}
+
+fn default_redis_timeout() -> Duration {
+    Duration::from_millis(250)
+}
+
+fn default_redis_max_value_bytes() -> usize {
+    1 << 20
+}
+
+/// `telemetry`: trace export.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryDecl {
+    /// OTLP over HTTP.
+    #[serde(default)]
+    pub otlp: Option<OtlpDecl>,
+}
+
+/// `telemetry.otlp`: where traces go.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpDecl {
+    /// The collector's OTLP/HTTP base address, e.g.
+    /// `http://otel-collector:4318` (traces are posted to `/v1/traces`).
+    /// Default: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// `http/protobuf` (default) or `http/json`.
+    #[serde(default)]
+    pub protocol: OtlpProtocol,
+    /// The `service.name` of the traces; default `OTEL_SERVICE_NAME`, else
+    /// `toolgate`.
+    #[serde(default)]
+    pub service_name: Option<String>,
+    /// Share of traces recorded when the client sent no `traceparent`
+    /// (0.0-1.0); a client's sampling decision is followed.
+    #[serde(default = "default_sample_ratio")]
+    pub sample_ratio: f64,
+}
+
+/// `telemetry.otlp.protocol`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub enum OtlpProtocol {
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    #[serde(rename = "http/json")]
+    HttpJson,
+}
+
+fn default_sample_ratio() -> f64 {
+    1.0
 }
 
 /// `mcp`: how the gateway serves tool sets to MCP clients.
@@ -258,6 +377,13 @@ impl Default for ReloadDecl {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ShutdownDecl {
+    /// After SIGTERM, how long the gateway goes on serving while `/readyz`
+    /// answers 503 (and every answer says `Connection: close`), so load
+    /// balancers stop sending before the listener closes; `0s` closes at
+    /// once. Set it a little above the readiness probe's period.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub drain_delay: Duration,
     /// How long requests in flight (streams included) may take to finish
     /// after SIGTERM/SIGINT; what is still open then is closed.
     #[serde(with = "humantime_serde")]
@@ -268,6 +394,7 @@ pub struct ShutdownDecl {
 impl Default for ShutdownDecl {
     fn default() -> Self {
         ShutdownDecl {
+            drain_delay: Duration::ZERO,
             grace: Duration::from_secs(30),
         }
     }
@@ -790,6 +917,10 @@ pub struct McpServerDecl {
     /// (`readOnlyHint`); other tools are never cached.
     #[serde(default)]
     pub cache: Option<CacheDecl>,
+    /// The gateway is not ready (`/readyz` answers 503) while this server
+    /// is down.
+    #[serde(default)]
+    pub required: bool,
 }
 
 /// How the gateway talks to an MCP server.

@@ -24,9 +24,10 @@ use tracing::Instrument;
 
 use crate::audit::{AuditEntry, AuditLog};
 use crate::catalog::Catalog;
-use crate::limits::{Rate, RateLimits};
+use crate::limits::{Rate, RateLimits, Refused};
+use crate::shared::{self, Redis};
 use crate::tool::context::{CallContext, ToolContext};
-use crate::tool::{Output, Progress, ProgressSink, Tool, ToolError, ToolKind};
+use crate::tool::{Output, Progress, ProgressSink, ResultCache, Tool, ToolError, ToolKind};
 
 /// Progress reports of one call waiting to be passed on; beyond, they are
 /// dropped (the next one says more).
@@ -111,6 +112,7 @@ pub struct Executor {
     http: reqwest::Client,
     audit: Option<AuditLog>,
     rates: Option<Arc<RateLimits>>,
+    shared: Option<Arc<Redis>>,
 }
 
 impl Executor {
@@ -119,7 +121,14 @@ impl Executor {
             http,
             audit: None,
             rates: None,
+            shared: None,
         }
+    }
+
+    /// Shares cached results with other replicas through `redis`.
+    pub fn with_shared(mut self, redis: Option<Arc<Redis>>) -> Self {
+        self.shared = redis;
+        self
     }
 
     /// Writes every call to `audit`.
@@ -168,7 +177,11 @@ impl Executor {
             "tool",
             tool = %call.name,
             call_id = %call.id,
-            request_id = %ctx.request_id
+            request_id = %ctx.request_id,
+            "otel.name" = %format_args!("execute_tool {}", call.name),
+            "gen_ai.operation.name" = "execute_tool",
+            "gen_ai.tool.name" = %call.name,
+            "gen_ai.tool.call.id" = %call.id,
         );
         let result = self
             .execute(catalog, call, ctx, progress)
@@ -300,9 +313,15 @@ impl Executor {
                 .keys()
                 .by_name(key)
                 .and_then(|k| k.tool_calls_per_minute)
-            && let Err(wait) = rates.check(key, Rate::ToolCalls, per_minute)
+            && let Err(refused) = rates.check(key, Rate::ToolCalls, per_minute).await
         {
-            return ToolResult::failure(ToolError::RateLimited(wait), started);
+            let error = match refused {
+                Refused::Limited(wait) => ToolError::RateLimited(wait),
+                Refused::Unavailable => ToolError::Failed(
+                    "the tool-call rate limit of this API key cannot be checked: the shared state (Redis) is unavailable; retry shortly".into(),
+                ),
+            };
+            return ToolResult::failure(error, started);
         }
         let cache_key = tool.cache.as_ref().map(|_| match &tool.kind {
             // A tool reading the context may answer differently per project.
@@ -314,7 +333,7 @@ impl Executor {
             _ => canonical_json(&arguments),
         });
         if let (Some(cache), Some(key)) = (&tool.cache, &cache_key)
-            && let Some(output) = cache.get(key)
+            && let Some(output) = self.cached(&tool, cache, key).await
         {
             let mut result = self.finish_output(Ok(output), catalog, started);
             result.cached = true;
@@ -342,6 +361,16 @@ impl Executor {
         if let (Ok(output), Some(cache), Some(key)) = (&outcome, &tool.cache, cache_key) {
             // The model-readable data only: raw MCP results (base64 and all)
             // would make the entry count no bound on the cache's bytes.
+            if let Some(redis) = &self.shared {
+                let shared_key = cache.shared_key(&tool, &key);
+                if redis
+                    .cache_put(&shared_key, &output.data, cache.ttl())
+                    .await
+                    .is_err()
+                {
+                    shared::fell_back("cache", "local");
+                }
+            }
             cache.insert(
                 key,
                 Output {
@@ -351,6 +380,30 @@ impl Executor {
             );
         }
         self.finish_output(outcome, catalog, started)
+    }
+
+    /// A cached result: this replica's, else the shared state's (kept here
+    /// too from then on).
+    async fn cached(&self, tool: &Tool, cache: &ResultCache, key: &str) -> Option<Output> {
+        if let Some(output) = cache.get(key) {
+            return Some(output);
+        }
+        let redis = self.shared.as_ref()?;
+        match redis.cache_get(&cache.shared_key(tool, key)).await {
+            Ok(Some(data)) => {
+                let output = Output {
+                    data,
+                    mcp_result: None,
+                };
+                cache.insert(key.to_owned(), output.clone());
+                Some(output)
+            }
+            Ok(None) => None,
+            Err(_) => {
+                shared::fell_back("cache", "local");
+                None
+            }
+        }
     }
 
     async fn invoke(

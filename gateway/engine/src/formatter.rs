@@ -217,36 +217,78 @@ fn text_of(m: &Value) -> String {
     }
 }
 
-/// Models found not to take `tools`, by `upstream/model`, until restart.
+/// Models found not to take `tools`, by `upstream/model`, until restart;
+/// with shared state, what any replica learned.
 #[derive(Debug, Default)]
 pub struct Learned {
     structured: RwLock<HashSet<String>>,
+    shared: Option<Arc<crate::shared::Redis>>,
 }
 
 impl Learned {
+    /// Learned choices shared with the other replicas through `redis`.
+    pub fn shared(redis: Arc<crate::shared::Redis>) -> Learned {
+        Learned {
+            structured: RwLock::default(),
+            shared: Some(redis),
+        }
+    }
+
     fn key(upstream: &str, model: &str) -> String {
         format!("{upstream}/{model}")
     }
 
-    /// The formatter to start with for a route configured as `kind`.
-    pub fn effective(&self, kind: FormatterKind, upstream: &str, model: &str) -> FormatterKind {
-        match kind {
-            FormatterKind::Auto
-                if self
-                    .structured
-                    .read()
-                    .is_ok_and(|s| s.contains(&Self::key(upstream, model))) =>
-            {
-                FormatterKind::StructuredPrompt
-            }
-            other => other,
+    fn known(&self, key: &str) -> bool {
+        self.structured.read().is_ok_and(|s| s.contains(key))
+    }
+
+    fn note(&self, key: String) {
+        if let Ok(mut s) = self.structured.write() {
+            s.insert(key);
         }
     }
 
-    pub fn remember_structured(&self, upstream: &str, model: &str) {
-        if let Ok(mut s) = self.structured.write() {
-            s.insert(Self::key(upstream, model));
+    /// The formatter to start with for a route configured as `kind`: for
+    /// `auto`, the structured prompt once this replica (or, with shared
+    /// state, any replica) found the model rejects `tools`.
+    pub async fn effective(
+        &self,
+        kind: FormatterKind,
+        upstream: &str,
+        model: &str,
+    ) -> FormatterKind {
+        if kind != FormatterKind::Auto {
+            return kind;
         }
+        let key = Self::key(upstream, model);
+        if self.known(&key) {
+            return FormatterKind::StructuredPrompt;
+        }
+        let Some(redis) = &self.shared else {
+            return kind;
+        };
+        match redis.learned_structured(&key).await {
+            Ok(true) => {
+                self.note(key);
+                FormatterKind::StructuredPrompt
+            }
+            Ok(false) => kind,
+            Err(_) => {
+                crate::shared::fell_back("formatter", "local");
+                kind
+            }
+        }
+    }
+
+    /// Remembers (and shares) that the model rejects `tools`.
+    pub async fn remember_structured(&self, upstream: &str, model: &str) {
+        let key = Self::key(upstream, model);
+        if let Some(redis) = &self.shared
+            && redis.learn_structured(&key).await.is_err()
+        {
+            crate::shared::fell_back("formatter", "local");
+        }
+        self.note(key);
     }
 }
 
@@ -378,24 +420,24 @@ mod tests {
         );
     }
 
-    #[test]
-    fn learned_formatters_apply_to_auto_only() {
+    #[tokio::test]
+    async fn learned_formatters_apply_to_auto_only() {
         let l = Learned::default();
         assert_eq!(
-            l.effective(FormatterKind::Auto, "u", "m"),
+            l.effective(FormatterKind::Auto, "u", "m").await,
             FormatterKind::Auto
         );
-        l.remember_structured("u", "m");
+        l.remember_structured("u", "m").await;
         assert_eq!(
-            l.effective(FormatterKind::Auto, "u", "m"),
+            l.effective(FormatterKind::Auto, "u", "m").await,
             FormatterKind::StructuredPrompt
         );
         assert_eq!(
-            l.effective(FormatterKind::FunctionCalling, "u", "m"),
+            l.effective(FormatterKind::FunctionCalling, "u", "m").await,
             FormatterKind::FunctionCalling
         );
         assert_eq!(
-            l.effective(FormatterKind::Auto, "u", "other"),
+            l.effective(FormatterKind::Auto, "u", "other").await,
             FormatterKind::Auto
         );
     }

@@ -28,6 +28,8 @@ pub mod limits;
 pub mod metrics;
 pub mod openai;
 pub mod secrets;
+pub mod shared;
+pub mod telemetry;
 pub mod template;
 pub mod tool;
 pub mod upstream;

@@ -9,7 +9,9 @@
 //! - **Rate limits** ([`RateLimits`]) are token buckets (`governor`'s GCRA)
 //!   per key name: a key may use its whole per-minute amount at once, then
 //!   gets it back evenly over the minute. The buckets outlive reloads; a
-//!   bucket whose quota changed is replaced.
+//!   bucket whose quota changed is replaced. With `state.redis` the
+//!   buckets live in Redis ([`crate::shared`]), shared by every replica;
+//!   while Redis is unavailable, `on_unavailable` decides.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -19,6 +21,9 @@ use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use toolgate_config::format::Unavailable;
+
+use crate::shared::{self, Down, Redis};
 
 /// Requests of one kind in progress, with a cap.
 #[derive(Debug, Default)]
@@ -89,19 +94,81 @@ pub enum Rate {
     ToolCalls,
 }
 
+impl Rate {
+    fn label(self) -> &'static str {
+        match self {
+            Rate::Requests => "requests",
+            Rate::ToolCalls => "tool_calls",
+        }
+    }
+}
+
+/// Why a rate-limited request or call may not go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The key's bucket is empty: one token comes back after the wait.
+    Limited(Duration),
+    /// The shared buckets cannot be read (`state.redis.on_unavailable:
+    /// closed`).
+    Unavailable,
+}
+
 /// A bucket and the quota it was made for.
 type Bucket = (NonZeroU32, Arc<DefaultDirectRateLimiter>);
 
-/// Per-key token buckets, kept across reloads.
+/// Per-key token buckets, kept across reloads: in this process, or in the
+/// shared Redis.
 #[derive(Debug, Default)]
 pub struct RateLimits {
     buckets: Mutex<HashMap<(String, Rate), Bucket>>,
+    shared: Option<Arc<Redis>>,
 }
 
 impl RateLimits {
+    /// Buckets kept in `redis`, shared by every replica using it.
+    pub fn shared(redis: Arc<Redis>) -> RateLimits {
+        RateLimits {
+            buckets: Mutex::default(),
+            shared: Some(redis),
+        }
+    }
+
     /// Takes one token from `key`'s bucket of `rate` (`per_minute` tokens a
-    /// minute); `Err` holds how long until one is available.
-    pub fn check(&self, key: &str, rate: Rate, per_minute: NonZeroU32) -> Result<(), Duration> {
+    /// minute).
+    pub async fn check(
+        &self,
+        key: &str,
+        rate: Rate,
+        per_minute: NonZeroU32,
+    ) -> Result<(), Refused> {
+        let Some(redis) = &self.shared else {
+            return self
+                .check_local(key, rate, per_minute)
+                .map_err(Refused::Limited);
+        };
+        match redis.take_token(rate.label(), key, per_minute.get()).await {
+            Ok(taken) => taken.map_err(Refused::Limited),
+            Err(Down) => match redis.policy() {
+                Unavailable::Local => {
+                    shared::fell_back("rate_limit", "local");
+                    self.check_local(key, rate, per_minute)
+                        .map_err(Refused::Limited)
+                }
+                Unavailable::Open => {
+                    shared::fell_back("rate_limit", "open");
+                    Ok(())
+                }
+                Unavailable::Closed => {
+                    shared::fell_back("rate_limit", "closed");
+                    Err(Refused::Unavailable)
+                }
+            },
+        }
+    }
+
+    /// The same, in this process's own buckets; `Err` holds how long until
+    /// a token is available.
+    fn check_local(&self, key: &str, rate: Rate, per_minute: NonZeroU32) -> Result<(), Duration> {
         let limiter = {
             let mut buckets = self
                 .buckets
@@ -251,6 +318,16 @@ impl Guards {
     }
 }
 
+impl Guards {
+    /// Guards whose rate-limit buckets are kept in the shared `redis`.
+    pub fn shared(redis: Arc<Redis>) -> Self {
+        Guards {
+            rates: Arc::new(RateLimits::shared(redis)),
+            ..Guards::default()
+        }
+    }
+}
+
 impl Default for Guards {
     fn default() -> Self {
         let metrics = crate::metrics::global();
@@ -284,21 +361,23 @@ mod tests {
         assert!(f.try_enter(2).is_some());
     }
 
-    #[test]
-    fn a_bucket_refuses_beyond_its_quota_and_says_how_long() {
+    #[tokio::test]
+    async fn a_bucket_refuses_beyond_its_quota_and_says_how_long() {
         let r = RateLimits::default();
         let two = NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN);
-        assert!(r.check("k", Rate::Requests, two).is_ok());
-        assert!(r.check("k", Rate::Requests, two).is_ok());
-        let wait = r.check("k", Rate::Requests, two).err();
+        assert!(r.check("k", Rate::Requests, two).await.is_ok());
+        assert!(r.check("k", Rate::Requests, two).await.is_ok());
+        let wait = r.check("k", Rate::Requests, two).await.err();
         // One token comes back every 30 s.
-        assert!(wait.is_some_and(|w| w > Duration::from_secs(20) && w <= Duration::from_secs(30)));
+        assert!(
+            matches!(wait, Some(Refused::Limited(w)) if w > Duration::from_secs(20) && w <= Duration::from_secs(30))
+        );
         // Other keys and other kinds have their own buckets.
-        assert!(r.check("other", Rate::Requests, two).is_ok());
-        assert!(r.check("k", Rate::ToolCalls, two).is_ok());
+        assert!(r.check("other", Rate::Requests, two).await.is_ok());
+        assert!(r.check("k", Rate::ToolCalls, two).await.is_ok());
         // A changed quota starts a new bucket.
         let three = NonZeroU32::new(3).unwrap_or(NonZeroU32::MIN);
-        assert!(r.check("k", Rate::Requests, three).is_ok());
+        assert!(r.check("k", Rate::Requests, three).await.is_ok());
         assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(29_001)), 30);
     }

@@ -56,6 +56,12 @@ pub struct Metrics {
     pub mcp_up: IntGaugeVec,
     /// Audit lines that had to wait for room in the writer's queue.
     pub audit_waits: IntCounter,
+    /// 1 while the shared state (Redis) answers, 0 while it does not;
+    /// absent without `state.redis`.
+    pub shared_state_up: IntGauge,
+    /// Operations that found the shared state unavailable and fell back,
+    /// by what (`rate_limit`, `cache`, `formatter`) and policy outcome.
+    pub shared_state_fallbacks: IntCounterVec,
 }
 
 fn seconds_buckets() -> Vec<f64> {
@@ -168,6 +174,15 @@ impl Metrics {
             )?,
             mcp_up,
             audit_waits,
+            shared_state_up: gauge(
+                "toolgate_shared_state_up",
+                "1 while the shared state (Redis) answers, 0 while it does not.",
+            )?,
+            shared_state_fallbacks: counter(
+                "toolgate_shared_state_fallbacks_total",
+                "Operations that found the shared state (Redis) unavailable, by what and the fallback taken.",
+                &["what", "fallback"],
+            )?,
             registry,
         })
     }

@@ -329,6 +329,7 @@ impl Upstream {
             if let Some(id) = &request_id {
                 req.headers_mut().insert("x-request-id", id.clone());
             }
+            crate::telemetry::inject(req.headers_mut());
             let (error, retry_after) = match self.send(req).await {
                 Ok(resp) if resp.status().is_success() => return Ok(resp),
                 Ok(resp) => {
@@ -715,6 +716,23 @@ impl Upstreams {
         }
         out
     }
+}
+
+/// The span of one model call, in OpenTelemetry's GenAI terms (the
+/// proxy's and the tool loop's); usage and the loop's iteration are
+/// recorded on it when known.
+pub fn chat_span(upstream: &str, model: &str) -> tracing::Span {
+    tracing::info_span!(
+        "chat",
+        "otel.name" = %format_args!("chat {model}"),
+        "otel.kind" = "client",
+        "gen_ai.operation.name" = "chat",
+        "gen_ai.request.model" = %model,
+        "server.address" = %upstream,
+        iteration = tracing::field::Empty,
+        "gen_ai.usage.input_tokens" = tracing::field::Empty,
+        "gen_ai.usage.output_tokens" = tracing::field::Empty,
+    )
 }
 
 #[cfg(test)]

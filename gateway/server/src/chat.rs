@@ -17,6 +17,7 @@ use toolgate_engine::limits::Permit;
 
 use crate::api::{ApiError, AppState, Caller, body_error};
 use crate::face::{self, Admitted};
+use tracing::Instrument;
 
 pub async fn completions(
     State(state): State<AppState>,
@@ -40,7 +41,10 @@ pub async fn completions(
             request,
         } => {
             let body = request.proxy_body(body, &model);
-            return proxy(&upstream, body, &caller.request_id, places.stream).await;
+            let span = toolgate_engine::upstream::chat_span(&upstream.name, &model);
+            return proxy(&upstream, body, &caller.request_id, places.stream)
+                .instrument(span)
+                .await;
         }
         Plan::Loop(l) => *l,
     };

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use tracing_subscriber::EnvFilter;
 
 use toolgate_config::format::json_schemas;
 use toolgate_engine::catalog::Catalog;
@@ -28,6 +27,16 @@ struct Cli {
     /// Folder holding toolgate.yaml, tools.d/ and tool-sets/.
     #[arg(long, global = true, default_value = ".", value_name = "DIR")]
     config: PathBuf,
+    /// How logs are written on stderr: `text`, or `json` (one object per
+    /// line, for log collectors).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "TOOLGATE_LOG_FORMAT"
+    )]
+    log_format: crate::telemetry::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -165,7 +174,6 @@ pub fn main() -> ExitCode {
 pub fn main_with(tools: Vec<NativeTool>) -> ExitCode {
     let _ = EXTRA_TOOLS.set(tools);
     let cli = Cli::parse();
-    init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -176,6 +184,12 @@ pub fn main_with(tools: Vec<NativeTool>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Traces are exported by the server only.
+    let otlp = match cli.command {
+        Command::Serve { .. } => crate::telemetry::otlp_settings(&cli.config),
+        _ => None,
+    };
+    let telemetry = crate::telemetry::init(cli.log_format, otlp.as_ref(), runtime.handle().clone());
     let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
@@ -183,23 +197,11 @@ pub fn main_with(tools: Vec<NativeTool>) -> ExitCode {
             ExitCode::FAILURE
         }
     };
+    telemetry.shutdown();
     // Blocking work still running (a tool stuck in a system call) must not
     // keep the process alive: the shutdown grace period is a hard deadline.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     code
-}
-
-fn init_tracing() {
-    let filter = EnvFilter::try_from_env("TOOLGATE_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,rmcp=warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
-                && std::env::var_os("NO_COLOR").is_none(),
-        )
-        .try_init();
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -116,6 +116,15 @@ pub async fn respond(
         return Ok(axum::Json(whole(answer)).into_response());
     }
     let stream = the_loop.start_stream().await?;
+    // The stream is polled by the connection after the handler returned:
+    // each poll enters the request's span, so the model and tool calls it
+    // makes belong to the request (in logs and traces).
+    let span = tracing::Span::current();
+    let mut stream = Box::pin(stream);
+    let stream = futures::stream::poll_fn(move |cx| {
+        let _entered = span.enter();
+        futures::Stream::poll_next(stream.as_mut(), cx)
+    });
     let sse = futures::StreamExt::flat_map(stream, move |e| {
         let _held = &places;
         futures::stream::iter(events(e).into_iter().map(Ok::<_, Infallible>))

@@ -19,3 +19,4 @@ pub mod messages;
 pub mod reload;
 pub mod responses;
 pub mod server;
+pub mod telemetry;

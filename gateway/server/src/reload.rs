@@ -421,7 +421,8 @@ pub fn watch(reloader: Arc<Reloader>, quiet: Duration) -> Result<WatchHandle, no
 }
 
 /// `true` for a change to `toolgate.yaml`, to a YAML file directly in
-/// `tools.d/` or `tool-sets/`, or to one of those folders.
+/// `tools.d/` or `tool-sets/`, to one of those folders, or to a ConfigMap
+/// volume's `..data` link.
 fn relevant(root: &Path, event: &notify::Event) -> bool {
     use notify::EventKind;
     use notify::event::{AccessKind, AccessMode};
@@ -442,7 +443,12 @@ fn relevant_path(root: &Path, path: &Path) -> bool {
     };
     let parts: Vec<&std::ffi::OsStr> = rel.iter().collect();
     match parts.as_slice() {
-        [name] => *name == GATEWAY_FILE || *name == TOOLS_DIR || *name == SETS_DIR,
+        // `..data`: a Kubernetes ConfigMap volume is updated by pointing
+        // this symlink at a new folder (the files themselves, symlinks
+        // through it, do not change).
+        [name] => {
+            *name == GATEWAY_FILE || *name == TOOLS_DIR || *name == SETS_DIR || *name == "..data"
+        }
         [folder, _] => (*folder == TOOLS_DIR || *folder == SETS_DIR) && is_yaml(rel),
         _ => false,
     }
@@ -497,6 +503,9 @@ mod tests {
         assert!(relevant_path(root, Path::new("/cfg/tools.d/a.yaml")));
         assert!(relevant_path(root, Path::new("/cfg/tool-sets/b.yml")));
         assert!(relevant_path(root, Path::new("/cfg/tools.d")));
+        // A ConfigMap volume's update swaps this link.
+        assert!(relevant_path(root, Path::new("/cfg/..data")));
+        assert!(!relevant_path(root, Path::new("/cfg/..2026_11_25_01")));
         assert!(!relevant_path(root, Path::new("/cfg/tools.d/.a.yaml.swp")));
         assert!(!relevant_path(root, Path::new("/cfg/workspace/notes.yaml")));
         assert!(!relevant_path(root, Path::new("/cfg/audit.log")));

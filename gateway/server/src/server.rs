@@ -2,9 +2,14 @@
 //!
 //! [`start`] starts the MCP servers (waiting for their first attempt), opens
 //! the audit log, puts the catalog in service ([`Live`]), starts watching
-//! the configuration folder, handles signals (SIGHUP reloads; SIGTERM and
-//! SIGINT shut down) and serves. Shutting down:
+//! the configuration folder, connects the shared state (`state.redis`; a
+//! Redis that is down at start is retried in the background while the
+//! gateway serves and `/readyz` says so), handles signals (SIGHUP reloads;
+//! SIGTERM and SIGINT shut down) and serves. Shutting down:
 //!
+//! 0. draining, for `shutdown.drain_delay`: `/readyz` answers 503 and every
+//!    HTTP/1 answer closes its connection, so load balancers move away
+//!    while the gateway still serves;
 //! 1. the listener stops accepting; requests in flight, streams included,
 //!    go on;
 //! 2. once they are done, or `shutdown.grace` has passed (or a second
@@ -61,6 +66,8 @@ pub enum ServeError {
     Client(reqwest::Error),
     #[error("{0}")]
     Stdio(String),
+    #[error("the shared state cannot be used: {0}")]
+    Shared(String),
 }
 
 /// A running gateway.
@@ -69,7 +76,6 @@ pub struct Running {
     addr: SocketAddr,
     state: AppState,
     reloader: Arc<Reloader>,
-    stop: CancellationToken,
     task: JoinHandle<Result<(), ServeError>>,
 }
 
@@ -89,9 +95,10 @@ impl Running {
         self.reloader.reload(Trigger::Manual).await
     }
 
-    /// Starts a graceful shutdown (as SIGTERM does).
+    /// Starts a graceful shutdown (as SIGTERM does): draining for
+    /// `shutdown.drain_delay`, then no new connections.
     pub fn shutdown(&self) {
-        self.stop.cancel();
+        self.state.draining.cancel();
     }
 
     /// Waits until the gateway has stopped.
@@ -123,7 +130,11 @@ async fn prepare(catalog: Catalog, options: Options) -> Result<Prepared, ServeEr
     let live = Arc::new(Live::new(Arc::new(catalog)));
     let executor =
         Executor::new(http_client().map_err(ServeError::Client)?).with_audit(audit.clone());
-    let state = AppState::with_live(Arc::clone(&live), executor);
+    let shared = shared_state(&live.load())?;
+    let state = AppState::with_shared(Arc::clone(&live), executor, shared);
+    if let Some(redis) = &state.shared {
+        redis.spawn(state.stopping.clone()).await;
+    }
     let reloader = Arc::new(Reloader::new(live, options.loader, options.dir));
     let watch = if reload_settings.watch {
         Some(reload::watch(
@@ -139,6 +150,18 @@ async fn prepare(catalog: Catalog, options: Options) -> Result<Prepared, ServeEr
         watch,
         audit,
     })
+}
+
+/// The shared state of `state.redis`, not yet connected.
+fn shared_state(
+    catalog: &Catalog,
+) -> Result<Option<Arc<toolgate_engine::shared::Redis>>, ServeError> {
+    let (Some(decl), Some(url)) = (&catalog.settings.state.redis, &catalog.redis_url) else {
+        return Ok(None);
+    };
+    toolgate_engine::shared::Redis::new(url, decl)
+        .map(Some)
+        .map_err(ServeError::Shared)
 }
 
 /// Stops the MCP servers and flushes the audit log.
@@ -190,9 +213,10 @@ pub async fn start(
     let stop = CancellationToken::new();
     let force = CancellationToken::new();
     if signals {
-        spawn_signal_handlers(Arc::clone(&reloader), stop.clone(), force.clone())
+        spawn_signal_handlers(Arc::clone(&reloader), state.draining.clone(), force.clone())
             .map_err(ServeError::Signals)?;
     }
+    tokio::spawn(drain(state.clone(), stop.clone(), force.clone()));
     let addr = listener.local_addr()?;
     tracing::info!("listening on http://{addr}");
     let task = tokio::spawn(run(
@@ -207,9 +231,30 @@ pub async fn start(
         addr,
         state,
         reloader,
-        stop,
         task,
     })
+}
+
+/// Once draining starts: `/readyz` answers 503 and answers close their
+/// connections for `shutdown.drain_delay` (a second signal cuts it short),
+/// then the listener stops.
+async fn drain(state: AppState, stop: CancellationToken, force: CancellationToken) {
+    tokio::select! {
+        () = state.draining.cancelled() => {}
+        () = stop.cancelled() => return,
+    }
+    let delay = state.catalog().settings.shutdown.drain_delay;
+    if !delay.is_zero() {
+        tracing::info!(
+            "draining: /readyz answers 503 for {} before the listener closes",
+            humantime_serde::re::humantime::format_duration(delay)
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = force.cancelled() => {}
+        }
+    }
+    stop.cancel();
 }
 
 async fn run(
@@ -268,9 +313,8 @@ async fn serve_connections(
     stop: CancellationToken,
     limits: toolgate_config::format::Limits,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::rt::{TokioExecutor, TokioTimer};
     use hyper_util::server::conn::auto::Builder;
-    use hyper_util::service::TowerToHyperService;
 
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let open = tokio_util::task::TaskTracker::new();
@@ -285,6 +329,15 @@ async fn serve_connections(
         .keep_alive_interval(limits.header_timeout)
         .keep_alive_timeout(limits.header_timeout);
     let builder = Arc::new(builder);
+    let serve = |stream, slot| {
+        open.spawn(serve_connection(
+            stream,
+            app.clone(),
+            Arc::clone(&builder),
+            stop.clone(),
+            Some(slot),
+        ));
+    };
     loop {
         let slot = tokio::select! {
             () = stop.cancelled() => break,
@@ -305,32 +358,67 @@ async fn serve_connections(
                 }
             },
         };
-        let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
-        let builder = Arc::clone(&builder);
-        let stop = stop.clone();
-        open.spawn(async move {
-            let _slot = slot;
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(e) = result {
-                        tracing::debug!("connection ended: {e}");
-                    }
-                    return;
-                }
-                () = stop.cancelled() => conn.as_mut().graceful_shutdown(),
-            }
-            if let Err(e) = conn.await {
-                tracing::debug!("connection ended: {e}");
-            }
-        });
+        serve(stream, slot);
+    }
+    // Connections the kernel has completed but that were not accepted yet
+    // would be reset when the listener closes, their requests lost (a
+    // proxy cannot tell whether they ran): accept them now. While draining
+    // each is answered with `Connection: close`. At most as many as there
+    // are free connection slots.
+    while let Ok(slot) = Arc::clone(&slots).try_acquire_owned()
+        && let Some(Ok((stream, _peer))) = futures::FutureExt::now_or_never(listener.accept())
+    {
+        serve(stream, slot);
     }
     drop(listener);
     open.close();
     open.wait().await;
     Ok(())
+}
+
+type ConnBuilder = hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>;
+
+/// Serves one connection until it ends. Once `stop` is cancelled, a
+/// connection that has had a request closes after the one in progress (at
+/// once when idle); one that has not had its first request yet gets it
+/// answered (with `Connection: close`, the gateway is draining) rather
+/// than closed under a request its client may already be sending (the
+/// header timeout and the grace period bound the wait).
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    app: axum::Router,
+    builder: Arc<ConnBuilder>,
+    stop: CancellationToken,
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _ = stream.set_nodelay(true);
+    let used = Arc::new(AtomicBool::new(false));
+    let inner = hyper_util::service::TowerToHyperService::new(app);
+    let seen = Arc::clone(&used);
+    let service = hyper::service::service_fn(move |req| {
+        seen.store(true, Ordering::Relaxed);
+        hyper::service::Service::call(&inner, req)
+    });
+    let conn =
+        builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!("connection ended: {e}");
+            }
+            return;
+        }
+        () = stop.cancelled() => {
+            if used.load(Ordering::Relaxed) {
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+    if let Err(e) = conn.await {
+        tracing::debug!("connection ended: {e}");
+    }
 }
 
 /// SIGHUP reloads; the first SIGTERM/SIGINT starts a graceful shutdown, a
@@ -341,6 +429,7 @@ fn spawn_signal_handlers(
     stop: CancellationToken,
     force: CancellationToken,
 ) -> std::io::Result<()> {
+    // `stop` starts the shutdown: draining first (see `drain`).
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;

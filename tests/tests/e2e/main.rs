@@ -22,6 +22,8 @@ mod native_faults;
 mod native_registry;
 mod openapi;
 mod ops;
+mod scale;
 mod serve;
 mod structured;
 mod subagents;
+mod traces;

@@ -79,6 +79,7 @@ pub(super) fn build(
 
     super::settings::check_limits(&raw.gateway, &mut diags);
     super::settings::check_audit(&raw.gateway, &mut diags);
+    super::settings::check_telemetry(&raw.gateway, &mut diags);
     let keys = super::keys::check(
         &raw.gateway,
         &sets,
@@ -88,6 +89,7 @@ pub(super) fn build(
         &mut diags,
     );
     let mcp_session_secret = super::settings::mcp_session_secret(&raw.gateway, env, &mut diags);
+    let redis_url = super::settings::redis_url(&raw.gateway, env, &mut diags);
 
     diag::sort(&mut diags);
     if diags.iter().any(Diagnostic::is_error) {
@@ -111,6 +113,7 @@ pub(super) fn build(
         warnings: diags,
         keys,
         mcp_session_secret,
+        redis_url,
     };
     // Sets that search get their index built now, on a thread of its own
     // so the load does not wait for it (a search that comes first waits

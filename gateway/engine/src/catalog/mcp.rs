@@ -63,6 +63,7 @@ impl McpChecker {
             timeout: decl.timeout,
             startup_timeout: decl.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
             cache_ttl: decl.cache.as_ref().map(|c| c.ttl),
+            required: decl.required,
             file: s.file.file.clone(),
             pos: s.at(""),
             disabled,

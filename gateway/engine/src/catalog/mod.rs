@@ -51,6 +51,8 @@ pub struct Catalog {
     keys: crate::auth::ApiKeys,
     /// The secret of `mcp.session_secret_env`, if one is named.
     pub mcp_session_secret: Option<Secret>,
+    /// The URL of `state.redis` (it may hold a password).
+    pub redis_url: Option<Secret>,
 }
 
 /// A declared tool that cannot be used, and why.

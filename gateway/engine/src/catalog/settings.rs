@@ -172,3 +172,81 @@ pub(crate) fn mcp_session_secret(
         }
     }
 }
+
+/// The URL of `state.redis.url_env`, when Redis is configured: the
+/// variable must be set and hold a Redis URL. Kept as a [`Secret`] (it may
+/// carry a password).
+pub(crate) fn redis_url(
+    file: &Loaded<GatewayFile>,
+    env: &dyn Fn(&str) -> Option<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Secret> {
+    let redis = file.value.state.redis.as_ref()?;
+    if redis.timeout.is_zero() {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("state.redis.timeout"),
+            "`state.redis.timeout` is zero, so every Redis operation would time out",
+            "give a duration such as `250ms`",
+        ));
+    }
+    if redis.prefix.is_empty() {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("state.redis.prefix"),
+            "`state.redis.prefix` is empty, so the gateway's keys could clash with anything else in this Redis",
+            "use a prefix such as `toolgate:`",
+        ));
+    }
+    let at = file.pos("state.redis.url_env");
+    let var = &redis.url_env;
+    let Some(url) = env(var).map(|v| v.trim().to_owned()) else {
+        diags.push(Diagnostic::error(
+            &file.file,
+            at,
+            format!("environment variable {var} (state.redis.url_env) is not set"),
+            "set it to the shared Redis, e.g. `redis://redis:6379/0`, or remove `state.redis` to keep state per replica",
+        ));
+        return None;
+    };
+    match redis::Client::open(url.as_str()) {
+        Ok(_) => Some(Secret(url.into_bytes())),
+        Err(e) => {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at,
+                format!("{var} (state.redis.url_env) is not a Redis URL: {}", e.detail().unwrap_or("unreadable")),
+                "use `redis://host:port/db` (or `rediss://` for TLS, `redis+unix:///path` for a socket)",
+            ));
+            None
+        }
+    }
+}
+
+/// Checks the `telemetry` section.
+pub(crate) fn check_telemetry(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
+    let Some(otlp) = &file.value.telemetry.otlp else {
+        return;
+    };
+    if let Some(endpoint) = &otlp.endpoint
+        && !matches!(url::Url::parse(endpoint), Ok(u) if matches!(u.scheme(), "http" | "https"))
+    {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("telemetry.otlp.endpoint"),
+            format!("`telemetry.otlp.endpoint` {endpoint:?} is not an http(s) URL"),
+            "give the collector's OTLP/HTTP address, e.g. `http://otel-collector:4318`",
+        ));
+    }
+    if !(0.0..=1.0).contains(&otlp.sample_ratio) {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("telemetry.otlp.sample_ratio"),
+            format!(
+                "`telemetry.otlp.sample_ratio` is {}, outside 0.0-1.0",
+                otlp.sample_ratio
+            ),
+            "give the share of traces to record, e.g. `1.0` for all or `0.1` for one in ten",
+        ));
+    }
+}

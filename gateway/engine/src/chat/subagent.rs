@@ -43,7 +43,7 @@ pub async fn run(parent: &Loop, tasks: Vec<String>) -> Result<Value, ToolError> 
             let Some((i, task)) = pending.next() else {
                 break;
             };
-            match admit(parent) {
+            match admit(parent).await {
                 Ok(permit) => {
                     let child = child_loop(parent, task);
                     running.push(async move {
@@ -77,19 +77,25 @@ pub async fn run(parent: &Loop, tasks: Vec<String>) -> Result<Value, ToolError> 
 
 /// A sub-agent's place: one request of the key's per-minute budget, and a
 /// place under the loop caps (held while it runs).
-fn admit(parent: &Loop) -> Result<crate::limits::Permit, String> {
+async fn admit(parent: &Loop) -> Result<crate::limits::Permit, String> {
     if let Some(key) = &parent.key
         && let Some(per_minute) = key.requests_per_minute
-        && parent
+        && let Err(refused) = parent
             .guards
             .rates
             .check(&key.name, crate::limits::Rate::Requests, per_minute)
-            .is_err()
+            .await
     {
-        return Err(format!(
-            "not started: API key `{}` may make {per_minute} requests per minute, and each sub-agent is one",
-            key.name
-        ));
+        return Err(match refused {
+            crate::limits::Refused::Limited(_) => format!(
+                "not started: API key `{}` may make {per_minute} requests per minute, and each sub-agent is one",
+                key.name
+            ),
+            crate::limits::Refused::Unavailable => {
+                "not started: the rate limit cannot be checked (the shared state is unavailable)"
+                    .to_owned()
+            }
+        });
     }
     parent
         .guards

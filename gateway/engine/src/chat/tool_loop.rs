@@ -44,6 +44,7 @@ use crate::tool::{Tool, ToolError};
 use crate::upstream::{Reply, Resolved, UpstreamError};
 use toolgate_config::format::FormatterKind;
 use toolgate_toolcall::{OfferedTool, ParseOptions, StreamEvent, StreamParser};
+use tracing::Instrument;
 
 /// How text is parsed for structured-prompt models. A `</think>` without an
 /// opener is content: treating it as the end of reasoning would hold back
@@ -138,15 +139,21 @@ struct Run {
     last_call: bool,
     /// With a search: the tools found (or called), the most recent last.
     found: Vec<Arc<Tool>>,
+    /// The span of the latest model call (its token usage is recorded on
+    /// it once read).
+    model_span: tracing::Span,
 }
 
 impl Loop {
-    fn start(self) -> Result<Run, ChatError> {
-        let kind = self.learned.effective(
-            self.resolved.formatter,
-            &self.resolved.upstream.name,
-            &self.resolved.model,
-        );
+    async fn start(self) -> Result<Run, ChatError> {
+        let kind = self
+            .learned
+            .effective(
+                self.resolved.formatter,
+                &self.resolved.upstream.name,
+                &self.resolved.model,
+            )
+            .await;
         let mode = match kind {
             FormatterKind::FunctionCalling => Mode::FunctionCalling { fallback: false },
             FormatterKind::Auto => Mode::FunctionCalling { fallback: true },
@@ -160,6 +167,7 @@ impl Loop {
             usage: Value::Null,
             last_call: false,
             found: Vec::new(),
+            model_span: tracing::Span::none(),
             mode,
             l: self,
         })
@@ -197,7 +205,7 @@ impl Loop {
     }
 
     async fn run_to_end(self) -> Result<Answer, ChatError> {
-        let mut run = self.start()?;
+        let mut run = self.start().await?;
         let mut iteration = 0;
         loop {
             iteration += 1;
@@ -214,6 +222,14 @@ impl Loop {
             drop(body);
             if let Some(u) = completion.get("usage") {
                 add_usage(&mut run.usage, u);
+                for (field, key) in [
+                    ("gen_ai.usage.input_tokens", "prompt_tokens"),
+                    ("gen_ai.usage.output_tokens", "completion_tokens"),
+                ] {
+                    if let Some(n) = u.get(key).and_then(Value::as_u64) {
+                        run.model_span.record(field, n);
+                    }
+                }
             }
             let Some(message) = completion.pointer("/choices/0/message") else {
                 return Err(run.invalid("the completion has no choices[0].message".into()));
@@ -257,7 +273,7 @@ impl Loop {
     /// Dropping the stream (the client went away) cancels the model call
     /// and the tools in progress.
     pub async fn start_stream(self) -> Result<impl Stream<Item = Event> + Send, ChatError> {
-        let mut run = self.start()?;
+        let mut run = self.start().await?;
         run.iterations = 1;
         let first = run.call(1, true).await?;
         let is_sse = first
@@ -355,7 +371,17 @@ impl Run {
 
     /// Calls the model; in `auto` mode, falls back to the structured prompt
     /// (and remembers it) when the upstream rejects `tools`.
+    /// One model call (retries and the `tools` fallback included) in a
+    /// span of its own (OpenTelemetry's GenAI conventions).
     async fn call(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
+        let span =
+            crate::upstream::chat_span(&self.l.resolved.upstream.name, &self.l.resolved.model);
+        span.record("iteration", iteration);
+        self.model_span = span.clone();
+        self.call_upstream(iteration, stream).instrument(span).await
+    }
+
+    async fn call_upstream(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
         let request_id = self.l.context.request_id.clone();
         match upstream
@@ -374,7 +400,8 @@ impl Run {
                 );
                 self.l
                     .learned
-                    .remember_structured(&upstream.name, &self.l.resolved.model);
+                    .remember_structured(&upstream.name, &self.l.resolved.model)
+                    .await;
                 self.mode = self.l.structured(&self.l.offered_tools(&self.found))?;
                 Ok(upstream
                     .chat_with(self.body(iteration, stream)?, Some(&request_id))

@@ -78,6 +78,15 @@ pub enum JsonBody {
 const ERROR_BODY_CHARS: usize = 500;
 
 impl HttpTool {
+    /// What the tool sends and keeps, as text: its templates, never the
+    /// values of the environment variables they read.
+    pub fn definition(&self) -> String {
+        format!(
+            "{} {} {:?} {:?} {:?} {:?} {:?}",
+            self.method, self.url, self.query, self.headers, self.body, self.select, self.output
+        )
+    }
+
     /// Runs one call with validated `args`.
     pub async fn call(&self, client: &reqwest::Client, args: &Value) -> Result<Value, ToolError> {
         self.call_traced(client, args, None).await
@@ -154,6 +163,11 @@ impl HttpTool {
             && let Ok(value) = HeaderValue::from_str(id)
         {
             request = request.header("x-request-id", value);
+        }
+        if crate::telemetry::enabled() {
+            let mut trace = http::HeaderMap::new();
+            crate::telemetry::inject(&mut trace);
+            request = request.headers(trace);
         }
         for (name, tmpl) in &self.headers {
             let value = self.render(tmpl, ctx.clone(), &format!("http.headers.{name}"))?;

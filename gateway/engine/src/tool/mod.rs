@@ -101,6 +101,8 @@ impl From<Value> for Output {
 pub struct ResultCache {
     ttl: Duration,
     cache: std::sync::OnceLock<moka::sync::Cache<String, Output>>,
+    /// The tool's definition hashed, computed once (see [`ResultCache::shared_key`]).
+    fingerprint: std::sync::OnceLock<String>,
 }
 
 impl ResultCache {
@@ -108,7 +110,41 @@ impl ResultCache {
         ResultCache {
             ttl,
             cache: std::sync::OnceLock::new(),
+            fingerprint: std::sync::OnceLock::new(),
         }
+    }
+
+    /// How long an entry lives.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The key of `key`'s entry in the shared state: the tool's name, a
+    /// hash of its definition (what it calls and how, never its secrets:
+    /// replicas with the same configuration agree, and an edited tool does
+    /// not read its old entries) and a hash of the call's key.
+    pub fn shared_key(&self, tool: &Tool, key: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let fingerprint = self.fingerprint.get_or_init(|| {
+            let mut h = Sha256::new();
+            for part in [
+                tool.name.as_str(),
+                tool.description.as_str(),
+                &toolgate::canonical_json(&tool.parameters),
+                tool.kind.label(),
+            ] {
+                h.update(part.as_bytes());
+                h.update([0]);
+            }
+            match &tool.kind {
+                ToolKind::Http(http) => h.update(http.definition().as_bytes()),
+                ToolKind::Mcp(mcp) => h.update(format!("{mcp:?}").as_bytes()),
+                ToolKind::Native(_) | ToolKind::Search => {}
+            }
+            hex(&h.finalize()[..8])
+        });
+        let call = hex(&Sha256::digest(key.as_bytes())[..16]);
+        format!("{}:{fingerprint}:{call}", tool.name)
     }
 
     pub fn get(&self, key: &str) -> Option<Output> {
@@ -125,6 +161,14 @@ impl ResultCache {
             })
             .insert(key, value);
     }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 /// What runs when the tool is called.

@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use super::{ApiError, AppState};
 use toolgate_engine::auth::{self, ApiKey};
-use toolgate_engine::limits::{Rate, retry_after_secs};
+use toolgate_engine::limits::{Rate, Refused, retry_after_secs};
 use toolgate_engine::tool::context::new_request_id;
 
 /// The request id header, read from clients and sent upstream and to HTTP
@@ -62,7 +62,7 @@ fn valid_request_id(id: &str) -> bool {
 /// Assigns the request id (the client's `X-Request-Id` when usable),
 /// runs the request in a span carrying it, counts it in the metrics, and
 /// returns the id in `X-Request-Id`.
-pub async fn observe(mut req: Request, next: Next) -> Response {
+pub async fn observe(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let id = req
         .headers()
         .get(REQUEST_ID_HEADER)
@@ -82,9 +82,26 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
     };
     req.extensions_mut().insert(RequestId(id.clone()));
     let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let span = tracing::info_span!("request", request_id = %id, method, route);
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        method,
+        route,
+        "otel.kind" = "server",
+        "http.request.method" = method,
+        "http.route" = route,
+    );
+    crate::telemetry::adopt(&span, req.headers());
+    let http1 = req.version() < axum::http::Version::HTTP_2;
     let began = Instant::now();
     let mut resp = next.run(req).instrument(span).await;
+    if http1 && state.draining.is_cancelled() {
+        // Draining: the client (or proxy) opens its next request elsewhere.
+        resp.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            HeaderValue::from_static("close"),
+        );
+    }
     toolgate_engine::metrics::record(|m| {
         m.http_requests
             .with_label_values(&[route, method, resp.status().as_str()])
@@ -102,7 +119,7 @@ pub async fn observe(mut req: Request, next: Next) -> Response {
 /// The header Anthropic's clients send their key in.
 const X_API_KEY: &str = "x-api-key";
 
-/// When keys are configured, every endpoint but `/healthz` (and the protected-resource metadata) needs
+/// When keys are configured, every endpoint but `/healthz`, `/readyz` (and the protected-resource metadata) needs
 /// `Authorization: Bearer <key>` (or `x-api-key: <key>`): a missing or unknown key is 401, a key
 /// over its requests per minute 429 with `Retry-After`. The headers are
 /// removed from the request either way, so nothing behind this layer can
@@ -114,7 +131,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         .map_or_else(new_request_id, |r| r.0.clone());
     let catalog = state.catalog();
     let keys = catalog.keys();
-    let open = req.uri().path() == "/healthz"
+    let open = matches!(req.uri().path(), "/healthz" | "/readyz")
         || req
             .uri()
             .path()
@@ -174,22 +191,37 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             },
         };
         if let Some(per_minute) = key.requests_per_minute
-            && let Err(wait) = state
+            && let Err(refused) = state
                 .guards
                 .rates
                 .check(&key.name, Rate::Requests, per_minute)
+                .await
         {
-            toolgate_engine::metrics::record(|m| m.reject("rate_limited"));
-            tracing::info!(key = %key.name, "request rate limit reached");
-            let mut err = ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                format!(
-                    "API key `{}` may make {per_minute} requests per minute; retry after the time in Retry-After",
-                    key.name
-                ),
-            );
-            err.retry_after = Some(retry_after_secs(wait));
+            let mut err = match refused {
+                Refused::Limited(wait) => {
+                    toolgate_engine::metrics::record(|m| m.reject("rate_limited"));
+                    tracing::info!(key = %key.name, "request rate limit reached");
+                    let mut err = ApiError::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "rate_limited",
+                        format!(
+                            "API key `{}` may make {per_minute} requests per minute; retry after the time in Retry-After",
+                            key.name
+                        ),
+                    );
+                    err.retry_after = Some(retry_after_secs(wait));
+                    err
+                }
+                Refused::Unavailable => {
+                    toolgate_engine::metrics::record(|m| m.reject("shared_state_unavailable"));
+                    ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "shared_state_unavailable",
+                        "the rate limit of this API key cannot be checked: the shared state (Redis) is unavailable and `state.redis.on_unavailable` is `closed`; retry shortly",
+                    )
+                }
+            };
+            err.retry_after = err.retry_after.or(Some(1));
             return err.into_response();
         }
         Some(key)

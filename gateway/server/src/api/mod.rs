@@ -39,6 +39,12 @@ pub struct Shared {
     /// Cancelled when the gateway begins to stop: ends MCP sessions and
     /// their streams.
     pub stopping: tokio_util::sync::CancellationToken,
+    /// Cancelled at SIGTERM, before `stopping`: `/readyz` answers 503 and
+    /// every answer closes its connection while the gateway still serves
+    /// (`shutdown.drain_delay`).
+    pub draining: tokio_util::sync::CancellationToken,
+    /// The shared state (`state.redis`), when configured.
+    pub shared: Option<Arc<toolgate_engine::shared::Redis>>,
 }
 
 impl std::ops::Deref for AppState {
@@ -57,18 +63,39 @@ impl AppState {
 
     /// State serving whatever catalog `live` holds (reloads swap it).
     pub fn with_live(live: Arc<Live>, executor: Executor) -> Self {
-        let guards = Arc::new(Guards::default());
+        Self::with_shared(live, executor, None)
+    }
+
+    /// The same, with rate-limit buckets, result caches and learned
+    /// formatters kept in `shared` when given.
+    pub fn with_shared(
+        live: Arc<Live>,
+        executor: Executor,
+        shared: Option<Arc<toolgate_engine::shared::Redis>>,
+    ) -> Self {
+        use toolgate_engine::formatter::Learned;
+        let (guards, learned) = match &shared {
+            Some(redis) => (
+                Guards::shared(Arc::clone(redis)),
+                Learned::shared(Arc::clone(redis)),
+            ),
+            None => (Guards::default(), Learned::default()),
+        };
+        let guards = Arc::new(guards);
         let executor = if executor.has_rate_limits() {
             executor
         } else {
             executor.with_rate_limits(Arc::clone(&guards.rates))
         };
+        let executor = executor.with_shared(shared.clone());
         AppState(Arc::new(Shared {
             live,
             executor,
-            learned: Arc::default(),
+            learned: Arc::new(learned),
             guards,
             stopping: tokio_util::sync::CancellationToken::new(),
+            draining: tokio_util::sync::CancellationToken::new(),
+            shared,
         }))
     }
 }
@@ -107,6 +134,7 @@ pub const ENDPOINTS: &[&str] = &[
     "POST|GET|DELETE /mcp",
     "GET /.well-known/oauth-protected-resource",
     "GET /healthz",
+    "GET /readyz",
     "GET /metrics",
 ];
 
@@ -151,6 +179,7 @@ pub fn router(state: AppState) -> Router {
     }
     router
         .route("/healthz", get(tools::healthz))
+        .route("/readyz", get(tools::readyz))
         .route("/metrics", get(tools::metrics))
         .route("/v1/tools", get(tools::list_tools))
         .route("/v1/tool-sets", get(tools::list_sets))
@@ -176,6 +205,9 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             layers::authenticate,
         ))
-        .layer(axum::middleware::from_fn(layers::observe))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            layers::observe,
+        ))
         .with_state(state)
 }

@@ -18,12 +18,50 @@ use toolgate_engine::tool::context::CallContext;
 /// the last reload (errors are counted here, detailed in the logs).
 pub async fn healthz(State(state): State<AppState>) -> Json<Value> {
     let catalog = state.catalog();
-    Json(json!({
+    let mut health = json!({
         "status": "ok",
         "tools": catalog.tools().count(),
         "tool_sets": catalog.sets().count(),
         "catalog": state.live().report(),
-    }))
+    });
+    if let Some(redis) = &state.shared {
+        let status = redis.status();
+        health["shared_state"] = json!({
+            "redis": if status.up { "up" } else { "down" },
+            "error": status.error,
+        });
+    }
+    Json(health)
+}
+
+/// `GET /readyz`: always open; 200 when this replica should get traffic,
+/// 503 with the reasons when not: it is draining (SIGTERM), the shared
+/// state (Redis) does not answer, or an MCP server marked `required` is
+/// down. A replica that is not ready still serves what it is sent.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let mut reasons = Vec::new();
+    if state.draining.is_cancelled() {
+        reasons.push("shutting down".to_owned());
+    }
+    if let Some(redis) = &state.shared {
+        let status = redis.status();
+        if !status.up {
+            reasons.push(format!(
+                "the shared state (Redis) is unavailable: {}",
+                status.error.unwrap_or_default()
+            ));
+        }
+    }
+    reasons.extend(state.catalog().mcp().required_not_ready());
+    if reasons.is_empty() {
+        Json(json!({"ready": true})).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"ready": false, "reasons": reasons})),
+        )
+            .into_response()
+    }
 }
 
 /// `GET /metrics`: Prometheus text format.

@@ -574,6 +574,19 @@ impl McpRegistry {
             .collect()
     }
 
+    /// Why each server declared `required` is not ready, if it is not.
+    pub fn required_not_ready(&self) -> Vec<String> {
+        self.inner
+            .servers
+            .iter()
+            .filter(|s| s.spec.required)
+            .filter_map(|s| {
+                let state = s.state();
+                (state.status != Status::Ready).then(|| state.reason(&s.spec.name))
+            })
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.inner.servers.is_empty()
     }

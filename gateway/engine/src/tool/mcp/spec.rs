@@ -22,6 +22,8 @@ pub struct ServerSpec {
     pub startup_timeout: Duration,
     /// Cache results of the tools the server marks `readOnlyHint`.
     pub cache_ttl: Option<Duration>,
+    /// The gateway is not ready while this server is down.
+    pub required: bool,
     /// The file declaring it, and where.
     pub file: String,
     pub pos: Pos,

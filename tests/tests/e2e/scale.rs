@@ -1,0 +1,534 @@
+//! Past one machine: replicas sharing state in a real `redis-server`
+//! (rate limits, cached results, learned formatters; Redis stopped and
+//! back), readiness and draining, ConfigMap-style reloads, JSON logs, and
+//! two replicas behind nginx with one restarted under load.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::{Value, json};
+use toolgate_tests::mock_llm::MockLlm;
+use toolgate_tests::{Backend, ConfigDir, RedisServer, Server, fill, free_port, user};
+
+const ALICE: &str = "alice-key-0123456789";
+const BOB: &str = "bob-key-0123456789";
+
+/// Two keys (alice: 4 requests a minute; bob: unlimited), a cached lookup
+/// tool, a route whose model rejects `tools` (so `auto` learns), and the
+/// shared state in the Redis of `REDIS_URL`.
+fn shared_config(backend: &Backend, model: &MockLlm, extra: &str) -> ConfigDir {
+    let gateway = fill(
+        r#"upstreams:
+  - name: mock
+    base_url: ${MODEL}
+    retries: { max_attempts: 1 }
+models:
+  - model: "*"
+    upstream: mock
+    formatter: auto
+auth:
+  keys:
+    - name: alice
+      sha256: ${ALICE}
+      limits: { requests_per_minute: 4 }
+    - name: bob
+      sha256: ${BOB}
+state:
+  redis:
+    url_env: REDIS_URL
+    prefix: "test:${PREFIX}:"
+    timeout: 200ms
+${EXTRA}
+"#,
+        &[
+            ("MODEL", &model.base_url()),
+            ("ALICE", &toolgate_engine::auth::digest_hex(ALICE)),
+            ("BOB", &toolgate_engine::auth::digest_hex(BOB)),
+            ("PREFIX", &free_port().to_string()),
+            ("EXTRA", extra),
+        ],
+    );
+    // The shared lookup tool, its results cached.
+    let tools = toolgate_tests::lookup_tool(backend, "lookup", "Look something up.")
+        .replace("    http:\n", "    cache: { ttl: 10m }\n    http:\n");
+    ConfigDir::new(&[
+        ("toolgate.yaml", &gateway),
+        ("tools.d/lookup.yaml", &tools),
+        ("tool-sets/default.yaml", "name: default\ntools: [lookup]\n"),
+    ])
+}
+
+async fn get(url: &str, key: Option<&str>) -> (u16, Value) {
+    let mut rb = reqwest::Client::new().get(url);
+    if let Some(k) = key {
+        rb = rb.bearer_auth(k);
+    }
+    let r = rb.send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn invoke(s: &Server, key: &str, q: &str) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(s.url("/v1/tools/lookup/invoke"))
+        .bearer_auth(key)
+        .json(&json!({"arguments": {"q": q}}))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+async fn chat(s: &Server, key: &str, text: &str) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(s.url("/v1/chat/completions"))
+        .bearer_auth(key)
+        .json(&json!({"model": "no-tools-model", "messages": user(text)}))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+/// Waits (at most 15 s) until `/readyz` answers `status`; its body.
+async fn readiness(s: &Server, status: u16) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (got, body) = get(&s.url("/readyz"), None).await;
+        if got == status {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz stayed {got}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn replicas_share_rate_limits_caches_and_formatters_through_redis() {
+    let mut redis = RedisServer::start().await;
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = shared_config(&backend, &model, "");
+    let env = [("REDIS_URL", redis.url())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let a = Server::start(dir.path(), &env).await;
+    let b = Server::start(dir.path(), &env).await;
+    readiness(&a, 200).await;
+    readiness(&b, 200).await;
+    let (_, health) = get(&a.url("/healthz"), None).await;
+    assert_eq!(health["shared_state"]["redis"], "up", "{health}");
+
+    // alice may make 4 requests a minute in all, alternating replicas.
+    let mut statuses = Vec::new();
+    for i in 0..8 {
+        let s = if i % 2 == 0 { &a } else { &b };
+        statuses.push(get(&s.url("/v1/tools"), Some(ALICE)).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 429, 429, 429, 429]);
+
+    // A result cached through one replica is a hit through the other.
+    let (status, first) = invoke(&a, BOB, "shared").await;
+    assert_eq!((status, &first["data"]), (200, &json!("shared")), "{first}");
+    assert_ne!(first["cached"], true, "{first}");
+    let (status, second) = invoke(&b, BOB, "shared").await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["cached"], true, "{second}");
+    assert_eq!(second["data"], "shared");
+    assert_eq!(backend.hits(), 1, "the backend answered once");
+
+    // A model found on one replica to reject `tools` gets the structured
+    // prompt from the start on the other.
+    let (status, body) = chat(&a, BOB, "hello [[mock:reject-tools]]").await;
+    assert_eq!(status, 200, "{body}");
+    let before = model.requests().len();
+    let (status, body) = chat(&b, BOB, "hello again [[mock:reject-tools]]").await;
+    assert_eq!(status, 200, "{body}");
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        before + 1,
+        "one model call, no rejected attempt"
+    );
+    assert!(
+        requests[before].get("tools").is_none(),
+        "{}",
+        requests[before]
+    );
+
+    // Redis stops: both replicas say so, and go on serving with their own
+    // rate limits (the default policy) and caches: no 500.
+    redis.stop();
+    let body = readiness(&a, 503).await;
+    assert!(
+        body["reasons"][0].as_str().unwrap().contains("Redis"),
+        "{body}"
+    );
+    readiness(&b, 503).await;
+    let (status, body) = invoke(&a, BOB, "while-down").await;
+    assert_eq!(
+        (status, &body["data"]),
+        (200, &json!("while-down")),
+        "{body}"
+    );
+    let (status, body) = invoke(&b, BOB, "shared").await;
+    assert_eq!(
+        (status, body["cached"].clone()),
+        (200, json!(true)),
+        "{body}"
+    );
+    let (status, body) = chat(&a, BOB, "no redis [[mock:reject-tools]]").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, metrics) = get(&a.url("/metrics"), Some(BOB)).await;
+    assert_eq!(status, 200);
+    let metrics = metrics.as_str().unwrap().to_owned();
+    assert!(metrics.contains("toolgate_shared_state_up 0"), "{metrics}");
+    assert!(
+        metrics
+            .contains("toolgate_shared_state_fallbacks_total{fallback=\"local\",what=\"cache\"}"),
+        "{metrics}"
+    );
+    // alice: this replica's own bucket now (fresh: Redis counted before).
+    let (status, _) = get(&a.url("/v1/tools"), Some(ALICE)).await;
+    assert_eq!(status, 200);
+
+    // Redis back (empty, as after a crash): shared again.
+    let _redis = RedisServer::start_on(redis.port).await;
+    readiness(&a, 200).await;
+    readiness(&b, 200).await;
+    let (_, first) = invoke(&b, BOB, "after").await;
+    assert_ne!(first["cached"], true, "{first}");
+    let (_, second) = invoke(&a, BOB, "after").await;
+    assert_eq!(second["cached"], true, "{second}");
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let s = if i % 2 == 0 { &b } else { &a };
+        statuses.push(get(&s.url("/v1/tools"), Some(ALICE)).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 429, 429]);
+}
+
+#[tokio::test]
+async fn with_a_closed_policy_rate_limited_requests_are_refused_while_redis_is_down() {
+    let mut redis = RedisServer::start().await;
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = shared_config(&backend, &model, "");
+    let text = std::fs::read_to_string(dir.path().join("toolgate.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("toolgate.yaml"),
+        text.replace(
+            "timeout: 200ms",
+            "timeout: 200ms\n    on_unavailable: closed",
+        ),
+    )
+    .unwrap();
+    let url = redis.url();
+    let a = Server::start(dir.path(), &[("REDIS_URL", url.as_str())]).await;
+    readiness(&a, 200).await;
+    redis.stop();
+    readiness(&a, 503).await;
+    // alice has a rate limit: refused with 503 and a reason; bob has none.
+    let (status, body) = get(&a.url("/v1/tools"), Some(ALICE)).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "shared_state_unavailable", "{body}");
+    let (status, _) = get(&a.url("/v1/tools"), Some(BOB)).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_gateway_whose_redis_is_down_at_start_serves_and_is_not_ready() {
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = shared_config(&backend, &model, "");
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let a = Server::start(dir.path(), &[("REDIS_URL", url.as_str())]).await;
+    let body = readiness(&a, 503).await;
+    assert!(
+        body["reasons"][0].as_str().unwrap().contains("Redis"),
+        "{body}"
+    );
+    let (status, body) = invoke(&a, BOB, "x").await;
+    assert_eq!(status, 200, "{body}");
+    let _redis = RedisServer::start_on(port).await;
+    readiness(&a, 200).await;
+}
+
+#[tokio::test]
+async fn sigterm_drains_before_the_listener_closes() {
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = ConfigDir::new(&[
+        (
+            "toolgate.yaml",
+            &format!(
+                "upstreams: [{{ name: mock, base_url: {} }}]\nshutdown: {{ drain_delay: 2s }}\n",
+                model.base_url()
+            ),
+        ),
+        (
+            "tools.d/a.yaml",
+            &toolgate_tests::lookup_tool(&backend, "lookup", "Look up."),
+        ),
+    ]);
+    let mut s = Server::start(dir.path(), &[]).await;
+    readiness(&s, 200).await;
+    s.signal(Signal::SIGTERM);
+    let body = readiness(&s, 503).await;
+    assert_eq!(body["reasons"][0], "shutting down", "{body}");
+    // Still serving, and telling each client to go elsewhere next time.
+    let r = reqwest::Client::new()
+        .post(s.url("/v1/tools/lookup/invoke"))
+        .json(&json!({"arguments": {"q": "draining"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["connection"], "close");
+    assert_eq!(s.exited().await, 0);
+    let log = s.log();
+    assert!(log.contains("draining"), "{log}");
+}
+
+#[tokio::test]
+async fn logs_can_be_json_lines() {
+    let model = MockLlm::start().await;
+    let dir = ConfigDir::new(&[(
+        "toolgate.yaml",
+        &format!(
+            "upstreams: [{{ name: mock, base_url: {} }}]\n",
+            model.base_url()
+        ),
+    )]);
+    let s = Server::start(dir.path(), &[("TOOLGATE_LOG_FORMAT", "json")]).await;
+    let line = s.logged("listening on").await;
+    let parsed: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(parsed["level"], "INFO", "{parsed}");
+    assert!(
+        parsed["fields"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("listening on http://"),
+        "{parsed}"
+    );
+}
+
+/// A Kubernetes ConfigMap volume: each file a symlink through `..data`,
+/// which is swapped atomically to a new folder on update (the files'
+/// symlinks themselves never change).
+#[tokio::test]
+async fn a_configmap_update_is_reloaded() {
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let write_version = |name: &str, max_messages: u32| {
+        let dir = root.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("toolgate.yaml"),
+            format!(
+                "upstreams: [{{ name: mock, base_url: {} }}]\nreload: {{ debounce: 100ms }}\nlimits: {{ max_messages: {max_messages} }}\n",
+                model.base_url()
+            ),
+        )
+        .unwrap();
+    };
+    let link = |target: &str| {
+        let tmp = root.path().join("..data_tmp");
+        std::os::unix::fs::symlink(target, &tmp).unwrap();
+        std::fs::rename(&tmp, root.path().join("..data")).unwrap();
+    };
+    write_version("..2026_11_25_01", 100);
+    link("..2026_11_25_01");
+    std::os::unix::fs::symlink("..data/toolgate.yaml", root.path().join("toolgate.yaml")).unwrap();
+    std::fs::create_dir(root.path().join("tools.d")).unwrap();
+    std::fs::write(
+        root.path().join("tools.d/tools.yaml"),
+        toolgate_tests::lookup_tool(&backend, "lookup", "Look up."),
+    )
+    .unwrap();
+
+    let s = Server::start(root.path(), &[]).await;
+    assert_eq!(s.version().await, 1);
+
+    write_version("..2026_11_25_02", 200);
+    link("..2026_11_25_02");
+    std::fs::remove_dir_all(root.path().join("..2026_11_25_01")).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while s.version().await < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not reloaded:\n{}",
+            s.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, body) = s.invoke("lookup", json!({"q": "y"})).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Two replicas behind nginx (the Debian package), clients sending chat
+/// completions without pause, one replica stopped with SIGTERM (draining)
+/// and started again mid-run: every client request succeeds.
+#[tokio::test]
+async fn a_replica_restarted_under_load_behind_nginx_fails_no_request() {
+    let model = MockLlm::start().await;
+    let dir = ConfigDir::new(&[(
+        "toolgate.yaml",
+        &format!(
+            "upstreams: [{{ name: mock, base_url: {}, retries: {{ max_attempts: 1 }} }}]\nshutdown: {{ drain_delay: 1s, grace: 10s }}\n",
+            model.base_url()
+        ),
+    )]);
+    let ports = [free_port(), free_port()];
+    let listen = |p: u16| format!("127.0.0.1:{p}");
+    let mut a = Server::start_on(dir.path(), &[], &listen(ports[0])).await;
+    let _b = Server::start_on(dir.path(), &[], &listen(ports[1])).await;
+    let nginx = Nginx::start(&ports).await;
+
+    let ok = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for c in 0..8 {
+        let (ok, failed, stop) = (Arc::clone(&ok), Arc::clone(&failed), Arc::clone(&stop));
+        let url = nginx.url("/v1/chat/completions");
+        clients.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let r = http
+                    .post(&url)
+                    .json(&json!({"model": "m", "messages": user(&format!("client {c} request {i}"))}))
+                    .send()
+                    .await;
+                match r {
+                    Ok(r) if r.status() == 200 => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(r) => {
+                        let why = format!("{}: {}", r.status(), r.text().await.unwrap_or_default());
+                        failed.lock().unwrap().push(why);
+                    }
+                    Err(e) => failed.lock().unwrap().push(e.to_string()),
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.exited().await, 0);
+    let during = ok.load(Ordering::Relaxed);
+    let _a = Server::start_on(dir.path(), &[], &listen(ports[0])).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let failed = failed.lock().unwrap().clone();
+    let ok = ok.load(Ordering::Relaxed);
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {failed:?}\nnginx: {}",
+        failed.len(),
+        ok + failed.len(),
+        nginx.log()
+    );
+    assert!(
+        during > 50 && ok > during,
+        "too little load to show anything: {during}, {ok}"
+    );
+}
+
+/// nginx as the load balancer in front of replicas (round robin, keep-alive
+/// to the replicas, the next replica tried when one refuses the connection).
+struct Nginx {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    async fn start(replicas: &[u16]) -> Nginx {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let servers: String = replicas
+            .iter()
+            .map(|p| format!("server 127.0.0.1:{p} max_fails=0;"))
+            .collect();
+        let d = dir.path().display();
+        let conf = format!(
+            "worker_processes 1;
+daemon off;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {d};
+  proxy_temp_path {d};
+  fastcgi_temp_path {d};
+  uwsgi_temp_path {d};
+  scgi_temp_path {d};
+  upstream replicas {{ {servers} keepalive 16; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://replicas;
+      proxy_http_version 1.1;
+      proxy_set_header Connection \"\";
+      proxy_next_upstream error timeout;
+    }}
+  }}
+}}
+"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        let nginx = ["/usr/sbin/nginx", "nginx"]
+            .into_iter()
+            .find(|n| std::path::Path::new(n).exists())
+            .unwrap_or("nginx");
+        let child = std::process::Command::new(nginx)
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .arg("-e")
+            .arg(dir.path().join("error.log"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run nginx ({e}): `make deb` installs it"));
+        toolgate_tests::wait_for_port(port).await;
+        Nginx {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
