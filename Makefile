@@ -39,9 +39,9 @@ CARGO_DENY_VERSION := 0.20.2
 ## tests (tests/mcp/package.json, installed with npm into tests/mcp/node_modules)
 ## the official Node clients with the Node 22 they need (tests/node/package.json)
 ## the real API descriptions and the Prism mock server of the OpenAPI import
-## tests (tests/openapi/package.json) and cargo-deny (built from crates.io
-## once, when missing)
-setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) cargo-deny
+## tests (tests/openapi/package.json), cargo-deny (built from crates.io
+## once, when missing) and the Debian packages of `deb`
+setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) cargo-deny deb
 
 $(OPENAPI_NODE): tests/openapi/package.json tests/openapi/package-lock.json
 	cd tests/openapi && npm ci --no-audit --no-fund --loglevel=error
@@ -51,10 +51,11 @@ $(NODE_CLIENTS): tests/node/package.json tests/node/package-lock.json
 	cd tests/node && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-## deb: the Debian packages the benchmarks need (nginx as the reference
-## proxy and fixed upstream, wrk as the load generator), installed with apt
-## when missing (as root, or through sudo)
-DEB_PACKAGES := nginx wrk
+## deb: the Debian packages the tests and benchmarks need (nginx as the
+## reference proxy, the fixed upstream and the load balancer in front of
+## replicas; wrk as the load generator; redis-server as the replicas'
+## shared state), installed with apt when missing (as root, or through sudo)
+DEB_PACKAGES := nginx wrk redis-server
 deb:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

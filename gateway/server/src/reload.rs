@@ -311,6 +311,12 @@ fn restart_only_changes(
     if serde_json::to_value(&old.reload).ok() != serde_json::to_value(&new.reload).ok() {
         out.push("reload");
     }
+    if serde_json::to_value(&old.state).ok() != serde_json::to_value(&new.state).ok() {
+        out.push("state");
+    }
+    if serde_json::to_value(&old.telemetry).ok() != serde_json::to_value(&new.telemetry).ok() {
+        out.push("telemetry");
+    }
     out
 }
 

@@ -58,8 +58,15 @@ impl Telemetry {
 pub fn otlp_settings(dir: &Path) -> Option<OtlpDecl> {
     let file = std::fs::read_to_string(dir.join("toolgate.yaml")).ok();
     let declared = file
-        .and_then(|text| serde_yaml::from_str::<GatewayFile>(&text).ok())
-        .and_then(|g| g.telemetry.otlp);
+        .and_then(|text| {
+            toolgate_config::load::parse_text::<GatewayFile>(
+                dir,
+                "toolgate.yaml",
+                &text,
+                &mut Vec::new(),
+            )
+        })
+        .and_then(|g| g.value.telemetry.otlp);
     declared.or_else(|| {
         [
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",

@@ -24,7 +24,16 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// Crates the engine (and what is below it) must never link.
-const SERVER_ONLY: &[&str] = &["axum", "clap", "tracing-subscriber", "notify"];
+const SERVER_ONLY: &[&str] = &[
+    "axum",
+    "clap",
+    "tracing-subscriber",
+    "notify",
+    "opentelemetry",
+    "opentelemetry_sdk",
+    "opentelemetry-otlp",
+    "tracing-opentelemetry",
+];
 
 struct Graph {
     /// Package id → (name, rust-version).
