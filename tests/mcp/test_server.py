@@ -94,6 +94,12 @@ def header(name: str, ctx: Context) -> str:
     return headers.get(name.lower(), "") or headers.get(name, "")
 
 
+@server.tool(description="A field of the request's `_meta` (e.g. `traceparent`).", structured_output=False)
+def meta(name: str, ctx: Context) -> str:
+    fields = ctx.request_context.meta or {}
+    return str(fields.get(name, ""))
+
+
 @server.tool(description="The value of one environment variable of the server.", structured_output=False)
 def getenv(name: str) -> str:
     return os.environ.get(name, "<unset>")

@@ -10,6 +10,8 @@
 //!   a fingerprint of its definition and a hash of the arguments; values
 //!   over `max_value_bytes` stay in the replica's own cache.
 //! - **Learned formatters** are members of one set.
+//! - **Marks** (`mark`/`marked`): ids under a TTL, e.g. MCP sessions closed
+//!   on one replica, so no other one restores them.
 //!
 //! Every operation is bounded by `state.redis.timeout`. While Redis does
 //! not answer, operations fail at once with [`Down`] (no waiting on a dead
@@ -293,6 +295,30 @@ impl Redis {
         })
         .await?;
         Ok(true)
+    }
+
+    /// Marks `id` of `kind` (e.g. a closed MCP session) for every replica,
+    /// for `ttl`.
+    pub async fn mark(&self, kind: &str, id: &str, ttl: Duration) -> Result<(), Down> {
+        let key = self.key(&[kind, id]);
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.run(|mut c| async move {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(1)
+                .arg("PX")
+                .arg(ms)
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await
+    }
+
+    /// Whether some replica marked `id` of `kind`.
+    pub async fn marked(&self, kind: &str, id: &str) -> Result<bool, Down> {
+        let key = self.key(&[kind, id]);
+        self.run(|mut c| async move { redis::cmd("EXISTS").arg(key).query_async(&mut c).await })
+            .await
     }
 
     /// Whether some replica learned that `route` (`upstream/model`) takes

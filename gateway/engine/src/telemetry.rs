@@ -1,8 +1,9 @@
-//! Trace context on the gateway's own requests (model calls, HTTP tools):
-//! the binary that exports traces installs the function that writes the
-//! current span's W3C `traceparent` (and `tracestate`) into a request's
-//! headers; without one, nothing is added. (Reading a client's
-//! `traceparent` happens at the HTTP edge, in the server.)
+//! Trace context on the gateway's own requests (model calls, HTTP tools,
+//! MCP calls' `_meta`): the binary that exports traces installs the
+//! function that writes the current span's W3C `traceparent` (and
+//! `tracestate`) into a request's headers; without one, nothing is added.
+//! (Reading a client's `traceparent` happens at the HTTP edge, in the
+//! server.)
 
 use std::sync::OnceLock;
 

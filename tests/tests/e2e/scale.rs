@@ -218,6 +218,70 @@ async fn replicas_share_rate_limits_caches_and_formatters_through_redis() {
     assert_eq!(statuses, [200, 200, 200, 200, 429, 429]);
 }
 
+/// One MCP request to the gateway's MCP face (`/mcp`), as bob, in
+/// `session` when given; the status and the session id it answers with.
+async fn mcp(s: &Server, session: Option<&str>, body: Value) -> (u16, Option<String>) {
+    let mut rb = reqwest::Client::new()
+        .post(s.url("/mcp"))
+        .bearer_auth(BOB)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&body);
+    if let Some(id) = session {
+        rb = rb.header("mcp-session-id", id);
+    }
+    let r = rb.send().await.unwrap();
+    let id = r
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (r.status().as_u16(), id)
+}
+
+#[tokio::test]
+async fn an_mcp_session_closed_on_one_replica_is_closed_on_all() {
+    let redis = RedisServer::start().await;
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = shared_config(&backend, &model, "mcp: { session_secret_env: MCP_SECRET }");
+    let url = redis.url();
+    let env = [
+        ("REDIS_URL", url.as_str()),
+        ("MCP_SECRET", "a-secret-shared-by-every-replica-0123456789"),
+    ];
+    let a = Server::start(dir.path(), &env).await;
+    let b = Server::start(dir.path(), &env).await;
+    let (status, id) = mcp(
+        &a,
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let id = id.unwrap();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    // Any replica serves the session (it is signed)...
+    assert_eq!(mcp(&b, Some(&id), list.clone()).await.0, 200);
+    // ...until it is closed, on whichever replica.
+    let r = reqwest::Client::new()
+        .delete(a.url("/mcp"))
+        .bearer_auth(BOB)
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(mcp(&a, Some(&id), list.clone()).await.0, 404);
+    assert_eq!(
+        mcp(&b, Some(&id), list).await.0,
+        404,
+        "the other replica knows"
+    );
+}
+
 #[tokio::test]
 async fn with_a_closed_policy_rate_limited_requests_are_refused_while_redis_is_down() {
     let mut redis = RedisServer::start().await;

@@ -20,6 +20,8 @@ use serde_json::json;
 use toolgate_tests::mock_llm::MockLlm;
 use toolgate_tests::{Backend, ConfigDir, Server, user};
 
+use crate::mcp_support;
+
 /// Spans received, with the `service.name` of their resource.
 type Received = Arc<Mutex<Vec<(String, Span)>>>;
 
@@ -257,5 +259,52 @@ async fn a_chat_request_is_one_trace_under_the_clients_traceparent() {
     assert_eq!(
         named(&spans, "execute_tool lookup")[0].parent_span_id,
         request.span_id
+    );
+}
+
+/// An MCP server's tool call carries the trace in its `_meta` (SEP-414),
+/// under the tool's span.
+#[tokio::test]
+async fn an_mcp_tool_call_carries_the_trace_in_its_meta() {
+    let server = require!(mcp_support::python_stdio_yaml("py", "py_", ""));
+    let receiver = Receiver::start().await;
+    let model = MockLlm::start().await;
+    let dir = ConfigDir::new(&[
+        (
+            "toolgate.yaml",
+            &format!(
+                "upstreams: [{{ name: mock, base_url: {} }}]\ntelemetry:\n  otlp: {{ endpoint: \"http://127.0.0.1:{}\" }}\n",
+                model.base_url(),
+                receiver.port
+            ),
+        ),
+        ("tools.d/mcp.yaml", &format!("mcp_servers:\n{server}")),
+        (
+            "tool-sets/default.yaml",
+            "name: default\ntools: [py_meta]\n",
+        ),
+    ]);
+    let s = Server::start(dir.path(), &[("OTEL_BSP_SCHEDULE_DELAY", "100")]).await;
+    let trace_id = [9u8; 16];
+    let traceparent = format!("00-{}-{}-01", hex(&trace_id), hex(&[1u8; 8]));
+    let r = reqwest::Client::new()
+        .post(s.url("/v1/chat/completions"))
+        .header("traceparent", &traceparent)
+        .json(&json!({"model": "m", "messages": user("call py_meta {\"name\": \"traceparent\"}")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: serde_json::Value = r.json().await.unwrap();
+    let spans = receiver.trace(&trace_id, &["execute_tool py_meta"]).await;
+    let tool = named(&spans, "execute_tool py_meta")[0];
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        format!(
+            "Tool results: [py_meta] 00-{}-{}-01",
+            hex(&trace_id),
+            hex(&tool.span_id)
+        ),
+        "{body}"
     );
 }

@@ -73,7 +73,7 @@ impl Endpoint {
         let catalog = state.catalog();
         let settings = &catalog.settings;
         let signer = Signer::new(catalog.mcp_session_secret.as_ref());
-        let closed = Closed::new();
+        let closed = Closed::new(state.shared.clone());
         let sessions = Arc::new(SignedSessions::new(
             signer.clone(),
             closed.clone(),
@@ -175,14 +175,16 @@ async fn serve(
         )
         .into_response();
     }
-    // A session id must be one this gateway issued to this caller's key;
-    // anything else is unknown (404), before rmcp reads it.
+    // A session id must be one this gateway issued to this caller's key,
+    // and not closed since; anything else is unknown (404), before rmcp
+    // reads it.
     let owner = caller.key_name().unwrap_or_default();
-    if let Some(id) = req.headers().get("mcp-session-id")
-        && !id
-            .to_str()
-            .is_ok_and(|id| endpoint.sessions.verifies(id, &owner))
-    {
+    let session_open = match req.headers().get("mcp-session-id").map(|id| id.to_str()) {
+        None => true,
+        Some(Ok(id)) => endpoint.sessions.is_open(id, &owner).await,
+        Some(Err(_)) => false,
+    };
+    if !session_open {
         return ApiError::not_found(
             "unknown_session",
             "no such MCP session for this key: start a new one (initialize)",

@@ -12,11 +12,14 @@
 //!
 //! Sessions live in memory (rmcp's local manager), closed on `DELETE` or
 //! after five idle minutes; their number is capped by `mcp.max_sessions`.
-//! A session closed with `DELETE` stays closed on the replica that closed
-//! it (its id is remembered for a day); another replica, which shares no
-//! state, would still accept the id.
+//! A session closed with `DELETE` stays closed (its id is remembered for a
+//! day): on the replica that closed it, and, with shared state
+//! (`state.redis`), on every replica; without it, another replica would
+//! still accept the id.
 
 use std::sync::Arc;
+
+use toolgate_engine::shared::Redis;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -110,18 +113,51 @@ impl Signer {
 }
 
 /// Ids of sessions closed with `DELETE`, remembered so that a closed
-/// session stays closed on the replica that closed it.
+/// session stays closed: on the replica that closed it, and with shared
+/// state (`state.redis`) on every replica.
 #[derive(Debug, Clone)]
-pub struct Closed(moka::sync::Cache<String, ()>);
+pub struct Closed {
+    local: moka::sync::Cache<String, ()>,
+    shared: Option<Arc<Redis>>,
+}
+
+/// The kind of mark a closed session id is in the shared state.
+const CLOSED_MARK: &str = "mcp_closed_session";
 
 impl Closed {
-    pub fn new() -> Closed {
-        Closed(
-            moka::sync::Cache::builder()
+    pub fn new(shared: Option<Arc<Redis>>) -> Closed {
+        Closed {
+            local: moka::sync::Cache::builder()
                 .max_capacity(CLOSED_REMEMBERED)
                 .time_to_live(CLOSED_FOR)
                 .build(),
-        )
+            shared,
+        }
+    }
+
+    async fn close(&self, id: &str) {
+        self.local.insert(id.to_owned(), ());
+        if let Some(redis) = &self.shared
+            && redis.mark(CLOSED_MARK, id, CLOSED_FOR).await.is_err()
+        {
+            toolgate_engine::shared::fell_back("mcp_session", "local");
+        }
+    }
+
+    async fn is_closed(&self, id: &str) -> bool {
+        if self.local.contains_key(id) {
+            return true;
+        }
+        let Some(redis) = &self.shared else {
+            return false;
+        };
+        match redis.marked(CLOSED_MARK, id).await {
+            Ok(closed) => closed,
+            Err(_) => {
+                toolgate_engine::shared::fell_back("mcp_session", "local");
+                false
+            }
+        }
     }
 }
 
@@ -143,7 +179,7 @@ pub struct SignedStore {
 #[async_trait::async_trait]
 impl SessionStore for SignedStore {
     async fn load(&self, session_id: &str) -> Result<Option<SessionState>, SessionStoreError> {
-        if !self.signer.verify(session_id, &owner()) || self.closed.0.contains_key(session_id) {
+        if !self.signer.verify(session_id, &owner()) || self.closed.is_closed(session_id).await {
             return Ok(None);
         }
         let params = InitializeRequestParams::new(
@@ -194,9 +230,10 @@ impl SignedSessions {
         }
     }
 
-    /// `true` when `id` is a session id this gateway issued to `owner`.
-    pub fn verifies(&self, id: &str, owner: &str) -> bool {
-        self.signer.verify(id, owner)
+    /// `true` when `id` is a session id this gateway issued to `owner`,
+    /// not closed since (here, or with shared state on any replica).
+    pub async fn is_open(&self, id: &str, owner: &str) -> bool {
+        self.signer.verify(id, owner) && !self.closed.is_closed(id).await
     }
 
     /// Sessions held by this process.
@@ -236,7 +273,7 @@ impl SessionManager for SignedSessions {
         // Only ids this gateway issued are remembered (the endpoint refuses
         // others before this).
         if self.signer.verify(id, &owner()) {
-            self.closed.0.insert(id.to_string(), ());
+            self.closed.close(id).await;
         }
         Ok(self.inner.close_session(id).await?)
     }

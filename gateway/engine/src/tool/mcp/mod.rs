@@ -86,6 +86,7 @@ impl McpTool {
         if let Value::Object(map) = args {
             params = params.with_arguments(map.clone());
         }
+        trace_context(&mut params);
         let name = &self.server_name;
         let response = match progress {
             None => peer.call_tool_once(params).await,
@@ -128,6 +129,26 @@ impl McpTool {
                 in_words(&e)
             ))),
         }
+    }
+}
+
+/// The call's trace context in its `_meta` (`traceparent`, `tracestate`:
+/// MCP's SEP-414), when traces are exported: it reaches the server
+/// whatever the transport.
+fn trace_context(params: &mut CallToolRequestParams) {
+    if !crate::telemetry::enabled() {
+        return;
+    }
+    let mut headers = http::HeaderMap::new();
+    crate::telemetry::inject(&mut headers);
+    let field = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let Some(traceparent) = field("traceparent") else {
+        return;
+    };
+    let meta = params.meta.get_or_insert_with(Default::default);
+    meta.set_traceparent(traceparent);
+    if let Some(tracestate) = field("tracestate").filter(|s| !s.is_empty()) {
+        meta.set_tracestate(tracestate);
     }
 }
 
