@@ -136,20 +136,22 @@ fn named<'a>(spans: &'a [(String, Span)], name: &str) -> Vec<&'a Span> {
         .collect()
 }
 
+/// A gateway whose upstream is `model`, exporting traces to `receiver`.
+fn traced_gateway(model: &MockLlm, receiver: &Receiver) -> String {
+    format!(
+        "upstreams: [{{ name: mock, base_url: {} }}]\ntelemetry:\n  otlp: {{ endpoint: \"http://127.0.0.1:{}\" }}\n",
+        model.base_url(),
+        receiver.port
+    )
+}
+
 #[tokio::test]
 async fn a_chat_request_is_one_trace_under_the_clients_traceparent() {
     let receiver = Receiver::start().await;
     let backend = Backend::start().await;
     let model = MockLlm::start().await;
     let dir = ConfigDir::new(&[
-        (
-            "toolgate.yaml",
-            &format!(
-                "upstreams: [{{ name: mock, base_url: {} }}]\ntelemetry:\n  otlp: {{ endpoint: \"http://127.0.0.1:{}\" }}\n",
-                model.base_url(),
-                receiver.port
-            ),
-        ),
+        ("toolgate.yaml", &traced_gateway(&model, &receiver)),
         (
             "tools.d/a.yaml",
             &toolgate_tests::lookup_tool(&backend, "lookup", "Look up."),
@@ -270,14 +272,7 @@ async fn an_mcp_tool_call_carries_the_trace_in_its_meta() {
     let receiver = Receiver::start().await;
     let model = MockLlm::start().await;
     let dir = ConfigDir::new(&[
-        (
-            "toolgate.yaml",
-            &format!(
-                "upstreams: [{{ name: mock, base_url: {} }}]\ntelemetry:\n  otlp: {{ endpoint: \"http://127.0.0.1:{}\" }}\n",
-                model.base_url(),
-                receiver.port
-            ),
-        ),
+        ("toolgate.yaml", &traced_gateway(&model, &receiver)),
         ("tools.d/mcp.yaml", &format!("mcp_servers:\n{server}")),
         (
             "tool-sets/default.yaml",
