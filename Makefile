@@ -54,8 +54,9 @@ $(NODE_CLIENTS): tests/node/package.json tests/node/package-lock.json
 ## deb: the Debian packages the tests and benchmarks need (nginx as the
 ## reference proxy, the fixed upstream and the load balancer in front of
 ## replicas; wrk as the load generator; redis-server as the replicas'
-## shared state), installed with apt when missing (as root, or through sudo)
-DEB_PACKAGES := nginx wrk redis-server
+## shared state; openssl for its test certificates), installed with apt
+## when missing (as root, or through sudo)
+DEB_PACKAGES := nginx wrk redis-server openssl
 deb:
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

@@ -742,8 +742,41 @@ impl RedisServer {
 
     /// On `port` (to bring a stopped one back where the gateways expect it).
     pub async fn start_on(port: u16) -> RedisServer {
+        RedisServer::start_with(port, &["--port", &port.to_string()]).await
+    }
+
+    /// Over TLS only, on a free port, with the certificate and key in
+    /// `dir` (`server.pem`, `server.key`, signed by `ca.pem`), and
+    /// `password` required.
+    pub async fn start_tls(dir: &Path, password: &str) -> RedisServer {
+        let port = free_port();
+        let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+        RedisServer::start_with(
+            port,
+            &[
+                "--port",
+                "0",
+                "--tls-port",
+                &port.to_string(),
+                "--tls-cert-file",
+                &file("server.pem"),
+                "--tls-key-file",
+                &file("server.key"),
+                "--tls-ca-cert-file",
+                &file("ca.pem"),
+                "--tls-auth-clients",
+                "no",
+                "--requirepass",
+                password,
+            ],
+        )
+        .await
+    }
+
+    async fn start_with(port: u16, args: &[&str]) -> RedisServer {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(args)
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -310,6 +310,123 @@ async fn with_a_closed_policy_rate_limited_requests_are_refused_while_redis_is_d
     assert_eq!(status, 200);
 }
 
+/// A CA and a certificate for `localhost` signed by it, made with the
+/// `openssl` command: `ca.pem`, `server.pem`, `server.key` in the folder.
+fn certificates() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    std::fs::write(
+        dir.path().join("ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=toolgate test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext",
+    ]);
+    dir
+}
+
+/// `rediss://`: a managed Redis is usually reached over TLS, verified
+/// against the system's roots (here, `SSL_CERT_FILE` naming the test CA).
+#[tokio::test]
+async fn redis_over_tls_is_verified_and_shared() {
+    let certs = certificates();
+    let password = "s3cret-redis-password";
+    let redis = RedisServer::start_tls(certs.path(), password).await;
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = shared_config(&backend, &model, "");
+    let url = format!("rediss://:{password}@localhost:{}/0", redis.port);
+    let ca = certs.path().join("ca.pem").to_string_lossy().into_owned();
+    let env = [("REDIS_URL", url.as_str()), ("SSL_CERT_FILE", ca.as_str())];
+    let a = Server::start(dir.path(), &env).await;
+    let b = Server::start(dir.path(), &env).await;
+    readiness(&a, 200).await;
+    readiness(&b, 200).await;
+    let (_, first) = invoke(&a, BOB, "tls").await;
+    assert_ne!(first["cached"], true, "{first}");
+    let (_, second) = invoke(&b, BOB, "tls").await;
+    assert_eq!(second["cached"], true, "{second}");
+    // Without the CA, the certificate is refused: not ready, and why.
+    let c = Server::start(dir.path(), &[("REDIS_URL", url.as_str())]).await;
+    let body = readiness(&c, 503).await;
+    let reason = body["reasons"][0].as_str().unwrap();
+    assert!(reason.contains("Redis"), "{body}");
+    eprintln!("without the CA: {reason}");
+    // A wrong password: refused, said so.
+    let wrong = url.replace(password, "not-the-password");
+    let d = Server::start(
+        dir.path(),
+        &[
+            ("REDIS_URL", wrong.as_str()),
+            ("SSL_CERT_FILE", ca.as_str()),
+        ],
+    )
+    .await;
+    let body = readiness(&d, 503).await;
+    eprintln!("wrong password: {}", body["reasons"][0]);
+    for s in [&a, &b, &c, &d] {
+        let log = s.log();
+        assert!(
+            !log.contains(password) && !log.contains("not-the-password"),
+            "{log}"
+        );
+    }
+    assert!(!body.to_string().contains("not-the-password"), "{body}");
+}
+
 #[tokio::test]
 async fn a_gateway_whose_redis_is_down_at_start_serves_and_is_not_ready() {
     let backend = Backend::start().await;
