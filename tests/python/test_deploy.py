@@ -97,13 +97,33 @@ def test_the_generated_configmap_is_what_the_deployment_mounts(tmp_path):
     (container,) = pod["containers"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    # The pods' folder, as the kubelet lays it out, is a valid configuration.
+    # Kubernetes waits long enough for the drain and the grace period.
+    gateway = yaml.safe_load(configmap["data"]["toolgate.yaml"])
+    drain, grace = (seconds(gateway["shutdown"][k]) for k in ("drain_delay", "grace"))
+    assert pod["terminationGracePeriodSeconds"] >= drain + grace + 10
+    # drain_delay outlasts the readiness probe's period, so the Service
+    # stops sending before the listener closes.
+    probe = container["readinessProbe"]
+    assert drain > probe["periodSeconds"] * probe["failureThreshold"]
+    # The pods' folder, as the kubelet lays a ConfigMap volume out (files
+    # in a timestamped folder, `..data` linking to it, each path a link
+    # through `..data`), is a valid configuration.
     folder = tmp_path / "etc-toolgate"
+    data = folder / "..2026_11_25_00_00_00.000000000"
     for item in items:
-        target = folder / item["path"]
+        target = data / item["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(configmap["data"][item["key"]])
+    (folder / "..data").symlink_to(data.name)
+    for top in {pathlib.Path(item["path"]).parts[0] for item in items}:
+        (folder / top).symlink_to(pathlib.Path("..data") / top)
     check(folder, {"REDIS_URL": "redis://toolgate-redis:6379/0"})
+
+
+def seconds(duration: str) -> int:
+    """`10s`, `2m`: the durations the configuration uses here."""
+    units = {"s": 1, "m": 60}
+    return int(duration[:-1]) * units[duration[-1]]
 
 
 def check(folder: pathlib.Path, extra_env: dict):

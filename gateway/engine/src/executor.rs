@@ -382,22 +382,18 @@ impl Executor {
         self.finish_output(outcome, catalog, started)
     }
 
-    /// A cached result: this replica's, else the shared state's (kept here
-    /// too from then on).
+    /// A cached result: this replica's, else the shared state's (not copied
+    /// here: a copy would live a whole TTL more than the shared entry).
     async fn cached(&self, tool: &Tool, cache: &ResultCache, key: &str) -> Option<Output> {
         if let Some(output) = cache.get(key) {
             return Some(output);
         }
         let redis = self.shared.as_ref()?;
         match redis.cache_get(&cache.shared_key(tool, key)).await {
-            Ok(Some(data)) => {
-                let output = Output {
-                    data,
-                    mcp_result: None,
-                };
-                cache.insert(key.to_owned(), output.clone());
-                Some(output)
-            }
+            Ok(Some(data)) => Some(Output {
+                data,
+                mcp_result: None,
+            }),
             Ok(None) => None,
             Err(_) => {
                 shared::fell_back("cache", "local");

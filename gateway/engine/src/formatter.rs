@@ -222,7 +222,16 @@ fn text_of(m: &Value) -> String {
 #[derive(Debug, Default)]
 pub struct Learned {
     structured: RwLock<HashSet<String>>,
-    shared: Option<Arc<crate::shared::Redis>>,
+    shared: Option<Shared>,
+}
+
+/// What the other replicas learned, and which routes were found not
+/// learned lately (asked again after a few seconds, so a chat request
+/// costs a Redis round trip at most that often per route).
+#[derive(Debug)]
+struct Shared {
+    redis: Arc<crate::shared::Redis>,
+    not_learned: moka::sync::Cache<String, ()>,
 }
 
 impl Learned {
@@ -230,7 +239,13 @@ impl Learned {
     pub fn shared(redis: Arc<crate::shared::Redis>) -> Learned {
         Learned {
             structured: RwLock::default(),
-            shared: Some(redis),
+            shared: Some(Shared {
+                redis,
+                not_learned: moka::sync::Cache::builder()
+                    .max_capacity(10_000)
+                    .time_to_live(std::time::Duration::from_secs(5))
+                    .build(),
+            }),
         }
     }
 
@@ -250,7 +265,8 @@ impl Learned {
 
     /// The formatter to start with for a route configured as `kind`: for
     /// `auto`, the structured prompt once this replica (or, with shared
-    /// state, any replica) found the model rejects `tools`.
+    /// state, any replica: seen here within seconds) found the model
+    /// rejects `tools`.
     pub async fn effective(
         &self,
         kind: FormatterKind,
@@ -264,15 +280,21 @@ impl Learned {
         if self.known(&key) {
             return FormatterKind::StructuredPrompt;
         }
-        let Some(redis) = &self.shared else {
+        let Some(shared) = &self.shared else {
             return kind;
         };
-        match redis.learned_structured(&key).await {
+        if shared.not_learned.contains_key(&key) {
+            return kind;
+        }
+        match shared.redis.learned_structured(&key).await {
             Ok(true) => {
                 self.note(key);
                 FormatterKind::StructuredPrompt
             }
-            Ok(false) => kind,
+            Ok(false) => {
+                shared.not_learned.insert(key, ());
+                kind
+            }
             Err(_) => {
                 crate::shared::fell_back("formatter", "local");
                 kind
@@ -283,8 +305,8 @@ impl Learned {
     /// Remembers (and shares) that the model rejects `tools`.
     pub async fn remember_structured(&self, upstream: &str, model: &str) {
         let key = Self::key(upstream, model);
-        if let Some(redis) = &self.shared
-            && redis.learn_structured(&key).await.is_err()
+        if let Some(shared) = &self.shared
+            && shared.redis.learn_structured(&key).await.is_err()
         {
             crate::shared::fell_back("formatter", "local");
         }

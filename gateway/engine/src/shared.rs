@@ -13,12 +13,14 @@
 //! - **Marks** (`mark`/`marked`): ids under a TTL, e.g. MCP sessions closed
 //!   on one replica, so no other one restores them.
 //!
-//! Every operation is bounded by `state.redis.timeout`. While Redis does
-//! not answer, operations fail at once with [`Down`] (no waiting on a dead
-//! connection), the callers fall back (rate limits by the declared
+//! Every operation is bounded by `state.redis.timeout`. Once the
+//! connection is known to be down, operations fail at once with [`Down`]
+//! (only those already in flight wait out the timeout), the callers fall
+//! back (rate limits by the declared
 //! `on_unavailable` policy; caches and formatters to the replica's own),
 //! `/readyz` says why, and a supervisor task reconnects with backoff.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,6 +38,11 @@ use crate::catalog::Secret;
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error("the shared state (Redis) is unavailable")]
 pub struct Down;
+
+/// The Redis URL cannot be used (the catalog checks it first).
+#[derive(Debug, thiserror::Error)]
+#[error("the Redis URL cannot be used: {0}")]
+pub struct BadUrl(String);
 
 /// Whether Redis answers, and the last error when it does not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +82,8 @@ pub struct Redis {
     status: Mutex<Status>,
     /// Woken when an operation finds the connection broken.
     lost: Notify,
+    /// When a refused operation was last logged (seconds since the epoch).
+    last_refusal_logged: AtomicU64,
     gcra: redis::Script,
 }
 
@@ -90,9 +99,9 @@ impl std::fmt::Debug for Redis {
 impl Redis {
     /// A handle on the Redis at `url` (checked by the catalog); nothing is
     /// connected until [`Redis::spawn`].
-    pub fn new(url: &Secret, decl: &RedisDecl) -> Result<Arc<Redis>, String> {
-        let url = std::str::from_utf8(url.bytes()).map_err(|e| e.to_string())?;
-        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    pub fn new(url: &Secret, decl: &RedisDecl) -> Result<Arc<Redis>, BadUrl> {
+        let url = std::str::from_utf8(url.bytes()).map_err(|_| BadUrl("not UTF-8".into()))?;
+        let client = redis::Client::open(url).map_err(|e| BadUrl(describe(&e)))?;
         Ok(Arc::new(Redis {
             client,
             prefix: decl.prefix.clone(),
@@ -105,6 +114,7 @@ impl Redis {
                 error: Some("not connected yet".into()),
             }),
             lost: Notify::new(),
+            last_refusal_logged: AtomicU64::new(0),
             gcra: redis::Script::new(GCRA),
         }))
     }
@@ -215,22 +225,45 @@ impl Redis {
         };
         let failure = match tokio::time::timeout(self.timeout, op((*conn).clone())).await {
             Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() => {
-                describe(&e)
-            }
+            Ok(Err(e)) if lost(&e) => describe(&e),
             Ok(Err(e)) => {
                 // The server answered, with an error (a key of another
                 // type, a script refused): this operation falls back, the
                 // connection stays.
-                tracing::warn!("shared state: Redis refused an operation: {}", describe(&e));
+                self.refused(&e);
                 return Err(Down);
             }
             Err(_) => format!("no answer within {:?}", self.timeout),
         };
-        self.conn.store(None);
-        self.set_status(Some(failure));
-        self.lost.notify_one();
+        // Only the connection that failed is dropped: a slow operation on
+        // an old one must not throw away the one the supervisor made since.
+        let current = Some(conn);
+        let previous = self
+            .conn
+            .compare_and_swap(&current, None::<Arc<MultiplexedConnection>>);
+        if let (Some(previous), Some(failed)) = (&*previous, &current)
+            && Arc::ptr_eq(previous, failed)
+        {
+            self.set_status(Some(failure));
+            self.lost.notify_one();
+        }
         Err(Down)
+    }
+
+    /// Logs an error answer, at most once in ten seconds.
+    fn refused(&self, e: &redis::RedisError) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.last_refusal_logged.load(Ordering::Relaxed);
+        if now >= last + 10
+            && self
+                .last_refusal_logged
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!("shared state: Redis refused an operation: {}", describe(e));
+        }
     }
 
     fn key(&self, parts: &[&str]) -> String {
@@ -366,6 +399,16 @@ fn policy_name(policy: Unavailable) -> &'static str {
         Unavailable::Open => "open",
         Unavailable::Closed => "closed",
     }
+}
+
+/// Whether `e` means the connection is no use: broken, timed out, or a
+/// server that cannot take writes now (a replica after a failover, one
+/// still loading, one whose primary is down).
+fn lost(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || matches!(e.code(), Some("READONLY" | "LOADING" | "MASTERDOWN"))
 }
 
 /// A Redis error in words (its text names no URL or password).

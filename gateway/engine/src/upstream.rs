@@ -721,14 +721,15 @@ impl Upstreams {
 /// The span of one model call, in OpenTelemetry's GenAI terms (the
 /// proxy's and the tool loop's); usage and the loop's iteration are
 /// recorded on it when known.
-pub fn chat_span(upstream: &str, model: &str) -> tracing::Span {
+pub fn chat_span(upstream: &Upstream, model: &str) -> tracing::Span {
     tracing::info_span!(
         "chat",
         "otel.name" = %format_args!("chat {model}"),
         "otel.kind" = "client",
         "gen_ai.operation.name" = "chat",
         "gen_ai.request.model" = %model,
-        "server.address" = %upstream,
+        "server.address" = upstream.chat_uri.host().unwrap_or_default(),
+        "toolgate.upstream" = %upstream.name,
         iteration = tracing::field::Empty,
         "gen_ai.usage.input_tokens" = tracing::field::Empty,
         "gen_ai.usage.output_tokens" = tracing::field::Empty,

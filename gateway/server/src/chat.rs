@@ -41,7 +41,7 @@ pub async fn completions(
             request,
         } => {
             let body = request.proxy_body(body, &model);
-            let span = toolgate_engine::upstream::chat_span(&upstream.name, &model);
+            let span = toolgate_engine::upstream::chat_span(&upstream, &model);
             return proxy(&upstream, body, &caller.request_id, places.stream)
                 .instrument(span)
                 .await;

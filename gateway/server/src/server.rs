@@ -161,11 +161,13 @@ fn shared_state(
     };
     toolgate_engine::shared::Redis::new(url, decl)
         .map(Some)
-        .map_err(ServeError::Shared)
+        .map_err(|e| ServeError::Shared(e.to_string()))
 }
 
-/// Stops the MCP servers and flushes the audit log.
+/// Ends the MCP sessions and the shared state's supervisor, stops the MCP
+/// servers and flushes the audit log.
 async fn finish(state: &AppState, audit: Option<AuditLog>) {
+    state.stopping.cancel();
     state.catalog().mcp().shutdown().await;
     if let Some(audit) = audit {
         audit.flush().await;
@@ -362,13 +364,33 @@ async fn serve_connections(
     }
     // Connections the kernel has completed but that were not accepted yet
     // would be reset when the listener closes, their requests lost (a
-    // proxy cannot tell whether they ran): accept them now. While draining
-    // each is answered with `Connection: close`. At most as many as there
-    // are free connection slots.
-    while let Ok(slot) = Arc::clone(&slots).try_acquire_owned()
-        && let Some(Ok((stream, _peer))) = futures::FutureExt::now_or_never(listener.accept())
+    // proxy cannot tell whether they ran): accept them now, straight from
+    // the socket until its queue is empty (tokio's `accept` only sees what
+    // its event loop has already noticed). While draining each is answered
+    // with `Connection: close`. At most as many as there are free
+    // connection slots.
+    let listener = match listener.into_std() {
+        Ok(listener) => Some(listener),
+        Err(e) => {
+            tracing::debug!("the listener's queue cannot be read: {e}");
+            None
+        }
+    };
+    while let Some(listener) = &listener
+        && let Ok(slot) = Arc::clone(&slots).try_acquire_owned()
     {
-        serve(stream, slot);
+        let stream = match listener.accept() {
+            Ok((stream, _peer)) => stream,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        match stream
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpStream::from_std(stream))
+        {
+            Ok(stream) => serve(stream, slot),
+            Err(e) => tracing::debug!("a queued connection could not be served: {e}"),
+        }
     }
     drop(listener);
     open.close();
@@ -381,9 +403,9 @@ type ConnBuilder = hyper_util::server::conn::auto::Builder<hyper_util::rt::Tokio
 /// Serves one connection until it ends. Once `stop` is cancelled, a
 /// connection that has had a request closes after the one in progress (at
 /// once when idle); one that has not had its first request yet gets it
-/// answered (with `Connection: close`, the gateway is draining) rather
-/// than closed under a request its client may already be sending (the
-/// header timeout and the grace period bound the wait).
+/// answered first (with `Connection: close`, the gateway is draining)
+/// rather than closed under a request its client may already be sending
+/// (the header timeout and the grace period bound the wait).
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     app: axum::Router,
@@ -394,10 +416,13 @@ async fn serve_connection(
     use std::sync::atomic::{AtomicBool, Ordering};
     let _ = stream.set_nodelay(true);
     let used = Arc::new(AtomicBool::new(false));
+    let first = Arc::new(tokio::sync::Notify::new());
     let inner = hyper_util::service::TowerToHyperService::new(app);
-    let seen = Arc::clone(&used);
+    let (seen, first_seen) = (Arc::clone(&used), Arc::clone(&first));
     let service = hyper::service::service_fn(move |req| {
-        seen.store(true, Ordering::Relaxed);
+        if !seen.swap(true, Ordering::Relaxed) {
+            first_seen.notify_one();
+        }
         hyper::service::Service::call(&inner, req)
     });
     let conn =
@@ -410,12 +435,24 @@ async fn serve_connection(
             }
             return;
         }
-        () = stop.cancelled() => {
-            if used.load(Ordering::Relaxed) {
-                conn.as_mut().graceful_shutdown();
+        () = stop.cancelled() => {}
+    }
+    if !used.load(Ordering::Relaxed) {
+        // Its first request is on its way (or the header timeout, or the
+        // grace period, ends the wait).
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!("connection ended: {e}");
+                }
+                return;
             }
+            () = first.notified() => {}
         }
     }
+    // HTTP/1: closed after the request in progress (at once when idle);
+    // HTTP/2: GOAWAY, the streams in progress finish.
+    conn.as_mut().graceful_shutdown();
     if let Err(e) = conn.await {
         tracing::debug!("connection ended: {e}");
     }

@@ -17,7 +17,7 @@ use clap::ValueEnum;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
-use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -116,10 +116,13 @@ pub fn init(
     let traces = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("toolgate"))
+            // Spans only: log events (which may quote an upstream's error
+            // text) stay in the logs.
             .with_filter(
                 Targets::new()
                     .with_target("toolgate_engine", LevelFilter::INFO)
-                    .with_target("toolgate_server", LevelFilter::INFO),
+                    .with_target("toolgate_server", LevelFilter::INFO)
+                    .and(filter_fn(|meta| meta.is_span())),
             )
     });
     let _ = tracing_subscriber::registry()

@@ -98,6 +98,34 @@ async fn chat(s: &Server, key: &str, text: &str) -> (u16, Value) {
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
+/// Waits (at most 15 s) until `/healthz` says Redis is `state` (`up` or
+/// `down`); the whole `/healthz`.
+async fn redis_state(s: &Server, state: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, body) = get(&s.url("/healthz"), None).await;
+        if body["shared_state"]["redis"] == state {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "Redis is not {state}: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `/readyz` of a replica whose Redis is down under a falling-back policy:
+/// ready (every replica shares the outage), and degraded, saying why.
+async fn ready_but_degraded(s: &Server) {
+    let (status, body) = get(&s.url("/readyz"), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["degraded"][0].as_str().unwrap().contains("Redis"),
+        "{body}"
+    );
+}
+
 /// Waits (at most 15 s) until `/readyz` answers `status`; its body.
 async fn readiness(s: &Server, status: u16) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
@@ -124,10 +152,8 @@ async fn replicas_share_rate_limits_caches_and_formatters_through_redis() {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let a = Server::start(dir.path(), &env).await;
     let b = Server::start(dir.path(), &env).await;
-    readiness(&a, 200).await;
-    readiness(&b, 200).await;
-    let (_, health) = get(&a.url("/healthz"), None).await;
-    assert_eq!(health["shared_state"]["redis"], "up", "{health}");
+    redis_state(&a, "up").await;
+    redis_state(&b, "up").await;
 
     // alice may make 4 requests a minute in all, alternating replicas.
     let mut statuses = Vec::new();
@@ -169,19 +195,19 @@ async fn replicas_share_rate_limits_caches_and_formatters_through_redis() {
     // Redis stops: both replicas say so, and go on serving with their own
     // rate limits (the default policy) and caches: no 500.
     redis.stop();
-    let body = readiness(&a, 503).await;
-    assert!(
-        body["reasons"][0].as_str().unwrap().contains("Redis"),
-        "{body}"
-    );
-    readiness(&b, 503).await;
+    let health = redis_state(&a, "down").await;
+    assert!(health["shared_state"]["error"].is_string(), "{health}");
+    ready_but_degraded(&a).await;
+    redis_state(&b, "down").await;
+    ready_but_degraded(&b).await;
     let (status, body) = invoke(&a, BOB, "while-down").await;
     assert_eq!(
         (status, &body["data"]),
         (200, &json!("while-down")),
         "{body}"
     );
-    let (status, body) = invoke(&b, BOB, "shared").await;
+    // A's own copy of what it fetched (B read it from Redis: no copy).
+    let (status, body) = invoke(&a, BOB, "shared").await;
     assert_eq!(
         (status, body["cached"].clone()),
         (200, json!(true)),
@@ -198,14 +224,18 @@ async fn replicas_share_rate_limits_caches_and_formatters_through_redis() {
             .contains("toolgate_shared_state_fallbacks_total{fallback=\"local\",what=\"cache\"}"),
         "{metrics}"
     );
-    // alice: this replica's own bucket now (fresh: Redis counted before).
-    let (status, _) = get(&a.url("/v1/tools"), Some(ALICE)).await;
-    assert_eq!(status, 200);
+    // alice: this replica's own bucket now (fresh: Redis counted before),
+    // still a limit (`local`, not `open`).
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(get(&a.url("/v1/tools"), Some(ALICE)).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 429]);
 
     // Redis back (empty, as after a crash): shared again.
     let _redis = RedisServer::start_on(redis.port).await;
-    readiness(&a, 200).await;
-    readiness(&b, 200).await;
+    redis_state(&a, "up").await;
+    redis_state(&b, "up").await;
     let (_, first) = invoke(&b, BOB, "after").await;
     assert_ne!(first["cached"], true, "{first}");
     let (_, second) = invoke(&a, BOB, "after").await;
@@ -301,7 +331,12 @@ async fn with_a_closed_policy_rate_limited_requests_are_refused_while_redis_is_d
     let a = Server::start(dir.path(), &[("REDIS_URL", url.as_str())]).await;
     readiness(&a, 200).await;
     redis.stop();
-    readiness(&a, 503).await;
+    // Under `closed` the replica is not ready: it refuses what it cannot check.
+    let body = readiness(&a, 503).await;
+    assert!(
+        body["reasons"][0].as_str().unwrap().contains("Redis"),
+        "{body}"
+    );
     // alice has a rate limit: refused with 503 and a reason; bob has none.
     let (status, body) = get(&a.url("/v1/tools"), Some(ALICE)).await;
     assert_eq!(status, 503, "{body}");
@@ -393,18 +428,17 @@ async fn redis_over_tls_is_verified_and_shared() {
     let env = [("REDIS_URL", url.as_str()), ("SSL_CERT_FILE", ca.as_str())];
     let a = Server::start(dir.path(), &env).await;
     let b = Server::start(dir.path(), &env).await;
-    readiness(&a, 200).await;
-    readiness(&b, 200).await;
+    redis_state(&a, "up").await;
+    redis_state(&b, "up").await;
     let (_, first) = invoke(&a, BOB, "tls").await;
     assert_ne!(first["cached"], true, "{first}");
     let (_, second) = invoke(&b, BOB, "tls").await;
     assert_eq!(second["cached"], true, "{second}");
-    // Without the CA, the certificate is refused: not ready, and why.
+    // Without the CA, the certificate is refused, and why is said.
     let c = Server::start(dir.path(), &[("REDIS_URL", url.as_str())]).await;
-    let body = readiness(&c, 503).await;
-    let reason = body["reasons"][0].as_str().unwrap();
-    assert!(reason.contains("Redis"), "{body}");
-    eprintln!("without the CA: {reason}");
+    let health = redis_state(&c, "down").await;
+    let reason = health["shared_state"]["error"].as_str().unwrap();
+    assert!(reason.contains("certificate"), "{health}");
     // A wrong password: refused, said so.
     let wrong = url.replace(password, "not-the-password");
     let d = Server::start(
@@ -415,8 +449,14 @@ async fn redis_over_tls_is_verified_and_shared() {
         ],
     )
     .await;
-    let body = readiness(&d, 503).await;
-    eprintln!("wrong password: {}", body["reasons"][0]);
+    let body = redis_state(&d, "down").await;
+    assert!(
+        body["shared_state"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("Password authentication failed"),
+        "{body}"
+    );
     for s in [&a, &b, &c, &d] {
         let log = s.log();
         assert!(
@@ -428,22 +468,21 @@ async fn redis_over_tls_is_verified_and_shared() {
 }
 
 #[tokio::test]
-async fn a_gateway_whose_redis_is_down_at_start_serves_and_is_not_ready() {
+async fn a_gateway_whose_redis_is_down_at_start_serves_and_says_so() {
     let backend = Backend::start().await;
     let model = MockLlm::start().await;
     let dir = shared_config(&backend, &model, "");
     let port = free_port();
     let url = format!("redis://127.0.0.1:{port}/0");
     let a = Server::start(dir.path(), &[("REDIS_URL", url.as_str())]).await;
-    let body = readiness(&a, 503).await;
-    assert!(
-        body["reasons"][0].as_str().unwrap().contains("Redis"),
-        "{body}"
-    );
+    redis_state(&a, "down").await;
+    ready_but_degraded(&a).await;
     let (status, body) = invoke(&a, BOB, "x").await;
     assert_eq!(status, 200, "{body}");
     let _redis = RedisServer::start_on(port).await;
-    readiness(&a, 200).await;
+    redis_state(&a, "up").await;
+    let (status, body) = get(&a.url("/readyz"), None).await;
+    assert_eq!((status, body), (200, json!({"ready": true})));
 }
 
 #[tokio::test]

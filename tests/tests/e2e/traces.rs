@@ -206,6 +206,8 @@ async fn a_chat_request_is_one_trace_under_the_clients_traceparent() {
         assert_eq!(chat.kind, SpanKind::Client as i32);
         assert_eq!(attr(chat, "gen_ai.operation.name").as_deref(), Some("chat"));
         assert_eq!(attr(chat, "gen_ai.request.model").as_deref(), Some("m"));
+        assert_eq!(attr(chat, "server.address").as_deref(), Some("127.0.0.1"));
+        assert_eq!(attr(chat, "toolgate.upstream").as_deref(), Some("mock"));
         assert!(
             attr(chat, "gen_ai.usage.input_tokens").is_some(),
             "{chat:#?}"

@@ -215,7 +215,7 @@ pub(crate) fn redis_url(
             diags.push(Diagnostic::error(
                 &file.file,
                 at,
-                format!("{var} (state.redis.url_env) is not a Redis URL: {}", e.detail().unwrap_or("unreadable")),
+                format!("{var} (state.redis.url_env) is not a usable Redis URL: {e}"),
                 "use `redis://host:port/db` (or `rediss://` for TLS, `redis+unix:///path` for a socket)",
             ));
             None

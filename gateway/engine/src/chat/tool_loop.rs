@@ -369,18 +369,17 @@ impl Run {
         })
     }
 
-    /// Calls the model; in `auto` mode, falls back to the structured prompt
-    /// (and remembers it) when the upstream rejects `tools`.
     /// One model call (retries and the `tools` fallback included) in a
     /// span of its own (OpenTelemetry's GenAI conventions).
     async fn call(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
-        let span =
-            crate::upstream::chat_span(&self.l.resolved.upstream.name, &self.l.resolved.model);
+        let span = crate::upstream::chat_span(&self.l.resolved.upstream, &self.l.resolved.model);
         span.record("iteration", iteration);
         self.model_span = span.clone();
         self.call_upstream(iteration, stream).instrument(span).await
     }
 
+    /// Calls the model; in `auto` mode, falls back to the structured prompt
+    /// (and remembers it) when the upstream rejects `tools`.
     async fn call_upstream(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
         let request_id = self.l.context.request_id.clone();

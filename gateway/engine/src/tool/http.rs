@@ -164,7 +164,13 @@ impl HttpTool {
         {
             request = request.header("x-request-id", value);
         }
-        if crate::telemetry::enabled() {
+        // A tool that sets trace headers itself keeps its own.
+        if crate::telemetry::enabled()
+            && !self
+                .headers
+                .iter()
+                .any(|(name, _)| *name == "traceparent" || *name == "tracestate")
+        {
             let mut trace = http::HeaderMap::new();
             crate::telemetry::inject(&mut trace);
             request = request.headers(trace);

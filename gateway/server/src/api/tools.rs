@@ -35,33 +35,47 @@ pub async fn healthz(State(state): State<AppState>) -> Json<Value> {
 }
 
 /// `GET /readyz`: always open; 200 when this replica should get traffic,
-/// 503 with the reasons when not: it is draining (SIGTERM), the shared
-/// state (Redis) does not answer, or an MCP server marked `required` is
-/// down. A replica that is not ready still serves what it is sent.
+/// 503 with the reasons when not: it is draining (SIGTERM), an MCP server
+/// marked `required` is down, or the shared state (Redis) does not answer
+/// and `on_unavailable` is `closed`. Under the other policies a Redis
+/// outage is a degradation every replica shares (each falls back), not a
+/// reason to take them all out of the load balancer: 200, with the reason
+/// under `degraded`. A replica that is not ready still serves what it is
+/// sent.
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let mut reasons = Vec::new();
+    let mut degraded = Vec::new();
     if state.draining.is_cancelled() {
         reasons.push("shutting down".to_owned());
     }
     if let Some(redis) = &state.shared {
         let status = redis.status();
         if !status.up {
-            reasons.push(format!(
+            let why = format!(
                 "the shared state (Redis) is unavailable: {}",
                 status.error.unwrap_or_default()
-            ));
+            );
+            match redis.policy() {
+                toolgate_config::format::Unavailable::Closed => reasons.push(why),
+                _ => degraded.push(why),
+            }
         }
     }
     reasons.extend(state.catalog().mcp().required_not_ready());
-    if reasons.is_empty() {
-        Json(json!({"ready": true})).into_response()
+    let mut body = if reasons.is_empty() {
+        json!({"ready": true})
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"ready": false, "reasons": reasons})),
-        )
-            .into_response()
+        json!({"ready": false, "reasons": reasons})
+    };
+    if !degraded.is_empty() {
+        body["degraded"] = json!(degraded);
     }
+    let status = if reasons.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
 }
 
 /// `GET /metrics`: Prometheus text format.
