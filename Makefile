@@ -58,7 +58,9 @@ $(NODE_CLIENTS): tests/node/package.json tests/node/package-lock.json
 ## when missing (as root, or through sudo)
 DEB_PACKAGES := nginx wrk redis-server openssl
 deb:
-	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+		[ "$$(dpkg-query -W -f='$${db:Status-Status}' $$p 2>/dev/null)" = installed ] || echo $$p; \
+	done); \
 	if [ -n "$$missing" ]; then \
 		sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		echo "installing $$missing"; \
