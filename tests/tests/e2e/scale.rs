@@ -747,8 +747,13 @@ http {{
 }
 
 impl Drop for Nginx {
+    /// SIGTERM, so the master stops its workers (SIGKILL would leave them
+    /// running, holding the port).
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        use nix::sys::signal::kill;
+        use nix::unistd::Pid;
+        let pid = Pid::from_raw(i32::try_from(self.child.id()).unwrap());
+        let _ = kill(pid, Signal::SIGTERM);
         let _ = self.child.wait();
     }
 }
