@@ -1,7 +1,11 @@
 """The official MCP conformance suite (`@modelcontextprotocol/conformance`,
 pinned in tests/node/package.json and run by the Node 22 installed there)
 against a tool set of toolgate served at `/mcp/{tool_set}`, for both
-requirement sets: 2025-11-25 (sessions) and 2026-07-28 (stateless).
+requirement sets: 2025-11-25 (sessions) and 2026-07-28 (stateless); and its
+client scenarios against toolgate as the client of an upstream MCP server
+(tests/mcp/conformance_client.py runs `toolgate serve` on each scenario's
+server and calls its tools through the tool API). The suite's own servers
+are bound to 127.0.0.1 (tests/mcp/loopback.cjs).
 
 The set holds the tools the suite calls (`test_simple_text`,
 `test_image_content`...), offered by an MCP server written with the Python
@@ -12,6 +16,7 @@ reason, in tests/mcp/conformance/expected-failures-<revision>.yaml; the
 suite also fails when a listed scenario starts passing.
 """
 
+import os
 import subprocess
 
 import pytest
@@ -99,5 +104,39 @@ def test_the_official_conformance_suite_passes(conformance_gateway, revision, tm
         timeout=600,
     )
     summary = run.stdout[run.stdout.find("=== SUMMARY") :]
+    assert run.returncode == 0, summary + run.stderr[-2000:]
+    assert "Baseline check passed" in run.stdout, summary
+
+
+DRIVER = ROOT / "tests/mcp/conformance_client.py"
+LOOPBACK = ROOT / "tests/mcp/loopback.cjs"
+
+
+@pytest.mark.parametrize("revision", ["2025-11-25", "2026-07-28"])
+def test_the_official_client_scenarios_pass(revision, tmp_path):
+    if not SUITE.exists() or not NODE.exists():
+        pytest.skip(f"{SUITE} is missing: run `make setup`")
+    run = subprocess.run(
+        [
+            str(NODE),
+            "--require",
+            str(LOOPBACK),
+            str(SUITE),
+            "client",
+            "--command",
+            f"{PYTHON} {DRIVER}",
+            "--requirements",
+            revision,
+            "--expected-failures",
+            str(EXPECTED / f"expected-client-failures-{revision}.yaml"),
+            "-o",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "TOOLGATE_BIN": str(binary("toolgate"))},
+    )
+    summary = run.stdout[run.stdout.find("=== SUITE SUMMARY") :]
     assert run.returncode == 0, summary + run.stderr[-2000:]
     assert "Baseline check passed" in run.stdout, summary
