@@ -897,7 +897,9 @@ pub struct McpServerDecl {
     #[serde(default)]
     pub url: Option<String>,
     /// http: headers sent with every request; values are templates over
-    /// `env` (e.g. `"Bearer {{ env.API_TOKEN }}"`).
+    /// `env` (e.g. `"Bearer {{ env.API_TOKEN }}"`), and may also read the
+    /// caller: `request.key` (the API key's name) and `request.project`
+    /// (its project), rendered for each call (empty: not sent).
     #[serde(default)]
     pub headers: IndexMap<String, String>,
     /// Which tools to offer, and under which names.

@@ -421,7 +421,7 @@ impl Executor {
                 native.call(args, ctx).await.map(Output::from)
             }
             // Dropped on timeout, which tells the server to cancel the call.
-            ToolKind::Mcp(mcp) => mcp.call(&args, progress).await,
+            ToolKind::Mcp(mcp) => mcp.call(&args, ctx, progress).await,
             ToolKind::Search => {
                 crate::discovery::run(catalog, ctx.tool_set.as_deref(), &args).map(Output::from)
             }

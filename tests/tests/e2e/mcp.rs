@@ -265,6 +265,63 @@ mcp_servers:
     assert!(!format!("{catalog:?}").contains("s3cret"));
 }
 
+/// `headers` that read `request.key` / `request.project` are rendered for
+/// each call: an upstream server over HTTP can authorise per caller.
+#[tokio::test]
+async fn headers_can_name_the_caller_per_call() {
+    let server = require!(HttpServer::start().await);
+    let yaml = format!(
+        r#"env: {{ STATIC_TOKEN: required }}
+mcp_servers:
+  - name: remote
+    transport: http
+    url: {}
+    headers:
+      X-Caller: "{{{{ request.key }}}}"
+      X-Caller-Project: "{{{{ request.project }}}}"
+      X-Both: "{{{{ env.STATIC_TOKEN }}}}:{{{{ request.key }}}}"
+      X-Static: "{{{{ env.STATIC_TOKEN }}}}"
+"#,
+        server.url
+    );
+    let dir = ConfigDir::new(&[("tools.d/remote.yaml", &yaml)]);
+    let catalog = load_catalog(dir.path(), &[("STATIC_TOKEN", "tok")]);
+    start(&catalog).await;
+    let executor = Executor::new(http_client().unwrap());
+    let header = |key: Option<&str>, project: Option<&str>, name: &str| {
+        let ctx = CallContext::new()
+            .with_key(key.map(str::to_owned))
+            .with_project(project.map(str::to_owned))
+            .unwrap();
+        let call = ToolCall {
+            id: "t".into(),
+            name: "header".into(),
+            arguments: json!({ "name": name }),
+        };
+        let executor = executor.clone();
+        let catalog = &catalog;
+        async move { text(&executor.run(catalog, &call, &ctx).await) }
+    };
+    assert_eq!(header(Some("alice"), None, "x-caller").await, "alice");
+    assert_eq!(header(Some("bob"), Some("p1"), "x-caller").await, "bob");
+    assert_eq!(
+        header(Some("bob"), Some("p1"), "x-caller-project").await,
+        "p1"
+    );
+    assert_eq!(header(Some("bob"), None, "x-both").await, "tok:bob");
+    assert_eq!(header(Some("bob"), None, "x-static").await, "tok");
+    // No key (an open gateway): the header renders empty and is left out.
+    assert_eq!(header(None, None, "x-caller").await, "");
+    // The server never sees how the headers travel to the HTTP client.
+    let ctx = CallContext::new().with_key(Some("alice".into()));
+    let call = ToolCall {
+        id: "t".into(),
+        name: "meta".into(),
+        arguments: json!({ "name": "io.toolgate/caller-headers" }),
+    };
+    assert_eq!(text(&executor.run(&catalog, &call, &ctx).await), "");
+}
+
 #[tokio::test]
 async fn a_timed_out_call_is_cancelled_on_the_server() {
     let server = require!(HttpServer::start().await);

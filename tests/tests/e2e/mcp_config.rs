@@ -88,6 +88,34 @@ fn every_declaration_error_is_reported_with_its_position() {
 }
 
 #[test]
+fn headers_may_read_the_caller_and_nothing_else_of_the_request() {
+    let dir = ConfigDir::new(&[(
+        "tools.d/mcp.yaml",
+        r#"mcp_servers:
+  - name: remote
+    transport: http
+    url: http://127.0.0.1:9/mcp
+    headers:
+      X-Caller: "{{ request.key }}/{{ request.project }}"
+      X-Body: "{{ request.body }}"
+  - name: local
+    transport: stdio
+    command: /bin/true
+    env:
+      CALLER: "{{ request.key }}"
+"#,
+    )]);
+    let errors = report(&dir, &[]).err().unwrap_or_default();
+    assert_eq!(
+        errors,
+        [
+            "tools.d/mcp.yaml:7:15: error: the template reads `request.body`, which does not exist here — headers of an MCP server may read `env.<variable>`, `request.key` and `request.project`",
+            "tools.d/mcp.yaml:12:15: error: the template reads `request.key`, which does not exist here — MCP server settings may only read `env.<variable>`",
+        ]
+    );
+}
+
+#[test]
 fn servers_whose_tools_could_share_names_are_rejected() {
     let tools = r#"mcp_servers:
   - name: a

@@ -15,7 +15,7 @@ use reqwest::header::{HeaderName, HeaderValue};
 use super::ToolSet;
 use crate::template::{self, TemplateSet};
 use crate::tool::mcp::spec::{
-    HttpSpec, RESERVED_HEADERS, StdioSpec, ToolFilter, Transport, is_glob,
+    HttpSpec, PerRequestHeaders, RESERVED_HEADERS, StdioSpec, ToolFilter, Transport, is_glob,
 };
 use crate::tool::mcp::{Expected, McpRegistry, ServerSpec};
 use crate::tool::{Tool, is_valid_name};
@@ -177,6 +177,20 @@ impl ServerCheck<'_> {
     /// Compiles the template `source` under `key`; `None` (reported) when
     /// it does not compile or reads anything but a declared `env.*`.
     fn compile(&mut self, key: String, source: &str, p: &str) -> Option<String> {
+        self.compile_with(key, source, p, false).map(|(key, _)| key)
+    }
+
+    /// [`compile`](Self::compile), where `request.key` and
+    /// `request.project` may be read too when `per_request` (headers of an
+    /// HTTP server); the flag returned says whether the template reads them.
+    fn compile_with(
+        &mut self,
+        key: String,
+        source: &str,
+        p: &str,
+        per_request: bool,
+    ) -> Option<(String, bool)> {
+        let mut reads_request = false;
         let vars = match self.templates.add(key.clone(), source.to_owned()) {
             Ok(vars) => vars,
             Err(e) => {
@@ -189,6 +203,10 @@ impl ServerCheck<'_> {
             }
         };
         for var in vars {
+            if per_request && matches!(var.as_str(), "request.key" | "request.project") {
+                reads_request = true;
+                continue;
+            }
             match var.strip_prefix("env.") {
                 Some(v) if self.file.value.env.contains_key(v) => {
                     self.env_used.insert(v.to_owned());
@@ -200,6 +218,11 @@ impl ServerCheck<'_> {
                         "add `{v}: optional` (or `required`) under the file's top-level `env`"
                     ),
                 ),
+                None if per_request => self.err(
+                    p,
+                    format!("the template reads `{var}`, which does not exist here"),
+                    "headers of an MCP server may read `env.<variable>`, `request.key` and `request.project`",
+                ),
                 None => self.err(
                     p,
                     format!("the template reads `{var}`, which does not exist here"),
@@ -207,7 +230,7 @@ impl ServerCheck<'_> {
                 ),
             }
         }
-        Some(key)
+        Some((key, reads_request))
     }
 
     /// Fields of the other transport are errors.
@@ -275,7 +298,7 @@ impl ServerCheck<'_> {
     }
 
     /// The http fields; returns each header, its template key and path.
-    fn check_http(&mut self) -> Vec<(HeaderName, String, String)> {
+    fn check_http(&mut self) -> Vec<(HeaderName, String, String, bool)> {
         let decl = self.decl;
         self.refuse_fields(
             &[
@@ -316,8 +339,10 @@ impl ServerCheck<'_> {
                     "remove it",
                 ),
                 Ok(h) => {
-                    if let Some(key) = self.compile(format!("headers.{k}"), v, &p) {
-                        header_keys.push((h, key, p));
+                    if let Some((key, per_request)) =
+                        self.compile_with(format!("headers.{k}"), v, &p, true)
+                    {
+                        header_keys.push((h, key, p, per_request));
                     }
                 }
             }
@@ -435,13 +460,22 @@ impl ServerCheck<'_> {
         disabled: bool,
     ) -> Option<Vec<(K, String, String)>> {
         let env = std::mem::take(&mut self.templates).finish();
+        self.render_with(&env, keys, disabled)
+    }
+
+    fn render_with<K>(
+        &mut self,
+        env: &minijinja::Environment<'static>,
+        keys: Vec<(K, String, String)>,
+        disabled: bool,
+    ) -> Option<Vec<(K, String, String)>> {
         let ctx = minijinja::context! { env => self.env_values };
         let mut out = Vec::with_capacity(keys.len());
         for (k, key, p) in keys {
             let value = if disabled {
                 String::new()
             } else {
-                match template::render(&env, &key, ctx.clone()) {
+                match template::render(env, &key, ctx.clone()) {
                     Ok(v) => v,
                     Err(e) => {
                         self.err(
@@ -489,11 +523,31 @@ impl ServerCheck<'_> {
 
     fn http_spec(
         &mut self,
-        header_keys: Vec<(HeaderName, String, String)>,
+        header_keys: Vec<(HeaderName, String, String, bool)>,
         disabled: bool,
     ) -> Option<Transport> {
+        // Headers reading `request.*` are rendered per call (the caller's
+        // key and project); the others once, here.
+        let (per_call, fixed): (Vec<_>, Vec<_>) =
+            header_keys.into_iter().partition(|(_, _, _, per)| *per);
+        let per_request: Vec<(HeaderName, String, String)> = per_call
+            .into_iter()
+            .map(|(name, key, _, _)| {
+                let source = self
+                    .decl
+                    .headers
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name.as_str()))
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                (name, key, source)
+            })
+            .collect();
+        let fixed: Vec<(HeaderName, String, String)> =
+            fixed.into_iter().map(|(n, k, p, _)| (n, k, p)).collect();
+        let templates = std::mem::take(&mut self.templates).finish();
         let mut headers = Vec::new();
-        for (name, value, p) in self.render_all(header_keys, disabled)? {
+        for (name, value, p) in self.render_with(&templates, fixed, disabled)? {
             match HeaderValue::from_str(&value) {
                 Ok(mut v) => {
                     v.set_sensitive(true);
@@ -511,9 +565,15 @@ impl ServerCheck<'_> {
                 }
             }
         }
+        let per_request = (!per_request.is_empty()).then(|| PerRequestHeaders {
+            templates,
+            env: self.env_values.clone(),
+            headers: per_request,
+        });
         Some(Transport::Http(HttpSpec {
             url: self.decl.url.clone().unwrap_or_default(),
             headers,
+            per_request,
         }))
     }
 }

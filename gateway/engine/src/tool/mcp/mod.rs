@@ -28,9 +28,11 @@ use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use serde_json::Value;
 
+use crate::tool::context::CallContext;
 use crate::tool::{Output, Progress, ProgressSink, Tool, ToolError};
 use session::{Server, Status};
 pub use spec::ServerSpec;
+use spec::Transport;
 use toolgate_config::Pos;
 
 /// The tool kind: one tool of an MCP server.
@@ -73,6 +75,7 @@ impl McpTool {
     pub async fn call(
         &self,
         args: &Value,
+        ctx: &CallContext,
         progress: Option<&ProgressSink>,
     ) -> Result<Output, ToolError> {
         let server = self.server.upgrade().ok_or_else(|| {
@@ -87,6 +90,7 @@ impl McpTool {
             params = params.with_arguments(map.clone());
         }
         trace_context(&mut params);
+        caller_headers(&server, ctx, &mut params)?;
         let name = &self.server_name;
         let response = match progress {
             None => peer.call_tool_once(params).await,
@@ -130,6 +134,39 @@ impl McpTool {
             ))),
         }
     }
+}
+
+/// The headers the server's declaration renders for this caller
+/// (`request.key`, `request.project`), in the call's `_meta` for the HTTP
+/// client to send (see `session::CallerHeaders`).
+fn caller_headers(
+    server: &Server,
+    ctx: &CallContext,
+    params: &mut CallToolRequestParams,
+) -> Result<(), ToolError> {
+    let Transport::Http(http) = &server.spec.transport else {
+        return Ok(());
+    };
+    let Some(per_request) = &http.per_request else {
+        return Ok(());
+    };
+    let headers = per_request
+        .render(ctx.key.as_deref(), ctx.project())
+        .map_err(|e| ToolError::Refused(format!("MCP server `{}`: {e}", server.spec.name)))?;
+    if headers.is_empty() {
+        return Ok(());
+    }
+    let map: serde_json::Map<String, Value> = headers
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), Value::String(value)))
+        .collect();
+    params
+        .meta
+        .get_or_insert_with(Default::default)
+        .0
+        .0
+        .insert(session::CALLER_HEADERS_META.to_owned(), Value::Object(map));
+    Ok(())
 }
 
 /// The call's trace context in its `_meta` (`traceparent`, `tracestate`:

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{NotificationContext, QuitReason, RunningService};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClient, StreamableHttpClientTransportConfig,
+};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use serde_json::Value;
@@ -521,7 +523,8 @@ async fn connect(server: &Server) -> Result<Session, StartFailure> {
             let config = StreamableHttpClientTransportConfig::with_uri(http.url.clone())
                 .custom_headers(headers)
                 .reinit_on_expired_session(false);
-            let transport = StreamableHttpClientTransport::from_config(config);
+            let transport =
+                StreamableHttpClientTransport::with_client(CallerHeaders::default(), config);
             handler.serve(transport).await.map_err(start_failure)
         }
     }
@@ -656,5 +659,142 @@ fn report_listing(server: &Server, listed: &[Listed]) {
         if let Err(reason) = &l.tool {
             tracing::warn!(mcp_server = %name, "tool `{}` of MCP server `{name}` is unavailable: {reason}", l.remote);
         }
+    }
+}
+
+/// Where a call carries the headers rendered for its caller (`headers`
+/// reading `request.key` / `request.project`): an entry of its `_meta`,
+/// which the session's HTTP client moves into the request's headers before
+/// it is sent (the server sees headers only).
+pub const CALLER_HEADERS_META: &str = "io.toolgate/caller-headers";
+
+/// rmcp's HTTP client (reqwest), sending the headers a `tools/call` carries
+/// for its caller. rmcp sends from a worker task of its own, so the
+/// caller's headers travel with the message rather than with the task.
+#[derive(Clone, Debug, Default)]
+struct CallerHeaders(reqwest::Client);
+
+/// Takes the caller's headers out of a `tools/call`'s `_meta`.
+fn take_caller_headers(
+    message: &mut rmcp::model::ClientJsonRpcMessage,
+    headers: &mut HashMap<http::HeaderName, http::HeaderValue>,
+) {
+    use rmcp::model::{ClientRequest, JsonRpcMessage};
+    let JsonRpcMessage::Request(request) = message else {
+        return;
+    };
+    let ClientRequest::CallToolRequest(call) = &mut request.request else {
+        return;
+    };
+    let Some(meta) = call.params.meta.as_mut() else {
+        return;
+    };
+    let Some(serde_json::Value::Object(given)) = meta.0.0.remove(CALLER_HEADERS_META) else {
+        return;
+    };
+    if meta.0.0.is_empty() {
+        call.params.meta = None;
+    }
+    for (name, value) in given {
+        if let (Ok(name), Some(Ok(value))) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            value.as_str().map(http::HeaderValue::from_str),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+type SseStream = futures::stream::BoxStream<
+    'static,
+    Result<sse_stream::Sse, rmcp::transport::streamable_http_client::SseError>,
+>;
+type HttpError = rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error>;
+
+impl StreamableHttpClient for CallerHeaders {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        mut message: rmcp::model::ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        mut custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> Result<rmcp::transport::streamable_http_client::StreamableHttpPostResponse, HttpError>
+    {
+        take_caller_headers(&mut message, &mut custom_headers);
+        self.0
+            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        mut message: rmcp::model::ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        mut custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<rmcp::transport::streamable_http_client::StreamableHttpPostResponse, HttpError>
+    {
+        take_caller_headers(&mut message, &mut custom_headers);
+        self.0
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> Result<(), HttpError> {
+        self.0
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+    ) -> Result<SseStream, HttpError> {
+        self.0
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<http::HeaderName, http::HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<SseStream, HttpError> {
+        self.0
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
     }
 }

@@ -47,7 +47,15 @@ impl ServerSpec {
             (Transport::Stdio(a), Transport::Stdio(b)) => {
                 a.command == b.command && a.args == b.args && a.env == b.env && a.cwd == b.cwd
             }
-            (Transport::Http(a), Transport::Http(b)) => a.url == b.url && a.headers == b.headers,
+            (Transport::Http(a), Transport::Http(b)) => {
+                a.url == b.url
+                    && a.headers == b.headers
+                    && match (&a.per_request, &b.per_request) {
+                        (None, None) => true,
+                        (Some(x), Some(y)) => x.same_as(y),
+                        _ => false,
+                    }
+            }
             _ => false,
         };
         transport
@@ -99,6 +107,11 @@ impl fmt::Debug for Transport {
                     &h.headers
                         .iter()
                         .map(|(k, _)| k.as_str())
+                        .chain(
+                            h.per_request
+                                .iter()
+                                .flat_map(|p| p.headers.iter().map(|(k, _, _)| k.as_str())),
+                        )
                         .collect::<Vec<_>>(),
                 )
                 .finish(),
@@ -117,7 +130,65 @@ pub struct StdioSpec {
 
 pub struct HttpSpec {
     pub url: String,
+    /// Headers sent with every request, rendered at load.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Headers that read the caller (`request.key`, `request.project`),
+    /// rendered for each call.
+    pub per_request: Option<PerRequestHeaders>,
+}
+
+/// Header templates rendered for each call, with the caller's API key name
+/// and project: a server behind the gateway can authorise per user.
+pub struct PerRequestHeaders {
+    pub templates: std::sync::Arc<minijinja::Environment<'static>>,
+    /// The values of the file's variables the templates may read. Secret.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The header, its template's name in `templates`, and its source.
+    pub headers: Vec<(HeaderName, String, String)>,
+}
+
+impl PerRequestHeaders {
+    /// The headers for a call by `key` (the API key's name) in `project`
+    /// (each empty when there is none); a header that renders empty is
+    /// left out.
+    pub fn render(
+        &self,
+        key: Option<&str>,
+        project: Option<&str>,
+    ) -> Result<Vec<(HeaderName, String)>, String> {
+        let ctx = minijinja::context! {
+            env => self.env,
+            request => minijinja::context! {
+                key => key.unwrap_or_default(),
+                project => project.unwrap_or_default(),
+            },
+        };
+        let mut out = Vec::with_capacity(self.headers.len());
+        for (name, template, _) in &self.headers {
+            let value = crate::template::render(&self.templates, template, ctx.clone())
+                .map_err(|e| format!("header `{name}` does not render: {e}"))?;
+            if value.is_empty() {
+                continue;
+            }
+            if HeaderValue::from_str(&value).is_err() {
+                return Err(format!(
+                    "header `{name}` would not be a valid header value for this caller"
+                ));
+            }
+            out.push((name.clone(), value));
+        }
+        Ok(out)
+    }
+
+    fn same_as(&self, other: &PerRequestHeaders) -> bool {
+        self.env == other.env
+            && self.headers.len() == other.headers.len()
+            && self
+                .headers
+                .iter()
+                .zip(&other.headers)
+                .all(|(a, b)| a.0 == b.0 && a.2 == b.2)
+    }
 }
 
 /// The gateway's own variables a stdio server inherits; everything else it
