@@ -88,7 +88,11 @@ def document() -> list:
     ]
 
 
-@server.tool(description="The value of one HTTP request header (HTTP only).", structured_output=False)
+@server.tool(
+    description="The value of one HTTP request header (HTTP only).",
+    structured_output=False,
+    annotations=READ_ONLY,
+)
 def header(name: str, ctx: Context) -> str:
     headers = ctx.headers or {}
     return headers.get(name.lower(), "") or headers.get(name, "")

@@ -330,6 +330,13 @@ impl Executor {
                 ctx.project().unwrap_or_default(),
                 canonical_json(&arguments)
             ),
+            // A server told who calls may answer each caller differently.
+            ToolKind::Mcp(m) if m.varies_by_caller() => format!(
+                "{}\u{0}{}\u{0}{}",
+                ctx.key.as_deref().unwrap_or_default(),
+                ctx.project().unwrap_or_default(),
+                canonical_json(&arguments)
+            ),
             _ => canonical_json(&arguments),
         });
         if let (Some(cache), Some(key)) = (&tool.cache, &cache_key)

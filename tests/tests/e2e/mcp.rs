@@ -281,6 +281,7 @@ mcp_servers:
       X-Caller-Project: "{{{{ request.project }}}}"
       X-Both: "{{{{ env.STATIC_TOKEN }}}}:{{{{ request.key }}}}"
       X-Static: "{{{{ env.STATIC_TOKEN }}}}"
+    cache: {{ ttl: 1m }}
 "#,
         server.url
     );
@@ -302,6 +303,10 @@ mcp_servers:
         let catalog = &catalog;
         async move { text(&executor.run(catalog, &call, &ctx).await) }
     };
+    assert_eq!(header(Some("alice"), None, "x-caller").await, "alice");
+    // `header` is read-only and the server's results are cached: per
+    // caller, since the server is told who calls.
+    assert_eq!(header(Some("bob"), None, "x-caller").await, "bob");
     assert_eq!(header(Some("alice"), None, "x-caller").await, "alice");
     assert_eq!(header(Some("bob"), Some("p1"), "x-caller").await, "bob");
     assert_eq!(

@@ -72,6 +72,14 @@ impl McpTool {
     ///
     /// With `progress`, the call asks the server for progress reports and
     /// passes each on.
+    /// Whether the server is told who calls (headers reading `request.*`):
+    /// then its answers may differ per caller, and cached results must too.
+    pub fn varies_by_caller(&self) -> bool {
+        self.server.upgrade().is_some_and(|server| {
+            matches!(&server.spec.transport, Transport::Http(http) if http.per_request.is_some())
+        })
+    }
+
     pub async fn call(
         &self,
         args: &Value,

@@ -696,10 +696,12 @@ fn take_caller_headers(
         call.params.meta = None;
     }
     for (name, value) in given {
-        if let (Ok(name), Some(Ok(value))) = (
+        if let (Ok(name), Some(Ok(mut value))) = (
             http::HeaderName::from_bytes(name.as_bytes()),
             value.as_str().map(http::HeaderValue::from_str),
         ) {
+            // They may carry a secret of `env`: never shown.
+            value.set_sensitive(true);
             headers.insert(name, value);
         }
     }
