@@ -112,8 +112,26 @@ DRIVER = ROOT / "tests/mcp/conformance_client.py"
 LOOPBACK = ROOT / "tests/mcp/loopback.cjs"
 
 
-@pytest.mark.parametrize("revision", ["2025-11-25", "2026-07-28"])
-def test_the_official_client_scenarios_pass(revision, tmp_path):
+def client_scenarios(revision: str) -> list[str]:
+    """The client scenarios a revision requires (the suite's own list)."""
+    import yaml
+
+    requirements = SUITE.parent.parent / "requirements" / f"{revision}.yaml"
+    if not requirements.exists():
+        return []
+    return yaml.safe_load(requirements.read_text())["client"]
+
+
+# One scenario at a time: run all at once (the suite runs them in
+# parallel), the timing the `sse-retry` scenario measures is the suite's
+# own scheduling under load, not the client's.
+@pytest.mark.parametrize(
+    "revision,scenario",
+    # Without the suite (no `make setup`), one placeholder that skips.
+    [(r, s) for r in ("2025-11-25", "2026-07-28") for s in client_scenarios(r)]
+    or [("-", "-")],
+)
+def test_the_official_client_scenarios_pass(revision, scenario, tmp_path):
     if not SUITE.exists() or not NODE.exists():
         pytest.skip(f"{SUITE} is missing: run `make setup`")
     run = subprocess.run(
@@ -125,7 +143,9 @@ def test_the_official_client_scenarios_pass(revision, tmp_path):
             "client",
             "--command",
             f"{PYTHON} {DRIVER}",
-            "--requirements",
+            "--scenario",
+            scenario,
+            "--spec-version",
             revision,
             "--expected-failures",
             str(EXPECTED / f"expected-client-failures-{revision}.yaml"),
@@ -134,9 +154,7 @@ def test_the_official_client_scenarios_pass(revision, tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=300,
         env={**os.environ, "TOOLGATE_BIN": str(binary("toolgate"))},
     )
-    summary = run.stdout[run.stdout.find("=== SUITE SUMMARY") :]
-    assert run.returncode == 0, summary + run.stderr[-2000:]
-    assert "Baseline check passed" in run.stdout, summary
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
