@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run setup deb cargo-deny test check lint fmt bench demo schema clean
+.PHONY: run setup deb cargo-deny test check lint fmt bench demo schema screenshots clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -54,9 +54,10 @@ $(NODE_CLIENTS): tests/node/package.json tests/node/package-lock.json
 ## deb: the Debian packages the tests and benchmarks need (nginx as the
 ## reference proxy, the fixed upstream and the load balancer in front of
 ## replicas; wrk as the load generator; redis-server as the replicas'
-## shared state; openssl for its test certificates), installed with apt
-## when missing (as root, or through sudo)
-DEB_PACKAGES := nginx wrk redis-server openssl
+## shared state; openssl for its test certificates; chromium, the headless
+## browser of the console's tests), installed with apt when missing (as
+## root, or through sudo)
+DEB_PACKAGES := nginx wrk redis-server openssl chromium
 deb:
 	@missing=$$(for p in $(DEB_PACKAGES); do \
 		[ "$$(dpkg-query -W -f='$${db:Status-Status}' $$p 2>/dev/null)" = installed ] || echo $$p; \
@@ -122,6 +123,11 @@ bench: $(MCP_NODE) $(OPENAPI_NODE) deb
 ## schema: write the JSON Schema of the configuration formats to docs/schema.json
 schema:
 	$(CARGO) run -q -p toolgate-server --bin toolgate -- schema > docs/schema.json
+
+## screenshots: the console's pages, as its browser tests see them, into docs/console/
+screenshots: setup
+	$(CARGO) build $(RUN_BINS)
+	TOOLGATE_SCREENSHOTS=docs/console $(PYTHON) -m pytest -q tests/python/test_console.py
 
 ## demo: a few requests against a running `make run`
 demo:

@@ -65,6 +65,50 @@ pub struct GatewayFile {
     /// Read at start.
     #[serde(default)]
     pub telemetry: TelemetryDecl,
+    /// The console: pages at `/console` to see the catalog, try tools,
+    /// run the tool loop and read recent calls. Off unless enabled.
+    #[serde(default)]
+    pub console: ConsoleDecl,
+}
+
+/// `console`: the gateway's pages for people.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleDecl {
+    /// Serve `/console`. With API keys, only keys whose `console` is `own`
+    /// or `all` may use it.
+    pub enabled: bool,
+    /// How many recent tool calls the console keeps to show (in memory,
+    /// arguments redacted as the audit log writes them and cut at 2 KiB).
+    /// Read at start, 0 to 10000; 0 keeps none.
+    pub recent_calls: usize,
+    /// `Host` values accepted when no API keys are configured (protection
+    /// against DNS rebinding of an open gateway). Loopback names are always
+    /// accepted. With API keys, the key is the protection.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for ConsoleDecl {
+    fn default() -> Self {
+        ConsoleDecl {
+            enabled: false,
+            recent_calls: 100,
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+/// What an API key may do with the console.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsoleAccess {
+    /// No use of the console.
+    #[default]
+    None,
+    /// The console, showing the key's tool sets and its own recent calls.
+    Own,
+    /// The console, showing the key's tool sets and every key's recent calls.
+    All,
 }
 
 /// `state`: where replicas share what they count and learn.
@@ -296,6 +340,9 @@ pub struct ApiKeyDecl {
     /// must not see the others' files its own projects.
     #[serde(default)]
     pub projects: Vec<String>,
+    /// Whether the key may use the console (`none`, `own`, `all`).
+    #[serde(default)]
+    pub console: ConsoleAccess,
 }
 
 fn all_sets() -> Vec<String> {

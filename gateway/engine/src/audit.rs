@@ -176,20 +176,99 @@ impl AuditLog {
         schema: Option<&Value>,
         args: &Value,
     ) -> (Option<Value>, Option<String>) {
-        if self.arguments == AuditArguments::None {
-            return (None, None);
+        render_arguments(self.arguments, schema, args)
+    }
+
+    /// How this log writes arguments.
+    pub fn arguments_mode(&self) -> AuditArguments {
+        self.arguments
+    }
+}
+
+/// A call's arguments as `mode` writes them: `(arguments, digest)`, every
+/// secret redacted first.
+pub fn render_arguments(
+    mode: AuditArguments,
+    schema: Option<&Value>,
+    args: &Value,
+) -> (Option<Value>, Option<String>) {
+    if mode == AuditArguments::None {
+        return (None, None);
+    }
+    let redacted = match schema {
+        Some(schema) => redact(schema, args),
+        // Unknown tool: no schema says what is secret, so nothing is shown.
+        None => Value::String(REDACTED.to_owned()),
+    };
+    match mode {
+        AuditArguments::Digest => (None, Some(sha256_hex(&toolgate::canonical_json(&redacted)))),
+        _ => (Some(redacted), None),
+    }
+}
+
+/// The longest arguments [`Recent`] keeps, in characters of JSON; longer
+/// ones are kept as their JSON text cut there.
+pub const RECENT_ARGUMENT_CHARS: usize = 2048;
+
+/// The last calls, newest first, for the console: a ring of audit entries
+/// of fixed size, whose arguments are cut at [`RECENT_ARGUMENT_CHARS`].
+#[derive(Debug)]
+pub struct Recent {
+    capacity: usize,
+    entries: std::sync::Mutex<std::collections::VecDeque<AuditEntry>>,
+}
+
+impl Recent {
+    /// A ring keeping the last `capacity` calls.
+    pub fn new(capacity: usize) -> Recent {
+        Recent {
+            capacity,
+            entries: std::sync::Mutex::new(std::collections::VecDeque::with_capacity(capacity)),
         }
-        let redacted = match schema {
-            Some(schema) => redact(schema, args),
-            // Unknown tool: no schema says what is secret, so nothing is shown.
-            None => Value::String(REDACTED.to_owned()),
-        };
-        match self.arguments {
-            AuditArguments::Digest => {
-                (None, Some(sha256_hex(&toolgate::canonical_json(&redacted))))
+    }
+
+    /// Keeps `entry`, forgetting the oldest when full.
+    pub fn push(&self, mut entry: AuditEntry) {
+        if self.capacity == 0 {
+            return;
+        }
+        if let Some(args) = &entry.arguments {
+            let text = args.to_string();
+            if text.chars().count() > RECENT_ARGUMENT_CHARS {
+                let cut: String = text.chars().take(RECENT_ARGUMENT_CHARS).collect();
+                entry.arguments = Some(Value::String(format!("{cut}…")));
             }
-            _ => (Some(redacted), None),
         }
+        let mut entries = self.lock();
+        if entries.len() == self.capacity {
+            entries.pop_back();
+        }
+        entries.push_front(entry);
+    }
+
+    /// The calls kept, newest first, that `keep` accepts, at most `limit`.
+    pub fn list(&self, limit: usize, keep: impl Fn(&AuditEntry) -> bool) -> Vec<AuditEntry> {
+        self.lock()
+            .iter()
+            .filter(|e| keep(e))
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
+    /// The tools of the calls kept that `keep` accepts, each once.
+    pub fn tools(&self, keep: impl Fn(&AuditEntry) -> bool) -> std::collections::BTreeSet<String> {
+        self.lock()
+            .iter()
+            .filter(|e| keep(e))
+            .map(|e| e.tool.clone())
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<AuditEntry>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -501,5 +580,46 @@ mod tests {
         assert!(line.contains("\"arguments_sha256\":\"44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a\""));
         assert!(!line.contains("\"cached\""));
         assert!(e.ts.ends_with('Z'));
+    }
+
+    #[test]
+    fn recent_keeps_the_last_calls_newest_first_with_arguments_cut() {
+        let entry = |tool: &str, args: Value| AuditEntry {
+            ts: now_rfc3339(),
+            request_id: "r".into(),
+            key: Some("k".into()),
+            tool_set: None,
+            tool: tool.into(),
+            call_id: "c".into(),
+            arguments: Some(args),
+            arguments_sha256: None,
+            outcome: "ok",
+            duration_ms: 1.0,
+            bytes: 0,
+            cached: false,
+            truncated: false,
+        };
+        let recent = Recent::new(3);
+        for i in 0..5 {
+            recent.push(entry(&format!("t{i}"), json!({"i": i})));
+        }
+        let tools: Vec<String> = recent
+            .list(10, |_| true)
+            .into_iter()
+            .map(|e| e.tool)
+            .collect();
+        assert_eq!(tools, ["t4", "t3", "t2"]);
+        assert_eq!(recent.list(1, |e| e.tool != "t4")[0].tool, "t3");
+        assert_eq!(recent.tools(|_| true).len(), 3);
+        recent.push(entry("big", json!({"text": "x".repeat(10_000)})));
+        let big = &recent.list(1, |_| true)[0];
+        let Some(Value::String(cut)) = &big.arguments else {
+            panic!("{:?}", big.arguments)
+        };
+        assert_eq!(cut.chars().count(), RECENT_ARGUMENT_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        let none = Recent::new(0);
+        none.push(entry("t", json!({})));
+        assert!(none.list(10, |_| true).is_empty());
     }
 }

@@ -31,6 +31,8 @@ pub struct ApiKey {
     pub max_concurrent_streams: Option<NonZeroU32>,
     /// The projects the key may use, the first by default; empty: any.
     pub projects: Vec<String>,
+    /// What the key may do with the console.
+    pub console: toolgate_config::format::ConsoleAccess,
 }
 
 impl ApiKey {

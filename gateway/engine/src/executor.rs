@@ -22,12 +22,13 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::audit::{AuditEntry, AuditLog};
+use crate::audit::{AuditEntry, AuditLog, Recent};
 use crate::catalog::Catalog;
 use crate::limits::{Rate, RateLimits, Refused};
 use crate::shared::{self, Redis};
 use crate::tool::context::{CallContext, ToolContext};
 use crate::tool::{Output, Progress, ProgressSink, ResultCache, Tool, ToolError, ToolKind};
+use toolgate_config::format::AuditArguments;
 
 /// Progress reports of one call waiting to be passed on; beyond, they are
 /// dropped (the next one says more).
@@ -111,6 +112,7 @@ fn elapsed_ms(started: Instant) -> f64 {
 pub struct Executor {
     http: reqwest::Client,
     audit: Option<AuditLog>,
+    recent: Option<Arc<Recent>>,
     rates: Option<Arc<RateLimits>>,
     shared: Option<Arc<Redis>>,
 }
@@ -120,6 +122,7 @@ impl Executor {
         Executor {
             http,
             audit: None,
+            recent: None,
             rates: None,
             shared: None,
         }
@@ -135,6 +138,18 @@ impl Executor {
     pub fn with_audit(mut self, audit: Option<AuditLog>) -> Self {
         self.audit = audit;
         self
+    }
+
+    /// Keeps the last calls in `recent` (for the console), their arguments
+    /// as the audit log writes them (redacted when there is no audit log).
+    pub fn with_recent(mut self, recent: Option<Arc<Recent>>) -> Self {
+        self.recent = recent;
+        self
+    }
+
+    /// The last calls, when they are kept.
+    pub fn recent(&self) -> Option<&Arc<Recent>> {
+        self.recent.as_ref()
     }
 
     /// Applies the tool-call rate limits of API keys, counted in `rates`.
@@ -245,32 +260,45 @@ impl Executor {
         let outcome = result.error.as_ref().map_or("ok", ToolError::code);
         let duration = Duration::from_secs_f64(result.duration_ms.max(0.0) / 1000.0);
         crate::metrics::record(|m| m.tool_call(label, outcome, duration, result.cached));
-        let Some(audit) = &self.audit else { return };
-        let (arguments, arguments_sha256) =
-            audit.arguments(tool.as_ref().map(|t| &t.parameters), &call.arguments);
+        if self.audit.is_none() && self.recent.is_none() {
+            return;
+        }
+        let mode = self
+            .audit
+            .as_ref()
+            .map_or(AuditArguments::Redacted, AuditLog::arguments_mode);
+        let (arguments, arguments_sha256) = crate::audit::render_arguments(
+            mode,
+            tool.as_ref().map(|t| &t.parameters),
+            &call.arguments,
+        );
         let bytes = match (&result.data, &result.error) {
             (_, Some(e)) => e.to_string().len(),
             (Some(Value::String(s)), None) => s.len(),
             (Some(v), None) => json_len(v),
             (None, None) => 0,
         };
-        audit
-            .record(AuditEntry {
-                ts: crate::audit::now_rfc3339(),
-                request_id: ctx.request_id.clone(),
-                key: ctx.key.clone(),
-                tool_set: ctx.tool_set.clone(),
-                tool: call.name.clone(),
-                call_id: call.id.clone(),
-                arguments,
-                arguments_sha256,
-                outcome,
-                duration_ms: result.duration_ms,
-                bytes,
-                cached: result.cached,
-                truncated: result.truncated,
-            })
-            .await;
+        let entry = AuditEntry {
+            ts: crate::audit::now_rfc3339(),
+            request_id: ctx.request_id.clone(),
+            key: ctx.key.clone(),
+            tool_set: ctx.tool_set.clone(),
+            tool: call.name.clone(),
+            call_id: call.id.clone(),
+            arguments,
+            arguments_sha256,
+            outcome,
+            duration_ms: result.duration_ms,
+            bytes,
+            cached: result.cached,
+            truncated: result.truncated,
+        };
+        if let Some(recent) = &self.recent {
+            recent.push(entry.clone());
+        }
+        if let Some(audit) = &self.audit {
+            audit.record(entry).await;
+        }
     }
 
     async fn execute(

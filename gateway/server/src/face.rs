@@ -115,16 +115,7 @@ pub async fn respond(
         drop(places);
         return Ok(axum::Json(whole(answer)).into_response());
     }
-    let stream = the_loop.start_stream().await?;
-    // The stream is polled by the connection after the handler returned:
-    // each poll enters the request's span, so the model and tool calls it
-    // makes belong to the request (in logs and traces).
-    let span = tracing::Span::current();
-    let mut stream = Box::pin(stream);
-    let stream = futures::stream::poll_fn(move |cx| {
-        let _entered = span.enter();
-        futures::Stream::poll_next(stream.as_mut(), cx)
-    });
+    let stream = in_request_span(the_loop.start_stream().await?);
     let sse = futures::StreamExt::flat_map(stream, move |e| {
         let _held = &places;
         futures::stream::iter(events(e).into_iter().map(Ok::<_, Infallible>))
@@ -132,6 +123,21 @@ pub async fn respond(
     Ok(Sse::new(sse)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
         .into_response())
+}
+
+/// A loop's events, each polled in the current (the request's) span. The
+/// stream is polled by the connection after the handler returned: entering
+/// the span on each poll keeps the model and tool calls it makes in the
+/// request (in logs and traces).
+pub fn in_request_span(
+    events: impl futures::Stream<Item = Event> + Send + 'static,
+) -> impl futures::Stream<Item = Event> + Send + 'static {
+    let span = tracing::Span::current();
+    let mut events = Box::pin(events);
+    futures::stream::poll_fn(move |cx| {
+        let _entered = span.enter();
+        futures::Stream::poll_next(events.as_mut(), cx)
+    })
 }
 
 /// 503 with `Retry-After` for a request over a concurrency cap.

@@ -13,6 +13,7 @@
 pub mod api;
 pub mod chat;
 pub mod cli;
+pub mod console;
 pub mod face;
 pub mod mcp;
 pub mod messages;

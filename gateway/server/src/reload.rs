@@ -95,6 +95,8 @@ pub struct Live {
     version: AtomicU64,
     loaded_at: Mutex<String>,
     last: Mutex<Option<Attempt>>,
+    /// Every diagnostic of the last reload, when it failed.
+    rejected: Mutex<Vec<toolgate_config::Diagnostic>>,
     /// The version, for those who wait for the next catalog.
     changes: tokio::sync::watch::Sender<u64>,
 }
@@ -111,6 +113,7 @@ impl Live {
             version: AtomicU64::new(1),
             loaded_at: Mutex::new(toolgate_engine::audit::now_rfc3339()),
             last: Mutex::new(None),
+            rejected: Mutex::new(Vec::new()),
             changes: tokio::sync::watch::Sender::new(1),
         }
     }
@@ -143,6 +146,9 @@ impl Live {
     }
 
     fn note(&self, trigger: Trigger, outcome: &Outcome) {
+        if !matches!(outcome, Outcome::Failed { .. }) {
+            lock(&self.rejected).clear();
+        }
         *lock(&self.last) = Some(Attempt {
             at: toolgate_engine::audit::now_rfc3339(),
             trigger,
@@ -154,6 +160,12 @@ impl Live {
             m.config_last_reload_ok
                 .set(i64::from(!matches!(outcome, Outcome::Failed { .. })));
         });
+    }
+
+    /// Every diagnostic (errors and warnings, with their positions and
+    /// fixes) of the last reload when it failed; empty otherwise.
+    pub fn rejected(&self) -> Vec<toolgate_config::Diagnostic> {
+        lock(&self.rejected).clone()
     }
 
     /// `{version, loaded_at, last_reload}` for `/healthz`. Errors are
@@ -255,6 +267,7 @@ impl Reloader {
                         tracing::warn!("{d}");
                     }
                 }
+                *lock(&self.live.rejected) = errors.diagnostics.clone();
                 Outcome::Failed { errors: n }
             }
             Ok(mut catalog) => {
@@ -316,6 +329,13 @@ fn restart_only_changes(
     }
     if serde_json::to_value(&old.telemetry).ok() != serde_json::to_value(&new.telemetry).ok() {
         out.push("telemetry");
+    }
+    if old.console.recent_calls != new.console.recent_calls
+        || (!old.console.enabled && new.console.enabled)
+    {
+        out.push(
+            "console (its recent calls are kept from the start of a gateway whose console is on)",
+        );
     }
     out
 }

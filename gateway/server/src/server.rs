@@ -127,9 +127,16 @@ async fn prepare(catalog: Catalog, options: Options) -> Result<Prepared, ServeEr
         None => None,
     };
     let reload_settings = catalog.settings.reload.clone();
+    // The console's recent calls are kept when it is on at start.
+    let recent = catalog.settings.console.enabled.then(|| {
+        Arc::new(toolgate_engine::audit::Recent::new(
+            catalog.settings.console.recent_calls,
+        ))
+    });
     let live = Arc::new(Live::new(Arc::new(catalog)));
-    let executor =
-        Executor::new(http_client().map_err(ServeError::Client)?).with_audit(audit.clone());
+    let executor = Executor::new(http_client().map_err(ServeError::Client)?)
+        .with_audit(audit.clone())
+        .with_recent(recent);
     let shared = shared_state(&live.load())?;
     let state = AppState::with_shared(Arc::clone(&live), executor, shared);
     if let Some(redis) = &state.shared {

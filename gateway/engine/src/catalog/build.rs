@@ -79,6 +79,7 @@ pub(super) fn build(
 
     super::settings::check_limits(&raw.gateway, &mut diags);
     super::settings::check_audit(&raw.gateway, &mut diags);
+    super::settings::check_console(&raw.gateway, &mut diags);
     super::settings::check_telemetry(&raw.gateway, &mut diags);
     let keys = super::keys::check(
         &raw.gateway,

@@ -138,6 +138,7 @@ pub(crate) fn check(
             max_concurrent_loops,
             max_concurrent_streams,
             projects: decl.projects.clone(),
+            console: decl.console,
         });
         if let Some(other) = keys.insert(digest, key) {
             diags.push(Diagnostic::error(

@@ -99,6 +99,35 @@ pub(crate) fn check_limits(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnosti
     }
 }
 
+/// The most recent calls `console.recent_calls` may keep.
+pub const MAX_RECENT_CALLS: usize = 10_000;
+
+/// Checks the `console` section.
+pub(crate) fn check_console(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
+    let console = &file.value.console;
+    if console.recent_calls > MAX_RECENT_CALLS {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("console.recent_calls"),
+            format!(
+                "`console.recent_calls` is {}, more than the {MAX_RECENT_CALLS} the console keeps",
+                console.recent_calls
+            ),
+            format!("set it to at most {MAX_RECENT_CALLS} (the default is 100); the audit log keeps every call"),
+        ));
+    }
+    for (i, host) in console.allowed_hosts.iter().enumerate() {
+        if host.trim().is_empty() || host.contains(['/', ' ']) {
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos(&format!("console.allowed_hosts[{i}]")),
+                format!("{host:?} is not a host name"),
+                "give the host the console is reached at, e.g. `gateway.internal` or `gateway.internal:8080`",
+            ));
+        }
+    }
+}
+
 /// Checks the `audit` section.
 pub(crate) fn check_audit(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
     let Some(audit) = &file.value.audit else {

@@ -44,6 +44,15 @@ impl Caller {
         self.key.as_ref().is_none_or(|k| k.may_use(name))
     }
 
+    /// The tool set a request of this caller uses when it names none: the
+    /// key's default, else (without keys) the catalog's.
+    pub fn default_set(&self, catalog: &toolgate_engine::catalog::Catalog) -> Option<String> {
+        match &self.key {
+            Some(key) => key.default_tool_set.clone(),
+            None => catalog.default_set().map(|s| s.name.clone()),
+        }
+    }
+
     /// The key's name, for contexts and logs.
     pub fn key_name(&self) -> Option<String> {
         self.key.as_ref().map(|k| k.name.clone())
@@ -119,7 +128,7 @@ pub async fn observe(State(state): State<AppState>, mut req: Request, next: Next
 /// The header Anthropic's clients send their key in.
 const X_API_KEY: &str = "x-api-key";
 
-/// When keys are configured, every endpoint but `/healthz`, `/readyz` (and the protected-resource metadata) needs
+/// When keys are configured, every endpoint but `/healthz`, `/readyz`, the console's page and assets (and the protected-resource metadata) needs
 /// `Authorization: Bearer <key>` (or `x-api-key: <key>`): a missing or unknown key is 401, a key
 /// over its requests per minute 429 with `Retry-After`. The headers are
 /// removed from the request either way, so nothing behind this layer can
@@ -132,6 +141,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     let catalog = state.catalog();
     let keys = catalog.keys();
     let open = matches!(req.uri().path(), "/healthz" | "/readyz")
+        || crate::console::is_open(req.uri().path())
         || req
             .uri()
             .path()

@@ -15,7 +15,7 @@ use axum::routing::{any, get, post};
 
 pub use error::{ApiError, body_error};
 pub use layers::{Caller, REQUEST_ID_HEADER, RequestId};
-pub use tools::{PROJECT_HEADER, call_context};
+pub use tools::{PROJECT_HEADER, call_context, check_tool, run_tool};
 
 use crate::reload::Live;
 use toolgate_engine::catalog::Catalog;
@@ -133,6 +133,7 @@ pub const ENDPOINTS: &[&str] = &[
     "POST|GET|DELETE /mcp/{tool_set}",
     "POST|GET|DELETE /mcp",
     "GET /.well-known/oauth-protected-resource",
+    "GET /console",
     "GET /healthz",
     "GET /readyz",
     "GET /metrics",
@@ -188,6 +189,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(crate::chat::completions))
         .route("/v1/responses", post(crate::responses::responses))
         .route("/v1/messages", post(crate::messages::messages))
+        .merge(crate::console::routes())
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(|| async {
             ApiError::new(

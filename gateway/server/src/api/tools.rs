@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState, Caller};
+use toolgate_engine::catalog::Catalog;
 use toolgate_engine::executor::ToolCall;
 use toolgate_engine::tool::ToolError;
 use toolgate_engine::tool::context::CallContext;
@@ -193,10 +194,7 @@ pub async fn list_sets(
     Extension(caller): Extension<Caller>,
 ) -> Json<Value> {
     let catalog = state.catalog();
-    let default = match &caller.key {
-        Some(key) => key.default_tool_set.clone(),
-        None => catalog.default_set().map(|s| s.name.clone()),
-    };
+    let default = caller.default_set(&catalog);
     let data: Vec<Value> = catalog
         .sets()
         .filter(|s| caller.may_use(&s.name))
@@ -265,12 +263,43 @@ pub async fn invoke(
     let body = body.map_err(super::body_error)?;
     let context = call_context(&headers, &caller)?;
     let arguments = parse_arguments(&body)?;
+    let result = run_tool(&state, &caller, &context, name, arguments).await?;
+    match &result.error {
+        None => Ok(Json(result).into_response()),
+        Some(e) => Err(error_for(e)),
+    }
+}
+
+/// Runs the tool `name` for `caller`, as the tool API does (and the
+/// console through it): with API keys the tool must belong to a set the
+/// key may use (403); an unknown tool is 404, an unavailable one 503. A
+/// call that ran is `Ok`, whether the tool succeeded or not.
+pub async fn run_tool(
+    state: &AppState,
+    caller: &Caller,
+    context: &CallContext,
+    name: String,
+    arguments: Value,
+) -> Result<toolgate_engine::executor::ToolResult, ApiError> {
     let catalog = state.catalog();
+    check_tool(&catalog, caller, &name)?;
+    let call = ToolCall {
+        id: "invoke".into(),
+        name,
+        arguments,
+    };
+    Ok(state.executor.run(&catalog, &call, context).await)
+}
+
+/// Whether `caller` may call the tool `name` and it can be called: with API
+/// keys it must belong to a set the key may use (403); an unknown tool is
+/// 404, an unavailable one 503.
+pub fn check_tool(catalog: &Catalog, caller: &Caller, name: &str) -> Result<(), ApiError> {
     if let Some(key) = caller.key.as_ref().filter(|k| k.tool_sets.is_some()) {
         let allowed = catalog.sets().filter(|s| key.may_use(&s.name)).any(|s| {
-            s.tools.contains(&name)
-                || s.unavailable.contains(&name)
-                || s.mcp.iter().any(|p| p.matches(&name))
+            s.tools.iter().any(|t| t == name)
+                || s.unavailable.iter().any(|t| t == name)
+                || s.mcp.iter().any(|p| p.matches(name))
         });
         if !allowed {
             toolgate_engine::metrics::record(|m| m.reject("forbidden"));
@@ -284,8 +313,8 @@ pub async fn invoke(
             ));
         }
     }
-    if catalog.tool(&name).is_none() {
-        return Err(match catalog.unavailable_tool(&name) {
+    if catalog.tool(name).is_none() {
+        return Err(match catalog.unavailable_tool(name) {
             Some(u) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "tool_unavailable",
@@ -294,16 +323,7 @@ pub async fn invoke(
             None => ApiError::not_found("unknown_tool", format!("tool `{name}` does not exist")),
         });
     }
-    let call = ToolCall {
-        id: "invoke".into(),
-        name,
-        arguments,
-    };
-    let result = state.executor.run(&catalog, &call, &context).await;
-    match &result.error {
-        None => Ok(Json(result).into_response()),
-        Some(e) => Err(error_for(e)),
-    }
+    Ok(())
 }
 
 /// The request body: empty, or `{"arguments": <object or JSON text>}`.

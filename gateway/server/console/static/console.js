@@ -1,0 +1,195 @@
+// toolgate console: the key, errors, focus, and the playground's stream.
+// Every piece of HTML inserted here was rendered (and escaped) by the
+// gateway; text from models and tools is only ever set as text.
+(function () {
+  "use strict";
+  var KEY = "toolgate.key";
+
+  function key() { return sessionStorage.getItem(KEY) || ""; }
+
+  function headers(extra) {
+    var h = { "HX-Request": "true" };
+    if (key()) { h["Authorization"] = "Bearer " + key(); }
+    for (var k in extra) { h[k] = extra[k]; }
+    return h;
+  }
+
+  function alertBox(message) {
+    var box = document.getElementById("alert");
+    if (!message) { box.hidden = true; box.textContent = ""; return; }
+    box.textContent = message;
+    box.hidden = false;
+  }
+
+  // The gateway's errors are JSON: {"error": {"message", "code"}}.
+  function errorText(status, text) {
+    try {
+      var e = JSON.parse(text).error;
+      return e.message + " (" + status + " " + e.code + ")";
+    } catch (_) {
+      return "The gateway answered " + status + ".";
+    }
+  }
+
+  function load(path) {
+    htmx.ajax("GET", path, { target: "#main" });
+  }
+
+  document.addEventListener("htmx:configRequest", function (e) {
+    if (key()) { e.detail.headers["Authorization"] = "Bearer " + key(); }
+  });
+
+  document.addEventListener("htmx:beforeRequest", function () { alertBox(""); });
+
+  document.addEventListener("htmx:responseError", function (e) {
+    var xhr = e.detail.xhr;
+    alertBox(errorText(xhr.status, xhr.responseText));
+    if (xhr.status === 401) {
+      var input = document.getElementById("api-key");
+      if (input) { input.focus(); }
+    }
+  });
+
+  document.addEventListener("htmx:sendError", function () {
+    alertBox("The gateway could not be reached.");
+  });
+
+  // A new page: its heading takes the focus, for keyboards and readers.
+  document.addEventListener("htmx:afterSwap", function (e) {
+    if (e.detail.target.id === "main") {
+      var title = document.getElementById("page-title");
+      if (title) { title.focus(); }
+    }
+    if (document.getElementById("play-form")) { setUpPlayground(); }
+  });
+
+  function setUpKeyForm() {
+    var form = document.getElementById("key-form");
+    if (!form) { return; }
+    var state = document.getElementById("key-state");
+    state.textContent = key() ? "A key is set for this tab." : "No key set yet.";
+    form.addEventListener("submit", function (e) {
+      e.preventDefault();
+      var input = document.getElementById("api-key");
+      var value = input.value.trim();
+      if (value) { sessionStorage.setItem(KEY, value); }
+      input.value = "";
+      state.textContent = "A key is set for this tab.";
+      load("/console/ui/catalog");
+    });
+    document.getElementById("forget-key").addEventListener("click", function () {
+      sessionStorage.removeItem(KEY);
+      state.textContent = "No key set.";
+      document.getElementById("main").textContent = "";
+    });
+  }
+
+  // The playground: the conversation lives in this page.
+  var conversation = [];
+
+  function setUpPlayground() {
+    var form = document.getElementById("play-form");
+    if (!form || form.dataset.ready) { return; }
+    form.dataset.ready = "1";
+    conversation = [];
+    document.getElementById("play-reset").addEventListener("click", function () {
+      conversation = [];
+      document.getElementById("transcript").textContent = "";
+      document.getElementById("play-message").focus();
+    });
+    form.addEventListener("submit", function (e) {
+      e.preventDefault();
+      var message = document.getElementById("play-message");
+      var text = message.value.trim();
+      if (!text) { return; }
+      message.value = "";
+      send(text);
+    });
+  }
+
+  function element(tag, attrs, text) {
+    var el = document.createElement(tag);
+    for (var k in attrs) { el.setAttribute(k, attrs[k]); }
+    if (text !== undefined) { el.textContent = text; }
+    return el;
+  }
+
+  function apply(op) {
+    var target = document.getElementById(op.target);
+    if (op.op === "done") {
+      conversation.push({ role: "assistant", content: op.content });
+      return;
+    }
+    if (!target) { return; }
+    if (op.op === "text" || op.op === "progress") {
+      if (op.op === "progress") { target.textContent = op.text; }
+      else { target.hidden = false; target.appendChild(document.createTextNode(op.text)); }
+    } else if (op.op === "append") {
+      target.insertAdjacentHTML("beforeend", op.html);
+    } else if (op.op === "replace") {
+      target.outerHTML = op.html;
+    }
+  }
+
+  function send(text) {
+    var turn = conversation.length;
+    conversation.push({ role: "user", content: text });
+    var transcript = document.getElementById("transcript");
+    var item = element("li", { id: "t" + turn, "class": "turn" });
+    item.appendChild(element("p", { "class": "user" }, text));
+    item.appendChild(element("p", { id: "t" + turn + "-reasoning", "class": "reasoning", hidden: "" }));
+    item.appendChild(element("div", { id: "t" + turn + "-cards", "class": "cards" }));
+    item.appendChild(element("p", { id: "t" + turn + "-answer", "class": "answer" }));
+    transcript.appendChild(item);
+    var button = document.getElementById("play-send");
+    button.disabled = true;
+    alertBox("");
+    var body = JSON.stringify({
+      model: document.getElementById("play-model").value,
+      tool_set: document.getElementById("play-set").value,
+      messages: conversation,
+      turn: turn
+    });
+    fetch("/console/ui/play", {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json" }),
+      body: body
+    }).then(function (response) {
+      if (!response.ok) {
+        return response.text().then(function (t) {
+          conversation.pop();
+          alertBox(errorText(response.status, t));
+        });
+      }
+      var reader = response.body.getReader();
+      var decoder = new TextDecoder();
+      var buffer = "";
+      function pump() {
+        return reader.read().then(function (chunk) {
+          if (chunk.done) { return; }
+          buffer += decoder.decode(chunk.value, { stream: true });
+          var lines = buffer.split("\n");
+          buffer = lines.pop();
+          lines.forEach(function (line) { if (line) { apply(JSON.parse(line)); } });
+          return pump();
+        });
+      }
+      return pump();
+    }).catch(function () {
+      alertBox("The gateway could not be reached.");
+    }).finally(function () {
+      button.disabled = false;
+      document.getElementById("play-message").focus();
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    setUpKeyForm();
+    if (document.body.dataset.keys === "open" || key()) {
+      load("/console/ui/catalog");
+    } else {
+      document.getElementById("main").textContent = "Enter an API key that may use the console.";
+      document.getElementById("api-key").focus();
+    }
+  });
+})();

@@ -1,0 +1,288 @@
+//! The console: pages for people at `/console`, served by the gateway.
+//!
+//! `/console` is a page without data (the shell) and `/console/static/`
+//! its assets (embedded in the binary: htmx, vendored, and the console's
+//! own script and style sheet). Everything that shows the gateway's state
+//! is a fragment under `/console/ui/`, rendered here with minijinja and
+//! asked for by the shell with the key the person entered (kept in the
+//! page's session storage, sent as `Authorization` like any client's).
+//! The fragments go through the same layers as the API: the key's tool
+//! sets decide what is shown, and tools run through the tool API's own
+//! path ([`crate::api::run_tool`]).
+//!
+//! Who may use it (`admit`): the console must be enabled; with API keys,
+//! the key must have `console: own` or `all`; without keys, the `Host`
+//! must be a loopback name or one of `console.allowed_hosts` (an open
+//! gateway is otherwise reachable by DNS rebinding). Every fragment
+//! request carries `HX-Request`, which a page of another origin cannot
+//! send without a CORS preflight the gateway never grants.
+
+mod form;
+mod pages;
+mod play;
+
+use std::sync::LazyLock;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use toolgate_config::format::ConsoleAccess;
+
+use crate::api::{ApiError, AppState, Caller};
+
+/// The console's routes.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/console", get(shell))
+        .route("/console/static/{file}", get(asset))
+        .route("/console/ui/catalog", get(pages::catalog))
+        .route(
+            "/console/ui/tools/{name}",
+            get(pages::tool).post(pages::try_tool),
+        )
+        .route("/console/ui/activity", get(pages::activity))
+        .route("/console/ui/playground", get(play::page))
+        .route("/console/ui/play", post(play::play))
+}
+
+/// `true` for the paths that need no key: the shell and its assets, which
+/// hold no data.
+pub fn is_open(path: &str) -> bool {
+    path == "/console" || path.starts_with("/console/static/")
+}
+
+/// The templates, parsed once.
+static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
+    let mut env = minijinja::Environment::new();
+    for (name, source) in [
+        (
+            "shell.html",
+            include_str!("../../console/templates/shell.html"),
+        ),
+        (
+            "catalog.html",
+            include_str!("../../console/templates/catalog.html"),
+        ),
+        (
+            "tool.html",
+            include_str!("../../console/templates/tool.html"),
+        ),
+        (
+            "result.html",
+            include_str!("../../console/templates/result.html"),
+        ),
+        (
+            "activity.html",
+            include_str!("../../console/templates/activity.html"),
+        ),
+        (
+            "playground.html",
+            include_str!("../../console/templates/playground.html"),
+        ),
+        (
+            "card.html",
+            include_str!("../../console/templates/card.html"),
+        ),
+        (
+            "summary.html",
+            include_str!("../../console/templates/summary.html"),
+        ),
+        (
+            "fields.html",
+            include_str!("../../console/templates/fields.html"),
+        ),
+    ] {
+        if let Err(e) = env.add_template(name, source) {
+            // A template is part of the binary: a broken one is caught by
+            // the tests, and is logged rather than taking the gateway down.
+            tracing::error!("console template {name}: {e}");
+        }
+    }
+    env
+});
+
+/// `name` rendered with `context`.
+fn render(name: &str, context: impl serde::Serialize) -> Result<String, ApiError> {
+    TEMPLATES
+        .get_template(name)
+        .and_then(|t| t.render(context))
+        .map_err(|e| {
+            tracing::error!("console template {name}: {e:#}");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "the console could not render this page (see the gateway's logs)",
+            )
+        })
+}
+
+/// The headers every console answer carries: nothing but the gateway's
+/// own scripts, styles and connections, no framing, no referrer.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+    connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+fn secured(mut response: Response, cache: &'static str) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    response
+}
+
+/// An HTML fragment, never cached.
+fn fragment(html: String) -> Response {
+    secured(Html(html).into_response(), "no-store")
+}
+
+fn disabled() -> ApiError {
+    ApiError::not_found(
+        "console_disabled",
+        "the console is off: set `console.enabled: true` in toolgate.yaml",
+    )
+}
+
+/// `GET /console`: the shell.
+async fn shell(State(state): State<AppState>) -> Result<Response, ApiError> {
+    if !state.catalog().settings.console.enabled {
+        return Err(disabled());
+    }
+    let keys = state.catalog().keys().required();
+    Ok(secured(
+        Html(render("shell.html", minijinja::context! { keys })?).into_response(),
+        "no-store",
+    ))
+}
+
+/// `GET /console/static/{file}`: the embedded assets.
+async fn asset(State(state): State<AppState>, Path(file): Path<String>) -> Response {
+    if !state.catalog().settings.console.enabled {
+        return disabled().into_response();
+    }
+    let (body, kind): (&'static str, &str) = match file.as_str() {
+        "htmx.min.js" => (
+            include_str!("../../console/static/htmx.min.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        "console.js" => (
+            include_str!("../../console/static/console.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        "console.css" => (
+            include_str!("../../console/static/console.css"),
+            "text/css; charset=utf-8",
+        ),
+        _ => return ApiError::not_found("not_found", "no such console file").into_response(),
+    };
+    secured(
+        ([(header::CONTENT_TYPE, kind)], body).into_response(),
+        "no-cache",
+    )
+}
+
+/// Who is using the console, once admitted.
+#[derive(Debug)]
+struct Access {
+    /// Sees every key's recent calls (`console: all`, or no keys).
+    all_calls: bool,
+}
+
+/// Loopback names an open gateway's console answers to.
+const LOOPBACK: &[&str] = &["localhost", "127.0.0.1", "[::1]"];
+
+/// Whether `caller` may use the console's fragments (see the module).
+fn admit(state: &AppState, caller: &Caller, headers: &HeaderMap) -> Result<Access, ApiError> {
+    let catalog = state.catalog();
+    let settings = &catalog.settings.console;
+    if !settings.enabled {
+        return Err(disabled());
+    }
+    if headers.get("hx-request").is_none() {
+        return Err(ApiError::bad_request(
+            "console requests come from the console's page (they carry HX-Request)",
+        ));
+    }
+    if let Some(key) = &caller.key {
+        return match key.console {
+            ConsoleAccess::None => {
+                toolgate_engine::metrics::record(|m| m.reject("forbidden"));
+                Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "console_not_allowed",
+                    format!(
+                        "API key `{}` may not use the console: give it `console: own` (or `all`) in toolgate.yaml",
+                        key.name
+                    ),
+                ))
+            }
+            ConsoleAccess::Own => Ok(Access { all_calls: false }),
+            ConsoleAccess::All => Ok(Access { all_calls: true }),
+        };
+    }
+    if catalog.keys().required() {
+        // Only the open paths reach here without a key.
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "missing_api_key",
+            "the console needs an API key",
+        ));
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let name = match host.rfind(':') {
+        Some(i) if !host.ends_with(']') => &host[..i],
+        _ => host,
+    };
+    let allowed = LOOPBACK.contains(&name)
+        || settings
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host) || h.eq_ignore_ascii_case(name));
+    if !allowed {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "host_not_allowed",
+            format!(
+                "this gateway has no API keys, so its console answers only to loopback names and `console.allowed_hosts`; `{host}` is neither"
+            ),
+        ));
+    }
+    Ok(Access { all_calls: true })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_template_compiles() {
+        let names: Vec<&str> = TEMPLATES.templates().map(|(name, _)| name).collect();
+        assert_eq!(
+            names.len(),
+            9,
+            "a template failed to compile: only {names:?}"
+        );
+    }
+
+    #[test]
+    fn only_the_page_and_its_assets_are_open() {
+        assert!(is_open("/console"));
+        assert!(is_open("/console/static/console.js"));
+        assert!(!is_open("/console/ui/catalog"));
+        assert!(!is_open("/console/"));
+        assert!(!is_open("/consoles"));
+    }
+}
