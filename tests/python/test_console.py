@@ -184,7 +184,7 @@ def test_the_playground_shows_the_tool_call_card_and_the_answer_and_goes_on(cons
     # The conversation goes on: the next turn carries the first.
     page.fill("#play-message", "thanks")
     page.get_by_role("button", name="Send").click()
-    expect(page.locator("#t2 .summary")).to_contain_text("Finished")
+    expect(page.locator("#t1 .summary")).to_contain_text("Finished")
     expect(page.locator("#transcript > li")).to_have_count(2)
     shoot(page, tmp_path, "playground")
     page.context.close()
@@ -232,6 +232,13 @@ def test_a_broken_yaml_edit_shows_the_reload_error_with_its_position(console, tm
         expect(page.locator(".outcome-failed")).to_have_text("failed")
         shoot(page, tmp_path, "reload-error")
         page.context.close()
+        # A key limited to its own sees that the reload failed, not why
+        # (the errors name the configuration's files).
+        page = open_console(console, key="carol")
+        expect(page.locator(".outcome-failed")).to_have_text("failed")
+        assert page.locator(".diagnostics").count() == 0
+        assert "broken.yaml" not in page.locator("#main").inner_text()
+        page.context.close()
     finally:
         broken.unlink()
 
@@ -249,14 +256,33 @@ def test_a_key_without_access_is_refused_and_a_limited_key_sees_only_its_own(con
     shoot(page, tmp_path, "refused")
     page.context.close()
 
+    page = open_console(console, key="admin")
+    page.get_by_role("button", name="calculator", exact=True).first.click()
+    page.get_by_label("expression").fill("100 - 1")
+    page.get_by_role("button", name="Call calculator", exact=True).click()
+    expect(page.locator("#result .data")).to_have_text("99")
+    page.context.close()
+
     page = open_console(console, key="carol")
     expect(page.locator("#page-title")).to_have_text("Catalog")
     assert page.locator("details.set .set-name").all_inner_texts() == ["default"]
-    # The configuration's errors and other keys' calls are not hers.
+    # Another set's tool is not hers to see or call.
+    page.evaluate("htmx.ajax('GET', '/console/ui/tools/web_fetch', {target: '#main'})")
+    expect(page.locator("#alert")).to_contain_text("may not use tool `web_fetch`")
+    # Her own calls are listed, not the other keys'.
+    page.get_by_role("button", name="Catalog").click()
+    page.get_by_role("button", name="calculator", exact=True).first.click()
+    expect(page.locator(".facts")).not_to_contain_text("Declared in")
+    page.get_by_label("expression").fill("2 + 2")
+    page.get_by_role("button", name="Call calculator", exact=True).click()
+    expect(page.locator("#result .data")).to_have_text("4")
     page.get_by_role("button", name="Recent activity").click()
-    expect(page.locator("#page-title")).to_have_text("Recent activity")
     expect(page.locator("#main")).to_contain_text("made with this key")
+    rows = page.locator("table.activity tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text('"2 + 2"')
     assert "admin" not in page.locator("#main").inner_text()
+    assert "100 - 1" not in page.locator("#main").inner_text()
     page.context.close()
 
 

@@ -79,7 +79,7 @@ pub struct ConsoleDecl {
     /// or `all` may use it.
     pub enabled: bool,
     /// How many recent tool calls the console keeps to show (in memory,
-    /// arguments redacted as the audit log writes them and cut at 2 KiB).
+    /// arguments redacted as the audit log writes them and cut at 2,048 characters).
     /// Read at start, 0 to 10000; 0 keeps none.
     pub recent_calls: usize,
     /// `Host` values accepted when no API keys are configured (protection

@@ -246,6 +246,7 @@ impl Reloader {
             }
             Err(e) => {
                 tracing::error!("reloading the configuration failed: {e}");
+                lock(&self.live.rejected).clear();
                 let outcome = Outcome::Failed { errors: 1 };
                 self.live.note(trigger, &outcome);
                 return outcome;

@@ -84,16 +84,22 @@
     });
   }
 
-  // The playground: the conversation lives in this page.
+  // The playground: the conversation lives in this page. Turns are
+  // numbered once (ids in the page); a stream from before "New
+  // conversation" changes nothing.
   var conversation = [];
+  var nextTurn = 0;
+  var generation = 0;
 
   function setUpPlayground() {
     var form = document.getElementById("play-form");
     if (!form || form.dataset.ready) { return; }
     form.dataset.ready = "1";
     conversation = [];
+    generation += 1;
     document.getElementById("play-reset").addEventListener("click", function () {
       conversation = [];
+      generation += 1;
       document.getElementById("transcript").textContent = "";
       document.getElementById("play-message").focus();
     });
@@ -114,10 +120,11 @@
     return el;
   }
 
-  function apply(op) {
+  function apply(op, asked) {
+    if (asked !== generation) { return; }
     var target = document.getElementById(op.target);
     if (op.op === "done") {
-      conversation.push({ role: "assistant", content: op.content });
+      if (op.content) { conversation.push({ role: "assistant", content: op.content }); }
       return;
     }
     if (!target) { return; }
@@ -131,8 +138,16 @@
     }
   }
 
+  // A message the gateway did not take: out of the conversation and the page.
+  function forget(item, asked) {
+    item.remove();
+    if (asked === generation) { conversation.pop(); }
+  }
+
   function send(text) {
-    var turn = conversation.length;
+    var turn = nextTurn;
+    nextTurn += 1;
+    var asked = generation;
     conversation.push({ role: "user", content: text });
     var transcript = document.getElementById("transcript");
     var item = element("li", { id: "t" + turn, "class": "turn" });
@@ -157,7 +172,7 @@
     }).then(function (response) {
       if (!response.ok) {
         return response.text().then(function (t) {
-          conversation.pop();
+          forget(item, asked);
           alertBox(errorText(response.status, t));
         });
       }
@@ -170,12 +185,13 @@
           buffer += decoder.decode(chunk.value, { stream: true });
           var lines = buffer.split("\n");
           buffer = lines.pop();
-          lines.forEach(function (line) { if (line) { apply(JSON.parse(line)); } });
+          lines.forEach(function (line) { if (line) { apply(JSON.parse(line), asked); } });
           return pump();
         });
       }
       return pump();
     }).catch(function () {
+      forget(item, asked);
       alertBox("The gateway could not be reached.");
     }).finally(function () {
       button.disabled = false;

@@ -16,6 +16,8 @@ use serde_json::{Map, Value};
 
 /// Fields one form may have; a schema with more gets the JSON form only.
 pub const MAX_FIELDS: usize = 100;
+/// Choices an enum may offer in a list; more are entered as JSON.
+pub const MAX_OPTIONS: usize = 100;
 /// Nesting of objects shown as fields; deeper objects are edited as JSON.
 pub const MAX_FORM_DEPTH: usize = 4;
 /// The deepest pointer a submitted field may name.
@@ -92,16 +94,25 @@ fn object_fields(
     if types(schema).is_some_and(|t| t != ["object"]) {
         return None;
     }
-    let properties = schema.get("properties")?.as_object()?;
-    let required: Vec<&str> = schema
+    let empty = Map::new();
+    let properties = match schema.get("properties") {
+        Some(p) => p.as_object()?,
+        // `{"type": "object"}`: a tool without arguments.
+        None if types(schema).is_some() => &empty,
+        None => return None,
+    };
+    if *count + properties.len() > MAX_FIELDS {
+        return None;
+    }
+    let required: std::collections::HashSet<&str> = schema
         .get("required")
         .and_then(Value::as_array)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     let mut out = Vec::with_capacity(properties.len());
-    // Required properties first, each group in the schema's order.
+    // Required properties first, each group by name.
     let mut ordered: Vec<(&String, &Value)> = properties.iter().collect();
-    ordered.sort_by_key(|(name, _)| !required.contains(&name.as_str()));
+    ordered.sort_by_key(|(name, _)| !required.contains(name.as_str()));
     for (name, property) in ordered {
         *count += 1;
         if *count > MAX_FIELDS {
@@ -166,6 +177,9 @@ fn input_for(
         )
     };
     if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        if values.len() > MAX_OPTIONS {
+            return json("more choices than a list shows");
+        }
         let options = values.iter().map(Value::to_string).collect();
         return ("j", Input::Choice { options }, Vec::new());
     }
@@ -447,7 +461,11 @@ mod tests {
 
     #[test]
     fn schemas_the_form_cannot_express_get_the_json_form() {
+        assert_eq!(fields(&json!({"type": "object"})), Some(Vec::new()));
         assert_eq!(fields(&json!({"type": "string"})), None);
+        let many: Vec<usize> = (0..=MAX_OPTIONS).collect();
+        let f = fields(&json!({"type": "object", "properties": {"x": {"enum": many}}})).unwrap();
+        assert!(matches!(f[0].input, Input::Json { .. }));
         assert_eq!(fields(&json!({"oneOf": []})), None);
         let wide: Map<String, Value> = (0..=MAX_FIELDS)
             .map(|i| (format!("p{i}"), json!({"type": "string"})))

@@ -194,15 +194,19 @@ async fn asset(State(state): State<AppState>, Path(file): Path<String>) -> Respo
 /// Who is using the console, once admitted.
 #[derive(Debug)]
 struct Access {
-    /// Sees every key's recent calls (`console: all`, or no keys).
-    all_calls: bool,
+    /// Sees what operators see (`console: all`, or no keys): every key's
+    /// recent calls, the configuration's errors, where tools are declared,
+    /// MCP servers' errors.
+    operator: bool,
 }
 
-/// Loopback names an open gateway's console answers to.
-const LOOPBACK: &[&str] = &["localhost", "127.0.0.1", "[::1]"];
-
 /// Whether `caller` may use the console's fragments (see the module).
-fn admit(state: &AppState, caller: &Caller, headers: &HeaderMap) -> Result<Access, ApiError> {
+fn admit(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    uri: &axum::http::Uri,
+) -> Result<Access, ApiError> {
     let catalog = state.catalog();
     let settings = &catalog.settings.console;
     if !settings.enabled {
@@ -226,8 +230,8 @@ fn admit(state: &AppState, caller: &Caller, headers: &HeaderMap) -> Result<Acces
                     ),
                 ))
             }
-            ConsoleAccess::Own => Ok(Access { all_calls: false }),
-            ConsoleAccess::All => Ok(Access { all_calls: true }),
+            ConsoleAccess::Own => Ok(Access { operator: false }),
+            ConsoleAccess::All => Ok(Access { operator: true }),
         };
     }
     if catalog.keys().required() {
@@ -238,20 +242,11 @@ fn admit(state: &AppState, caller: &Caller, headers: &HeaderMap) -> Result<Acces
             "the console needs an API key",
         ));
     }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default();
-    let name = match host.rfind(':') {
-        Some(i) if !host.ends_with(']') => &host[..i],
-        _ => host,
-    };
-    let allowed = LOOPBACK.contains(&name)
-        || settings
-            .allowed_hosts
-            .iter()
-            .any(|h| h.eq_ignore_ascii_case(host) || h.eq_ignore_ascii_case(name));
-    if !allowed {
+    if !crate::mcp::host_allowed(headers, uri, &settings.allowed_hosts) {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "host_not_allowed",
@@ -260,7 +255,7 @@ fn admit(state: &AppState, caller: &Caller, headers: &HeaderMap) -> Result<Acces
             ),
         ));
     }
-    Ok(Access { all_calls: true })
+    Ok(Access { operator: true })
 }
 
 #[cfg(test)]

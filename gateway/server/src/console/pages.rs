@@ -47,8 +47,9 @@ pub async fn catalog(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
-    let access = admit(&state, &caller, &headers)?;
+    let access = admit(&state, &caller, &headers, &uri)?;
     let catalog = state.catalog();
     let default = caller.default_set(&catalog);
     let mut visible = BTreeSet::new();
@@ -76,21 +77,29 @@ pub async fn catalog(
         .into_iter()
         .filter(|r| every_set || r.tools.iter().any(|(name, _, _)| visible.contains(name)))
         .map(|r| {
+            // A limited key sees the server's health and its own tools;
+            // errors and problems (which name files, other sets, other
+            // tools) are for operators.
+            let tools = r
+                .tools
+                .iter()
+                .filter(|(name, _, _)| access.operator || visible.contains(name))
+                .count();
             json!({
                 "name": r.name,
                 "transport": r.transport,
                 "status": r.status,
-                "reason": r.reason,
+                "reason": if access.operator { r.reason } else { None },
                 "server_info": r.server_info,
-                "tools": r.tools.len(),
-                "problems": r.problems,
+                "tools": tools,
+                "problems": if access.operator { r.problems } else { Vec::new() },
             })
         })
         .collect();
     let live = state.live();
     // The configuration's own errors name its files: for those who see
     // every call (operators), not for a key limited to its own.
-    let diagnostics: Vec<Value> = if access.all_calls {
+    let diagnostics: Vec<Value> = if access.operator {
         live.rejected()
             .into_iter()
             .map(|d| {
@@ -119,8 +128,9 @@ pub async fn catalog(
     Ok(fragment(html))
 }
 
-/// The tool's page: what it is, its parameters and its form.
-fn tool_context(tool: &Tool) -> Value {
+/// The tool's page: what it is, its parameters and its form; where it is
+/// declared only for operators.
+fn tool_context(tool: &Tool, operator: bool) -> Value {
     let mcp = match &tool.kind {
         ToolKind::Mcp(m) => Some(json!({"server": m.server(), "name": m.remote_name()})),
         _ => None,
@@ -131,7 +141,7 @@ fn tool_context(tool: &Tool) -> Value {
         "kind": tool.kind.label(),
         "description": tool.description,
         "category": tool.category,
-        "origin": tool.origin,
+        "origin": operator.then_some(&tool.origin),
         "cached": tool.cache.is_some(),
         "timeout": tool.timeout.map(|t| humantime_serde::re::humantime::format_duration(t).to_string()),
         "read_only": tool.annotations.read_only_hint,
@@ -153,14 +163,18 @@ pub async fn tool(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
-    admit(&state, &caller, &headers)?;
+    let access = admit(&state, &caller, &headers, &uri)?;
     let catalog = state.catalog();
     crate::api::check_tool(&catalog, &caller, &name)?;
     let tool = catalog.tool(&name).ok_or_else(|| {
         ApiError::not_found("unknown_tool", format!("tool `{name}` does not exist"))
     })?;
-    Ok(fragment(render("tool.html", tool_context(&tool))?))
+    Ok(fragment(render(
+        "tool.html",
+        tool_context(&tool, access.operator),
+    )?))
 }
 
 /// The name of the JSON form's one field.
@@ -173,9 +187,10 @@ pub async fn try_tool(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
     Form(submitted): Form<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    admit(&state, &caller, &headers)?;
+    admit(&state, &caller, &headers, &uri)?;
     let context = crate::api::call_context(&headers, &caller)?;
     let arguments = match submitted.iter().find(|(k, _)| k == RAW_FIELD) {
         Some((_, text)) if text.trim().is_empty() => Ok(json!({})),
@@ -239,10 +254,11 @@ pub async fn activity(
     Extension(caller): Extension<Caller>,
     Query(query): Query<ActivityQuery>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
-    let access = admit(&state, &caller, &headers)?;
+    let access = admit(&state, &caller, &headers, &uri)?;
     let own = caller.key_name();
-    let visible = |e: &toolgate_engine::audit::AuditEntry| access.all_calls || e.key == own;
+    let visible = |e: &toolgate_engine::audit::AuditEntry| access.operator || e.key == own;
     let recent = state.executor.recent();
     let kept = recent.is_some();
     let (calls, tools) = match recent {
@@ -282,7 +298,7 @@ pub async fn activity(
             "tools": tools,
             "tool": query.tool,
             "outcome": query.outcome,
-            "own_only": !access.all_calls,
+            "own_only": !access.operator,
         }),
     )?;
     Ok(fragment(html))

@@ -8,7 +8,7 @@
 //! the answer. The page's script only applies them, so every piece of HTML
 //! is escaped by the templates, never built from model text in the browser.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -28,8 +28,9 @@ pub async fn page(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
-    admit(&state, &caller, &headers)?;
+    admit(&state, &caller, &headers, &uri)?;
     let catalog = state.catalog();
     let models: Vec<String> = catalog
         .upstreams
@@ -69,9 +70,10 @@ pub async fn play(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    admit(&state, &caller, &headers)?;
+    admit(&state, &caller, &headers, &uri)?;
     let body = body.map_err(crate::api::body_error)?;
     let asked: PlayRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!("the playground's request is not valid: {e}"))
@@ -95,12 +97,7 @@ pub async fn play(
     };
     let tool_set = the_loop.tool_set.clone();
     let stream = crate::face::in_request_span(the_loop.start_stream().await?);
-    let mut page = Transcript {
-        turn: asked.turn,
-        calls: HashMap::new(),
-        answer: String::new(),
-        tool_set,
-    };
+    let mut page = Transcript::new(asked.turn, tool_set);
     let lines = futures::StreamExt::map(stream, move |event| {
         let _held = &places;
         let mut out = String::new();
@@ -121,8 +118,11 @@ pub async fn play(
 /// What the stream has shown of one answer.
 struct Transcript {
     turn: u32,
-    /// The model's call ids, as the page's card numbers.
-    calls: HashMap<String, usize>,
+    /// Cards made so far: each call gets the next number.
+    cards: usize,
+    /// The cards of calls not finished yet, by the model's call id (ids
+    /// come from the model: one may repeat, or be empty).
+    running: HashMap<String, VecDeque<usize>>,
     /// The answer's text so far (sent back whole at the end, for the
     /// conversation's next turn).
     answer: String,
@@ -130,10 +130,41 @@ struct Transcript {
 }
 
 impl Transcript {
-    fn card_id(&mut self, call_id: &str) -> String {
-        let next = self.calls.len() + 1;
-        let n = *self.calls.entry(call_id.to_owned()).or_insert(next);
+    fn new(turn: u32, tool_set: Option<String>) -> Transcript {
+        Transcript {
+            turn,
+            cards: 0,
+            running: HashMap::new(),
+            answer: String::new(),
+            tool_set,
+        }
+    }
+
+    fn card_id(&self, n: usize) -> String {
         format!("t{}-call{n}", self.turn)
+    }
+
+    /// A new card for a call that starts.
+    fn start(&mut self, call_id: &str) -> String {
+        self.cards += 1;
+        let n = self.cards;
+        self.running
+            .entry(call_id.to_owned())
+            .or_default()
+            .push_back(n);
+        self.card_id(n)
+    }
+
+    /// The card of the oldest running call with this id.
+    fn running(&self, call_id: &str) -> Option<String> {
+        let n = *self.running.get(call_id)?.front()?;
+        Some(self.card_id(n))
+    }
+
+    /// The card of the oldest running call with this id, now finished.
+    fn finish(&mut self, call_id: &str) -> Option<String> {
+        let n = self.running.get_mut(call_id)?.pop_front()?;
+        Some(self.card_id(n))
     }
 
     fn html(&self, template: &str, context: Value) -> String {
@@ -155,7 +186,7 @@ impl Transcript {
                 ]
             }
             Event::ToolCallStarted(call) => {
-                let id = self.card_id(&call.id);
+                let id = self.start(&call.id);
                 let html = self.html(
                     "card.html",
                     json!({"id": id, "running": true, "name": call.name, "arguments": pretty(&call.arguments)}),
@@ -163,7 +194,9 @@ impl Transcript {
                 vec![json!({"op": "append", "target": cards, "html": html})]
             }
             Event::ToolProgress(p) => {
-                let id = self.card_id(&p.call_id);
+                let Some(id) = self.running(&p.call_id) else {
+                    return Vec::new();
+                };
                 let total = p
                     .progress
                     .total
@@ -174,16 +207,19 @@ impl Transcript {
                 };
                 vec![json!({"op": "progress", "target": format!("{id}-progress"), "text": text})]
             }
-            Event::ToolCallDone(record) => {
-                // A call the page has no card for yet gets one.
-                let shown = self.calls.contains_key(&record.id);
-                let id = self.card_id(&record.id);
-                let html = self.html("card.html", card(&id, &record));
-                match shown {
-                    true => vec![json!({"op": "replace", "target": id, "html": html})],
-                    false => vec![json!({"op": "append", "target": cards, "html": html})],
+            Event::ToolCallDone(record) => match self.finish(&record.id) {
+                Some(id) => {
+                    let html = self.html("card.html", card(&id, &record));
+                    vec![json!({"op": "replace", "target": id, "html": html})]
                 }
-            }
+                // A call the page has no card for gets one.
+                None => {
+                    self.cards += 1;
+                    let id = self.card_id(self.cards);
+                    let html = self.html("card.html", card(&id, &record));
+                    vec![json!({"op": "append", "target": cards, "html": html})]
+                }
+            },
             Event::ClientCalls(calls) => {
                 let names: Vec<String> = calls.into_iter().map(|c| c.name).collect();
                 vec![json!({"op": "text", "target": answer,
@@ -294,12 +330,7 @@ mod tests {
     /// only from the templates, escaped.
     #[test]
     fn a_loop_s_events_are_page_operations() {
-        let mut page = Transcript {
-            turn: 2,
-            calls: HashMap::new(),
-            answer: String::new(),
-            tool_set: Some("default".into()),
-        };
+        let mut page = Transcript::new(2, Some("default".into()));
         let events = vec![
             Event::Reasoning("thinking".into()),
             Event::ToolCallStarted(Call {
@@ -318,6 +349,20 @@ mod tests {
             })),
             Event::ToolCallDone(Box::new(record("call_a", true))),
             Event::ToolCallDone(Box::new(record("call_b", false))),
+            // A model that gives every call the same (empty) id: each call
+            // still has its own card, finished in order.
+            Event::ToolCallStarted(Call {
+                id: String::new(),
+                name: "calculator".into(),
+                arguments: "{}".into(),
+            }),
+            Event::ToolCallStarted(Call {
+                id: String::new(),
+                name: "calculator".into(),
+                arguments: "{}".into(),
+            }),
+            Event::ToolCallDone(Box::new(record("", true))),
+            Event::ToolCallDone(Box::new(record("", true))),
             Event::Content("<script>alert(1)</script>".into()),
             Event::Done(Box::new(Summary {
                 finish: FinishReason::Stop,

@@ -239,7 +239,7 @@ async fn serve(
 
 /// `true` when the request's `Host` (HTTP/2: its authority) is loopback or
 /// listed.
-fn host_allowed(headers: &HeaderMap, uri: &axum::http::Uri, allowed: &[String]) -> bool {
+pub(crate) fn host_allowed(headers: &HeaderMap, uri: &axum::http::Uri, allowed: &[String]) -> bool {
     let Some(host) = headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
