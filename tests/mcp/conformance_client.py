@@ -9,13 +9,22 @@ tool API (`GET /v1/tools`) and invokes each once
 stops the gateway (SIGTERM). The MCP traffic the suite checks is the
 gateway's own.
 
+For the `auth/*` scenarios the server is declared with `oauth`:
+`client_credentials` when the suite's context gives a client id and secret
+for that grant, else `authorization_code`, and the driver first runs
+`toolgate mcp login` the way a person does: it opens the printed URL (the
+suite's authorization server answers at once with its redirect) and
+follows the redirect to the gateway's 127.0.0.1 callback.
+
 Environment: `TOOLGATE_BIN` (the binary), `MCP_CONFORMANCE_SCENARIO` (the
-scenario, for the log).
+scenario), `MCP_CONFORMANCE_CONTEXT` (the suite's context: client id and
+secret where a scenario gives them).
 """
 
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +43,79 @@ SERVER_YAML = """mcp_servers:
     startup_timeout: 10s
     timeout: 10s
 """
+
+
+# Where the gateway's client metadata document would be published (the
+# suite's authorization server accepts it as the client id).
+CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
+
+
+def oauth_yaml(scenario: str, context: dict) -> tuple[str, str]:
+    """The server's `oauth` setting for an auth scenario, and the file's
+    `env` declarations."""
+    secret = context.get("client_secret")
+    if scenario.startswith("auth/client-credentials"):
+        return (
+            f"    oauth:\n      grant: client_credentials\n      client_id: \"{context.get('client_id', '')}\"\n"
+            "      client_secret_env: SCENARIO_CLIENT_SECRET\n",
+            "env:\n  SCENARIO_CLIENT_SECRET: required\n",
+        )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    lines = f"    oauth:\n      grant: authorization_code\n      redirect_port: {port}\n"
+    env = ""
+    if context.get("client_id"):
+        lines += f"      client_id: \"{context['client_id']}\"\n"
+        if secret:
+            lines += "      client_secret_env: SCENARIO_CLIENT_SECRET\n"
+            env = "env:\n  SCENARIO_CLIENT_SECRET: required\n"
+    else:
+        lines += f"      client_metadata_url: \"{CLIENT_METADATA_URL}\"\n"
+    return lines, env
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def login(config: pathlib.Path, env: dict) -> bool:
+    """`toolgate mcp login scenario`, with the driver as the person's browser."""
+    proc = subprocess.Popen(
+        [os.environ["TOOLGATE_BIN"], "mcp", "login", "scenario", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        url = None
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            if line.startswith("  http"):
+                url = line.strip()
+                break
+        if url is None:
+            return proc.wait(timeout=30) == 0
+        opener = urllib.request.build_opener(NoRedirect)
+        try:
+            opener.open(url, timeout=30)
+            print("the authorization server did not redirect", flush=True)
+            return False
+        except urllib.error.HTTPError as e:
+            location = e.headers.get("location")
+        print(f"redirected to {location}", flush=True)
+        if location:
+            try:
+                urllib.request.urlopen(location, timeout=30).read()
+            except urllib.error.URLError as e:
+                print(f"the callback failed: {e}", flush=True)
+        out, _ = proc.communicate(timeout=60)
+        print(out, end="", flush=True)
+        return proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def example(schema: dict):
@@ -78,13 +160,22 @@ def main() -> int:
         (config / "tools.d").mkdir()
         (config / "tool-sets").mkdir()
         (config / "toolgate.yaml").write_text(GATEWAY_YAML.format())
-        (config / "tools.d" / "scenario.yaml").write_text(SERVER_YAML.format(url=url))
+        context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+        env = {**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info"}
+        server = SERVER_YAML.format(url=url)
+        if scenario.startswith("auth/"):
+            oauth, declared = oauth_yaml(scenario, context)
+            server = declared + server + oauth
+            env["SCENARIO_CLIENT_SECRET"] = context.get("client_secret", "")
+        (config / "tools.d" / "scenario.yaml").write_text(server)
         (config / "tool-sets" / "scenario.yaml").write_text('name: scenario\ntools: ["*"]\n')
+        if "grant: authorization_code" in server and not login(config, env):
+            print("the login failed", flush=True)
         gateway = subprocess.Popen(
             [os.environ["TOOLGATE_BIN"], "serve", "--config", str(config)],
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info"},
+            env=env,
         )
         try:
             base = None

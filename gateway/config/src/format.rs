@@ -949,6 +949,13 @@ pub struct McpServerDecl {
     /// (its project), rendered for each call (empty: not sent).
     #[serde(default)]
     pub headers: IndexMap<String, String>,
+    /// http: OAuth 2.1 authorization of the gateway at the server (instead
+    /// of a token in `headers`): `grant: client_credentials` (unattended),
+    /// or `grant: authorization_code` (a person authorizes the gateway once
+    /// with `toolgate mcp login SERVER`; the gateway keeps and refreshes
+    /// the token).
+    #[serde(default)]
+    pub oauth: Option<McpOAuthDecl>,
     /// Which tools to offer, and under which names.
     #[serde(default)]
     pub tools: McpToolsDecl,
@@ -970,6 +977,71 @@ pub struct McpServerDecl {
     /// is down.
     #[serde(default)]
     pub required: bool,
+}
+
+/// How the gateway is authorized at an MCP server (OAuth 2.1, as MCP's
+/// authorization specifies: the server's protected-resource metadata names
+/// its authorization server, whose metadata is discovered).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(tag = "grant", rename_all = "snake_case")]
+pub enum McpOAuthDecl {
+    /// The client credentials grant: a client registered for the gateway at
+    /// the authorization server; tokens are requested when needed.
+    ClientCredentials(OAuthClientCredentialsDecl),
+    /// The authorization code grant with PKCE: `toolgate mcp login SERVER`
+    /// prints a URL for a person to open, receives the redirect on
+    /// 127.0.0.1 and keeps the token in `token_file`.
+    AuthorizationCode(OAuthAuthorizationCodeDecl),
+}
+
+/// `oauth.client_credentials`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthClientCredentialsDecl {
+    /// The client's id at the authorization server.
+    pub client_id: String,
+    /// Environment variable holding the client's secret.
+    pub client_secret_env: String,
+    /// Scopes to ask for; default: none named.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
+/// `oauth.authorization_code`.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthAuthorizationCodeDecl {
+    /// A client registered in advance for the gateway. Without it, the
+    /// gateway identifies itself by `client_metadata_url` when given, else
+    /// registers itself (dynamic client registration).
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Environment variable holding the pre-registered client's secret (a
+    /// confidential client).
+    #[serde(default)]
+    pub client_secret_env: Option<String>,
+    /// An `https` URL where the gateway's client metadata document is
+    /// published (a client ID metadata document): its client id.
+    #[serde(default)]
+    pub client_metadata_url: Option<String>,
+    /// Scopes to ask for; default: those the server asks for, else those
+    /// its metadata supports.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// The port on 127.0.0.1 where `toolgate mcp login` receives the
+    /// authorization server's redirect (`http://127.0.0.1:PORT/callback`,
+    /// the redirect URI to register).
+    #[serde(default = "default_redirect_port")]
+    pub redirect_port: u16,
+    /// Where the token is kept, relative to the configuration folder
+    /// (readable only by the gateway's user); default
+    /// `.toolgate/oauth/SERVER.json`.
+    #[serde(default)]
+    pub token_file: Option<String>,
+}
+
+fn default_redirect_port() -> u16 {
+    8976
 }
 
 /// How the gateway talks to an MCP server.

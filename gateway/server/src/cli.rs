@@ -72,7 +72,10 @@ enum Command {
     /// Serve one tool set as an MCP server on stdin/stdout, for clients
     /// that launch their servers as commands (Claude Desktop, editors).
     /// Logs go to stderr.
+    #[command(args_conflicts_with_subcommands = true)]
     Mcp {
+        #[command(subcommand)]
+        action: Option<McpAction>,
         /// The tool set to serve; default: the configuration's default set.
         #[arg(long, value_name = "NAME")]
         tool_set: Option<String>,
@@ -89,6 +92,19 @@ enum Command {
     Schema {
         #[arg(long, value_enum, default_value_t = SchemaKind::All)]
         kind: SchemaKind,
+    },
+}
+
+/// `toolgate mcp` besides serving.
+#[derive(Debug, Subcommand)]
+enum McpAction {
+    /// Authorize the gateway at an MCP server declared with
+    /// `oauth.authorization_code`: prints the URL to open, waits for the
+    /// authorization server's redirect on 127.0.0.1, and keeps the token in
+    /// the server's token file (a running gateway picks it up).
+    Login {
+        /// The MCP server's `name`.
+        server: String,
     },
 }
 
@@ -304,6 +320,25 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Mcp {
+            action: Some(McpAction::Login { server }),
+            ..
+        } => {
+            let catalog = load(&cli.config)?;
+            let (url, oauth) = catalog
+                .mcp()
+                .oauth_of(&server)
+                .map_err(anyhow::Error::msg)?;
+            let saved = toolgate_engine::tool::mcp::oauth::login(&url, &oauth, |at| {
+                println!("Open this URL to authorize toolgate at `{server}`:\n\n  {at}\n");
+                println!("Waiting for the redirect (5 minutes)...");
+            })
+            .await
+            .map_err(anyhow::Error::msg)?;
+            println!("Authorized: the token is kept in {}", saved.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mcp {
+            action: None,
             tool_set,
             discovery,
         } => {

@@ -167,3 +167,41 @@ async fn serve_answers_the_readme_requests() {
     child.kill().unwrap();
     let _ = child.wait();
 }
+
+/// `toolgate mcp login` says which servers can be logged in to, and a
+/// server waiting for its login says so (tools unavailable with the
+/// command to run), without touching the network for its token.
+#[test]
+fn mcp_login_names_what_it_needs_and_a_server_without_its_token_waits_for_it() {
+    let dir = ConfigDir::new(&[
+        (
+            "toolgate.yaml",
+            "upstreams: [{ name: none, base_url: \"http://127.0.0.1:9/v1\" }]\n",
+        ),
+        (
+            "tools.d/servers.yaml",
+            "mcp_servers:\n  - name: plain\n    transport: http\n    url: http://127.0.0.1:9/mcp\n    tools: { prefix: a_ }\n  - name: guarded\n    transport: http\n    url: http://127.0.0.1:9/mcp\n    tools: { prefix: b_ }\n    startup_timeout: 2s\n    oauth:\n      grant: authorization_code\n",
+        ),
+    ]);
+    let config = dir.path().to_str().unwrap();
+    let (code, _, err) = toolgate(&["mcp", "login", "nope", "--config", config]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no MCP server is named `nope`; the configuration declares: plain, guarded"),
+        "{err}"
+    );
+    let (code, _, err) = toolgate(&["mcp", "login", "plain", "--config", config]);
+    assert_eq!(code, 1);
+    assert!(err.contains("MCP server `plain` has no `oauth`"), "{err}");
+    let (_, out, _) = toolgate(&["check", "--connect", "--config", config]);
+    assert!(
+        out.contains(
+            "not authorized yet: run `toolgate mcp login guarded` and open the URL it prints"
+        ),
+        "{out}"
+    );
+    assert!(
+        !dir.path().join(".toolgate").exists(),
+        "no token file before a login"
+    );
+}

@@ -15,7 +15,8 @@ use reqwest::header::{HeaderName, HeaderValue};
 use super::ToolSet;
 use crate::template::{self, TemplateSet};
 use crate::tool::mcp::spec::{
-    HttpSpec, PerRequestHeaders, RESERVED_HEADERS, StdioSpec, ToolFilter, Transport, is_glob,
+    HttpSpec, OAuthSpec, PerRequestHeaders, RESERVED_HEADERS, StdioSpec, ToolFilter, Transport,
+    is_glob,
 };
 use crate::tool::mcp::{Expected, McpRegistry, ServerSpec};
 use crate::tool::{Tool, is_valid_name};
@@ -253,6 +254,7 @@ impl ServerCheck<'_> {
             &[
                 (decl.url.is_some(), ".url", "url"),
                 (!decl.headers.is_empty(), ".headers", "headers"),
+                (decl.oauth.is_some(), ".oauth", "oauth"),
             ],
             "http",
         );
@@ -347,7 +349,110 @@ impl ServerCheck<'_> {
                 }
             }
         }
+        self.check_oauth();
         header_keys
+    }
+
+    /// `oauth`: the variables it reads are declared (and counted as used, so
+    /// an unset one disables the server), its URLs and its settings.
+    fn check_oauth(&mut self) {
+        use toolgate_config::format::McpOAuthDecl;
+        let decl = self.decl;
+        let Some(oauth) = &decl.oauth else { return };
+        if decl
+            .headers
+            .keys()
+            .any(|k| k.eq_ignore_ascii_case("authorization"))
+        {
+            self.err(
+                ".headers.Authorization",
+                "an `Authorization` header and `oauth` both authorize the gateway".into(),
+                "keep one: remove the header, or remove `oauth`",
+            );
+        }
+        let (p, secret_env) = match oauth {
+            McpOAuthDecl::ClientCredentials(cc) => {
+                if cc.client_id.trim().is_empty() {
+                    self.err(
+                        ".oauth.client_id",
+                        "the client id is empty".into(),
+                        "give the id the authorization server registered for the gateway",
+                    );
+                }
+                (".oauth.client_secret_env", Some(&cc.client_secret_env))
+            }
+            McpOAuthDecl::AuthorizationCode(ac) => {
+                if ac.client_secret_env.is_some() && ac.client_id.is_none() {
+                    self.err(
+                        ".oauth.client_secret_env",
+                        "a client secret without a `client_id`".into(),
+                        "give the pre-registered client's `client_id` too, or remove the secret",
+                    );
+                }
+                if let Some(u) = &ac.client_metadata_url
+                    && !url::Url::parse(u).is_ok_and(|u| u.scheme() == "https" && u.path() != "/")
+                {
+                    self.err(
+                        ".oauth.client_metadata_url",
+                        format!("{u:?} is not an https URL with a path"),
+                        "give the https URL where the gateway's client metadata document is published",
+                    );
+                }
+                if ac.redirect_port == 0 {
+                    self.err(
+                        ".oauth.redirect_port",
+                        "the redirect port is 0".into(),
+                        "give the port of the redirect URI registered for the gateway (default 8976)",
+                    );
+                }
+                if let Some(f) = &ac.token_file
+                    && (f.trim().is_empty() || f.ends_with('/'))
+                {
+                    self.err(
+                        ".oauth.token_file",
+                        format!("{f:?} is not a file name"),
+                        "give a file relative to the configuration folder, e.g. `.toolgate/oauth/github.json`",
+                    );
+                }
+                (".oauth.client_secret_env", ac.client_secret_env.as_ref())
+            }
+        };
+        if let Some(var) = secret_env {
+            if self.file.value.env.contains_key(var) {
+                self.env_used.insert(var.clone());
+            } else {
+                self.err(
+                    p,
+                    format!("`{var}` is not a variable the file declares"),
+                    &format!("add `{var}: required` under the file's top-level `env`"),
+                );
+            }
+        }
+    }
+
+    /// The validated `oauth`, its secret read (empty for a disabled server).
+    fn oauth_spec(&self) -> Option<OAuthSpec> {
+        use toolgate_config::format::McpOAuthDecl;
+        let secret = |var: &String| self.env_values.get(var).cloned().unwrap_or_default();
+        Some(match self.decl.oauth.as_ref()? {
+            McpOAuthDecl::ClientCredentials(cc) => OAuthSpec::ClientCredentials {
+                client_id: cc.client_id.clone(),
+                client_secret: secret(&cc.client_secret_env),
+                scopes: cc.scopes.clone(),
+            },
+            McpOAuthDecl::AuthorizationCode(ac) => OAuthSpec::AuthorizationCode {
+                client_id: ac.client_id.clone(),
+                client_secret: ac.client_secret_env.as_ref().map(secret),
+                client_metadata_url: ac.client_metadata_url.clone(),
+                scopes: ac.scopes.clone(),
+                redirect_port: ac.redirect_port,
+                token_file: self.dir.join(
+                    ac.token_file
+                        .clone()
+                        .unwrap_or_else(|| format!(".toolgate/oauth/{}.json", self.decl.name)),
+                ),
+            },
+        })
     }
 
     /// Tool selection and names: the prefix, the patterns, and the names
@@ -574,6 +679,7 @@ impl ServerCheck<'_> {
             url: self.decl.url.clone().unwrap_or_default(),
             headers,
             per_request,
+            oauth: self.oauth_spec(),
         }))
     }
 }

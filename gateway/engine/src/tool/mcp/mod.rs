@@ -14,6 +14,7 @@
 //! as a whole whenever a server starts, stops or changes its tools. Lookups
 //! load the snapshot without a lock.
 
+pub mod oauth;
 pub mod result;
 pub mod session;
 pub mod spec;
@@ -126,10 +127,20 @@ impl McpTool {
             Err(e @ ServiceError::TransportSend(_)) if connection_lost(&e) => {
                 // Unreachable, or it lost our session: a new one is started
                 // (the tools are unavailable until it is up).
-                let reason = in_words(&e);
+                let reason = in_words(&e, &server.spec);
                 server.connection_broken(reason.clone());
                 Err(ToolError::Backend(format!(
                     "MCP server `{name}`: {reason}; the gateway is reconnecting to it"
+                )))
+            }
+            Err(e) if server.spec.uses_oauth() && needs_token(&e) => {
+                // The OAuth token expired and could not be refreshed (or was
+                // revoked): a new session authorizes afresh (client
+                // credentials: a new token; a login: the token file again).
+                let reason = in_words(&e, &server.spec);
+                server.connection_broken(reason.clone());
+                Err(ToolError::Backend(format!(
+                    "MCP server `{name}`: {reason}; the gateway is authorizing again"
                 )))
             }
             Err(ServiceError::McpError(e)) => Err(ToolError::Backend(format!(
@@ -138,7 +149,7 @@ impl McpTool {
             ))),
             Err(e) => Err(ToolError::Backend(format!(
                 "MCP server `{name}`: {}",
-                in_words(&e)
+                in_words(&e, &server.spec)
             ))),
         }
     }
@@ -318,9 +329,14 @@ pub(crate) fn needs_token(e: &(dyn std::error::Error + 'static)) -> bool {
     )
 }
 
-/// An rmcp error as a sentence: the transport's own error rather than
-/// rmcp's wrapper, which names Rust types.
-pub(crate) fn in_words(e: &(dyn std::error::Error + 'static)) -> String {
+/// An rmcp error of `server` as a sentence: the transport's own error
+/// rather than rmcp's wrapper, which names Rust types; a refusal of the
+/// gateway's credentials says which setting supplies them.
+pub(crate) fn in_words(e: &(dyn std::error::Error + 'static), server: &spec::ServerSpec) -> String {
+    let oauth = match &server.transport {
+        spec::Transport::Http(http) => http.oauth.as_ref(),
+        spec::Transport::Stdio(_) => None,
+    };
     if let Some(ServiceError::Timeout { timeout }) = e.downcast_ref::<ServiceError>() {
         return format!("no answer within {timeout:?}");
     }
@@ -337,8 +353,17 @@ pub(crate) fn in_words(e: &(dyn std::error::Error + 'static)) -> String {
         None => inner.to_string(),
     };
     let words = match text.as_str() {
-        "Auth required" => "the server answered 401 Unauthorized: give it a token in this server's `headers` (e.g. `Authorization: \"Bearer {{ env.TOKEN }}\"`)".to_owned(),
-        "Insufficient scope" => "the server answered 403 (insufficient scope): the token in this server's `headers` lacks a permission it needs".to_owned(),
+        "Auth required" => match oauth {
+            None => "the server answered 401 Unauthorized: give it a token in this server's `headers` (e.g. `Authorization: \"Bearer {{ env.TOKEN }}\"`)".to_owned(),
+            Some(oauth) => format!("the server answered 401 Unauthorized: {}", oauth::what_to_do(&server.name, oauth)),
+        },
+        "Insufficient scope" => match oauth {
+            None => "the server answered 403 (insufficient scope): the token in this server's `headers` lacks a permission it needs".to_owned(),
+            Some(_) => format!("the server answered 403 (insufficient scope): the gateway's token lacks a scope it needs — add it to `oauth.scopes`{}", match oauth {
+                Some(spec::OAuthSpec::AuthorizationCode { .. }) => format!(" and run `toolgate mcp login {}` again", server.name),
+                _ => String::new(),
+            }),
+        },
         "Session expired (HTTP 404)" => "the server no longer knows the gateway's session (it restarted?)".to_owned(),
         other => other.to_owned(),
     };
@@ -638,6 +663,46 @@ impl McpRegistry {
             .iter()
             .map(|s| (s.spec.name.clone(), s.state().status == Status::Ready))
             .collect()
+    }
+
+    /// The URL and `oauth` of the HTTP server `name`, for `toolgate mcp
+    /// login`; `Err` says why there is none.
+    pub fn oauth_of(&self, name: &str) -> Result<(String, spec::OAuthSpec), String> {
+        let server = self
+            .inner
+            .servers
+            .iter()
+            .find(|s| s.spec.name == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self
+                    .inner
+                    .servers
+                    .iter()
+                    .map(|s| s.spec.name.as_str())
+                    .collect();
+                format!(
+                    "no MCP server is named `{name}`; the configuration declares: {}",
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                )
+            })?;
+        if let Some(why) = &server.spec.disabled {
+            return Err(format!("MCP server `{name}` is disabled: {why}"));
+        }
+        match &server.spec.transport {
+            spec::Transport::Http(http) => match &http.oauth {
+                Some(oauth) => Ok((http.url.clone(), oauth.clone())),
+                None => Err(format!(
+                    "MCP server `{name}` has no `oauth`: add `oauth: {{grant: authorization_code}}` to authorize the gateway with a login"
+                )),
+            },
+            spec::Transport::Stdio(_) => Err(format!(
+                "MCP server `{name}` runs over stdio: OAuth is for servers over HTTP"
+            )),
+        }
     }
 
     /// Why each server declared `required` is not ready, if it is not.

@@ -385,7 +385,10 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
             .peer()
             .list_all_tools()
             .await
-            .map_err(|e| format!("`tools/list` failed: {}", super::in_words(&e)))?;
+            .map_err(|e| StartFailure {
+                reason: format!("`tools/list` failed: {}", super::in_words(&e, spec)),
+                needs_token: super::needs_token(&e) && !spec.uses_oauth(),
+            })?;
         Ok::<_, StartFailure>((session, tools))
     };
     let (session, tools) = tokio::select! {
@@ -460,7 +463,7 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
                         });
                         publish(server);
                     }
-                    Ok(Err(e)) => tracing::warn!(mcp_server = %spec.name, "listing the tools of MCP server `{}` again failed: {}", spec.name, super::in_words(&e)),
+                    Ok(Err(e)) => tracing::warn!(mcp_server = %spec.name, "listing the tools of MCP server `{}` again failed: {}", spec.name, super::in_words(&e, spec)),
                     Err(_) => tracing::warn!(mcp_server = %spec.name, "listing the tools of MCP server `{}` again timed out", spec.name),
                 }
             }
@@ -489,11 +492,13 @@ impl From<String> for StartFailure {
     }
 }
 
-/// An rmcp error at start, in words, and whether a token would help.
-fn start_failure(e: rmcp::service::ClientInitializeError) -> StartFailure {
+/// An rmcp error at start, in words, and whether the configuration must
+/// change before trying again (a refused token in `headers`; a refused
+/// OAuth token is tried again, so a new login is picked up).
+fn start_failure(e: rmcp::service::ClientInitializeError, spec: &ServerSpec) -> StartFailure {
     StartFailure {
-        reason: format!("`initialize` failed: {}", super::in_words(&e)),
-        needs_token: super::needs_token(&e),
+        reason: format!("`initialize` failed: {}", super::in_words(&e, spec)),
+        needs_token: super::needs_token(&e) && !spec.uses_oauth(),
     }
 }
 
@@ -513,7 +518,10 @@ async fn connect(server: &Server) -> Result<Session, StartFailure> {
             if let Some(stderr) = stderr {
                 tokio::spawn(forward_stderr(server.spec.name.clone(), stderr));
             }
-            handler.serve(transport).await.map_err(start_failure)
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| start_failure(e, &server.spec))
         }
         Transport::Http(http) => {
             let headers: HashMap<_, _> = http.headers.iter().cloned().collect();
@@ -523,9 +531,33 @@ async fn connect(server: &Server) -> Result<Session, StartFailure> {
             let config = StreamableHttpClientTransportConfig::with_uri(http.url.clone())
                 .custom_headers(headers)
                 .reinit_on_expired_session(false);
-            let transport =
-                StreamableHttpClientTransport::with_client(CallerHeaders::default(), config);
-            handler.serve(transport).await.map_err(start_failure)
+            match &http.oauth {
+                None => {
+                    let transport = StreamableHttpClientTransport::with_client(
+                        CallerHeaders::default(),
+                        config,
+                    );
+                    handler
+                        .serve(transport)
+                        .await
+                        .map_err(|e| start_failure(e, &server.spec))
+                }
+                Some(oauth) => {
+                    let manager = super::oauth::authorize(&server.spec.name, &http.url, oauth)
+                        .await
+                        .map_err(|reason| StartFailure {
+                            reason,
+                            needs_token: false,
+                        })?;
+                    let client =
+                        rmcp::transport::AuthClient::new(CallerHeaders::default(), manager);
+                    let transport = StreamableHttpClientTransport::with_client(client, config);
+                    handler
+                        .serve(transport)
+                        .await
+                        .map_err(|e| start_failure(e, &server.spec))
+                }
+            }
         }
     }
 }

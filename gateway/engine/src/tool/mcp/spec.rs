@@ -33,6 +33,11 @@ pub struct ServerSpec {
 }
 
 impl ServerSpec {
+    /// `true` when the gateway is authorized at the server with OAuth.
+    pub fn uses_oauth(&self) -> bool {
+        matches!(&self.transport, Transport::Http(h) if h.oauth.is_some())
+    }
+
     /// `tools.d/x.yaml:3`, as tools report their origin.
     pub fn origin(&self) -> String {
         format!("{}:{}", self.file, self.pos.line)
@@ -50,6 +55,7 @@ impl ServerSpec {
             (Transport::Http(a), Transport::Http(b)) => {
                 a.url == b.url
                     && a.headers == b.headers
+                    && a.oauth == b.oauth
                     && match (&a.per_request, &b.per_request) {
                         (None, None) => true,
                         (Some(x), Some(y)) => x.same_as(y),
@@ -135,6 +141,54 @@ pub struct HttpSpec {
     /// Headers that read the caller (`request.key`, `request.project`),
     /// rendered for each call.
     pub per_request: Option<PerRequestHeaders>,
+    /// How the gateway is authorized at the server, when it is (OAuth).
+    pub oauth: Option<OAuthSpec>,
+}
+
+/// `oauth` of an HTTP server, validated. Secrets are never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub enum OAuthSpec {
+    /// The client credentials grant.
+    ClientCredentials {
+        client_id: String,
+        client_secret: String,
+        scopes: Vec<String>,
+    },
+    /// The authorization code grant: a token obtained by
+    /// `toolgate mcp login`, kept in `token_file`, refreshed as needed.
+    AuthorizationCode {
+        client_id: Option<String>,
+        client_secret: Option<String>,
+        client_metadata_url: Option<String>,
+        scopes: Vec<String>,
+        redirect_port: u16,
+        token_file: PathBuf,
+    },
+}
+
+impl fmt::Debug for OAuthSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OAuthSpec::ClientCredentials {
+                client_id, scopes, ..
+            } => f
+                .debug_struct("ClientCredentials")
+                .field("client_id", client_id)
+                .field("scopes", scopes)
+                .finish_non_exhaustive(),
+            OAuthSpec::AuthorizationCode {
+                client_id,
+                scopes,
+                token_file,
+                ..
+            } => f
+                .debug_struct("AuthorizationCode")
+                .field("client_id", client_id)
+                .field("scopes", scopes)
+                .field("token_file", token_file)
+                .finish_non_exhaustive(),
+        }
+    }
 }
 
 /// Header templates rendered for each call, with the caller's API key name
