@@ -18,7 +18,8 @@ follows the redirect to the gateway's 127.0.0.1 callback.
 
 Environment: `TOOLGATE_BIN` (the binary), `MCP_CONFORMANCE_SCENARIO` (the
 scenario), `MCP_CONFORMANCE_CONTEXT` (the suite's context: client id and
-secret where a scenario gives them).
+secret where a scenario gives them, and the tool calls to make with their
+arguments).
 """
 
 import json
@@ -193,9 +194,20 @@ def main() -> int:
             status, listing = http("GET", base + "/v1/tools")
             tools = listing.get("data", []) if isinstance(listing, dict) else []
             print(f"tools ({status}): {[t['function']['name'] for t in tools]}", flush=True)
+            # A scenario may name the calls to make (with the arguments a
+            # person would give); other tools get a value their schema accepts.
+            # A null the schema does not allow (`verbose: null` for a boolean)
+            # would be refused by the gateway's validation: it is left out,
+            # which the scenario counts as "not provided".
+            given = {
+                c["name"]: {k: v for k, v in c.get("arguments", {}).items() if v is not None}
+                for c in context.get("toolCalls", [])
+            }
             for tool in tools:
                 function = tool["function"]
-                args = example(function.get("parameters") or {"type": "object"})
+                args = given.get(function["name"])
+                if args is None:
+                    args = example(function.get("parameters") or {"type": "object"})
                 status, result = http(
                     "POST", f"{base}/v1/tools/{function['name']}/invoke", {"arguments": args}
                 )

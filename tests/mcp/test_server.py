@@ -10,7 +10,8 @@ Its tools exercise what the gateway must handle: plain text, structured
 content, errors, images and resources, a call that takes as long as asked
 (and counts the cancellations it receives), request headers, its own process
 id (so a test can kill it mid-call), and a tool list that grows at run time
-(with `notifications/tools/list_changed`).
+(with `notifications/tools/list_changed`, on the session or on
+`subscriptions/listen` streams).
 """
 
 import os
@@ -126,6 +127,9 @@ async def grow(ctx: Context) -> str:
         return "late tool"
 
     server.add_tool(late, name="late", description="A tool registered at run time.", structured_output=False)
+    # 2026-07-28 clients hear of it on their `subscriptions/listen` stream,
+    # earlier ones by a notification on their session.
+    await ctx.notify_tools_changed()
     await ctx.session.send_tool_list_changed()
     return "grown"
 

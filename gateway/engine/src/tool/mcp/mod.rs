@@ -101,9 +101,32 @@ impl McpTool {
         trace_context(&mut params);
         caller_headers(&server, ctx, &mut params)?;
         let name = &self.server_name;
-        let response = match progress {
-            None => peer.call_tool_once(params).await,
-            Some(sink) => call_reporting(&server, &peer, params, sink).await,
+        let mut rounds = 0;
+        let response = loop {
+            let response = match progress {
+                None => peer.call_tool_once(params.clone()).await,
+                Some(sink) => call_reporting(&server, &peer, params.clone(), sink).await,
+            };
+            // A 2026-07-28 server asking for input (SEP-2322): each request
+            // answered as a gateway without a person can, the server's
+            // state echoed, the call sent again — a bounded number of times.
+            let Ok(CallToolResponse::InputRequired(asked)) = response else {
+                break response;
+            };
+            rounds += 1;
+            if rounds > MAX_INPUT_ROUNDS {
+                return Err(ToolError::Failed(format!(
+                    "MCP server `{name}` still asked for input after {MAX_INPUT_ROUNDS} answers; the gateway gave up the call"
+                )));
+            }
+            let (responses, state) = answer_input_requests(name, asked)?;
+            if responses.is_none() {
+                // Only state to carry: the server is working; ask again
+                // after a pause that grows.
+                tokio::time::sleep(Duration::from_millis(50 << rounds.min(6))).await;
+            }
+            params.input_responses = responses;
+            params.request_state = state;
         };
         match response {
             Ok(CallToolResponse::Complete(result)) => {
@@ -119,7 +142,7 @@ impl McpTool {
                 })
             }
             Ok(_) => Err(ToolError::Failed(format!(
-                "MCP server `{name}` asked for user input or started a background task, which the gateway does not support"
+                "MCP server `{name}` started a background task for the call, which the gateway does not support"
             ))),
             Err(ServiceError::TransportClosed) => Err(ToolError::Backend(format!(
                 "MCP server `{name}` closed the session during the call; it is being restarted"
@@ -239,6 +262,50 @@ async fn call_reporting(
         ServerResult::CreateTaskResult(result) => Ok(CallToolResponse::Task(result)),
         _ => Err(ServiceError::UnexpectedResponse),
     }
+}
+
+/// How many times one call answers a server's input requests (SEP-2322)
+/// before it is given up.
+const MAX_INPUT_ROUNDS: u32 = 8;
+
+/// The gateway's answers to a server's input requests: it has no person to
+/// ask and no model of its own, so an elicitation is declined and the
+/// roots list is empty; a sampling request cannot be answered, and fails
+/// the call with a sentence the model can read. Returns the answers (none
+/// when the server only sent state) and the state to echo unchanged.
+fn answer_input_requests(
+    server: &str,
+    asked: rmcp::model::InputRequiredResult,
+) -> Result<(Option<rmcp::model::InputResponses>, Option<String>), ToolError> {
+    use rmcp::model::InputRequest;
+    let requests = asked.input_requests.unwrap_or_default();
+    if requests.is_empty() && asked.request_state.is_none() {
+        return Err(ToolError::Failed(format!(
+            "MCP server `{server}` asked for input without saying what it needs"
+        )));
+    }
+    let mut answers = rmcp::model::InputResponses::new();
+    for (key, request) in requests {
+        let answer = match request {
+            InputRequest::Elicitation(_) => serde_json::json!({"action": "decline"}),
+            InputRequest::ListRoots(_) => serde_json::json!({"roots": []}),
+            InputRequest::CreateMessage(_) => {
+                return Err(ToolError::Failed(format!(
+                    "MCP server `{server}` asked the gateway to run a model for it (sampling), which this gateway does not do"
+                )));
+            }
+            _ => {
+                return Err(ToolError::Failed(format!(
+                    "MCP server `{server}` asked for a kind of input the gateway does not know"
+                )));
+            }
+        };
+        answers.insert(key, answer);
+    }
+    Ok((
+        (!answers.is_empty()).then_some(answers),
+        asked.request_state,
+    ))
 }
 
 /// Tells the server a request was given up (`notifications/cancelled`)
@@ -966,5 +1033,76 @@ pub struct ServerReport {
 impl ServerReport {
     pub fn is_ok(&self) -> bool {
         self.reason.is_none() && self.problems.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asked(value: Value) -> rmcp::model::InputRequiredResult {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn input_requests_are_answered_as_a_gateway_without_a_person_can() {
+        let elicit = json_rpc(
+            "elicitation/create",
+            serde_json::json!({
+                "message": "Confirm?",
+                "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+            }),
+        );
+        let roots = json_rpc("roots/list", serde_json::json!({}));
+        let (answers, state) = answer_input_requests(
+            "s",
+            asked(serde_json::json!({
+                "resultType": "input_required",
+                "inputRequests": {"confirm": elicit, "where": roots},
+                "requestState": "opaque"
+            })),
+        )
+        .unwrap();
+        let answers = answers.unwrap();
+        assert_eq!(answers["confirm"], serde_json::json!({"action": "decline"}));
+        assert_eq!(answers["where"], serde_json::json!({"roots": []}));
+        assert_eq!(state.as_deref(), Some("opaque"));
+
+        // State alone: echoed, nothing answered.
+        let (answers, state) = answer_input_requests(
+            "s",
+            asked(serde_json::json!({"resultType": "input_required", "requestState": "x"})),
+        )
+        .unwrap();
+        assert!(answers.is_none());
+        assert_eq!(state.as_deref(), Some("x"));
+
+        // Sampling cannot be answered: the call fails in words.
+        let sampling = json_rpc(
+            "sampling/createMessage",
+            serde_json::json!({
+                "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                "maxTokens": 10
+            }),
+        );
+        let e = answer_input_requests(
+            "s",
+            asked(serde_json::json!({"resultType": "input_required", "inputRequests": {"m": sampling}})),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("sampling"), "{e}");
+
+        // Nothing asked and no state: refused rather than looped on.
+        assert!(
+            answer_input_requests(
+                "s",
+                asked(serde_json::json!({"resultType": "input_required", "inputRequests": {}}))
+            )
+            .is_err()
+        );
+    }
+
+    fn json_rpc(method: &str, params: Value) -> Value {
+        serde_json::json!({"method": method, "params": params})
     }
 }

@@ -12,12 +12,15 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
-use rmcp::service::{NotificationContext, QuitReason, RunningService};
+use rmcp::service::{
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext, QuitReason,
+    RunningService,
+};
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpClientTransportConfig,
 };
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, Peer, RoleClient};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::{Notify, watch};
@@ -270,8 +273,6 @@ struct Handler {
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
-        // The classic `initialize` handshake, so list-changed notifications
-        // arrive as notifications on every protocol version a server picks.
         ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
@@ -422,6 +423,11 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
     publish(server);
 
     let cancel = session.cancellation_token();
+    let mut listening = std::pin::pin!(listen_for_changes(
+        peer.clone(),
+        Arc::clone(&server.list_changed),
+        spec.name.clone(),
+    ));
     let mut waiting = std::pin::pin!(session.waiting());
     // A break reported by a call of an earlier session is old news.
     server
@@ -447,6 +453,7 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
                     Ok(other) => format!("the session ended ({other:?})"),
                 });
             }
+            never = &mut listening => match never {},
             () = server.list_changed.notified() => {
                 match tokio::time::timeout(spec.startup_timeout, peer.list_all_tools()).await {
                     Ok(Ok(tools)) => {
@@ -476,6 +483,73 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
     }
 }
 
+/// The protocols the gateway speaks to servers, newest first: the stateless
+/// 2026-07-28 revision (`server/discover`, per-request `_meta`), and the
+/// `initialize` handshake for servers that do not know it.
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+    }
+}
+
+/// `true` when the session speaks the stateless revision (2026-07-28 or
+/// later), where list changes come over `subscriptions/listen`.
+fn is_stateless(peer: &Peer<RoleClient>) -> bool {
+    peer.peer_info()
+        .is_some_and(|i| !i.protocol_version.has_initialize())
+}
+
+/// Wakes `list_changed` on each `notifications/tools/list_changed` of a
+/// stateless session that announces list changes, through a
+/// `subscriptions/listen` stream, opened again (after a pause) when it
+/// ends while the session lives. On a session with `initialize`, the
+/// notifications come to the handler instead, and this waits forever.
+async fn listen_for_changes(
+    peer: Peer<RoleClient>,
+    list_changed: Arc<Notify>,
+    server: String,
+) -> std::convert::Infallible {
+    let announces = peer
+        .peer_info()
+        .is_some_and(|i| i.capabilities.tools.as_ref().and_then(|t| t.list_changed) == Some(true));
+    if !is_stateless(&peer) || !announces {
+        return std::future::pending().await;
+    }
+    let filter = rmcp::model::SubscriptionFilter::builder()
+        .tools_list_changed()
+        .build();
+    let mut reopened = false;
+    loop {
+        match peer.listen(filter.clone()).await {
+            Ok(mut subscription) => {
+                tracing::debug!(mcp_server = %server, "listening for tool list changes of MCP server `{server}`");
+                if reopened {
+                    // A change may have come while no stream was open.
+                    list_changed.notify_one();
+                }
+                while let Ok(Some(notification)) = subscription.next().await {
+                    if matches!(
+                        notification,
+                        rmcp::model::ServerNotification::ToolListChangedNotification(_)
+                    ) {
+                        list_changed.notify_one();
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(mcp_server = %server, "`subscriptions/listen` of MCP server `{server}` failed: {e}")
+            }
+        }
+        reopened = true;
+        tokio::time::sleep(RELISTEN_AFTER).await;
+    }
+}
+
+/// The pause before a `subscriptions/listen` stream that ended is opened
+/// again.
+const RELISTEN_AFTER: Duration = Duration::from_secs(1);
+
 /// Why a session did not start, and whether trying again can help.
 struct StartFailure {
     reason: String,
@@ -495,20 +569,40 @@ impl From<String> for StartFailure {
 /// An rmcp error at start, in words, and whether the configuration must
 /// change before trying again (a refused token in `headers`; a refused
 /// OAuth token is tried again, so a new login is picked up).
-fn start_failure(e: rmcp::service::ClientInitializeError, spec: &ServerSpec) -> StartFailure {
+fn start_failure(e: ClientInitializeError, spec: &ServerSpec) -> StartFailure {
     StartFailure {
         reason: format!("`initialize` failed: {}", super::in_words(&e, spec)),
         needs_token: super::needs_token(&e) && !spec.uses_oauth(),
     }
 }
 
-/// Spawns or connects to the server and runs `initialize`.
+/// Spawns or connects to the server and starts the session: 2026-07-28's
+/// `server/discover`, else `initialize` (see [`lifecycle`]). A server that
+/// answers `server/discover` with something other than a discovery result
+/// (some answer every unknown method with `{}`) is started again on a new
+/// connection with `initialize` alone.
 async fn connect(server: &Server) -> Result<Session, StartFailure> {
+    match open(server, lifecycle()).await? {
+        Err(ClientInitializeError::ExpectedInitResult(Some(answer))) => {
+            tracing::debug!(mcp_server = %server.spec.name, "MCP server `{}` answered `server/discover` with {answer:?}: starting it with `initialize`", server.spec.name);
+            open(server, ClientLifecycleMode::Initialize).await?
+        }
+        started => started,
+    }
+    .map_err(|e| start_failure(e, &server.spec))
+}
+
+/// Spawns or connects to the server and runs the handshake of `mode`; the
+/// outer `Err` is a failure before any handshake.
+async fn open(
+    server: &Server,
+    mode: ClientLifecycleMode,
+) -> Result<Result<Session, ClientInitializeError>, StartFailure> {
     let handler = Handler {
         list_changed: Arc::clone(&server.list_changed),
         progress: server.progress.clone(),
     };
-    match &server.spec.transport {
+    Ok(match &server.spec.transport {
         Transport::Stdio(stdio) => {
             let cmd = command(stdio);
             let (transport, stderr) = TokioChildProcess::builder(cmd)
@@ -518,10 +612,7 @@ async fn connect(server: &Server) -> Result<Session, StartFailure> {
             if let Some(stderr) = stderr {
                 tokio::spawn(forward_stderr(server.spec.name.clone(), stderr));
             }
-            handler
-                .serve(transport)
-                .await
-                .map_err(|e| start_failure(e, &server.spec))
+            handler.serve_with_lifecycle(transport, mode).await
         }
         Transport::Http(http) => {
             let headers: HashMap<_, _> = http.headers.iter().cloned().collect();
@@ -537,10 +628,7 @@ async fn connect(server: &Server) -> Result<Session, StartFailure> {
                         CallerHeaders::default(),
                         config,
                     );
-                    handler
-                        .serve(transport)
-                        .await
-                        .map_err(|e| start_failure(e, &server.spec))
+                    handler.serve_with_lifecycle(transport, mode).await
                 }
                 Some(oauth) => {
                     let manager = super::oauth::authorize(&server.spec.name, &http.url, oauth)
@@ -552,14 +640,11 @@ async fn connect(server: &Server) -> Result<Session, StartFailure> {
                     let client =
                         rmcp::transport::AuthClient::new(CallerHeaders::default(), manager);
                     let transport = StreamableHttpClientTransport::with_client(client, config);
-                    handler
-                        .serve(transport)
-                        .await
-                        .map_err(|e| start_failure(e, &server.spec))
+                    handler.serve_with_lifecycle(transport, mode).await
                 }
             }
         }
-    }
+    })
 }
 
 /// The child process: its own process group (so stopping it also stops
