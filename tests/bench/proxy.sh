@@ -11,7 +11,10 @@
 #
 # The three are measured alternately, ROUNDS times, with wrk (1 thread, 16
 # connections, DURATION seconds); each figure below is the median of its
-# rounds, and the ratio is toolgate's median over nginx's.
+# rounds, and the ratio is toolgate's median over nginx's. Next to it, the
+# CPU time (user + system, from /proc) each proxy's own processes spent per
+# request: a figure that does not depend on how the 2 cores were shared
+# between wrk, the upstream and the proxy.
 #
 # Then the tool loop: the scripted model asks for the builtin `calculator`
 # and answers after its result. The gateway's own time per loop iteration
@@ -74,6 +77,7 @@ nginx_conf upstream 1 "server {
     listen $UP;
     location / { default_type application/json; return 200 '$COMPLETION'; }
   }"
+UP_MASTER=$last_nginx
 nginx_conf proxy 2 "upstream model { server $UP; keepalive 64; }
   server {
     listen $NGX;
@@ -142,26 +146,45 @@ curl -sf "http://$LOOP/v1/chat/completions" -H 'content-type: application/json' 
   -d '{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}' \
   | grep -q '42' || { echo "the tool loop did not run the tool" >&2; exit 1; }
 
-# run ADDR LUA -> "rps p50_ms p99_ms"
+# cpu_ticks PID... -> user + system clock ticks of those processes so far
+cpu_ticks() {
+  local t=0 p
+  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t"
+}
+
+# run ADDR LUA [PID...] -> "rps p50_ms p99_ms cpu_us_per_request": the CPU
+# time the PIDs (the proxy under test) spent per request, a figure that
+# does not depend on how the 2 cores were shared with wrk and the upstream.
 run() {
-  local out
-  out=$(wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$work/$2.lua" "http://$1/v1/chat/completions")
-  if grep -q "Non-2xx\|Socket errors" <<<"$out"; then echo "$1: errors" >&2; echo "$out" >&2; exit 1; fi
-  local rps p50 p99
+  local out addr=$1 lua=$2 before after
+  shift 2
+  before=$(cpu_ticks "$@")
+  out=$(wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency -s "$work/$lua.lua" "http://$addr/v1/chat/completions")
+  after=$(cpu_ticks "$@")
+  if grep -q "Non-2xx\|Socket errors" <<<"$out"; then echo "$addr: errors" >&2; echo "$out" >&2; exit 1; fi
+  local rps p50 p99 n
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-  echo "$rps $(ms "$p50") $(ms "$p99")"
+  n=$(awk '/requests in/ {print $1}' <<<"$out")
+  echo "$rps $(ms "$p50") $(ms "$p99") $(python3 -c 'import os, sys; n, b, a = map(int, sys.argv[1:]); print(round((a - b) * 1e6 / os.sysconf("SC_CLK_TCK") / n, 2))' "$n" "$before" "$after")"
 }
 ms() { # wrk prints 123.45us / 1.23ms / 1.02s
   python3 -c "import re,sys; n,u=re.fullmatch(r'([0-9.]+)([a-z]+)', sys.argv[1]).groups(); print(round(float(n)*{'us':0.001,'ms':1,'s':1000,'m':60000}[u],4))" "$1"
 }
 
 : > "$work/results"
+UP_PID=$(pgrep -P "$UP_MASTER" | tr '\n' ' ')
+NGX_WORKERS=$(pgrep -P "$NGX_PID" | tr '\n' ' ')
 for round in $(seq "$ROUNDS"); do
-  for path in upstream:$UP nginx:$NGX toolgate:$GATE; do
-    r=$(run "${path#*:}" plain) || exit 1
-    echo "${path%%:*} $r" >> "$work/results"
+  for path in upstream nginx toolgate; do
+    case $path in
+      upstream) r=$(run "$UP" plain $UP_PID) || exit 1 ;;
+      nginx) r=$(run "$NGX" plain $NGX_WORKERS) || exit 1 ;;
+      toolgate) r=$(run "$GATE" plain "$GATE_PID") || exit 1 ;;
+    esac
+    echo "$path $r" >> "$work/results"
   done
 done
 
@@ -173,7 +196,7 @@ metric_count() {
   curl -sf "http://$LOOP/metrics" | awk -v n="$1_count" -v f="${2:-}" '$1 ~ "^"n && index($1, f) {s += $2} END {printf "%d\n", s}'
 }
 r=$(CONNECTIONS=1 run "$LOOP" loop) || exit 1
-read -r _ loop_p50 _ <<<"$r"
+read -r _ loop_p50 _ _ <<<"$r"
 req_s=$(metric_sum toolgate_http_request_duration_seconds 'route="/v1/chat/completions"')
 req_n=$(metric_count toolgate_http_request_duration_seconds 'route="/v1/chat/completions"')
 up_s=$(metric_sum toolgate_upstream_request_duration_seconds)
@@ -223,22 +246,24 @@ path, duration, rounds, conns = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[
 req_s, req_n, up_s, up_n, tool_s, tool_n, loop_p50, rss, gate_idle, ngx_idle, idle = map(float, sys.argv[5:])
 runs = {}
 for line in open(path):
-    name, rps, p50, p99 = line.split()
-    runs.setdefault(name, []).append((float(rps), float(p50), float(p99)))
-med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in runs.items()}
+    name, rps, p50, p99, cpu = line.split()
+    runs.setdefault(name, []).append((float(rps), float(p50), float(p99), float(cpu)))
+med = {k: tuple(statistics.median(x[i] for x in v) for i in range(4)) for k, v in runs.items()}
 print()
 print(f"proxy benchmark: wrk -t1 -c{conns} -d{duration}s, {rounds} alternating rounds, medians; "
       f"127.0.0.1, {os.cpu_count()} cores, {datetime.date.today()}")
-print(f"{'path':<34} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8}   each round's req/s")
+print(f"{'path':<34} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>11}   each round's req/s")
 labels = {"upstream": "upstream (nginx, fixed answer)", "nginx": "nginx reverse proxy (2 workers)",
           "toolgate": "toolgate transparent proxy"}
 for k in ("upstream", "nginx", "toolgate"):
-    rps, p50, p99 = med[k]
+    rps, p50, p99, cpu = med[k]
     each = ", ".join(f"{r[0]:.0f}" for r in runs[k])
-    print(f"{labels[k]:<34} {rps:>10.0f} {p50:>8.3f} {p99:>8.3f}   {each}")
+    print(f"{labels[k]:<34} {rps:>10.0f} {p50:>8.3f} {p99:>8.3f} {cpu:>11.1f}   {each}")
 t, n = med["toolgate"], med["nginx"]
 print(f"toolgate / nginx: throughput {t[0]/n[0]:.2f}x (goal >= 0.8), p99 {t[2]:.3f} ms vs {n[2]:.3f} ms; "
       f"toolgate resident memory after the run {rss/1024:.1f} MiB")
+print(f"CPU per proxied request (user + system, the proxy's own processes): toolgate {t[3]:.1f} us, "
+      f"nginx {n[3]:.1f} us, {t[3]/n[3]:.2f}x")
 print(f"memory per idle keep-alive connection ({int(idle)} open): toolgate {gate_idle:.1f} KiB, nginx {ngx_idle:.1f} KiB "
       f"(per open stream: bench-load)")
 iters = up_n  # one model call per loop iteration
