@@ -8,6 +8,8 @@
 #                the reference
 #   toolgate     `toolgate serve` with an API key, no tool set: the
 #                transparent proxy (auth, rate check, metrics, request id)
+#   hyper        bench-hyper-proxy: the HTTP server and pooled client
+#                toolgate is built on, with nothing between them (the floor)
 #
 # The three are measured alternately, ROUNDS times, with wrk (1 thread, 16
 # connections, DURATION seconds); each figure below is the median of its
@@ -46,6 +48,7 @@ NGX=127.0.0.1:$(port)
 GATE=127.0.0.1:$(port)
 MOCK=127.0.0.1:$(port)
 LOOP=127.0.0.1:$(port)
+HYPER=127.0.0.1:$(port)
 
 COMPLETION='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}'
 
@@ -103,6 +106,12 @@ BENCH_KEY=sk-bench-0123456789abcdef TOOLGATE_LOG=warn "$BIN/toolgate" serve --co
 pids+=($!)
 GATE_PID=$!
 
+# The same HTTP stack with nothing of the gateway's between server and
+# client (tests/src/bin/bench-hyper-proxy.rs): the floor toolgate builds on.
+"$BIN/bench-hyper-proxy" "$HYPER" "http://$UP/v1/chat/completions" &
+pids+=($!)
+HYPER_PID=$!
+
 # The tool loop: the scripted model as upstream, one builtin tool.
 "$BIN/mock-llm" "$MOCK" >/dev/null &
 pids+=($!)
@@ -118,7 +127,7 @@ printf 'name: calc\ntools: [calculator]\n' > "$work/loop/tool-sets/calc.yaml"
 TOOLGATE_LOG=warn "$BIN/toolgate" serve --config "$work/loop" --listen "$LOOP" &
 pids+=($!)
 
-for addr in "$UP" "$NGX"; do
+for addr in "$UP" "$NGX" "$HYPER"; do
   for _ in $(seq 50); do curl -sf -X POST "http://$addr/v1/chat/completions" >/dev/null && break; sleep 0.1; done
 done
 for addr in "$GATE" "$LOOP" "$MOCK"; do
@@ -138,7 +147,7 @@ wrk.body = [[{"model":"mock-model","messages":[{"role":"user","content":"call ca
 LUA
 
 # Sanity: each path gives the fixed completion; the loop really runs the tool.
-for addr in "$UP" "$NGX" "$GATE"; do
+for addr in "$UP" "$NGX" "$GATE" "$HYPER"; do
   curl -sf "http://$addr/v1/chat/completions" -H 'authorization: Bearer sk-bench-0123456789abcdef' -H 'content-type: application/json' \
     -d '{"model":"bench-model","messages":[{"role":"user","content":"Hello!"}]}' | grep -q 'How can I help' || { echo "no completion from $addr" >&2; exit 1; }
 done
@@ -178,11 +187,12 @@ ms() { # wrk prints 123.45us / 1.23ms / 1.02s
 UP_PID=$(pgrep -P "$UP_MASTER" | tr '\n' ' ')
 NGX_WORKERS=$(pgrep -P "$NGX_PID" | tr '\n' ' ')
 for round in $(seq "$ROUNDS"); do
-  for path in upstream nginx toolgate; do
+  for path in upstream nginx toolgate hyper; do
     case $path in
       upstream) r=$(run "$UP" plain $UP_PID) || exit 1 ;;
       nginx) r=$(run "$NGX" plain $NGX_WORKERS) || exit 1 ;;
       toolgate) r=$(run "$GATE" plain "$GATE_PID") || exit 1 ;;
+      hyper) r=$(run "$HYPER" plain "$HYPER_PID") || exit 1 ;;
     esac
     echo "$path $r" >> "$work/results"
   done
@@ -254,8 +264,8 @@ print(f"proxy benchmark: wrk -t1 -c{conns} -d{duration}s, {rounds} alternating r
       f"127.0.0.1, {os.cpu_count()} cores, {datetime.date.today()}")
 print(f"{'path':<34} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>11}   each round's req/s")
 labels = {"upstream": "upstream (nginx, fixed answer)", "nginx": "nginx reverse proxy (2 workers)",
-          "toolgate": "toolgate transparent proxy"}
-for k in ("upstream", "nginx", "toolgate"):
+          "toolgate": "toolgate transparent proxy", "hyper": "hyper alone (toolgate's HTTP stack)"}
+for k in ("upstream", "nginx", "toolgate", "hyper"):
     rps, p50, p99, cpu = med[k]
     each = ", ".join(f"{r[0]:.0f}" for r in runs[k])
     print(f"{labels[k]:<34} {rps:>10.0f} {p50:>8.3f} {p99:>8.3f} {cpu:>11.1f}   {each}")
@@ -263,7 +273,9 @@ t, n = med["toolgate"], med["nginx"]
 print(f"toolgate / nginx: throughput {t[0]/n[0]:.2f}x (goal >= 0.8), p99 {t[2]:.3f} ms vs {n[2]:.3f} ms; "
       f"toolgate resident memory after the run {rss/1024:.1f} MiB")
 print(f"CPU per proxied request (user + system, the proxy's own processes): toolgate {t[3]:.1f} us, "
-      f"nginx {n[3]:.1f} us, {t[3]/n[3]:.2f}x")
+      f"nginx {n[3]:.1f} us, {t[3]/n[3]:.2f}x; hyper alone {med['hyper'][3]:.1f} us "
+      f"({med['hyper'][0]/n[0]:.2f}x nginx's throughput), so the gateway's own work costs "
+      f"{t[3]-med['hyper'][3]:.1f} us per request")
 print(f"memory per idle keep-alive connection ({int(idle)} open): toolgate {gate_idle:.1f} KiB, nginx {ngx_idle:.1f} KiB "
       f"(per open stream: bench-load)")
 iters = up_n  # one model call per loop iteration

@@ -1,0 +1,73 @@
+//! The floor of the gateway's HTTP stack, for `tests/bench/proxy.sh`: the
+//! same hyper server (HTTP/1 and HTTP/2, `hyper-util`'s auto builder) and
+//! the same pooled `hyper-util` client the gateway proxies with, and
+//! nothing between them — no router, layers, key check, metrics or
+//! request parsing. Every request's body is read whole and sent to the
+//! upstream URL as a POST with its content type; the answer is passed back
+//! as it streams.
+//!
+//!     bench-hyper-proxy LISTEN_ADDR UPSTREAM_URL
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::CONTENT_TYPE;
+use hyper::{Request, Response};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// One request: its body read whole, sent on, the answer passed back.
+async fn forward(
+    client: Client<HttpConnector, Full<Bytes>>,
+    upstream: hyper::Uri,
+    request: Request<Incoming>,
+) -> Result<Response<Incoming>, Error> {
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await?.to_bytes();
+    let mut out = Request::post(upstream).body(Full::new(body))?;
+    if let Some(ct) = parts.headers.get(CONTENT_TYPE) {
+        out.headers_mut().insert(CONTENT_TYPE, ct.clone());
+    }
+    Ok(client.request(out).await?)
+}
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let listen = args
+        .next()
+        .expect("usage: bench-hyper-proxy LISTEN_ADDR UPSTREAM_URL");
+    let upstream: hyper::Uri = args
+        .next()
+        .expect("usage: bench-hyper-proxy LISTEN_ADDR UPSTREAM_URL")
+        .parse()
+        .expect("UPSTREAM_URL is a URL");
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build(http);
+    let listener = tokio::net::TcpListener::bind(&listen).await.unwrap();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let client = client.clone();
+        let upstream = upstream.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                forward(client.clone(), upstream.clone(), request)
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
