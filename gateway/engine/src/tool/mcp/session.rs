@@ -502,8 +502,9 @@ fn is_stateless(peer: &Peer<RoleClient>) -> bool {
 
 /// Wakes `list_changed` on each `notifications/tools/list_changed` of a
 /// stateless session that announces list changes, through a
-/// `subscriptions/listen` stream, opened again (after a pause) when it
-/// ends while the session lives. On a session with `initialize`, the
+/// `subscriptions/listen` stream, opened again (after a pause of 1 s,
+/// doubling up to 60 s while streams fail or end at once) when it ends
+/// while the session lives. On a session with `initialize`, the
 /// notifications come to the handler instead, and this waits forever.
 async fn listen_for_changes(
     peer: Peer<RoleClient>,
@@ -520,7 +521,9 @@ async fn listen_for_changes(
         .tools_list_changed()
         .build();
     let mut reopened = false;
+    let mut pause = RELISTEN_AFTER;
     loop {
+        let began = Instant::now();
         match peer.listen(filter.clone()).await {
             Ok(mut subscription) => {
                 tracing::debug!(mcp_server = %server, "listening for tool list changes of MCP server `{server}`");
@@ -542,13 +545,21 @@ async fn listen_for_changes(
             }
         }
         reopened = true;
-        tokio::time::sleep(RELISTEN_AFTER).await;
+        // A stream that lived long was healthy: open the next one soon.
+        // One that failed or ended at once waits longer each time.
+        if began.elapsed() >= HEALTHY_AFTER {
+            pause = RELISTEN_AFTER;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_RELISTEN_PAUSE);
     }
 }
 
-/// The pause before a `subscriptions/listen` stream that ended is opened
-/// again.
+/// The first pause before a `subscriptions/listen` stream that ended is
+/// opened again; doubled after each stream that did not last.
 const RELISTEN_AFTER: Duration = Duration::from_secs(1);
+/// The longest pause between two `subscriptions/listen` streams.
+const MAX_RELISTEN_PAUSE: Duration = Duration::from_secs(60);
 
 /// Why a session did not start, and whether trying again can help.
 struct StartFailure {
