@@ -59,10 +59,8 @@ impl ServerHandler for Guarded {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let schema = json!({"type": "object", "properties": {}});
-        let Value::Object(schema) = schema else {
-            unreachable!()
-        };
+        let schema: rmcp::model::JsonObject =
+            serde_json::from_value(json!({"type": "object", "properties": {}})).unwrap();
         Ok(ListToolsResult::with_all_items(vec![Tool::new(
             "secret_report",
             "A report only an authorized client may read.",

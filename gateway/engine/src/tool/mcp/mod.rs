@@ -400,10 +400,7 @@ pub(crate) fn needs_token(e: &(dyn std::error::Error + 'static)) -> bool {
 /// rather than rmcp's wrapper, which names Rust types; a refusal of the
 /// gateway's credentials says which setting supplies them.
 pub(crate) fn in_words(e: &(dyn std::error::Error + 'static), server: &spec::ServerSpec) -> String {
-    let oauth = match &server.transport {
-        spec::Transport::Http(http) => http.oauth.as_ref(),
-        spec::Transport::Stdio(_) => None,
-    };
+    let oauth = server.oauth();
     if let Some(ServiceError::Timeout { timeout }) = e.downcast_ref::<ServiceError>() {
         return format!("no answer within {timeout:?}");
     }
@@ -426,10 +423,8 @@ pub(crate) fn in_words(e: &(dyn std::error::Error + 'static), server: &spec::Ser
         },
         "Insufficient scope" => match oauth {
             None => "the server answered 403 (insufficient scope): the token in this server's `headers` lacks a permission it needs".to_owned(),
-            Some(_) => format!("the server answered 403 (insufficient scope): the gateway's token lacks a scope it needs — add it to `oauth.scopes`{}", match oauth {
-                Some(spec::OAuthSpec::AuthorizationCode { .. }) => format!(" and run `toolgate mcp login {}` again", server.name),
-                _ => String::new(),
-            }),
+            Some(spec::OAuthSpec::ClientCredentials { .. }) => "the server answered 403 (insufficient scope): the gateway's token lacks a scope it needs — add it to `oauth.scopes`".to_owned(),
+            Some(spec::OAuthSpec::AuthorizationCode { .. }) => format!("the server answered 403 (insufficient scope): the gateway's token lacks a scope it needs — add it to `oauth.scopes` and run `toolgate mcp login {}` again", server.name),
         },
         "Session expired (HTTP 404)" => "the server no longer knows the gateway's session (it restarted?)".to_owned(),
         other => other.to_owned(),

@@ -33,9 +33,17 @@ pub struct ServerSpec {
 }
 
 impl ServerSpec {
+    /// How the gateway is authorized at the server, when it uses OAuth.
+    pub fn oauth(&self) -> Option<&OAuthSpec> {
+        match &self.transport {
+            Transport::Http(http) => http.oauth.as_ref(),
+            Transport::Stdio(_) => None,
+        }
+    }
+
     /// `true` when the gateway is authorized at the server with OAuth.
     pub fn uses_oauth(&self) -> bool {
-        matches!(&self.transport, Transport::Http(h) if h.oauth.is_some())
+        self.oauth().is_some()
     }
 
     /// `tools.d/x.yaml:3`, as tools report their origin.
