@@ -32,6 +32,8 @@ DURATION=${DURATION:-4}
 ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-16}
 BIN=target/release
+# Another toolgate binary to measure (e.g. a build of an earlier commit).
+TOOLGATE=${TOOLGATE:-$BIN/toolgate}
 for tool in nginx wrk; do
   command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || { echo "$tool is missing: run \`make deb\`" >&2; exit 1; }
 done
@@ -102,7 +104,7 @@ auth:
     - name: bench
       key_env: BENCH_KEY
 YAML
-BENCH_KEY=sk-bench-0123456789abcdef TOOLGATE_LOG=warn "$BIN/toolgate" serve --config "$work/config" --listen "$GATE" &
+BENCH_KEY=sk-bench-0123456789abcdef TOOLGATE_LOG=warn "$TOOLGATE" serve --config "$work/config" --listen "$GATE" &
 pids+=($!)
 GATE_PID=$!
 
@@ -124,7 +126,7 @@ builtins:
   enabled: [calculator]
 YAML
 printf 'name: calc\ntools: [calculator]\n' > "$work/loop/tool-sets/calc.yaml"
-TOOLGATE_LOG=warn "$BIN/toolgate" serve --config "$work/loop" --listen "$LOOP" &
+TOOLGATE_LOG=warn "$TOOLGATE" serve --config "$work/loop" --listen "$LOOP" &
 pids+=($!)
 
 for addr in "$UP" "$NGX" "$HYPER"; do
@@ -191,7 +193,14 @@ for round in $(seq "$ROUNDS"); do
     case $path in
       upstream) r=$(run "$UP" plain $UP_PID) || exit 1 ;;
       nginx) r=$(run "$NGX" plain $NGX_WORKERS) || exit 1 ;;
-      toolgate) r=$(run "$GATE" plain "$GATE_PID") || exit 1 ;;
+      toolgate)
+        # PERF_OUT=file: a perf profile (call graphs) of toolgate's first round.
+        if [ -n "${PERF_OUT:-}" ] && [ "$round" = 1 ]; then
+          perf record -q -g -p "$GATE_PID" -o "$PERF_OUT" -- sleep "$DURATION" 2>/dev/null &
+          perf_pid=$!
+        fi
+        r=$(run "$GATE" plain "$GATE_PID") || exit 1
+        [ -n "${perf_pid:-}" ] && { wait "$perf_pid" || true; perf_pid=; } ;;
       hyper) r=$(run "$HYPER" plain "$HYPER_PID") || exit 1 ;;
     esac
     echo "$path $r" >> "$work/results"

@@ -256,13 +256,11 @@ impl Upstream {
     ) -> Result<Reply, UpstreamError> {
         let began = std::time::Instant::now();
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let result =
-            match tokio::time::timeout_at(deadline, self.chat_attempts(body, request_id)).await {
-                Ok(r) => r.map(|response| Reply { response, deadline }),
-                Err(_) => Err(UpstreamError::Timeout {
-                    upstream: self.name.clone(),
-                }),
-            };
+        // Every wait inside is bounded by the deadline (one timer at a time).
+        let result = self
+            .chat_attempts(body, request_id, deadline)
+            .await
+            .map(|response| Reply { response, deadline });
         let outcome = match &result {
             Ok(_) => "ok",
             Err(UpstreamError::Status { status, .. }) if status.is_client_error() => "client_error",
@@ -296,12 +294,19 @@ impl Upstream {
         req
     }
 
-    /// One exchange: the response head within the read timeout.
+    /// The read timeout from now, never past `deadline`.
+    fn read_by(&self, deadline: tokio::time::Instant) -> tokio::time::Instant {
+        deadline.min(tokio::time::Instant::now() + self.read_timeout)
+    }
+
+    /// One exchange: the response head within the read timeout (and by
+    /// `deadline`).
     async fn send(
         &self,
         req: Request<Full<Bytes>>,
+        deadline: tokio::time::Instant,
     ) -> Result<http::Response<Incoming>, UpstreamError> {
-        match tokio::time::timeout(self.read_timeout, self.client.request(req)).await {
+        match tokio::time::timeout_at(self.read_by(deadline), self.client.request(req)).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(UpstreamError::Unreachable {
                 upstream: self.name.clone(),
@@ -319,6 +324,7 @@ impl Upstream {
         &self,
         body: Bytes,
         request_id: Option<&str>,
+        deadline: tokio::time::Instant,
     ) -> Result<http::Response<Incoming>, UpstreamError> {
         let request_id = request_id.and_then(|id| HeaderValue::from_str(id).ok());
         let mut attempt = 1;
@@ -330,14 +336,15 @@ impl Upstream {
                 req.headers_mut().insert("x-request-id", id.clone());
             }
             crate::telemetry::inject(req.headers_mut());
-            let (error, retry_after) = match self.send(req).await {
+            let (error, retry_after) = match self.send(req, deadline).await {
                 Ok(resp) if resp.status().is_success() => return Ok(resp),
                 Ok(resp) => {
                     let status = resp.status();
                     let retry_after = parse_retry_after(resp.headers().get(RETRY_AFTER));
-                    let text = tokio::time::timeout(self.read_timeout, read_error_body(resp))
-                        .await
-                        .unwrap_or_default();
+                    let text =
+                        tokio::time::timeout_at(self.read_by(deadline), read_error_body(resp))
+                            .await
+                            .unwrap_or_default();
                     let err = UpstreamError::Status {
                         upstream: self.name.clone(),
                         status,
@@ -368,7 +375,13 @@ impl Upstream {
                 None => backoff,
             };
             tracing::warn!(upstream = %self.name, attempt, wait_ms = wait.as_millis() as u64, "retrying: {error}");
-            tokio::time::sleep(wait).await;
+            let resume = tokio::time::Instant::now() + wait;
+            if resume >= deadline {
+                return Err(UpstreamError::Timeout {
+                    upstream: self.name.clone(),
+                });
+            }
+            tokio::time::sleep_until(resume).await;
             attempt += 1;
         }
     }
@@ -413,6 +426,7 @@ impl Upstream {
         let too_large = http_body::Body::size_hint(response.body())
             .exact()
             .is_some_and(|n| n > limit as u64);
+        let next = deadline.min(tokio::time::Instant::now() + self.read_timeout);
         Bounded {
             inner: response.into_body(),
             upstream: self.name.clone(),
@@ -420,9 +434,8 @@ impl Upstream {
             seen: 0,
             read: self.read_timeout,
             deadline,
-            timer: Box::pin(tokio::time::sleep_until(
-                deadline.min(tokio::time::Instant::now() + self.read_timeout),
-            )),
+            next,
+            timer: Box::pin(tokio::time::sleep_until(next)),
             state: if too_large {
                 BodyState::TooLarge
             } else {
@@ -439,7 +452,10 @@ impl Upstream {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let fetch = async {
             let resp = self
-                .send(self.request(Method::GET, &self.models_uri, Bytes::new()))
+                .send(
+                    self.request(Method::GET, &self.models_uri, Bytes::new()),
+                    deadline,
+                )
                 .await?;
             let reply = Reply {
                 response: resp,
@@ -499,6 +515,11 @@ pub struct Bounded {
     seen: usize,
     read: Duration,
     deadline: tokio::time::Instant,
+    /// When the body fails unless more arrives: the read timeout after the
+    /// last data, never past the deadline.
+    next: tokio::time::Instant,
+    /// Armed for `next` only when a read has to wait (a body whose frames
+    /// are ready never registers a timer).
     timer: Pin<Box<tokio::time::Sleep>>,
     state: BodyState,
 }
@@ -532,6 +553,9 @@ impl Body for Bounded {
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Pending => {
+                if this.timer.deadline() != this.next {
+                    this.timer.as_mut().reset(this.next);
+                }
                 ready!(this.timer.as_mut().poll(cx));
                 let e = UpstreamError::Timeout {
                     upstream: this.upstream.clone(),
@@ -559,8 +583,7 @@ impl Body for Bounded {
                         };
                         return this.fail(e);
                     }
-                    let next = this.deadline.min(tokio::time::Instant::now() + this.read);
-                    this.timer.as_mut().reset(next);
+                    this.next = this.deadline.min(tokio::time::Instant::now() + this.read);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

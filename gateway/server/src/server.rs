@@ -24,7 +24,7 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{AppState, router};
+use crate::api::{AppState, Gateway};
 use crate::reload::{self, Live, Loader, Outcome, Reloader, Trigger, WatchHandle};
 use toolgate_engine::audit::AuditLog;
 use toolgate_engine::catalog::Catalog;
@@ -98,7 +98,7 @@ impl Running {
     /// Starts a graceful shutdown (as SIGTERM does): draining for
     /// `shutdown.drain_delay`, then no new connections.
     pub fn shutdown(&self) {
-        self.state.draining.cancel();
+        self.state.draining.begin();
     }
 
     /// Waits until the gateway has stopped.
@@ -249,7 +249,7 @@ pub async fn start(
 /// then the listener stops.
 async fn drain(state: AppState, stop: CancellationToken, force: CancellationToken) {
     tokio::select! {
-        () = state.draining.cancelled() => {}
+        () = state.draining.begun() => {}
         () = stop.cancelled() => return,
     }
     let delay = state.catalog().settings.shutdown.drain_delay;
@@ -275,7 +275,7 @@ async fn run(
     audit: Option<AuditLog>,
 ) -> Result<(), ServeError> {
     let limits = state.catalog().settings.limits.clone();
-    let serve = serve_connections(listener, router(state.clone()), stop.clone(), limits);
+    let serve = serve_connections(listener, Gateway::new(state.clone()), stop.clone(), limits);
     tokio::pin!(serve);
     let grace_over = async {
         stop.cancelled().await;
@@ -318,7 +318,7 @@ async fn run(
 /// request body has its own deadline, see `api::layers::body_deadline`).
 async fn serve_connections(
     listener: tokio::net::TcpListener,
-    app: axum::Router,
+    app: Gateway,
     stop: CancellationToken,
     limits: toolgate_config::format::Limits,
 ) -> std::io::Result<()> {
@@ -415,7 +415,7 @@ type ConnBuilder = hyper_util::server::conn::auto::Builder<hyper_util::rt::Tokio
 /// (the header timeout and the grace period bound the wait).
 async fn serve_connection(
     stream: tokio::net::TcpStream,
-    app: axum::Router,
+    app: Gateway,
     builder: Arc<ConnBuilder>,
     stop: CancellationToken,
     _slot: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -424,13 +424,12 @@ async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let used = Arc::new(AtomicBool::new(false));
     let first = Arc::new(tokio::sync::Notify::new());
-    let inner = hyper_util::service::TowerToHyperService::new(app);
     let (seen, first_seen) = (Arc::clone(&used), Arc::clone(&first));
     let service = hyper::service::service_fn(move |req| {
         if !seen.swap(true, Ordering::Relaxed) {
             first_seen.notify_one();
         }
-        hyper::service::Service::call(&inner, req)
+        hyper::service::Service::call(&app, req)
     });
     let conn =
         builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service);
@@ -470,7 +469,7 @@ async fn serve_connection(
 #[cfg(unix)]
 fn spawn_signal_handlers(
     reloader: Arc<Reloader>,
-    stop: CancellationToken,
+    stop: crate::api::Draining,
     force: CancellationToken,
 ) -> std::io::Result<()> {
     // `stop` starts the shutdown: draining first (see `drain`).
@@ -503,7 +502,7 @@ fn spawn_signal_handlers(
             if signals == 1 {
                 tracing::info!("{name}: shutting down gracefully (send it again to stop at once)");
                 reloads.cancel();
-                stop.cancel();
+                stop.begin();
             } else {
                 tracing::warn!("{name} again: stopping without waiting for requests in flight");
                 force.cancel();
@@ -517,12 +516,12 @@ fn spawn_signal_handlers(
 #[cfg(not(unix))]
 fn spawn_signal_handlers(
     _reloader: Arc<Reloader>,
-    stop: CancellationToken,
+    stop: crate::api::Draining,
     _force: CancellationToken,
 ) -> std::io::Result<()> {
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
-        stop.cancel();
+        stop.begin();
     });
     Ok(())
 }

@@ -732,16 +732,23 @@ async fn slow_clients_are_cut_off_and_cannot_starve_others() {
         .unwrap()
         .expect("a half-sent request was held open");
     assert!(answer.is_empty() || answer.contains("408"), "{answer}");
-    // A body that never completes gets 408.
-    let body = raw_connection(
-        &addr,
-        b"POST /v1/tools/calculator/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"argu",
-    );
-    let answer = tokio::task::spawn_blocking(move || read_until_closed(body))
-        .await
-        .unwrap()
-        .expect("a half-sent body was held open");
-    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    // A body that never completes gets 408, on the router's routes and on
+    // chat completions, which connections serve without it (`api::direct`).
+    for path in ["/v1/tools/calculator/invoke", "/v1/chat/completions"] {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"argu"
+        );
+        let body = raw_connection(&addr, request.as_bytes());
+        let answer = tokio::task::spawn_blocking(move || read_until_closed(body))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("a half-sent body to {path} was held open"));
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("x-request-id:"),
+            "{path}: {answer}"
+        );
+    }
     assert_healthy(&server.url(""), "a slow body").await;
 }
 

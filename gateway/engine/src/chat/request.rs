@@ -23,6 +23,37 @@ pub struct ChatRequest {
     pub client_tools: Vec<Value>,
     /// `true` when extension fields were removed (the raw body differs).
     pub modified: bool,
+    /// How many entries `messages` has.
+    message_count: usize,
+}
+
+/// The length of a JSON array, read without building its elements (a
+/// proxied request's history is never parsed into values).
+struct ArrayLen(usize);
+
+impl<'de> serde::Deserialize<'de> for ArrayLen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ArrayLen, D::Error> {
+        struct Count;
+        impl<'de> serde::de::Visitor<'de> for Count {
+            type Value = ArrayLen;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ArrayLen, A::Error> {
+                let mut n = 0;
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                    n += 1;
+                }
+                Ok(ArrayLen(n))
+            }
+        }
+        d.deserialize_seq(Count)
+    }
 }
 
 /// Why a request is not a usable chat request.
@@ -68,15 +99,18 @@ impl ChatRequest {
                 );
             }
         };
-        match field::<Value>(&raw, "messages")? {
-            Some(Value::Array(m)) if !m.is_empty() => {}
+        let message_count = match raw
+            .get("messages")
+            .map(|m| serde_json::from_str::<ArrayLen>(m.get()))
+        {
+            Some(Ok(ArrayLen(n))) if n > 0 => n,
             _ => {
                 return Err(RequestError::new(
                     "`messages` is required and must be a non-empty array",
                 )
                 .param("messages"));
             }
-        }
+        };
         let stream = match field::<Value>(&raw, "stream")? {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => b,
@@ -137,6 +171,7 @@ impl ChatRequest {
             max_tool_iterations,
             client_tools,
             modified,
+            message_count,
         })
     }
 
@@ -156,6 +191,7 @@ impl ChatRequest {
         }
         raw.insert("messages".into(), crate::openai::raw(&messages));
         ChatRequest {
+            message_count: messages.len(),
             raw,
             model: self.model.clone(),
             stream: false,
@@ -167,16 +203,13 @@ impl ChatRequest {
         }
     }
 
-    /// The messages of the request.
-    /// How many messages the request carries (counted without parsing
-    /// them).
+    /// How many messages the request carries (counted when it was parsed,
+    /// without building them).
     pub fn message_count(&self) -> usize {
-        self.raw
-            .get("messages")
-            .and_then(|m| serde_json::from_str::<Vec<&serde_json::value::RawValue>>(m.get()).ok())
-            .map_or(0, |m| m.len())
+        self.message_count
     }
 
+    /// The messages of the request.
     pub fn messages(&self) -> Vec<Value> {
         field::<Vec<Value>>(&self.raw, "messages")
             .ok()
@@ -281,6 +314,12 @@ mod tests {
             (&b"nope"[..], "not a JSON object"),
             (b"{\"messages\": [{}]}", "`model` is required"),
             (b"{\"model\": \"m\"}", "`messages` is required"),
+            (b"{\"model\": \"m\", \"messages\": []}", "non-empty array"),
+            (b"{\"model\": \"m\", \"messages\": {}}", "non-empty array"),
+            (
+                b"{\"model\": \"m\", \"messages\": \"hi\"}",
+                "non-empty array",
+            ),
             (
                 b"{\"model\": \"m\", \"messages\": [{}], \"tool_set\": 3}",
                 "`tool_set` must be",
@@ -302,6 +341,16 @@ mod tests {
                 err.message
             );
         }
+    }
+
+    #[test]
+    fn messages_are_counted_not_built() {
+        let req = ChatRequest::parse(
+            br#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"text","text":"b"}]},{}]}"#,
+        )
+        .unwrap();
+        assert_eq!(req.message_count(), 3);
+        assert_eq!(req.derived(&[json!({"role": "user"})]).message_count(), 1);
     }
 
     #[test]

@@ -3,12 +3,15 @@
 //! limits.
 //!
 //! Order (outermost first): [`observe`] (request id, span, metrics,
-//! `X-Request-Id` on the response), then tower-http's trace layer, then
-//! [`authenticate`] (401/429, the [`Caller`] extension), then the handler.
+//! `X-Request-Id` on the response), [`authenticate`] (401/429, the
+//! [`Caller`] extension), [`body_deadline`] (the whole body within its
+//! time and size), then the handler. Each layer is a plain function the
+//! direct route (`direct.rs`) calls in the same order.
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::Bytes;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, Method, StatusCode};
@@ -68,61 +71,121 @@ fn valid_request_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
 }
 
-/// Assigns the request id (the client's `X-Request-Id` when usable),
-/// runs the request in a span carrying it, counts it in the metrics, and
-/// returns the id in `X-Request-Id`.
-pub async fn observe(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let id = req
-        .headers()
-        .get(REQUEST_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|id| valid_request_id(id))
-        .map_or_else(new_request_id, str::to_owned);
-    let route = req.extensions().get::<MatchedPath>().cloned();
-    let method = match *req.method() {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::PATCH => "PATCH",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "other",
-    };
-    req.extensions_mut().insert(RequestId(id.clone()));
-    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
-    let span = tracing::info_span!(
-        "request",
-        request_id = %id,
-        method,
-        route,
-        "otel.kind" = "server",
-        "http.request.method" = method,
-        "http.route" = route,
-    );
-    crate::telemetry::adopt(&span, req.headers());
-    let http1 = req.version() < axum::http::Version::HTTP_2;
-    let began = Instant::now();
-    let mut resp = next.run(req).instrument(span).await;
-    if http1 && state.draining.is_cancelled() {
-        // Draining: the client (or proxy) opens its next request elsewhere.
-        resp.headers_mut().insert(
-            axum::http::header::CONNECTION,
-            HeaderValue::from_static("close"),
+/// The route a request is counted under: the router's matched path, or
+/// the path the direct route serves.
+#[derive(Debug)]
+pub enum Route {
+    Matched(MatchedPath),
+    Direct(&'static str),
+    Unmatched,
+}
+
+impl Route {
+    fn as_str(&self) -> &str {
+        match self {
+            Route::Matched(m) => m.as_str(),
+            Route::Direct(path) => path,
+            Route::Unmatched => "unmatched",
+        }
+    }
+}
+
+/// What [`observe`] starts when a request arrives and finishes on its
+/// response: the request id, the request's span, its route and method for
+/// the metrics, and when it began.
+#[derive(Debug)]
+pub struct Observed {
+    pub id: String,
+    pub span: tracing::Span,
+    route: Route,
+    method: &'static str,
+    http1: bool,
+    began: Instant,
+}
+
+impl Observed {
+    /// The request id (the client's `X-Request-Id` when usable) and the
+    /// span carrying it.
+    pub fn begin(parts: &axum::http::request::Parts, route: Route) -> Observed {
+        let id = parts
+            .headers
+            .get(REQUEST_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .filter(|id| valid_request_id(id))
+            .map_or_else(new_request_id, str::to_owned);
+        let method = match parts.method {
+            Method::GET => "GET",
+            Method::POST => "POST",
+            Method::PUT => "PUT",
+            Method::DELETE => "DELETE",
+            Method::PATCH => "PATCH",
+            Method::HEAD => "HEAD",
+            Method::OPTIONS => "OPTIONS",
+            _ => "other",
+        };
+        let label = route.as_str();
+        let span = tracing::info_span!(
+            "request",
+            request_id = %id,
+            method,
+            route = label,
+            "otel.kind" = "server",
+            "http.request.method" = method,
+            "http.route" = label,
         );
+        crate::telemetry::adopt(&span, &parts.headers);
+        Observed {
+            id,
+            span,
+            route,
+            method,
+            http1: parts.version < axum::http::Version::HTTP_2,
+            began: Instant::now(),
+        }
     }
-    toolgate_engine::metrics::record(|m| {
-        m.http_requests
-            .with_label_values(&[route, method, resp.status().as_str()])
-            .inc();
-        m.http_duration
-            .with_label_values(&[route])
-            .observe(began.elapsed().as_secs_f64());
-    });
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+
+    /// Counts the request in the metrics and returns its id in
+    /// `X-Request-Id` (and, while draining, `Connection: close`).
+    pub fn finish(self, state: &AppState, mut resp: Response) -> Response {
+        if self.http1 && state.draining.is_draining() {
+            // Draining: the client (or proxy) opens its next request elsewhere.
+            resp.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                HeaderValue::from_static("close"),
+            );
+        }
+        let route = self.route.as_str();
+        toolgate_engine::metrics::record(|m| {
+            m.http_requests
+                .with_label_values(&[route, self.method, resp.status().as_str()])
+                .inc();
+            m.http_duration
+                .with_label_values(&[route])
+                .observe(self.began.elapsed().as_secs_f64());
+        });
+        if let Ok(v) = HeaderValue::from_str(&self.id) {
+            resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+        }
+        resp
     }
-    resp
+}
+
+/// Assigns the request id, runs the request in a span carrying it, counts
+/// it in the metrics, and returns the id in `X-Request-Id`.
+pub async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    let route = parts
+        .extensions
+        .get::<MatchedPath>()
+        .cloned()
+        .map_or(Route::Unmatched, Route::Matched);
+    let observed = Observed::begin(&parts, route);
+    parts.extensions.insert(RequestId(observed.id.clone()));
+    let resp = next
+        .run(Request::from_parts(parts, body))
+        .instrument(observed.span.clone())
+        .await;
+    observed.finish(&state, resp)
 }
 
 /// The header Anthropic's clients send their key in.
@@ -133,39 +196,56 @@ const X_API_KEY: &str = "x-api-key";
 /// over its requests per minute 429 with `Retry-After`. The headers are
 /// removed from the request either way, so nothing behind this layer can
 /// forward it.
-pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let request_id = req
-        .extensions()
+pub async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    let request_id = parts
+        .extensions
         .get::<RequestId>()
         .map_or_else(new_request_id, |r| r.0.clone());
+    match admit(&state, &mut parts, request_id).await {
+        Ok(caller) => {
+            parts.extensions.insert(caller);
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Err(refused) => refused,
+    }
+}
+
+/// What [`authenticate`] decides for a request: who calls (the key
+/// removed from the headers), or the answer that refuses it.
+pub async fn admit(
+    state: &AppState,
+    req: &mut axum::http::request::Parts,
+    request_id: String,
+) -> Result<Caller, Response> {
     let catalog = state.catalog();
     let keys = catalog.keys();
-    let open = matches!(req.uri().path(), "/healthz" | "/readyz")
-        || crate::console::is_open(req.uri().path())
+    let open = matches!(req.uri.path(), "/healthz" | "/readyz")
+        || crate::console::is_open(req.uri.path())
         || req
-            .uri()
+            .uri
             .path()
             .starts_with("/.well-known/oauth-protected-resource");
     let key = if keys.required() && !open {
         // `x-api-key` is how Anthropic's clients send theirs.
         let token = req
-            .headers()
+            .headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(auth::bearer)
             .or_else(|| {
-                req.headers()
+                req.headers
                     .get(X_API_KEY)
                     .and_then(|v| v.to_str().ok())
                     .map(str::trim)
                     .filter(|k| !k.is_empty())
             });
         let Some(token) = token else {
-            return unauthorized(
-                &req,
+            return Err(unauthorized(
+                req,
                 "missing_api_key",
                 "this gateway needs an API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`)",
-            );
+            ));
         };
         let key = match keys.find(token) {
             Some(key) => key,
@@ -180,23 +260,27 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
                         Some(key) => Arc::clone(key),
                         None => {
                             tracing::warn!(key = %name, "refused a token naming an undeclared API key");
-                            return unauthorized(
-                                &req,
+                            return Err(unauthorized(
+                                req,
                                 "invalid_token",
                                 &format!(
                                     "the token names the API key `{name}`, which this gateway does not have"
                                 ),
-                            );
+                            ));
                         }
                     },
                     Err(e) => {
                         tracing::warn!("refused a token: {e}");
-                        return unauthorized(&req, "invalid_token", &e.to_string());
+                        return Err(unauthorized(req, "invalid_token", &e.to_string()));
                     }
                 },
                 None => {
                     tracing::warn!("refused a request with an unknown API key");
-                    return unauthorized(&req, "invalid_api_key", "the API key is not valid");
+                    return Err(unauthorized(
+                        req,
+                        "invalid_api_key",
+                        "the API key is not valid",
+                    ));
                 }
             },
         };
@@ -232,26 +316,25 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
                 }
             };
             err.retry_after = err.retry_after.or(Some(1));
-            return err.into_response();
+            return Err(err.into_response());
         }
         Some(key)
     } else {
         None
     };
-    req.headers_mut().remove(AUTHORIZATION);
-    req.headers_mut().remove(X_API_KEY);
-    req.extensions_mut().insert(Caller { request_id, key });
-    next.run(req).await
+    req.headers.remove(AUTHORIZATION);
+    req.headers.remove(X_API_KEY);
+    Ok(Caller { request_id, key })
 }
 
 /// 401 with `WWW-Authenticate: Bearer`; on the MCP endpoint it also names
 /// the protected-resource metadata (RFC 9728), where MCP clients look.
-fn unauthorized(req: &Request, code: &'static str, message: &str) -> Response {
+fn unauthorized(req: &axum::http::request::Parts, code: &'static str, message: &str) -> Response {
     toolgate_engine::metrics::record(|m| m.reject("unauthorized"));
     let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, code, message).into_response();
-    let path = req.uri().path();
+    let path = req.uri.path();
     let challenge = if path == "/mcp" || path.starts_with("/mcp/") {
-        let url = crate::mcp::metadata_url(req.headers(), path);
+        let url = crate::mcp::metadata_url(&req.headers, path);
         let error = if code == "invalid_api_key" || code == "invalid_token" {
             ", error=\"invalid_token\""
         } else {
@@ -270,18 +353,37 @@ fn unauthorized(req: &Request, code: &'static str, message: &str) -> Response {
 /// `limits.max_request_bytes` (413 beyond it) before the handler runs: a
 /// client sending its body a byte at a time cannot hold a request open.
 pub async fn body_deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    use futures::StreamExt;
+    let (parts, body) = req.into_parts();
+    match read_body(&state, body).await {
+        Ok(bytes) => {
+            next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+                .await
+        }
+        Err(refused) => refused,
+    }
+}
+
+/// What [`body_deadline`] reads: the whole body, or the answer that
+/// refuses it.
+pub async fn read_body<B>(state: &AppState, body: B) -> Result<Bytes, Response>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: std::fmt::Display,
+{
+    use http_body_util::BodyExt;
     let limits = &state.catalog().settings.limits;
     let (timeout, max) = (limits.body_timeout, limits.max_request_bytes);
-    let (parts, body) = req.into_parts();
     let read = async {
-        let mut data = body.into_data_stream();
+        let mut body = std::pin::pin!(body);
         // A body that arrives in one chunk (most do) is passed on as is.
-        let mut chunks: Vec<axum::body::Bytes> = Vec::new();
+        let mut chunks: Vec<Bytes> = Vec::new();
         let mut len = 0usize;
-        while let Some(chunk) = data.next().await {
-            let chunk = chunk
+        while let Some(frame) = body.frame().await {
+            let frame = frame
                 .map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+            let Ok(chunk) = frame.into_data() else {
+                continue; // trailers
+            };
             len += chunk.len();
             if len > max {
                 return Err(ApiError::new(
@@ -294,24 +396,20 @@ pub async fn body_deadline(State(state): State<AppState>, req: Request, next: Ne
         }
         Ok(match chunks.len() {
             1 => chunks.swap_remove(0),
-            _ => axum::body::Bytes::from(chunks.concat()),
+            _ => Bytes::from(chunks.concat()),
         })
     };
     match tokio::time::timeout(timeout, read).await {
         Err(_) => {
             toolgate_engine::metrics::record(|m| m.reject("body_timeout"));
-            ApiError::new(
+            Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "request_timeout",
                 "the request body did not arrive in time (limits.body_timeout)",
             )
-            .into_response()
+            .into_response())
         }
-        Ok(Err(e)) => e.into_response(),
-        Ok(Ok(bytes)) => {
-            next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
-                .await
-        }
+        Ok(read) => read.map_err(IntoResponse::into_response),
     }
 }
 

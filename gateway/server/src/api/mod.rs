@@ -1,6 +1,7 @@
 //! The HTTP surface (axum): routes, shared state, the layers around every
 //! handler (request id, metrics, API keys) and the error format.
 
+mod direct;
 mod error;
 mod layers;
 mod tools;
@@ -13,6 +14,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::routing::{any, get, post};
 
+pub use direct::Gateway;
 pub use error::{ApiError, body_error};
 pub use layers::{Caller, REQUEST_ID_HEADER, RequestId};
 pub use tools::{PROJECT_HEADER, call_context, check_tool, run_tool};
@@ -39,10 +41,10 @@ pub struct Shared {
     /// Cancelled when the gateway begins to stop: ends MCP sessions and
     /// their streams.
     pub stopping: tokio_util::sync::CancellationToken,
-    /// Cancelled at SIGTERM, before `stopping`: `/readyz` answers 503 and
+    /// Begun at SIGTERM, before `stopping`: `/readyz` answers 503 and
     /// every answer closes its connection while the gateway still serves
     /// (`shutdown.drain_delay`).
-    pub draining: tokio_util::sync::CancellationToken,
+    pub draining: Draining,
     /// The shared state (`state.redis`), when configured.
     pub shared: Option<Arc<toolgate_engine::shared::Redis>>,
 }
@@ -94,9 +96,40 @@ impl AppState {
             learned: Arc::new(learned),
             guards,
             stopping: tokio_util::sync::CancellationToken::new(),
-            draining: tokio_util::sync::CancellationToken::new(),
+            draining: Draining::default(),
             shared,
         }))
+    }
+}
+
+/// Whether the gateway is draining: read on every answer, so a flag (one
+/// atomic load) next to the token its waiters await (whose own check
+/// takes a lock).
+#[derive(Debug, Clone, Default)]
+pub struct Draining(Arc<DrainingState>);
+
+#[derive(Debug, Default)]
+struct DrainingState {
+    begun: std::sync::atomic::AtomicBool,
+    token: tokio_util::sync::CancellationToken,
+}
+
+impl Draining {
+    /// Starts draining (again: no effect).
+    pub fn begin(&self) {
+        self.0
+            .begun
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.0.token.cancel();
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.0.begun.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Resolves once draining has begun.
+    pub async fn begun(&self) {
+        self.0.token.cancelled().await;
     }
 }
 

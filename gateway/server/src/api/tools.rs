@@ -46,7 +46,7 @@ pub async fn healthz(State(state): State<AppState>) -> Json<Value> {
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let mut reasons = Vec::new();
     let mut degraded = Vec::new();
-    if state.draining.is_cancelled() {
+    if state.draining.is_draining() {
         reasons.push("shutting down".to_owned());
     }
     if let Some(redis) = &state.shared {

@@ -1,0 +1,89 @@
+//! The service every connection runs. The hottest route,
+//! `POST /v1/chat/completions`, is served without the router: the same
+//! steps the layers take ([`Observed`], [`admit`], [`read_body`]) run in
+//! one pass before the handler, without route matching, the boxed layers
+//! and the extractors around them (`tests/bench/proxy.sh` measures what
+//! that saves per proxied request). Every other request goes to the
+//! router.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+
+use axum::Router;
+use axum::extract::{Extension, State};
+use axum::http::{Method, Request};
+use axum::response::{IntoResponse, Response};
+use hyper::body::Incoming;
+use hyper_util::service::TowerToHyperService;
+use tracing::Instrument;
+
+use super::AppState;
+use super::layers::{Observed, Route, admit, read_body};
+
+/// The path served directly.
+const CHAT: &str = "/v1/chat/completions";
+
+/// The gateway as one hyper service: the direct route, else the router.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    router: TowerToHyperService<Router>,
+    state: AppState,
+}
+
+impl Gateway {
+    /// Every route of [`super::router`], with chat completions served
+    /// directly.
+    pub fn new(state: AppState) -> Gateway {
+        Gateway {
+            router: TowerToHyperService::new(super::router(state.clone())),
+            state,
+        }
+    }
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for Gateway {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn call(&self, req: Request<Incoming>) -> Answer {
+        if req.method() == Method::POST && req.uri().path() == CHAT {
+            let state = self.state.clone();
+            Box::pin(async move { Ok(chat(state, req).await) })
+        } else {
+            Box::pin(hyper::service::Service::call(&self.router, req))
+        }
+    }
+}
+
+/// `POST /v1/chat/completions`: observed, admitted and read as the layers
+/// do, then the router's own handler.
+async fn chat(state: AppState, req: Request<Incoming>) -> Response {
+    let (mut parts, body) = req.into_parts();
+    let observed = Observed::begin(&parts, Route::Direct(CHAT));
+    let request_id = observed.id.clone();
+    let answer = async {
+        let caller = match admit(&state, &mut parts, request_id).await {
+            Ok(caller) => caller,
+            Err(refused) => return refused,
+        };
+        let body = match read_body(&state, body).await {
+            Ok(body) => body,
+            Err(refused) => return refused,
+        };
+        crate::chat::completions(
+            State(state.clone()),
+            Extension(caller),
+            parts.headers,
+            Ok(body),
+        )
+        .await
+        .into_response()
+    }
+    .instrument(observed.span.clone())
+    .await;
+    observed.finish(&state, answer)
+}
