@@ -435,7 +435,7 @@ impl Upstream {
             read: self.read_timeout,
             deadline,
             next,
-            timer: Box::pin(tokio::time::sleep_until(next)),
+            timer: None,
             state: if too_large {
                 BodyState::TooLarge
             } else {
@@ -518,9 +518,9 @@ pub struct Bounded {
     /// When the body fails unless more arrives: the read timeout after the
     /// last data, never past the deadline.
     next: tokio::time::Instant,
-    /// Armed for `next` only when a read has to wait (a body whose frames
-    /// are ready never registers a timer).
-    timer: Pin<Box<tokio::time::Sleep>>,
+    /// Made, and armed for `next`, only when a read has to wait (a body
+    /// whose frames are ready never creates or registers a timer).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
     state: BodyState,
 }
 
@@ -553,10 +553,14 @@ impl Body for Bounded {
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Pending => {
-                if this.timer.deadline() != this.next {
-                    this.timer.as_mut().reset(this.next);
+                let next = this.next;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(next)));
+                if timer.deadline() != next {
+                    timer.as_mut().reset(next);
                 }
-                ready!(this.timer.as_mut().poll(cx));
+                ready!(timer.as_mut().poll(cx));
                 let e = UpstreamError::Timeout {
                     upstream: this.upstream.clone(),
                 };

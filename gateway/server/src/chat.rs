@@ -50,12 +50,14 @@ pub async fn completions(
     };
     let model = the_loop.request.model.clone();
     let mut chunks = Chunks::new(&model, the_loop.request.include_usage);
-    face::respond(
+    // Boxed: the loop's state is large, and a proxied request (the common
+    // case, and the hot one) should not carry or move it.
+    Box::pin(face::respond(
         the_loop,
         places,
         |answer| completion(answer, &model),
         move |e| chunks.encode(e),
-    )
+    ))
     .await
 }
 

@@ -421,6 +421,10 @@ async fn serve_connection(
     _slot: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     use std::sync::atomic::{AtomicBool, Ordering};
+    // The connection's own token: polled on every wake-up of this task,
+    // and a token's check takes its lock, which all connections would
+    // otherwise share.
+    let stop = stop.child_token();
     let _ = stream.set_nodelay(true);
     let used = Arc::new(AtomicBool::new(false));
     let first = Arc::new(tokio::sync::Notify::new());

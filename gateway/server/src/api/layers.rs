@@ -399,6 +399,12 @@ where
             _ => Bytes::from(chunks.concat()),
         })
     };
+    // A body already here (most are, with their headers) is read without
+    // creating a timer.
+    let mut read = std::pin::pin!(read);
+    if let std::task::Poll::Ready(read) = futures::poll!(&mut read) {
+        return read.map_err(IntoResponse::into_response);
+    }
     match tokio::time::timeout(timeout, read).await {
         Err(_) => {
             toolgate_engine::metrics::record(|m| m.reject("body_timeout"));
