@@ -18,6 +18,7 @@ mod layering;
 mod mcp;
 mod mcp_config;
 mod mcp_faults;
+mod mcp_lists;
 mod mcp_oauth;
 mod native_faults;
 mod native_registry;

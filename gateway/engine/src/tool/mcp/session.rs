@@ -40,6 +40,15 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 const MAX_STDERR_LINE: usize = 2000;
 /// How long a stopping server may take to close.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// The bounds on how long a server's tool list is kept before it is listed
+/// again when the server gives it a `ttlMs` (2026-07-28) and does not
+/// announce list changes: a server cannot make the gateway list every
+/// instant, nor keep a list for ever by asking to.
+const MIN_LIST_TTL: Duration = Duration::from_secs(5);
+const MAX_LIST_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The most pages of `tools/list` read (a server that keeps giving cursors
+/// fails the listing).
+const MAX_LIST_PAGES: usize = 1000;
 
 /// One declared server and its live state.
 ///
@@ -382,17 +391,13 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
     let spec = &server.spec;
     let startup = async {
         let session = connect(server).await?;
-        let tools = session
-            .peer()
-            .list_all_tools()
-            .await
-            .map_err(|e| StartFailure {
-                reason: format!("`tools/list` failed: {}", super::in_words(&e, spec)),
-                needs_token: super::needs_token(&e) && !spec.uses_oauth(),
-            })?;
+        let tools = list_tools(session.peer()).await.map_err(|e| StartFailure {
+            reason: format!("`tools/list` failed: {}", super::in_words(&e, spec)),
+            needs_token: super::needs_token(&e) && !spec.uses_oauth(),
+        })?;
         Ok::<_, StartFailure>((session, tools))
     };
-    let (session, tools) = tokio::select! {
+    let (session, (tools, ttl)) = tokio::select! {
         r = tokio::time::timeout(spec.startup_timeout, startup) => match r {
             Ok(Ok(started)) => started,
             Ok(Err(StartFailure { reason, needs_token: true })) => return SessionEnd::NeedsToken(reason),
@@ -423,6 +428,16 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
     publish(server);
 
     let cancel = session.cancellation_token();
+    // A list with a `ttlMs` is listed again when it goes stale, unless the
+    // server announces its changes (then they come as notifications).
+    let announces = peer
+        .peer_info()
+        .is_some_and(|i| i.capabilities.tools.as_ref().and_then(|t| t.list_changed) == Some(true));
+    let stale_after = |ttl: Option<Duration>| {
+        ttl.filter(|_| !announces)
+            .map(|t| tokio::time::Instant::now() + t.clamp(MIN_LIST_TTL, MAX_LIST_TTL))
+    };
+    let mut stale = stale_after(ttl);
     let mut listening = std::pin::pin!(listen_for_changes(
         peer.clone(),
         Arc::clone(&server.list_changed),
@@ -454,9 +469,17 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
                 });
             }
             never = &mut listening => match never {},
+            () = async {
+                match stale {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => server.list_changed.notify_one(),
             () = server.list_changed.notified() => {
-                match tokio::time::timeout(spec.startup_timeout, peer.list_all_tools()).await {
-                    Ok(Ok(tools)) => {
+                stale = None;
+                match tokio::time::timeout(spec.startup_timeout, list_tools(&peer)).await {
+                    Ok(Ok((tools, ttl))) => {
+                        stale = stale_after(ttl);
                         let listed = build_tools(server, tools);
                         tracing::info!(mcp_server = %spec.name, tools = listed.len(), "MCP server `{}` changed its tools", spec.name);
                         report_listing(server, &listed);
@@ -481,6 +504,38 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
             }
         }
     }
+}
+
+/// Every page of `tools/list` (at most [`MAX_LIST_PAGES`]), and how long
+/// the list is fresh: the shortest `ttlMs` of its pages, when they give
+/// one (2026-07-28).
+async fn list_tools(
+    peer: &Peer<RoleClient>,
+) -> Result<(Vec<rmcp::model::Tool>, Option<Duration>), rmcp::ServiceError> {
+    let mut tools = Vec::new();
+    let mut ttl: Option<u64> = None;
+    let mut cursor = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let page = peer
+            .list_tools(Some(
+                rmcp::model::PaginatedRequestParams::default().with_cursor(cursor),
+            ))
+            .await?;
+        tools.extend(page.tools);
+        if let Some(t) = page.ttl_ms {
+            ttl = Some(ttl.map_or(t, |shortest| shortest.min(t)));
+        }
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            return Ok((tools, ttl.map(Duration::from_millis)));
+        }
+    }
+    Err(rmcp::ServiceError::McpError(
+        rmcp::ErrorData::internal_error(
+            format!("the server gave more than {MAX_LIST_PAGES} pages of `tools/list`"),
+            None,
+        ),
+    ))
 }
 
 /// The protocols the gateway speaks to servers, newest first: the stateless
