@@ -415,6 +415,9 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
             .as_ref()
             .map(|s| format!("{} {}", s.name, s.version).trim().to_owned())
     });
+    // What the server listed last, to tell a change from a listing made
+    // because the list went stale.
+    let mut last = tools.clone();
     let listed = build_tools(server, tools);
     report_listing(server, &listed);
     server.update(|old| ServerState {
@@ -437,6 +440,7 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
         ttl.filter(|_| !announces)
             .map(|t| tokio::time::Instant::now() + t.clamp(MIN_LIST_TTL, MAX_LIST_TTL))
     };
+    let mut ttl = ttl;
     let mut stale = stale_after(ttl);
     let mut listening = std::pin::pin!(listen_for_changes(
         peer.clone(),
@@ -476,10 +480,18 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
                 }
             } => server.list_changed.notify_one(),
             () = server.list_changed.notified() => {
-                stale = None;
+                // A listing that fails is tried again when the last list's
+                // `ttlMs` runs out again.
+                stale = stale_after(ttl);
                 match tokio::time::timeout(spec.startup_timeout, list_tools(&peer)).await {
-                    Ok(Ok((tools, ttl))) => {
+                    Ok(Ok((tools, fresh_for))) => {
+                        ttl = fresh_for;
                         stale = stale_after(ttl);
+                        if tools == last {
+                            tracing::debug!(mcp_server = %spec.name, "MCP server `{}` listed the same tools", spec.name);
+                            continue;
+                        }
+                        last = tools.clone();
                         let listed = build_tools(server, tools);
                         tracing::info!(mcp_server = %spec.name, tools = listed.len(), "MCP server `{}` changed its tools", spec.name);
                         report_listing(server, &listed);
