@@ -1,5 +1,7 @@
 //! The HTTP surface (axum): routes, shared state, the layers around every
-//! handler (request id, metrics, API keys) and the error format.
+//! handler (request id, metrics, API keys), the error format, and the
+//! service each connection runs ([`Gateway`]: chat completions directly,
+//! the rest through the router).
 
 mod direct;
 mod error;

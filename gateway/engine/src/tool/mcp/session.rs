@@ -433,9 +433,7 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
     let cancel = session.cancellation_token();
     // A list with a `ttlMs` is listed again when it goes stale, unless the
     // server announces its changes (then they come as notifications).
-    let announces = peer
-        .peer_info()
-        .is_some_and(|i| i.capabilities.tools.as_ref().and_then(|t| t.list_changed) == Some(true));
+    let announces = announces_list_changes(&peer);
     let stale_after = |ttl: Option<Duration>| {
         ttl.filter(|_| !announces)
             .map(|t| tokio::time::Instant::now() + t.clamp(MIN_LIST_TTL, MAX_LIST_TTL))
@@ -560,6 +558,12 @@ fn lifecycle() -> ClientLifecycleMode {
     }
 }
 
+/// `true` when the server says it announces changes to its tool list.
+fn announces_list_changes(peer: &Peer<RoleClient>) -> bool {
+    peer.peer_info()
+        .is_some_and(|i| i.capabilities.tools.as_ref().and_then(|t| t.list_changed) == Some(true))
+}
+
 /// `true` when the session speaks the stateless revision (2026-07-28 or
 /// later), where list changes come over `subscriptions/listen`.
 fn is_stateless(peer: &Peer<RoleClient>) -> bool {
@@ -578,9 +582,7 @@ async fn listen_for_changes(
     list_changed: Arc<Notify>,
     server: String,
 ) -> std::convert::Infallible {
-    let announces = peer
-        .peer_info()
-        .is_some_and(|i| i.capabilities.tools.as_ref().and_then(|t| t.list_changed) == Some(true));
+    let announces = announces_list_changes(&peer);
     if !is_stateless(&peer) || !announces {
         return std::future::pending().await;
     }
