@@ -7,13 +7,18 @@
 //! backoff that honours `Retry-After`, and only while no byte of a response
 //! has been used.
 //!
-//! The HTTP client is hyper's pooled client used directly (HTTP/1.1
-//! keep-alive, HTTP/2 over TLS when the server offers it): the request URIs
-//! and the authorization header are built once per upstream, so a call does
-//! no URL parsing and no per-request client-side work beyond the request
-//! itself. [`Bounded`] is an answer's body under the call's deadlines and
-//! size cap, passed through as an `http_body::Body` (a `Content-Length`
-//! answer keeps its length) or read as a stream.
+//! The request URIs and the authorization header are built once per
+//! upstream, so a call does no URL parsing and no per-request client-side
+//! work beyond the request itself. The HTTP client is chosen by the
+//! upstream's scheme (`Transport`): a cleartext upstream gets the
+//! gateway's own HTTP/1.1 keep-alive pool (`pool`), an `https://` one
+//! hyper-util's pooled client (HTTP/2 when the server offers it).
+//! [`Bounded`] is an answer's body under the call's deadlines and size cap,
+//! passed through as an `http_body::Body` (a `Content-Length` answer keeps
+//! its length) or read as a stream; it gives a pooled connection back once
+//! it has been read to its end.
+
+mod pool;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -47,12 +52,22 @@ pub struct Upstream {
     api_key: Option<String>,
     /// `Bearer <api key>`, marked sensitive.
     authorization: Option<HeaderValue>,
-    client: Client<Connector, Full<Bytes>>,
+    transport: Transport,
     retry: RetryDecl,
     /// Longest wait for the response head and between two reads of a body.
     read_timeout: Duration,
     /// Longest time one model call may take in all (retries and body).
     timeout: Duration,
+}
+
+/// How an upstream's requests are sent, by its URL's scheme.
+#[derive(Debug)]
+enum Transport {
+    /// `http://`: HTTP/1.1 on the gateway's own keep-alive pool.
+    Cleartext(Arc<pool::Pool>),
+    /// `https://`: hyper-util's pooled client, HTTP/1.1 or HTTP/2 as the
+    /// server's TLS handshake chooses.
+    Tls(Box<Client<Connector, Full<Bytes>>>),
 }
 
 /// How long an upstream's calls may take.
@@ -72,6 +87,9 @@ pub struct Timeouts {
 pub struct Reply {
     pub response: http::Response<Incoming>,
     pub deadline: tokio::time::Instant,
+    /// The pooled connection the answer arrives on, given back when its
+    /// body is read to the end.
+    lease: Option<pool::Lease>,
 }
 
 /// How a model is served.
@@ -206,16 +224,24 @@ impl Upstream {
         http.set_connect_timeout(Some(timeouts.connect));
         http.set_nodelay(true);
         http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls_config().map_err(|e| cannot(&e))?)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_timer(TokioTimer::new())
-            .build(connector);
+        let transport = if chat_uri.scheme() == Some(&http::uri::Scheme::HTTP) {
+            Transport::Cleartext(Arc::new(
+                pool::Pool::new(http, &chat_uri).map_err(|e| cannot(&e))?,
+            ))
+        } else {
+            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls_config().map_err(|e| cannot(&e))?)
+                .https_only()
+                .enable_http1()
+                .enable_http2()
+                .wrap_connector(http);
+            Transport::Tls(Box::new(
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(pool::IDLE_TIMEOUT)
+                    .pool_timer(TokioTimer::new())
+                    .build(connector),
+            ))
+        };
         let authorization = match &api_key {
             Some(key) => {
                 let mut v = HeaderValue::try_from(format!("Bearer {key}"))
@@ -232,7 +258,7 @@ impl Upstream {
             models_uri,
             api_key,
             authorization,
-            client,
+            transport,
             retry,
             read_timeout: timeouts.read,
             timeout: timeouts.total,
@@ -257,10 +283,14 @@ impl Upstream {
         let began = std::time::Instant::now();
         let deadline = tokio::time::Instant::now() + self.timeout;
         // Every wait inside is bounded by the deadline (one timer at a time).
-        let result = self
-            .chat_attempts(body, request_id, deadline)
-            .await
-            .map(|response| Reply { response, deadline });
+        let result =
+            self.chat_attempts(body, request_id, deadline)
+                .await
+                .map(|(response, lease)| Reply {
+                    response,
+                    deadline,
+                    lease,
+                });
         let outcome = match &result {
             Ok(_) => "ok",
             Err(UpstreamError::Status { status, .. }) if status.is_client_error() => "client_error",
@@ -305,12 +335,26 @@ impl Upstream {
         &self,
         req: Request<Full<Bytes>>,
         deadline: tokio::time::Instant,
-    ) -> Result<http::Response<Incoming>, UpstreamError> {
-        match tokio::time::timeout_at(self.read_by(deadline), self.client.request(req)).await {
-            Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) => Err(UpstreamError::Unreachable {
+    ) -> Result<(http::Response<Incoming>, Option<pool::Lease>), UpstreamError> {
+        let exchange = async {
+            match &self.transport {
+                Transport::Cleartext(pool) => pool
+                    .send(req)
+                    .await
+                    .map(|(resp, lease)| (resp, Some(lease)))
+                    .map_err(|e| describe(&e)),
+                Transport::Tls(client) => client
+                    .request(req)
+                    .await
+                    .map(|resp| (resp, None))
+                    .map_err(|e| describe(&e)),
+            }
+        };
+        match tokio::time::timeout_at(self.read_by(deadline), exchange).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(message)) => Err(UpstreamError::Unreachable {
                 upstream: self.name.clone(),
-                message: describe(&e),
+                message,
             }),
             // A timed-out request may have been processed: retrying could
             // run it twice, and would double the wait.
@@ -325,7 +369,7 @@ impl Upstream {
         body: Bytes,
         request_id: Option<&str>,
         deadline: tokio::time::Instant,
-    ) -> Result<http::Response<Incoming>, UpstreamError> {
+    ) -> Result<(http::Response<Incoming>, Option<pool::Lease>), UpstreamError> {
         let request_id = request_id.and_then(|id| HeaderValue::from_str(id).ok());
         let mut attempt = 1;
         loop {
@@ -337,8 +381,10 @@ impl Upstream {
             }
             crate::telemetry::inject(req.headers_mut());
             let (error, retry_after) = match self.send(req, deadline).await {
-                Ok(resp) if resp.status().is_success() => return Ok(resp),
-                Ok(resp) => {
+                Ok((resp, lease)) if resp.status().is_success() => return Ok((resp, lease)),
+                // The connection closes with the error body (not worth
+                // reading to its end to keep it).
+                Ok((resp, _)) => {
                     let status = resp.status();
                     let retry_after = parse_retry_after(resp.headers().get(RETRY_AFTER));
                     let text =
@@ -422,7 +468,11 @@ impl Upstream {
     /// The body of `reply` under `limit` bytes, the read timeout between
     /// two reads and the reply's deadline.
     pub fn body(&self, reply: Reply, limit: usize) -> Bounded {
-        let Reply { response, deadline } = reply;
+        let Reply {
+            response,
+            deadline,
+            lease,
+        } = reply;
         let too_large = http_body::Body::size_hint(response.body())
             .exact()
             .is_some_and(|n| n > limit as u64);
@@ -436,6 +486,7 @@ impl Upstream {
             deadline,
             next,
             timer: None,
+            lease,
             state: if too_large {
                 BodyState::TooLarge
             } else {
@@ -451,15 +502,16 @@ impl Upstream {
         const MAX_MODELS_BYTES: usize = 4 * 1024 * 1024;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         let fetch = async {
-            let resp = self
+            let (response, lease) = self
                 .send(
                     self.request(Method::GET, &self.models_uri, Bytes::new()),
                     deadline,
                 )
                 .await?;
             let reply = Reply {
-                response: resp,
+                response,
                 deadline,
+                lease,
             };
             self.read_body(reply, MAX_MODELS_BYTES).await
         };
@@ -521,13 +573,26 @@ pub struct Bounded {
     /// Made, and armed for `next`, only when a read has to wait (a body
     /// whose frames are ready never creates or registers a timer).
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The pooled connection, given back at the body's clean end (and
+    /// closed with the body otherwise).
+    lease: Option<pool::Lease>,
     state: BodyState,
 }
 
 impl Bounded {
     fn fail(&mut self, e: UpstreamError) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
         self.state = BodyState::Done;
+        self.lease = None;
         Poll::Ready(Some(Err(e)))
+    }
+
+    /// The body was read to its end: its connection can take another
+    /// request.
+    fn ended(&mut self) {
+        self.state = BodyState::Done;
+        if let Some(lease) = self.lease.take() {
+            lease.release();
+        }
     }
 }
 
@@ -567,7 +632,7 @@ impl Body for Bounded {
                 this.fail(e)
             }
             Poll::Ready(None) => {
-                this.state = BodyState::Done;
+                this.ended();
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => {
@@ -588,6 +653,10 @@ impl Body for Bounded {
                         return this.fail(e);
                     }
                     this.next = this.deadline.min(tokio::time::Instant::now() + this.read);
+                }
+                // A body of known length is not polled past its last byte.
+                if this.inner.is_end_stream() {
+                    this.ended();
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
