@@ -742,6 +742,9 @@ impl Run {
                         return;
                     }
                 }
+                // The answer is read: its connection can go back to the
+                // pool before the tools run.
+                drop(events);
                 if !finished && turn.finish_reason.is_none() {
                     yield Event::Failed(self.invalid("the stream ended before the answer was complete".into()));
                     return;

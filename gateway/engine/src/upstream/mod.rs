@@ -477,8 +477,18 @@ impl Upstream {
             .exact()
             .is_some_and(|n| n > limit as u64);
         let next = deadline.min(tokio::time::Instant::now() + self.read_timeout);
+        let inner = response.into_body();
+        // An empty answer is read already; one over the cap closes.
+        let lease = match lease {
+            Some(lease) if inner.is_end_stream() => {
+                lease.release();
+                None
+            }
+            lease if too_large => lease.and(None),
+            lease => lease,
+        };
         Bounded {
-            inner: response.into_body(),
+            inner,
             upstream: self.name.clone(),
             limit,
             seen: 0,
@@ -592,6 +602,16 @@ impl Bounded {
         self.state = BodyState::Done;
         if let Some(lease) = self.lease.take() {
             lease.release();
+        }
+    }
+}
+
+impl Drop for Bounded {
+    /// A body dropped before its end was polled (a stream left after its
+    /// `[DONE]`) gives its connection back if hyper read that end.
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.release_when_ready();
         }
     }
 }

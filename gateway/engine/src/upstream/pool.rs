@@ -6,18 +6,24 @@
 //! body once that body has been read to its end ([`Lease::release`], called
 //! by [`super::Bounded`]): no pool checkout future and no task per request
 //! to watch a connection become idle again, which is what hyper-util's
-//! pooled client spends on every HTTP/1 request. A body dropped before its
-//! end does not give its connection back (it closes). Each connection
-//! runs in a task of its own for as long as it lives.
+//! pooled client spends on every HTTP/1 request. A body dropped before it
+//! was polled to its end (a stream left after its `[DONE]`) gives its
+//! connection back only once hyper says it can take another request
+//! ([`Lease::release_when_ready`]); one dropped in the middle of its answer
+//! closes. Each connection runs in a task of its own for as long as it
+//! lives.
 //!
 //! Bounds: at most [`MAX_IDLE`] idle connections are kept (one more is
 //! closed on its return), and an idle connection older than
-//! [`IDLE_TIMEOUT`] is closed when the pool is next used (or sooner, when
-//! the upstream closes it).
+//! [`IDLE_TIMEOUT`] is closed, by the pool's next use or by a sweep every
+//! [`IDLE_TIMEOUT`] (or sooner, when the upstream closes it).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http::header::HOST;
@@ -31,6 +37,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 pub const MAX_IDLE: usize = 1024;
 /// An idle connection older than this is closed rather than used.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a connection whose answer was dropped before its end may take
+/// to become ready for another request before it is closed.
+const READY_WAIT: Duration = Duration::from_secs(5);
 
 type Sender = SendRequest<Full<Bytes>>;
 
@@ -38,7 +47,7 @@ type Sender = SendRequest<Full<Bytes>>;
 #[derive(Debug, thiserror::Error)]
 pub enum PoolError {
     #[error("{0}")]
-    Connect(Box<dyn std::error::Error + Send + Sync>),
+    Connect(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("{0}")]
     Http(#[from] hyper::Error),
 }
@@ -52,6 +61,10 @@ pub struct Pool {
     /// The `Host` header of every request.
     host: HeaderValue,
     idle: Mutex<VecDeque<Idle>>,
+    /// Idle connections kept at most ([`MAX_IDLE`]).
+    max_idle: usize,
+    /// Whether the task closing connections idle too long is running.
+    sweeping: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -73,26 +86,56 @@ impl Lease {
     pub fn release(self) {
         self.pool.put(self.sender);
     }
+
+    /// For an answer dropped before its end was polled: the connection
+    /// goes back once hyper has read that end and can take another request
+    /// (within [`READY_WAIT`]); a connection hyper closes instead (the
+    /// answer was cut in its middle) is dropped.
+    pub fn release_when_ready(self) {
+        let Lease { mut sender, pool } = self;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            if let Ok(Ok(())) = tokio::time::timeout(READY_WAIT, sender.ready()).await {
+                pool.put(sender);
+            }
+        });
+    }
 }
 
 impl Pool {
     /// A pool of connections to `target`'s host, made by `connector`.
     pub fn new(connector: HttpConnector, target: &Uri) -> Result<Pool, String> {
-        let authority = target
-            .authority()
+        Pool::with_max_idle(connector, target, MAX_IDLE)
+    }
+
+    fn with_max_idle(
+        connector: HttpConnector,
+        target: &Uri,
+        max_idle: usize,
+    ) -> Result<Pool, String> {
+        let host = target
+            .host()
             .ok_or_else(|| format!("`{target}` has no host"))?;
-        let host = HeaderValue::from_str(authority.as_str()).map_err(|e| e.to_string())?;
+        // `host[:port]`, never a URL's user information.
+        let host = match target.port_u16() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_owned(),
+        };
         let target = Uri::builder()
             .scheme("http")
-            .authority(authority.clone())
+            .authority(host.as_str())
             .path_and_query("/")
             .build()
             .map_err(|e| e.to_string())?;
         Ok(Pool {
             connector,
             target,
-            host,
+            host: HeaderValue::from_str(&host).map_err(|e| e.to_string())?,
             idle: Mutex::new(VecDeque::new()),
+            max_idle,
+            sweeping: AtomicBool::new(false),
         })
     }
 
@@ -115,7 +158,10 @@ impl Pool {
         loop {
             let (mut sender, reused) = match self.take() {
                 Some(sender) => (sender, true),
-                None => (self.connect().await?, false),
+                None => {
+                    self.sweep_idle();
+                    (self.connect().await?, false)
+                }
             };
             if let Err(e) = sender.ready().await {
                 if reused {
@@ -158,12 +204,28 @@ impl Pool {
         }
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         expire(&mut idle);
-        if idle.len() < MAX_IDLE {
+        if idle.len() < self.max_idle {
             idle.push_back(Idle {
                 sender,
                 since: Instant::now(),
             });
         }
+    }
+
+    /// Starts, once, the task that closes connections idle too long when
+    /// nothing uses the pool; it ends with the pool.
+    fn sweep_idle(self: &Arc<Self>) {
+        if self.sweeping.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let pool: Weak<Pool> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(IDLE_TIMEOUT).await;
+                let Some(pool) = pool.upgrade() else { return };
+                expire(&mut pool.idle.lock().unwrap_or_else(PoisonError::into_inner));
+            }
+        });
     }
 
     /// A new connection, run by a task of its own until it closes.
@@ -292,9 +354,12 @@ mod tests {
         assert_eq!(pool.idle.lock().unwrap().len(), 2);
     }
 
-    /// A keep-alive server whose open connections all close, without a
-    /// word, when the returned `Notify` is notified.
-    async fn closing_server() -> (Uri, Arc<AtomicUsize>, Arc<tokio::sync::Notify>) {
+    /// A keep-alive server answering every request of its `n`th connection
+    /// with `answer(n)` (a whole HTTP/1.1 response); its open connections
+    /// all close, without a word, when the returned `Notify` is notified.
+    async fn raw_server(
+        answer: fn(usize) -> String,
+    ) -> (Uri, Arc<AtomicUsize>, Arc<tokio::sync::Notify>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -319,12 +384,7 @@ mod tests {
                         request.extend_from_slice(&buf[..k]);
                         if request.ends_with(b"\r\n\r\n{}") {
                             request.clear();
-                            let body = format!("connection {n}");
-                            let answer = format!(
-                                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
-                                body.len()
-                            );
-                            if stream.write_all(answer.as_bytes()).await.is_err() {
+                            if stream.write_all(answer(n).as_bytes()).await.is_err() {
                                 return;
                             }
                         }
@@ -338,9 +398,17 @@ mod tests {
         (uri, connections, close)
     }
 
+    fn numbered(n: usize) -> String {
+        let body = format!("connection {n}");
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
     #[tokio::test]
     async fn a_connection_the_upstream_closed_while_idle_is_replaced_without_an_error() {
-        let (uri, connections, close) = closing_server().await;
+        let (uri, connections, close) = raw_server(numbered).await;
         let pool = pool(&uri);
         assert_eq!(exchange(&pool, &uri).await, "connection 1");
         assert_eq!(exchange(&pool, &uri).await, "connection 1");
@@ -401,5 +469,150 @@ mod tests {
             "connections idle too long are closed"
         );
         assert!(pool.idle.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn no_more_idle_connections_than_the_bound_are_kept() {
+        let (uri, connections) = server().await;
+        let pool = Arc::new(Pool::with_max_idle(HttpConnector::new(), &uri, 2).unwrap());
+        let mut leases = Vec::new();
+        for _ in 0..3 {
+            let (response, lease) = pool.send(post(&uri)).await.unwrap();
+            response.into_body().collect().await.unwrap();
+            leases.push(lease);
+        }
+        leases.into_iter().for_each(Lease::release);
+        assert_eq!(connections.load(Ordering::SeqCst), 3);
+        assert_eq!(pool.idle.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_host_header_is_host_and_port_only() {
+        let uri: Uri = "http://user:secret@models.internal:8000/v1"
+            .parse()
+            .unwrap();
+        let pool = Pool::new(HttpConnector::new(), &uri).unwrap();
+        assert_eq!(pool.host, "models.internal:8000");
+        assert_eq!(pool.target, "http://models.internal:8000/");
+    }
+
+    // Through `Upstream`: its answers' bodies (`Bounded`) give their
+    // connection back, or close it, as the pool's invariant says.
+
+    fn upstream(uri: &Uri) -> crate::upstream::Upstream {
+        let base = uri.to_string().replace("/chat/completions", "");
+        let timeouts = crate::upstream::Timeouts {
+            connect: Duration::from_secs(5),
+            read: Duration::from_secs(5),
+            total: Duration::from_secs(10),
+        };
+        crate::upstream::Upstream::new("u".into(), &base, None, timeouts, Default::default())
+            .unwrap()
+    }
+
+    fn idle_of(upstream: &crate::upstream::Upstream) -> usize {
+        match &upstream.transport {
+            crate::upstream::Transport::Cleartext(pool) => pool.idle.lock().unwrap().len(),
+            crate::upstream::Transport::Tls(_) => panic!("a cleartext upstream"),
+        }
+    }
+
+    fn chunked(_: usize) -> String {
+        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+            .into()
+    }
+
+    #[tokio::test]
+    async fn answers_read_to_their_end_give_their_connection_back() {
+        for answer in [numbered as fn(usize) -> String, chunked] {
+            let (uri, connections, _close) = raw_server(answer).await;
+            let upstream = upstream(&uri);
+            for _ in 0..3 {
+                let reply = upstream.chat(Bytes::from_static(b"{}")).await.unwrap();
+                upstream.read_body(reply, 1024).await.unwrap();
+            }
+            assert_eq!(connections.load(Ordering::SeqCst), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_over_the_cap_closes_its_connection() {
+        for answer in [numbered as fn(usize) -> String, chunked] {
+            let (uri, connections, _close) = raw_server(answer).await;
+            let upstream = upstream(&uri);
+            let reply = upstream.chat(Bytes::from_static(b"{}")).await.unwrap();
+            let e = upstream.read_body(reply, 3).await.unwrap_err();
+            assert!(matches!(e, crate::upstream::UpstreamError::TooLarge { .. }));
+            let reply = upstream.chat(Bytes::from_static(b"{}")).await.unwrap();
+            upstream.read_body(reply, 1024).await.unwrap();
+            assert_eq!(connections.load(Ordering::SeqCst), 2);
+        }
+    }
+
+    /// Reads a stream's first chunk, then drops the stream (as the tool
+    /// loop does after a streamed answer's `[DONE]`).
+    async fn first_chunk_then_drop(upstream: &crate::upstream::Upstream) {
+        use futures::StreamExt;
+        let reply = upstream.chat(Bytes::from_static(b"{}")).await.unwrap();
+        let mut stream = Box::pin(upstream.body_stream(reply, 1024));
+        assert_eq!(stream.next().await.unwrap().unwrap(), "hello");
+    }
+
+    #[tokio::test]
+    async fn a_stream_left_after_its_last_chunk_gives_its_connection_back() {
+        let (uri, connections, _close) = raw_server(|_| {
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".into()
+        })
+        .await;
+        let upstream = upstream(&uri);
+        first_chunk_then_drop(&upstream).await;
+        // Given back by a task once hyper has read the stream's end.
+        for _ in 0..100 {
+            if idle_of(&upstream) == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        first_chunk_then_drop(&upstream).await;
+        assert_eq!(connections.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_stream_left_in_its_middle_closes_its_connection() {
+        // The stream's end never comes.
+        let (uri, connections, _close) = raw_server(|_| {
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n".into()
+        })
+        .await;
+        let upstream = upstream(&uri);
+        first_chunk_then_drop(&upstream).await;
+        first_chunk_then_drop(&upstream).await;
+        assert_eq!(connections.load(Ordering::SeqCst), 2);
+        assert_eq!(idle_of(&upstream), 0);
+    }
+
+    #[tokio::test]
+    async fn a_known_length_answer_gives_its_connection_back_with_its_last_byte() {
+        // A proxied answer is not polled past its declared length.
+        use http_body_util::BodyExt;
+        let (uri, _, _close) = raw_server(numbered).await;
+        let upstream = upstream(&uri);
+        let reply = upstream.chat(Bytes::from_static(b"{}")).await.unwrap();
+        let mut body = upstream.body(reply, 1024);
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), "connection 1");
+        assert_eq!(idle_of(&upstream), 1);
+    }
+
+    #[tokio::test]
+    async fn an_empty_answer_gives_its_connection_back_at_once() {
+        let (uri, _, _close) =
+            raw_server(|_| "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".into()).await;
+        let upstream = upstream(&uri);
+        let reply = upstream.chat(Bytes::from_static(b"{}")).await.unwrap();
+        // A proxied empty answer is never polled: it must not need to be.
+        let body = upstream.body(reply, 1024);
+        assert_eq!(idle_of(&upstream), 1);
+        drop(body);
     }
 }
