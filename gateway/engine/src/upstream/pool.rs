@@ -440,6 +440,15 @@ mod tests {
         drop(listener);
         let error = pool(&uri).send(post(&uri)).await.unwrap_err();
         assert!(matches!(error, PoolError::Connect(_)), "{error:?}");
+        // Through `Upstream`, the error names its cause.
+        let base = uri.to_string().replace("/x", "/v1");
+        let upstream = upstream(&base.parse().unwrap());
+        match upstream.chat(Bytes::from_static(b"{}")).await {
+            Err(crate::upstream::UpstreamError::Unreachable { message, .. }) => {
+                assert!(message.contains("refused"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[tokio::test]
