@@ -28,18 +28,24 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
-/// One request: its body read whole, sent on, the answer passed back.
+/// `request` as a POST to `uri`: its body read whole, its content type kept.
+async fn outgoing(request: Request<Incoming>, uri: &str) -> Result<Request<Full<Bytes>>, Error> {
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await?.to_bytes();
+    let mut out = Request::post(uri).body(Full::new(body))?;
+    if let Some(ct) = parts.headers.get(CONTENT_TYPE) {
+        out.headers_mut().insert(CONTENT_TYPE, ct.clone());
+    }
+    Ok(out)
+}
+
+/// One request: sent on, the answer passed back.
 async fn forward(
     client: Client<HttpConnector, Full<Bytes>>,
     upstream: hyper::Uri,
     request: Request<Incoming>,
 ) -> Result<Response<Incoming>, Error> {
-    let (parts, body) = request.into_parts();
-    let body = body.collect().await?.to_bytes();
-    let mut out = Request::post(upstream).body(Full::new(body))?;
-    if let Some(ct) = parts.headers.get(CONTENT_TYPE) {
-        out.headers_mut().insert(CONTENT_TYPE, ct.clone());
-    }
+    let out = outgoing(request, &upstream.to_string()).await?;
     Ok(client.request(out).await?)
 }
 
@@ -50,17 +56,12 @@ async fn forward_lean(
     upstream: hyper::Uri,
     request: Request<Incoming>,
 ) -> Result<Response<Incoming>, Error> {
-    let (parts, body) = request.into_parts();
-    let body = body.collect().await?.to_bytes();
     let authority = upstream
         .authority()
         .map(ToString::to_string)
         .unwrap_or_default();
-    let mut out = Request::post(upstream.path()).body(Full::new(body))?;
+    let mut out = outgoing(request, upstream.path()).await?;
     out.headers_mut().insert(HOST, authority.parse()?);
-    if let Some(ct) = parts.headers.get(CONTENT_TYPE) {
-        out.headers_mut().insert(CONTENT_TYPE, ct.clone());
-    }
     let mut slot = slot.lock().await;
     if slot.as_ref().is_none_or(SendRequest::is_closed) {
         let tcp = tokio::net::TcpStream::connect(&authority).await?;

@@ -16,10 +16,9 @@ use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use serde_json::json;
 use toolgate_tests::{ConfigDir, load_catalog};
 
-use crate::mcp_support::{eventually, start};
+use crate::mcp_support::{eventually, start, tool_without_arguments};
 
 /// Lists `first`, and `second` too once `grown` is set, each list fresh
 /// for 100 ms; it never announces a change (and has nothing to call).
@@ -30,9 +29,7 @@ struct Growing {
 }
 
 fn tool(name: &'static str) -> Tool {
-    let schema: rmcp::model::JsonObject =
-        serde_json::from_value(json!({"type": "object", "properties": {}})).unwrap();
-    Tool::new(name, "A tool.", Arc::new(schema))
+    tool_without_arguments(name, "A tool.")
 }
 
 impl ServerHandler for Growing {

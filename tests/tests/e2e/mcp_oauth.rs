@@ -16,7 +16,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::{
@@ -59,13 +59,12 @@ impl ServerHandler for Guarded {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let schema: rmcp::model::JsonObject =
-            serde_json::from_value(json!({"type": "object", "properties": {}})).unwrap();
-        Ok(ListToolsResult::with_all_items(vec![Tool::new(
-            "secret_report",
-            "A report only an authorized client may read.",
-            Arc::new(schema),
-        )]))
+        Ok(ListToolsResult::with_all_items(vec![
+            crate::mcp_support::tool_without_arguments(
+                "secret_report",
+                "A report only an authorized client may read.",
+            ),
+        ]))
     }
 
     async fn call_tool(

@@ -484,7 +484,7 @@ impl Upstream {
                 lease.release();
                 None
             }
-            lease if too_large => lease.and(None),
+            _ if too_large => None,
             lease => lease,
         };
         Bounded {

@@ -144,6 +144,14 @@ pub fn text(result: &ToolResult) -> String {
 }
 
 /// Waits (at most 30 s) until `done` holds, checking every 50 ms.
+/// An MCP tool that takes no arguments, for the rmcp servers of the tests.
+pub fn tool_without_arguments(name: &'static str, description: &'static str) -> rmcp::model::Tool {
+    let schema: rmcp::model::JsonObject =
+        serde_json::from_value(serde_json::json!({"type": "object", "properties": {}}))
+            .expect("an empty object schema");
+    rmcp::model::Tool::new(name, description, std::sync::Arc::new(schema))
+}
+
 pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while !done() {
