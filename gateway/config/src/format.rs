@@ -55,6 +55,11 @@ pub struct GatewayFile {
     /// `/mcp/{tool_set}` (and the caller's default set at `/mcp`).
     #[serde(default)]
     pub mcp: McpEndpointDecl,
+    /// What every HTTP endpoint accepts from web browsers: the pages
+    /// (`Origin`) that may call it, and the `Host` names an open gateway
+    /// answers to (against DNS rebinding).
+    #[serde(default)]
+    pub http: HttpAccessDecl,
     /// State shared by replicas (rate limits, result caches, learned
     /// formatters). Without it each process keeps its own. Read at start:
     /// a reload that changes it takes effect at the next restart.
@@ -71,6 +76,28 @@ pub struct GatewayFile {
     pub console: ConsoleDecl,
 }
 
+/// `http`: one rule for every endpoint about browsers. A web page can send
+/// a request to any address, the gateway on 127.0.0.1 included; these
+/// settings say which pages and names are the gateway's own.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpAccessDecl {
+    /// Browser origins (`https://app.example.com`, `https://app.example.com:8443`,
+    /// `http://tools.internal:*` for any port) whose pages may call the
+    /// gateway, besides pages of this machine (`localhost`, `127.0.0.1`,
+    /// `[::1]`, any port) and pages the gateway serves itself (same
+    /// origin). A request carrying any other `Origin` is refused (403);
+    /// requests without `Origin` (every non-browser client) are not
+    /// affected.
+    pub allowed_origins: Vec<String>,
+    /// `Host` values (`gateway.internal`, or `gateway.internal:8080` for
+    /// one port) accepted when no API keys are configured, besides
+    /// loopback names. With API keys, the key is the protection and any
+    /// `Host` is accepted. `/healthz`, `/readyz` and `/metrics` answer to
+    /// any `Host`.
+    pub allowed_hosts: Vec<String>,
+}
+
 /// `console`: the gateway's pages for people.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -82,9 +109,8 @@ pub struct ConsoleDecl {
     /// arguments redacted as the audit log writes them and cut at 2,048 characters).
     /// Read at start, 0 to 10000; 0 keeps none.
     pub recent_calls: usize,
-    /// `Host` values accepted when no API keys are configured (protection
-    /// against DNS rebinding of an open gateway). Loopback names are always
-    /// accepted. With API keys, the key is the protection.
+    /// An older spelling of `http.allowed_hosts`, which it adds to (for
+    /// every endpoint, not only the console).
     pub allowed_hosts: Vec<String>,
 }
 
@@ -231,16 +257,11 @@ pub struct McpEndpointDecl {
     /// each other's sessions, so a load balancer needs no affinity.
     /// Without it, each process signs with a random secret of its own.
     pub session_secret_env: Option<String>,
-    /// `Host` values accepted when no API keys are configured (protection
-    /// against DNS rebinding of an open gateway). Loopback names are always
-    /// accepted. With API keys, the key is the protection and any `Host`
-    /// is accepted.
+    /// An older spelling of `http.allowed_hosts`, which it adds to (for
+    /// every endpoint, not only MCP's).
     pub allowed_hosts: Vec<String>,
-    /// Browser origins (`https://app.example.com:443`) whose pages may call
-    /// the endpoint, besides pages of this machine (`localhost`, `127.0.0.1`,
-    /// `[::1]`, any port). A request carrying any other `Origin` is
-    /// refused; requests without `Origin` (every non-browser client) are
-    /// not affected.
+    /// An older spelling of `http.allowed_origins`, which it adds to (for
+    /// every endpoint, not only MCP's).
     pub allowed_origins: Vec<String>,
     /// How long a 2026-07-28 client may keep a tools list before asking
     /// again (`ttlMs`); clients listening for changes hear of reloads at

@@ -722,7 +722,7 @@ async fn slow_clients_are_cut_off_and_cannot_starve_others() {
     let addr = server.addr.clone();
     // More half-sent requests than the connection cap.
     let slow: Vec<TcpStream> = (0..250)
-        .map(|_| raw_connection(&addr, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"))
+        .map(|_| raw_connection(&addr, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n"))
         .collect();
     assert_healthy(&server.url(""), "250 half-sent headers").await;
     // Each is closed once the header deadline passes.
@@ -736,7 +736,7 @@ async fn slow_clients_are_cut_off_and_cannot_starve_others() {
     // chat completions, which connections serve without it (`api::direct`).
     for path in ["/v1/tools/calculator/invoke", "/v1/chat/completions"] {
         let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"argu"
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"argu"
         );
         let body = raw_connection(&addr, request.as_bytes());
         let answer = tokio::task::spawn_blocking(move || read_until_closed(body))

@@ -536,6 +536,7 @@ async fn bad_requests_are_400_with_what_is_wrong() {
     assert_eq!(body["error"]["param"], "model");
     let r = reqwest::Client::new()
         .post(s.gateway.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
         .body("{oops")
         .send()
         .await

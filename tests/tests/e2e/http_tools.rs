@@ -507,6 +507,7 @@ async fn the_api_answers_errors_in_openai_form() {
     let big = format!("{{\"arguments\": {{\"id\": \"{}\"}}}}", "x".repeat(10_000));
     let r = client
         .post(s.gateway.url("/v1/tools/echo_path/invoke"))
+        .header("content-type", "application/json")
         .body(big)
         .send()
         .await

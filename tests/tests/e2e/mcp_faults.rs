@@ -79,6 +79,7 @@ async fn a_server_that_does_not_start_leaves_the_gateway_running() {
     // Calls answer with an error, right away.
     let r = reqwest::Client::new()
         .post(gw.url("/v1/tools/missing_anything/invoke"))
+        .header("content-type", "application/json")
         .send()
         .await
         .unwrap();

@@ -709,6 +709,9 @@ http {{
       proxy_pass http://replicas;
       proxy_http_version 1.1;
       proxy_set_header Connection \"\";
+      # The client's own Host: the replicas have no keys, so they answer
+      # only to loopback names (not to `replicas`).
+      proxy_set_header Host $host;
       proxy_next_upstream error timeout;
     }}
   }}

@@ -80,6 +80,7 @@ pub(super) fn build(
     super::settings::check_limits(&raw.gateway, &mut diags);
     super::settings::check_audit(&raw.gateway, &mut diags);
     super::settings::check_console(&raw.gateway, &mut diags);
+    let browsers = super::browsers::check(&raw.gateway, &mut diags);
     super::settings::check_telemetry(&raw.gateway, &mut diags);
     let keys = super::keys::check(
         &raw.gateway,
@@ -115,6 +116,7 @@ pub(super) fn build(
         keys,
         mcp_session_secret,
         redis_url,
+        browsers,
     };
     // Sets that search get their index built now, on a thread of its own
     // so the load does not wait for it (a search that comes first waits

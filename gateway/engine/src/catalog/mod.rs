@@ -5,6 +5,7 @@
 //! catalog that exists is valid. Requests hold an `Arc<Catalog>` for their
 //! whole life.
 
+mod browsers;
 mod build;
 mod builtins;
 mod fetch;
@@ -27,6 +28,7 @@ use crate::tool::native::NativeTool;
 use crate::upstream::Upstreams;
 use toolgate_config::{ConfigErrors, Diagnostic, GatewayFile};
 
+pub use browsers::{BrowserRefusal, BrowserRequest, BrowserRules};
 pub use settings::Secret;
 pub use toolset::{McpPattern, ToolSet};
 
@@ -53,6 +55,8 @@ pub struct Catalog {
     pub mcp_session_secret: Option<Secret>,
     /// The URL of `state.redis` (it may hold a password).
     pub redis_url: Option<Secret>,
+    /// What the HTTP endpoints accept from web browsers (`http`).
+    pub browsers: BrowserRules,
 }
 
 /// A declared tool that cannot be used, and why.

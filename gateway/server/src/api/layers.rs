@@ -220,6 +220,7 @@ pub async fn admit(
 ) -> Result<Caller, Response> {
     let catalog = state.catalog();
     let keys = catalog.keys();
+    refuse_what_pages_send(&catalog, req).map_err(IntoResponse::into_response)?;
     let open = matches!(req.uri.path(), "/healthz" | "/readyz")
         || crate::console::is_open(req.uri.path())
         || req
@@ -327,6 +328,95 @@ pub async fn admit(
     Ok(Caller { request_id, key })
 }
 
+/// Paths that answer to any `Host`: probes and scrapes address the
+/// gateway by whatever name reaches it (a pod's IP), and act on nothing.
+fn is_probe(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics")
+}
+
+/// The one rule about what a web page may make the gateway do, before
+/// anything else looks at a request (every endpoint, both routes):
+/// - a browser's `Origin` must be this machine's, the gateway's own or one
+///   of `http.allowed_origins`, and without API keys the `Host` must be a
+///   loopback name or one of `http.allowed_hosts` (DNS rebinding), 403;
+/// - a body sent with POST, PUT or PATCH must say it is JSON
+///   (`Content-Type: application/json`, or `application/*+json`), 415:
+///   the types a page may send anywhere without asking first
+///   (`text/plain`, forms, none at all) are never taken as a request. The
+///   console's fragments, which post forms, need `HX-Request` instead (a
+///   header no page of another origin may send), checked by the console.
+fn refuse_what_pages_send(
+    catalog: &toolgate_engine::catalog::Catalog,
+    req: &axum::http::request::Parts,
+) -> Result<(), ApiError> {
+    use axum::http::header::{CONTENT_TYPE, HOST, ORIGIN};
+    use toolgate_engine::catalog::{BrowserRefusal, BrowserRequest};
+    // A header that is not text is kept as one no rule accepts.
+    let header = |name| {
+        req.headers
+            .get(name)
+            .map(|v: &HeaderValue| v.to_str().unwrap_or("\u{fffd}"))
+    };
+    let path = req.uri.path();
+    let safe_method = matches!(req.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let request = BrowserRequest {
+        origin: header(ORIGIN),
+        host: header(HOST).or_else(|| req.uri.authority().map(|a| a.as_str())),
+        cross_site: header(axum::http::HeaderName::from_static("sec-fetch-site"))
+            == Some("cross-site"),
+        safe_method,
+        keys: catalog.keys().required(),
+        probe: is_probe(path),
+    };
+    if let Err(refused) = catalog.browsers.check(&request) {
+        toolgate_engine::metrics::record(|m| m.reject("browser_refused"));
+        tracing::warn!(origin = ?request.origin, host = ?request.host, "refused: {refused}");
+        let code = match refused {
+            BrowserRefusal::Origin(_) => "origin_not_allowed",
+            BrowserRefusal::CrossSite => "cross_site_request",
+            BrowserRefusal::Host(_) => "host_not_allowed",
+        };
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            code,
+            refused.to_string(),
+        ));
+    }
+    let has_body = matches!(req.method, Method::POST | Method::PUT | Method::PATCH);
+    if has_body && !path.starts_with("/console/ui/") && !is_json(header(CONTENT_TYPE)) {
+        toolgate_engine::metrics::record(|m| m.reject("not_json"));
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!(
+                "the request body must be JSON sent with `Content-Type: application/json` (it came as {}); other types are what any web page may send to the gateway, so they are refused",
+                header(CONTENT_TYPE)
+                    .map_or_else(|| "no Content-Type".to_owned(), |t| format!("`{t}`"))
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `true` for `application/json` and `application/*+json`, with any
+/// parameters (`; charset=utf-8`).
+fn is_json(content_type: Option<&str>) -> bool {
+    let Some(essence) = content_type.and_then(|t| t.split(';').next()) else {
+        return false;
+    };
+    let essence = essence.trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json")
+            || subtype
+                .len()
+                .checked_sub(5)
+                .and_then(|i| subtype.get(i..))
+                .is_some_and(|tail| tail.eq_ignore_ascii_case("+json")))
+}
+
 /// 401 with `WWW-Authenticate: Bearer`; on the MCP endpoint it also names
 /// the protected-resource metadata (RFC 9728), where MCP clients look.
 fn unauthorized(req: &axum::http::request::Parts, code: &'static str, message: &str) -> Response {
@@ -430,5 +520,29 @@ mod tests {
         assert!(!valid_request_id("a b"));
         assert!(!valid_request_id("a\r\nX-Evil: 1"));
         assert!(!valid_request_id(&"a".repeat(129)));
+    }
+
+    #[test]
+    fn only_json_bodies_are_json() {
+        for ok in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/vnd.api+json",
+            " application/json ;x=y",
+        ] {
+            assert!(is_json(Some(ok)), "{ok}");
+        }
+        for refused in [
+            "text/plain",
+            "text/plain; a=application/json",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "json",
+            "",
+        ] {
+            assert!(!is_json(Some(refused)), "{refused}");
+        }
+        assert!(!is_json(None));
     }
 }

@@ -11,9 +11,9 @@
 //! path ([`crate::api::run_tool`]).
 //!
 //! Who may use it (`admit`): the console must be enabled; with API keys,
-//! the key must have `console: own` or `all`; without keys, the `Host`
-//! must be a loopback name or one of `console.allowed_hosts` (an open
-//! gateway is otherwise reachable by DNS rebinding). Every fragment
+//! the key must have `console: own` or `all` (without keys, the layers'
+//! browser rule keeps the gateway to loopback names and
+//! `http.allowed_hosts`, against DNS rebinding). Every fragment
 //! request carries `HX-Request`, which a page of another origin cannot
 //! send without a CORS preflight the gateway never grants.
 
@@ -201,12 +201,7 @@ struct Access {
 }
 
 /// Whether `caller` may use the console's fragments (see the module).
-fn admit(
-    state: &AppState,
-    caller: &Caller,
-    headers: &HeaderMap,
-    uri: &axum::http::Uri,
-) -> Result<Access, ApiError> {
+fn admit(state: &AppState, caller: &Caller, headers: &HeaderMap) -> Result<Access, ApiError> {
     let catalog = state.catalog();
     let settings = &catalog.settings.console;
     if !settings.enabled {
@@ -240,19 +235,6 @@ fn admit(
             StatusCode::UNAUTHORIZED,
             "missing_api_key",
             "the console needs an API key",
-        ));
-    }
-    if !crate::mcp::host_allowed(headers, uri, &settings.allowed_hosts) {
-        let host = headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or_default();
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "host_not_allowed",
-            format!(
-                "this gateway has no API keys, so its console answers only to loopback names and `console.allowed_hosts`; `{host}` is neither"
-            ),
         ));
     }
     Ok(Access { operator: true })

@@ -47,9 +47,8 @@ pub async fn catalog(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
-    uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
-    let access = admit(&state, &caller, &headers, &uri)?;
+    let access = admit(&state, &caller, &headers)?;
     let catalog = state.catalog();
     let default = caller.default_set(&catalog);
     let mut visible = BTreeSet::new();
@@ -163,9 +162,8 @@ pub async fn tool(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
-    let access = admit(&state, &caller, &headers, &uri)?;
+    let access = admit(&state, &caller, &headers)?;
     let catalog = state.catalog();
     crate::api::check_tool(&catalog, &caller, &name)?;
     let tool = catalog.tool(&name).ok_or_else(|| {
@@ -187,10 +185,9 @@ pub async fn try_tool(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    uri: axum::http::Uri,
     Form(submitted): Form<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    admit(&state, &caller, &headers, &uri)?;
+    admit(&state, &caller, &headers)?;
     let context = crate::api::call_context(&headers, &caller)?;
     let arguments = match submitted.iter().find(|(k, _)| k == RAW_FIELD) {
         Some((_, text)) if text.trim().is_empty() => Ok(json!({})),
@@ -254,9 +251,8 @@ pub async fn activity(
     Extension(caller): Extension<Caller>,
     Query(query): Query<ActivityQuery>,
     headers: HeaderMap,
-    uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
-    let access = admit(&state, &caller, &headers, &uri)?;
+    let access = admit(&state, &caller, &headers)?;
     let own = caller.key_name();
     let visible = |e: &toolgate_engine::audit::AuditEntry| access.operator || e.key == own;
     let recent = state.executor.recent();

@@ -28,9 +28,8 @@ pub async fn page(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
-    uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
-    admit(&state, &caller, &headers, &uri)?;
+    admit(&state, &caller, &headers)?;
     let catalog = state.catalog();
     let models: Vec<String> = catalog
         .upstreams
@@ -70,10 +69,9 @@ pub async fn play(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
-    uri: axum::http::Uri,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    admit(&state, &caller, &headers, &uri)?;
+    admit(&state, &caller, &headers)?;
     let body = body.map_err(crate::api::body_error)?;
     let asked: PlayRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!("the playground's request is not valid: {e}"))

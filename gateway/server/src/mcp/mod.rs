@@ -36,19 +36,6 @@ use sessions::{Closed, SignedSessions, SignedStore, Signer};
 use crate::api::{ApiError, AppState, Caller};
 use toolgate_config::format::Discovery;
 
-/// Hosts an open gateway's MCP endpoint always accepts.
-const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
-
-/// Browser origins always accepted: pages served from this machine.
-const LOOPBACK_ORIGINS: [&str; 6] = [
-    "http://localhost:*",
-    "https://localhost:*",
-    "http://127.0.0.1:*",
-    "https://127.0.0.1:*",
-    "http://[::1]:*",
-    "https://[::1]:*",
-];
-
 /// The streamable HTTP service, shared by every request.
 #[derive(Clone)]
 pub struct Endpoint {
@@ -82,16 +69,10 @@ impl Endpoint {
         let mut config = StreamableHttpServerConfig::default()
             .with_max_request_body_bytes(settings.limits.max_request_bytes)
             .with_cancellation_token(stop)
-            .with_allowed_origins(
-                LOOPBACK_ORIGINS
-                    .iter()
-                    .map(|o| (*o).to_owned())
-                    .chain(settings.mcp.allowed_origins.iter().cloned()),
-            )
-            .enforce_origin_validation();
-        // `Host` is checked per request, against the catalog in service
-        // (`host_allowed`), so a reload that removes the keys brings the
-        // check back.
+            .disable_allowed_origins();
+        // `Origin` and `Host` are checked before any handler, for every
+        // endpoint, against the catalog in service (`http.*`), so a reload
+        // that removes the keys brings the `Host` check back.
         config = config.disable_allowed_hosts();
         config.session_store = Some(Arc::new(SignedStore { signer, closed }));
         let for_sessions = state.clone();
@@ -159,22 +140,6 @@ async fn serve(
     if let Err(e) = catalog.usable_set(&set, caller.key.as_deref()) {
         return ApiError::from(e).into_response();
     }
-    // Without keys, only this machine's names (and the listed ones) may
-    // reach the endpoint: a page rebound to 127.0.0.1 cannot.
-    if !catalog.keys().required()
-        && !host_allowed(
-            req.headers(),
-            req.uri(),
-            &catalog.settings.mcp.allowed_hosts,
-        )
-    {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "host_not_allowed",
-            "this gateway has no API keys, so its MCP endpoint answers only requests to a loopback host or one in mcp.allowed_hosts",
-        )
-        .into_response();
-    }
     // A session id must be one this gateway issued to this caller's key,
     // and not closed since; anything else is unknown (404), before rmcp
     // reads it.
@@ -235,30 +200,6 @@ async fn serve(
         *resp.status_mut() = StatusCode::NO_CONTENT;
     }
     resp
-}
-
-/// `true` when the request's `Host` (HTTP/2: its authority) is loopback or
-/// listed.
-pub(crate) fn host_allowed(headers: &HeaderMap, uri: &axum::http::Uri, allowed: &[String]) -> bool {
-    let Some(host) = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| uri.authority().map(|a| a.as_str()))
-    else {
-        return false;
-    };
-    let name = match host.rsplit_once(':') {
-        // `[::1]:8080`, `localhost:8080`; a bare IPv6 literal has no port.
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => {
-            name
-        }
-        _ => host,
-    };
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    LOOPBACK_HOSTS.contains(&name)
-        || allowed
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(name) || a.eq_ignore_ascii_case(host))
 }
 
 /// A request that may start a session: a POST without `Mcp-Session-Id`
@@ -364,46 +305,4 @@ pub async fn serve_stdio(
         .await
         .map_err(|e| StdioError::Run(e.to_string()))?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_are_loopback_or_listed() {
-        let with = |host: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::HOST, host.parse().unwrap_or_else(|e| panic!("{e}")));
-            h
-        };
-        let uri = axum::http::Uri::from_static("/mcp");
-        let listed = ["gw.example.com".to_owned()];
-        for ok in [
-            "localhost",
-            "localhost:8080",
-            "127.0.0.1:1",
-            "[::1]:8080",
-            "gw.example.com:443",
-        ] {
-            assert!(host_allowed(&with(ok), &uri, &listed), "{ok}");
-        }
-        for refused in [
-            "evil.example.com",
-            "evil.example.com:8080",
-            "localhost.evil.com",
-            "127.0.0.2",
-        ] {
-            assert!(!host_allowed(&with(refused), &uri, &listed), "{refused}");
-        }
-        let h2 = axum::http::Uri::from_static("http://127.0.0.1:8080/mcp");
-        assert!(
-            host_allowed(&HeaderMap::new(), &h2, &listed),
-            "HTTP/2 authority"
-        );
-        assert!(
-            !host_allowed(&HeaderMap::new(), &uri, &listed),
-            "no host at all"
-        );
-    }
 }
