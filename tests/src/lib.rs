@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod mock_llm;
+pub mod modgraph;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -27,7 +28,8 @@ use axum::routing::any;
 use serde_json::{Value, json};
 use toolgate_engine::catalog::Catalog;
 use toolgate_engine::executor::{Executor, http_client};
-use toolgate_server::api::{AppState, router};
+use toolgate_server::http::AppState;
+use toolgate_server::router::router;
 
 /// One request the backend received.
 #[derive(Debug, Clone)]

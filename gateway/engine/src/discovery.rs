@@ -10,7 +10,7 @@
 //! server's list does).
 //!
 //! `find_tools` is a tool like any other (validated, timed, audited) whose
-//! call runs [`run`]. The chat loop then offers the tools it found (see
+//! call runs `Catalog::run_find_tools`. The chat loop then offers the tools it found (see
 //! `chat/tool_loop.rs`); the MCP face lists `find_tools` and `call_tool`.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,8 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bm25::{DefaultTokenizer, Embedder, EmbedderBuilder, Language, Scorer, Tokenizer};
 use serde_json::{Value, json};
 
-use crate::catalog::{Catalog, ToolSet};
-use crate::tool::{Annotations, Tool, ToolError, ToolKind, ToolSpec};
+use crate::tool::{Annotations, Tool, ToolKind, ToolSpec};
 
 /// The search tool's name in every set.
 pub const FIND_TOOLS: &str = "find_tools";
@@ -34,7 +33,7 @@ pub const MAX_RESULTS: usize = 20;
 /// The longest query, in characters.
 pub const MAX_QUERY_CHARS: usize = 500;
 /// The longest description a search result carries, in characters.
-const RESULT_DESCRIPTION_CHARS: usize = 300;
+pub const RESULT_DESCRIPTION_CHARS: usize = 300;
 
 /// How a model meets a set's tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -120,6 +119,12 @@ struct Built {
 
 impl SearchIndex {
     /// The index of `tools`, built now unless it is already theirs.
+    /// The `limit` tools of `tools` (the set's tools now) that best match
+    /// `query`, best first.
+    pub fn search(&self, tools: Vec<Arc<Tool>>, query: &str, limit: usize) -> Vec<Arc<Tool>> {
+        self.of(tools).search(query, limit)
+    }
+
     fn of(&self, tools: Vec<Arc<Tool>>) -> Arc<Built> {
         let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(b) = built.as_ref()
@@ -324,42 +329,6 @@ fn words(ident: &str) -> String {
 /// words); its capitals are left alone (`GitHub` stays one word).
 fn split_separators(query: &str) -> String {
     query.replace(['_', '-', '/', '.', ':'], " ")
-}
-
-/// The tools of `set` that best match `query`, best first.
-pub fn find(catalog: &Catalog, set: &ToolSet, query: &str, limit: usize) -> Vec<Arc<Tool>> {
-    let tools: Vec<Arc<Tool>> = catalog.tools_in(set).collect();
-    set.index.of(tools).search(query, limit)
-}
-
-/// A `find_tools` call in the set `set` (arguments already validated).
-pub fn run(catalog: &Catalog, set: Option<&str>, args: &Value) -> Result<Value, ToolError> {
-    let Some(set) = set.and_then(|s| catalog.set(s)) else {
-        return Err(ToolError::Failed(
-            "find_tools searches a tool set, and this call names none".into(),
-        ));
-    };
-    let query = args["query"].as_str().unwrap_or_default();
-    let limit = args["limit"]
-        .as_u64()
-        .and_then(|l| usize::try_from(l).ok())
-        .unwrap_or(DEFAULT_RESULTS)
-        .clamp(1, MAX_RESULTS);
-    let found = find(catalog, set, query, limit);
-    let tools: Vec<Value> = found
-        .iter()
-        .map(|t| {
-            json!({
-                "name": t.name,
-                "description": toolgate::truncate_chars(&t.description, RESULT_DESCRIPTION_CHARS),
-            })
-        })
-        .collect();
-    Ok(if tools.is_empty() {
-        json!({"tools": [], "note": "No tool matches. Search again with other words."})
-    } else {
-        json!({"tools": tools})
-    })
 }
 
 /// The names `find_tools` returned in `data` (its result), in order.

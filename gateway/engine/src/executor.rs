@@ -22,6 +22,9 @@ use serde::Serialize;
 use serde_json::Value;
 use tracing::Instrument;
 
+/// The shared HTTP client an [`Executor`] is built with.
+pub use crate::tool::http::client as http_client;
+
 use crate::audit::{AuditEntry, AuditLog, Recent};
 use crate::catalog::Catalog;
 use crate::limits::{Rate, RateLimits, Refused};
@@ -457,9 +460,9 @@ impl Executor {
             }
             // Dropped on timeout, which tells the server to cancel the call.
             ToolKind::Mcp(mcp) => mcp.call(&args, ctx, progress).await,
-            ToolKind::Search => {
-                crate::discovery::run(catalog, ctx.tool_set.as_deref(), &args).map(Output::from)
-            }
+            ToolKind::Search => catalog
+                .run_find_tools(ctx.tool_set.as_deref(), &args)
+                .map(Output::from),
         }
     }
 
@@ -626,22 +629,6 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     } else {
         "panic".to_owned()
     }
-}
-
-/// Builds the shared HTTP client used by HTTP tools.
-///
-/// It follows no redirect by itself (HTTP tools follow theirs as they
-/// declare, see [`crate::tool::http`]) and never sends `Referer`. A client
-/// that cannot be built is an error, never a default client without these
-/// settings.
-pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
-        .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
-        .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(90))
-        .redirect(reqwest::redirect::Policy::none())
-        .referer(false)
-        .build()
 }
 
 #[cfg(test)]

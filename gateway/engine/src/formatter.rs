@@ -11,50 +11,14 @@
 //!   model until restart ([`Learned`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, RwLock};
 
-use minijinja::{Environment, UndefinedBehavior};
 use serde_json::{Value, json};
 
 use toolgate_config::format::FormatterKind;
 use toolgate_toolcall::OfferedTool;
 
-/// The shipped structured-prompt template.
-pub const DEFAULT_TEMPLATE: &str = include_str!("../templates/structured_prompt.jinja");
-
-/// A compiled structured-prompt template.
-#[derive(Debug)]
-pub struct PromptTemplate {
-    env: Environment<'static>,
-}
-
-static DEFAULT: LazyLock<Result<Arc<PromptTemplate>, String>> =
-    LazyLock::new(|| PromptTemplate::new(DEFAULT_TEMPLATE.to_owned()).map(Arc::new));
-
-impl PromptTemplate {
-    /// Compiles a template source.
-    pub fn new(source: String) -> Result<PromptTemplate, String> {
-        let mut env = Environment::new();
-        env.set_undefined_behavior(UndefinedBehavior::Lenient);
-        env.add_template_owned("prompt", source)
-            .map_err(|e| crate::template::describe(&e))?;
-        let tpl = PromptTemplate { env };
-        // Render once with sample data so mistakes show at load time.
-        tpl.render(json!({"part": "system", "system": "s", "tools": [{"name": "t", "description": "d", "parameters": {"type": "object"}}], "tool_choice": "auto"}))?;
-        tpl.render(json!({"part": "tool_calls", "content": "c", "calls": [{"name": "t", "arguments": {}}]}))?;
-        tpl.render(json!({"part": "tool_results", "results": [{"name": "t", "content": "r"}]}))?;
-        Ok(tpl)
-    }
-
-    /// The shipped default.
-    pub fn default_template() -> Result<Arc<PromptTemplate>, String> {
-        DEFAULT.clone()
-    }
-
-    fn render(&self, ctx: Value) -> Result<String, String> {
-        crate::template::render(&self.env, "prompt", minijinja::Value::from_serialize(&ctx))
-    }
-}
+pub use crate::prompt::{DEFAULT_TEMPLATE, PromptTemplate};
 
 /// What one turn of a model said, in OpenAI terms.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -27,6 +27,7 @@ pub mod jwt;
 pub mod limits;
 pub mod metrics;
 pub mod openai;
+pub mod prompt;
 pub mod secrets;
 pub mod shared;
 pub mod telemetry;

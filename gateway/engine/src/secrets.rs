@@ -1,4 +1,5 @@
-//! Keeping secrets out of what the gateway says: a [`Scrubber`] replaces
+//! Keeping secrets out of what the gateway says: a [`Secret`] never shows
+//! in logs or `Debug` output, and a [`Scrubber`] replaces
 //! every secret it was given, in every encoding the gateway itself applies
 //! when it sends one (raw, percent-encoded, form-encoded, JSON-escaped,
 //! base64), with `[redacted]`.
@@ -9,6 +10,26 @@
 
 use base64::Engine;
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// A secret that never appears in logs or `Debug` output.
+#[derive(Clone)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    pub fn new(bytes: Vec<u8>) -> Secret {
+        Secret(bytes)
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
 
 /// Shorter values are not scrubbed: replacing every `a` or `1` in a message
 /// would destroy it and protect nothing.

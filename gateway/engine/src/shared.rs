@@ -31,7 +31,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolgate_config::format::{RedisDecl, Unavailable};
 
-use crate::catalog::Secret;
+use crate::secrets::Secret;
 
 /// The shared state was not reachable (or answered too late); the caller
 /// falls back.

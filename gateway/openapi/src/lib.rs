@@ -9,6 +9,7 @@
 //! credentials, [`names`] names the tools; [`to_yaml`] writes the file
 //! `toolgate import openapi` prints.
 
+mod error;
 pub mod names;
 pub mod operation;
 pub mod schema;
@@ -20,41 +21,13 @@ use std::path::{Path, PathBuf};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde_json::Value;
 
-use crate::operation::{Dialect, Operation};
+pub use crate::error::ImportError;
+use crate::names::cap;
+use crate::operation::Operation;
 use crate::schema::Converter;
 use crate::security::Security;
+use crate::spec::Dialect;
 pub use crate::spec::Documents;
-
-/// Why an import failed as a whole (one operation that cannot be a tool is
-/// skipped and listed instead).
-#[derive(Debug, thiserror::Error)]
-pub enum ImportError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path} is larger than {limit} bytes")]
-    TooLarge { path: PathBuf, limit: u64 },
-    #[error("{path} is neither YAML nor JSON: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error(
-        "this is not an OpenAPI 3.x or Swagger 2.0 description: it has no `openapi: 3.x` or `swagger: \"2.0\"` field"
-    )]
-    NotOpenApi,
-    #[error(
-        "the spec's server URL `{0}` is not an absolute http(s) URL free of `{{`/`}}` (unfilled server variables or template syntax): give the API's address with `server` (`--server https://api.example.com`)"
-    )]
-    Server(String),
-    #[error("`{glob}` is not a valid glob: {message}")]
-    Glob { glob: String, message: String },
-    #[error(
-        "`{0}` is not a valid environment variable name: use A-Z, 0-9 and _, not starting with a digit"
-    )]
-    EnvName(String),
-    #[error("cannot write the tools as YAML: {0}")]
-    Yaml(String),
-}
 
 /// What to import, and how.
 #[derive(Debug, Clone, Default)]
@@ -374,16 +347,6 @@ fn description(op: &Value, method: &str, path: &str) -> String {
         out = format!("Deprecated. {out}");
     }
     cap(&out, 1000)
-}
-
-/// `s` cut to `max` characters, with `…` when cut.
-pub(crate) fn cap(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(max - 1).collect();
-    out.push('…');
-    out
 }
 
 /// The spec's first server (3.x, variables at their defaults) or

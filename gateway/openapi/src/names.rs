@@ -88,6 +88,16 @@ pub fn is_cookie_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "!#$&'*+-.^_`|~".contains(c))
 }
 
+/// `s` cut to `max` characters, with `…` when cut.
+pub(crate) fn cap(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

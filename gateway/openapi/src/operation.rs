@@ -9,7 +9,7 @@ use serde_yaml::Mapping;
 use crate::names::{ident, is_cookie_name};
 use crate::schema::Converter;
 use crate::security::Auth;
-use crate::spec::DocId;
+use crate::spec::{Dialect, DocId};
 
 /// Where a parameter goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,13 +38,6 @@ impl In {
             In::Cookie => "cookie",
         }
     }
-}
-
-/// The spec's dialect, for what differs between them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    Swagger2,
-    OpenApi3,
 }
 
 /// One operation of the spec.
@@ -463,7 +456,10 @@ fn annotate(schema: &mut Value, param: &Value) {
         .and_then(Value::as_str)
         .filter(|d| !d.trim().is_empty())
     {
-        m.insert("description".into(), json!(crate::cap(d.trim(), 500)));
+        m.insert(
+            "description".into(),
+            json!(crate::names::cap(d.trim(), 500)),
+        );
     }
     if param.get("deprecated") == Some(&Value::Bool(true)) {
         m.insert("deprecated".into(), json!(true));

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::names::sanitize;
-use crate::operation::Dialect;
+use crate::spec::Dialect;
 
 /// What one operation sends to authenticate, and the variables it reads.
 #[derive(Debug, Default, Clone)]

@@ -6,7 +6,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::ImportError;
+use crate::error::ImportError;
+
+/// The spec's dialect, for what differs between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Swagger2,
+    OpenApi3,
+}
 
 /// The largest document read (GitHub's description is 13 MB).
 pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;

@@ -1,23 +1,25 @@
 //! toolgate's server: the HTTP faces onto the engine, serving, hot reload
-//! and the command line.
+//! and the command line, in the order they build on each other:
 //!
-//! [`api`] is the router (layers: request id, auth, limits, metrics) and
-//! the tool API; [`chat`] is the OpenAI chat-completions face and
-//! [`messages`] and [`responses`] the Anthropic Messages and OpenAI
-//! Responses faces, each encoding the engine's answers and events ([`face`]
-//! is what they share); [`server`] runs the HTTP server (accept
-//! loop, signals, graceful shutdown); [`reload`] swaps in a new catalog when
-//! the configuration changes; [`mcp`] serves tool sets to MCP clients
-//! (streamable HTTP and stdio); [`cli`] (clap) is the `toolgate` command.
+//! - [`telemetry`] (logs, traces) and [`reload`] (the catalog in service,
+//!   swapped when the configuration changes);
+//! - [`http`], the floor: shared state, the error body, the layers around
+//!   every handler;
+//! - [`ops`] (health, readiness, metrics) and [`faces`] (chat completions,
+//!   Responses, Messages, the tool API, MCP, the console);
+//! - [`router`]: which path goes where, and the service each connection
+//!   runs;
+//! - [`server`]: serving (accept loop, signals, graceful shutdown);
+//! - [`cli`] (clap): the `toolgate` command.
+//!
+//! No module refers to one after it in this list, and no files refer to
+//! each other in a circle (`tests/tests/e2e/layering.rs`).
 
-pub mod api;
-pub mod chat;
 pub mod cli;
-pub mod console;
-pub mod face;
-pub mod mcp;
-pub mod messages;
+pub mod faces;
+pub mod http;
+pub mod ops;
 pub mod reload;
-pub mod responses;
+pub mod router;
 pub mod server;
 pub mod telemetry;

@@ -24,8 +24,9 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{AppState, Gateway};
+use crate::http::AppState;
 use crate::reload::{self, Live, Loader, Outcome, Reloader, Trigger, WatchHandle};
+use crate::router::Gateway;
 use toolgate_engine::audit::AuditLog;
 use toolgate_engine::catalog::Catalog;
 use toolgate_engine::executor::{Executor, http_client};
@@ -200,7 +201,7 @@ pub async fn stdio(
         audit,
         ..
     } = prepare(catalog, options).await?;
-    let served = crate::mcp::serve_stdio(state.clone(), set, discovery).await;
+    let served = crate::faces::mcp::serve_stdio(state.clone(), set, discovery).await;
     drop(watch);
     finish(&state, audit).await;
     served.map_err(|e| ServeError::Stdio(e.to_string()))
@@ -315,7 +316,7 @@ async fn run(
 /// Bounded for hostile clients: at most `limits.max_connections` open at
 /// once (beyond it, new connections wait in the kernel's queue), and each
 /// must send a request's headers within `limits.header_timeout` (the
-/// request body has its own deadline, see `api::layers::body_deadline`).
+/// request body has its own deadline, see `http::body_deadline`).
 async fn serve_connections(
     listener: tokio::net::TcpListener,
     app: Gateway,
@@ -473,7 +474,7 @@ async fn serve_connection(
 #[cfg(unix)]
 fn spawn_signal_handlers(
     reloader: Arc<Reloader>,
-    stop: crate::api::Draining,
+    stop: crate::http::Draining,
     force: CancellationToken,
 ) -> std::io::Result<()> {
     // `stop` starts the shutdown: draining first (see `drain`).
@@ -520,7 +521,7 @@ fn spawn_signal_handlers(
 #[cfg(not(unix))]
 fn spawn_signal_handlers(
     _reloader: Arc<Reloader>,
-    stop: crate::api::Draining,
+    stop: crate::http::Draining,
     _force: CancellationToken,
 ) -> std::io::Result<()> {
     tokio::spawn(async move {

@@ -1,60 +1,10 @@
 //! Offered tools, name resolution and recognising call-shaped JSON.
 
-use std::collections::HashMap;
-
 use serde_json::{Map, Value};
 
 use super::json_scan::{self, Scan};
-use super::text::{Piece, Src};
-use super::{OfferedTool, ParsedCall};
-
-/// The offered tools, indexed by name.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Tools {
-    schemas: HashMap<String, Value>,
-}
-
-impl Tools {
-    pub fn new(tools: &[OfferedTool]) -> Self {
-        let mut schemas = HashMap::new();
-        for t in tools {
-            schemas
-                .entry(t.name.clone())
-                .or_insert_with(|| t.parameters.clone());
-        }
-        Tools { schemas }
-    }
-
-    /// The offered name a model-written name refers to: the name itself, or
-    /// the name without a `functions.` prefix or a `.call` suffix (Llama's
-    /// `<|python_tag|>tool.call(...)`).
-    pub fn resolve(&self, name: &str) -> Option<String> {
-        let name = name.trim();
-        if name.is_empty() {
-            return None;
-        }
-        if self.schemas.contains_key(name) {
-            return Some(name.to_string());
-        }
-        let mut n = name;
-        if let Some(rest) = n.strip_prefix("functions.") {
-            n = rest;
-        }
-        if self.schemas.contains_key(n) {
-            return Some(n.to_string());
-        }
-        if let Some(rest) = n.strip_suffix(".call")
-            && self.schemas.contains_key(rest)
-        {
-            return Some(rest.to_string());
-        }
-        None
-    }
-
-    pub fn schema(&self, name: &str) -> Option<&Value> {
-        self.schemas.get(name)
-    }
-}
+use super::offered::{ParsedCall, Tools};
+use super::text::{Input, Piece};
 
 /// Name and arguments of a call-shaped JSON object, before checking the name.
 ///
@@ -138,7 +88,7 @@ pub(super) fn classify<'v>(v: &'v Value, tools: &Tools) -> Option<Vec<Elem<'v>>>
 /// array when known. `None` when the value is not call-shaped; otherwise the
 /// pieces and how many of them are calls (possibly zero).
 pub(super) fn span_pieces(
-    src: &Src,
+    src: &Input,
     span: (usize, usize),
     repaired: Option<&str>,
     elems: &[(usize, usize)],
@@ -168,17 +118,20 @@ pub(super) fn span_pieces(
 
 /// Scan and parse one JSON object at `s` as arguments (for forms where the
 /// name is outside the JSON). Returns the object and its end.
-pub(super) fn json_args(src: &Src, s: usize) -> super::text::P<(Map<String, Value>, usize)> {
-    use super::text::P;
+pub(super) fn json_args(
+    src: &Input,
+    s: usize,
+) -> super::text::Outcome<(Map<String, Value>, usize)> {
+    use super::text::Outcome;
     if src.at(s) != Some(b'{') {
-        return P::No;
+        return Outcome::No;
     }
     match json_scan::scan(src.b, s, src.eof, false) {
-        Scan::More => P::More,
-        Scan::Fail(_) => P::No,
+        Scan::More => Outcome::More,
+        Scan::Fail(_) => Outcome::No,
         Scan::Complete(c) => match serde_json::from_str::<Value>(src.slice(s, c.end)) {
-            Ok(Value::Object(m)) => P::Ok((m, c.end)),
-            _ => P::No,
+            Ok(Value::Object(m)) => Outcome::Ok((m, c.end)),
+            _ => Outcome::No,
         },
     }
 }

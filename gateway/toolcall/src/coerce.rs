@@ -9,7 +9,7 @@
 
 use serde_json::{Map, Number, Value};
 
-use super::python;
+use super::python_literal;
 
 /// The schema of property `key` in an object schema.
 pub(super) fn prop_schema<'a>(schema: Option<&'a Value>, key: &str) -> Option<&'a Value> {
@@ -104,7 +104,7 @@ fn text_as(raw: &str, ty: &str, ps: Option<&Value>) -> Option<Value> {
         "object" | "array" => {
             let v = serde_json::from_str::<Value>(s)
                 .ok()
-                .or_else(|| python::literal_str(s))?;
+                .or_else(|| python_literal::literal_str(s))?;
             let ok = if ty == "object" {
                 v.is_object()
             } else {

@@ -8,12 +8,13 @@
 //! once its pending text has doubled (or at the end), so the total work
 //! stays linear however the text is chunked.
 
-use super::ParsedCall;
-use super::calls::{Tools, span_pieces};
+use super::calls::span_pieces;
 use super::families::block_at;
 use super::json_scan::{self, Scan};
+use super::offered::ParsedCall;
+use super::offered::Tools;
 use super::python;
-use super::text::{Block, P, Piece, Src, ceil_boundary, is_ident_char, is_ident_start};
+use super::text::{Block, Input, Outcome, Piece, ceil_boundary, is_ident_char, is_ident_start};
 
 /// Output of the engine, in text order.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +41,7 @@ impl Engine {
 
     /// Decide as much as possible. With `eof`, everything is decided.
     pub fn advance(&mut self, eof: bool, tools: &Tools, out: &mut Vec<Out>) {
-        let src = Src::new(&self.buf, eof, tools);
+        let src = Input::new(&self.buf, eof, tools);
         let len = src.len();
         let mut st = Emit {
             out,
@@ -76,12 +77,12 @@ impl Engine {
                 break;
             }
             match try_at(&src, s, st.after_call) {
-                P::More if !eof => {
+                Outcome::More if !eof => {
                     let pending = (len - s).max(1);
                     self.gate = Some((s, s + 2 * pending));
                     break;
                 }
-                P::Ok(b) if b.end > s => {
+                Outcome::Ok(b) if b.end > s => {
                     for p in b.pieces {
                         st.piece(&src, p);
                     }
@@ -119,11 +120,11 @@ impl Emit<'_> {
         }
     }
 
-    fn range(&mut self, src: &Src, a: usize, b: usize) {
+    fn range(&mut self, src: &Input, a: usize, b: usize) {
         self.text(src.slice(a, b));
     }
 
-    fn piece(&mut self, src: &Src, p: Piece) {
+    fn piece(&mut self, src: &Input, p: Piece) {
         match p {
             Piece::Range(a, b) => self.range(src, a, b),
             Piece::Text(t) => self.text(&t),
@@ -136,7 +137,7 @@ impl Emit<'_> {
 }
 
 /// The next byte at or after `from` where a call could start.
-fn next_trigger(src: &Src, from: usize) -> usize {
+fn next_trigger(src: &Input, from: usize) -> usize {
     let b = src.b;
     let mut i = from;
     while let Some(&c) = b.get(i) {
@@ -150,32 +151,32 @@ fn next_trigger(src: &Src, from: usize) -> usize {
 }
 
 /// Decide the candidate at `s`.
-fn try_at(src: &Src, s: usize, after_call: bool) -> P<Block> {
+fn try_at(src: &Input, s: usize, after_call: bool) -> Outcome<Block> {
     match src.at(s) {
         Some(b';' | b',') if after_call => separator(src, s),
         Some(b'{') => bare(src, s),
         Some(b'[') => match block_at(src, s, 1) {
-            P::No => bare(src, s),
+            Outcome::No => bare(src, s),
             other => other,
         },
         Some(b'<' | b'`' | b'f') => block_at(src, s, 1),
-        _ => P::No,
+        _ => Outcome::No,
     }
 }
 
 /// `;` or `,` right after a call, followed by another call: consumed with
 /// it (Llama 3 writes `{call}; {call}`).
-fn separator(src: &Src, s: usize) -> P<Block> {
+fn separator(src: &Input, s: usize) -> Outcome<Block> {
     let q = src.skip_ws(s + 1);
     if q >= src.len() {
         return src.need();
     }
     match src.at(q) {
-        Some(b';' | b',') => P::No,
+        Some(b';' | b',') => Outcome::No,
         _ => match try_at(src, q, false) {
-            P::Ok(b) if matches!(b.pieces.first(), Some(Piece::Call(_))) => P::Ok(b),
-            P::More => P::More,
-            _ => P::No,
+            Outcome::Ok(b) if matches!(b.pieces.first(), Some(Piece::Call(_))) => Outcome::Ok(b),
+            Outcome::More => Outcome::More,
+            _ => Outcome::No,
         },
     }
 }
@@ -187,7 +188,7 @@ fn separator(src: &Src, s: usize) -> P<Block> {
 /// A value that breaks off is content up to its innermost still-open
 /// container (scanning resumes there) or up to the failure; complete
 /// call-shaped values that closed inside it are still accepted.
-fn bare(src: &Src, s: usize) -> P<Block> {
+fn bare(src: &Input, s: usize) -> Outcome<Block> {
     let is_array = src.at(s) == Some(b'[');
     // Cheap pre-check: what follows the bracket must be able to start a
     // member (object) or an element (array, JSON or pythonic).
@@ -197,31 +198,31 @@ fn bare(src: &Src, s: usize) -> P<Block> {
         Some(b'"' | b'}') if !is_array => {}
         Some(b'{' | b'[' | b'"' | b'-' | b'0'..=b'9' | b']') if is_array => {}
         Some(c) if is_array && is_ident_start(c) => {}
-        Some(_) => return P::Ok(Block::content(s, s + 1)),
+        Some(_) => return Outcome::Ok(Block::content(s, s + 1)),
     }
     match json_scan::scan(src.b, s, src.eof, false) {
-        Scan::More => P::More,
+        Scan::More => Outcome::More,
         Scan::Complete(c) => {
             if let Some((pieces, n)) = span_pieces(src, (s, c.end), None, &c.elems)
                 && n > 0
             {
-                return P::Ok(Block { pieces, end: c.end });
+                return Outcome::Ok(Block { pieces, end: c.end });
             }
             if is_array {
                 match python::py_list(src, s) {
-                    P::Ok((calls, e)) => return P::Ok(calls_block(calls, e)),
-                    P::More => return P::More,
-                    P::No => {}
+                    Outcome::Ok((calls, e)) => return Outcome::Ok(calls_block(calls, e)),
+                    Outcome::More => return Outcome::More,
+                    Outcome::No => {}
                 }
             }
-            P::Ok(Block::content(s, c.end))
+            Outcome::Ok(Block::content(s, c.end))
         }
         Scan::Fail(f) => {
             if is_array {
                 match python::py_list(src, s) {
-                    P::Ok((calls, e)) => return P::Ok(calls_block(calls, e)),
-                    P::More => return P::More,
-                    P::No => {}
+                    Outcome::Ok((calls, e)) => return Outcome::Ok(calls_block(calls, e)),
+                    Outcome::More => return Outcome::More,
+                    Outcome::No => {}
                 }
             }
             let resume = ceil_boundary(
@@ -251,7 +252,7 @@ fn bare(src: &Src, s: usize) -> P<Block> {
             if resume > cur {
                 pieces.push(Piece::Range(cur, resume));
             }
-            P::Ok(Block {
+            Outcome::Ok(Block {
                 pieces,
                 end: resume,
             })

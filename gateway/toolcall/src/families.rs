@@ -2,18 +2,20 @@
 //! variants), code fences, `[TOOL_CALLS]`, `functools`, `<function=...>`
 //! XML, DeepSeek and Kimi special tokens, and the items inside them.
 //!
-//! Every parser here starts at a known position, returns [`P::More`] only
+//! Every parser here starts at a known position, returns [`Outcome::More`] only
 //! when the input is not final and the answer depends on what follows, and
 //! is bounded by the text it actually inspects.
 
 use serde_json::{Map, Value};
 
-use super::ParsedCall;
 use super::calls::{json_args, span_pieces};
 use super::coerce::{coerce_text, prop_schema};
 use super::json_scan::{self, Scan};
+use super::offered::ParsedCall;
 use super::python;
-use super::text::{Block, M, P, Piece, Src, is_ident_char, is_ident_start, is_ws};
+use super::text::{
+    Block, Input, MarkerMatch, Outcome, Piece, is_ident_char, is_ident_start, is_ws,
+};
 
 /// A wrapper tag around call items, with the closers that may end it. The
 /// closer is optional (models stop without it), except for GLM-style items.
@@ -141,37 +143,38 @@ const JSON_ONLY: Ctx = Ctx {
 
 /// A marked block (tag, fence, marker word) at `s`. `nest` is how many
 /// levels of nested blocks its items may contain.
-pub(super) fn block_at(src: &Src, s: usize, nest: u8) -> P<Block> {
+pub(super) fn block_at(src: &Input, s: usize, nest: u8) -> Outcome<Block> {
     match src.at(s) {
         Some(b'<') => tag_block(src, s, nest),
         Some(b'`') => fence_block(src, s, nest),
         Some(b'[') => marker_block(src, s, "[TOOL_CALLS]", &["[/TOOL_CALLS]"], true),
         Some(b'f') => marker_block(src, s, "functools", &[], false),
-        _ => P::No,
+        _ => Outcome::No,
     }
 }
 
-fn tag_block(src: &Src, s: usize, nest: u8) -> P<Block> {
+fn tag_block(src: &Input, s: usize, nest: u8) -> Outcome<Block> {
     let mut more = false;
     for w in WRAPPERS {
         match src.marker(s, w.open) {
-            M::Yes(p) => return wrapper_block(src, p, w, nest),
-            M::More => more = true,
-            M::No => {}
+            MarkerMatch::Yes(p) => return wrapper_block(src, p, w, nest),
+            MarkerMatch::More => more = true,
+            MarkerMatch::No => {}
         }
     }
-    let parsers: [fn(&Src, usize) -> P<Block>; 3] = [xml_function, deepseek_block, kimi_block];
+    let parsers: [fn(&Input, usize) -> Outcome<Block>; 3] =
+        [xml_function, deepseek_block, kimi_block];
     for parser in parsers {
         match parser(src, s) {
-            P::Ok(b) => return P::Ok(b),
-            P::More => more = true,
-            P::No => {}
+            Outcome::Ok(b) => return Outcome::Ok(b),
+            Outcome::More => more = true,
+            Outcome::No => {}
         }
     }
-    if more { P::More } else { P::No }
+    if more { Outcome::More } else { Outcome::No }
 }
 
-fn wrapper_block(src: &Src, p: usize, w: &Wrapper, nest: u8) -> P<Block> {
+fn wrapper_block(src: &Input, p: usize, w: &Wrapper, nest: u8) -> Outcome<Block> {
     let ctx = Ctx {
         repair: true,
         xml: true,
@@ -182,17 +185,17 @@ fn wrapper_block(src: &Src, p: usize, w: &Wrapper, nest: u8) -> P<Block> {
         closers: w.closes,
     };
     match items(src, p, ctx) {
-        P::Ok(b) => close_block(src, b, w.closes),
-        P::No => P::No,
-        P::More => P::More,
+        Outcome::Ok(b) => close_block(src, b, w.closes),
+        Outcome::No => Outcome::No,
+        Outcome::More => Outcome::More,
     }
 }
 
-fn fence_block(src: &Src, s: usize, nest: u8) -> P<Block> {
+fn fence_block(src: &Input, s: usize, nest: u8) -> Outcome<Block> {
     let mut p = match src.marker(s, FENCE) {
-        M::Yes(p) => p,
-        M::More => return P::More,
-        M::No => return P::No,
+        MarkerMatch::Yes(p) => p,
+        MarkerMatch::More => return Outcome::More,
+        MarkerMatch::No => return Outcome::No,
     };
     // Optional language tag.
     let lang_start = p;
@@ -202,7 +205,7 @@ fn fence_block(src: &Src, s: usize, nest: u8) -> P<Block> {
     {
         p += 1;
         if p - lang_start > 32 {
-            return P::No;
+            return Outcome::No;
         }
     }
     if p >= src.len() {
@@ -218,24 +221,24 @@ fn fence_block(src: &Src, s: usize, nest: u8) -> P<Block> {
         closers: &[FENCE],
     };
     match items(src, p, ctx) {
-        P::Ok(b) => close_block(src, b, &[FENCE]),
-        P::No => P::No,
-        P::More => P::More,
+        Outcome::Ok(b) => close_block(src, b, &[FENCE]),
+        Outcome::No => Outcome::No,
+        Outcome::More => Outcome::More,
     }
 }
 
 /// `[TOOL_CALLS]` (Mistral) or `functools` (Phi-4-mini, FireFunction).
 fn marker_block(
-    src: &Src,
+    src: &Input,
     s: usize,
     marker: &str,
     closers: &'static [&'static str],
     mistral: bool,
-) -> P<Block> {
+) -> Outcome<Block> {
     let p = match src.marker(s, marker) {
-        M::Yes(p) => p,
-        M::More => return P::More,
-        M::No => return P::No,
+        MarkerMatch::Yes(p) => p,
+        MarkerMatch::More => return Outcome::More,
+        MarkerMatch::No => return Outcome::No,
     };
     let ctx = Ctx {
         mistral11: mistral,
@@ -243,31 +246,35 @@ fn marker_block(
         ..JSON_ONLY
     };
     match items(src, p, ctx) {
-        P::Ok(b) => close_block(src, b, closers),
-        P::No => P::No,
-        P::More => P::More,
+        Outcome::Ok(b) => close_block(src, b, closers),
+        Outcome::No => Outcome::No,
+        Outcome::More => Outcome::More,
     }
 }
 
 /// After the items: consume an optional closer (after whitespace).
-fn close_block(src: &Src, b: Block, closers: &[&str]) -> P<Block> {
+fn close_block(src: &Input, b: Block, closers: &[&str]) -> Outcome<Block> {
     let q = src.skip_ws(b.end);
     if q >= src.len() {
-        return if src.eof { P::Ok(b) } else { P::More };
+        return if src.eof {
+            Outcome::Ok(b)
+        } else {
+            Outcome::More
+        };
     }
     for c in closers {
         match src.marker(q, c) {
-            M::Yes(e) => {
-                return P::Ok(Block {
+            MarkerMatch::Yes(e) => {
+                return Outcome::Ok(Block {
                     pieces: b.pieces,
                     end: e,
                 });
             }
-            M::More => return P::More,
-            M::No => {}
+            MarkerMatch::More => return Outcome::More,
+            MarkerMatch::No => {}
         }
     }
-    P::Ok(b)
+    Outcome::Ok(b)
 }
 
 fn count_calls(pieces: &[Piece]) -> usize {
@@ -279,7 +286,7 @@ fn count_calls(pieces: &[Piece]) -> usize {
 
 /// A run of items separated by whitespace, `,` or `;`. The first item must
 /// contain a call; later non-call items stay content.
-fn items(src: &Src, p0: usize, ctx: Ctx) -> P<Block> {
+fn items(src: &Input, p0: usize, ctx: Ctx) -> Outcome<Block> {
     let mut pieces = Vec::new();
     let mut ncalls = 0;
     let mut end = p0;
@@ -289,7 +296,7 @@ fn items(src: &Src, p0: usize, ctx: Ctx) -> P<Block> {
             if src.eof {
                 break;
             }
-            return P::More;
+            return Outcome::More;
         }
         if ncalls > 0 && matches!(src.at(q), Some(b',' | b';')) {
             q = src.skip_ws(q + 1);
@@ -297,13 +304,13 @@ fn items(src: &Src, p0: usize, ctx: Ctx) -> P<Block> {
                 if src.eof {
                     break;
                 }
-                return P::More;
+                return Outcome::More;
             }
         }
         match item(src, q, ctx, ncalls > 0) {
-            P::More => return P::More,
-            P::No => break,
-            P::Ok(b) => {
+            Outcome::More => return Outcome::More,
+            Outcome::No => break,
+            Outcome::Ok(b) => {
                 let n = count_calls(&b.pieces);
                 if (ncalls == 0 && n == 0) || b.end <= q {
                     break;
@@ -315,9 +322,9 @@ fn items(src: &Src, p0: usize, ctx: Ctx) -> P<Block> {
         }
     }
     if ncalls == 0 {
-        P::No
+        Outcome::No
     } else {
-        P::Ok(Block { pieces, end })
+        Outcome::Ok(Block { pieces, end })
     }
 }
 
@@ -328,7 +335,7 @@ fn call_block(call: ParsedCall, end: usize) -> Block {
     }
 }
 
-fn item(src: &Src, q: usize, ctx: Ctx, after_first: bool) -> P<Block> {
+fn item(src: &Input, q: usize, ctx: Ctx, after_first: bool) -> Outcome<Block> {
     let Some(c) = src.at(q) else {
         return src.need();
     };
@@ -337,68 +344,68 @@ fn item(src: &Src, q: usize, ctx: Ctx, after_first: bool) -> P<Block> {
         b'<' => {
             if ctx.xml {
                 match xml_function(src, q) {
-                    P::No => {}
+                    Outcome::No => {}
                     other => return other,
                 }
             }
             if ctx.nest > 0 {
                 return tag_block(src, q, ctx.nest - 1);
             }
-            P::No
+            Outcome::No
         }
         b'`' if ctx.nest > 0 => fence_block(src, q, ctx.nest - 1),
         c if is_ident_start(c) => {
             if ctx.py_bare {
                 match python::py_call(src, q) {
-                    P::Ok((call, e)) => return P::Ok(call_block(call, e)),
-                    P::More => return P::More,
-                    P::No => {}
+                    Outcome::Ok((call, e)) => return Outcome::Ok(call_block(call, e)),
+                    Outcome::More => return Outcome::More,
+                    Outcome::No => {}
                 }
             }
             if ctx.glm {
                 match glm_item(src, q, ctx.closers) {
-                    P::No => {}
+                    Outcome::No => {}
                     other => return other,
                 }
             }
             if ctx.mistral11 {
                 return mistral11_item(src, q);
             }
-            P::No
+            Outcome::No
         }
-        _ => P::No,
+        _ => Outcome::No,
     }
 }
 
-fn json_item(src: &Src, q: usize, ctx: Ctx, after_first: bool) -> P<Block> {
+fn json_item(src: &Input, q: usize, ctx: Ctx, after_first: bool) -> Outcome<Block> {
     let is_array = src.at(q) == Some(b'[');
     match json_scan::scan(src.b, q, src.eof, ctx.repair) {
-        Scan::More => P::More,
+        Scan::More => Outcome::More,
         Scan::Complete(c) => {
             if let Some((pieces, n)) = span_pieces(src, (q, c.end), c.repaired.as_deref(), &c.elems)
                 && n > 0
             {
-                return P::Ok(Block { pieces, end: c.end });
+                return Outcome::Ok(Block { pieces, end: c.end });
             }
             if is_array {
                 match python::py_list(src, q) {
-                    P::Ok((calls, e)) => return P::Ok(calls_block(calls, e)),
-                    P::More => return P::More,
-                    P::No => {}
+                    Outcome::Ok((calls, e)) => return Outcome::Ok(calls_block(calls, e)),
+                    Outcome::More => return Outcome::More,
+                    Outcome::No => {}
                 }
             }
             if after_first {
-                P::Ok(Block::content(q, c.end))
+                Outcome::Ok(Block::content(q, c.end))
             } else {
-                P::No
+                Outcome::No
             }
         }
         Scan::Fail(f) => {
             if is_array {
                 match python::py_list(src, q) {
-                    P::Ok((calls, e)) => return P::Ok(calls_block(calls, e)),
-                    P::More => return P::More,
-                    P::No => {}
+                    Outcome::Ok((calls, e)) => return Outcome::Ok(calls_block(calls, e)),
+                    Outcome::More => return Outcome::More,
+                    Outcome::No => {}
                 }
             }
             if ctx.repair && f.closable {
@@ -406,19 +413,19 @@ fn json_item(src: &Src, q: usize, ctx: Ctx, after_first: bool) -> P<Block> {
                 // (`{"name": "f", "arguments": {}</tool_call>`): close them.
                 for c in ctx.closers {
                     match src.marker(f.at, c) {
-                        M::Yes(_) => {
+                        MarkerMatch::Yes(_) => {
                             let mut fixed = src.slice(q, f.at).trim_end().to_string();
                             fixed.extend(f.open_closers.iter().map(|&b| char::from(b)));
                             if let Some((pieces, n)) =
                                 span_pieces(src, (q, f.at), Some(&fixed), &[])
                                 && n > 0
                             {
-                                return P::Ok(Block { pieces, end: f.at });
+                                return Outcome::Ok(Block { pieces, end: f.at });
                             }
                             break;
                         }
-                        M::More => return P::More,
-                        M::No => {}
+                        MarkerMatch::More => return Outcome::More,
+                        MarkerMatch::No => {}
                     }
                 }
             }
@@ -436,13 +443,13 @@ fn json_item(src: &Src, q: usize, ctx: Ctx, after_first: bool) -> P<Block> {
                             pieces.extend(ps);
                             end = b;
                         }
-                        None => return P::No,
+                        None => return Outcome::No,
                     }
                 }
                 if n > 0 {
-                    return P::Ok(Block { pieces, end });
+                    return Outcome::Ok(Block { pieces, end });
                 }
-                return P::No;
+                return Outcome::No;
             }
             if !is_array && after_first {
                 // An invalid line among valid ones (one object per line):
@@ -452,12 +459,12 @@ fn json_item(src: &Src, q: usize, ctx: Ctx, after_first: bool) -> P<Block> {
                 };
                 for c in ctx.closers {
                     if src.find(c, q).is_some_and(|cp| cp < nl) {
-                        return P::No;
+                        return Outcome::No;
                     }
                 }
-                return P::Ok(Block::content(q, nl));
+                return Outcome::Ok(Block::content(q, nl));
             }
-            P::No
+            Outcome::No
         }
     }
 }
@@ -505,56 +512,56 @@ const MAX_NAME: usize = 256;
 /// `<function=NAME>` or `<function name="NAME">`, with a JSON object body
 /// (Llama 3.1 / Functionary) or `<parameter=k>v</parameter>` /
 /// `<param name="k">v</param>` children (Qwen3-Coder, BFCL).
-fn xml_function(src: &Src, s: usize) -> P<Block> {
+fn xml_function(src: &Input, s: usize) -> Outcome<Block> {
     let (name_raw, p) = match src.marker(s, "<function=") {
-        M::Yes(p) => {
+        MarkerMatch::Yes(p) => {
             let mut j = p;
             loop {
                 match src.at(j) {
                     None => return src.need(),
                     Some(b'>') => break,
-                    Some(b'<' | b'\n') => return P::No,
+                    Some(b'<' | b'\n') => return Outcome::No,
                     Some(_) => j += 1,
                 }
                 if j - p > MAX_NAME {
-                    return P::No;
+                    return Outcome::No;
                 }
             }
             (src.slice(p, j), j + 1)
         }
-        M::More => return P::More,
-        M::No => {
+        MarkerMatch::More => return Outcome::More,
+        MarkerMatch::No => {
             let p = match src.marker(s, "<function") {
-                M::Yes(p) => p,
-                M::More => return P::More,
-                M::No => return P::No,
+                MarkerMatch::Yes(p) => p,
+                MarkerMatch::More => return Outcome::More,
+                MarkerMatch::No => return Outcome::No,
             };
             match src.at(p) {
                 None => return src.need(),
                 Some(c) if is_ws(c) => {}
-                Some(_) => return P::No,
+                Some(_) => return Outcome::No,
             }
             let mut j = p;
             loop {
                 match src.at(j) {
                     None => return src.need(),
                     Some(b'>') => break,
-                    Some(b'<') => return P::No,
+                    Some(b'<') => return Outcome::No,
                     Some(_) => j += 1,
                 }
                 if j - p > 4 * MAX_NAME {
-                    return P::No;
+                    return Outcome::No;
                 }
             }
             let a = attrs(src.slice(p, j));
             let Some(&(_, name)) = a.iter().find(|(k, _)| *k == "name") else {
-                return P::No;
+                return Outcome::No;
             };
             (name, j + 1)
         }
     };
     let Some(name) = src.tools.resolve(name_raw) else {
-        return P::No;
+        return Outcome::No;
     };
     let q = src.skip_ws(p);
     if q >= src.len() {
@@ -562,9 +569,9 @@ fn xml_function(src: &Src, s: usize) -> P<Block> {
     }
     if src.at(q) == Some(b'{') {
         let (m, e) = match json_args(src, q) {
-            P::Ok(x) => x,
-            P::No => return P::No,
-            P::More => return P::More,
+            Outcome::Ok(x) => x,
+            Outcome::No => return Outcome::No,
+            Outcome::More => return Outcome::More,
         };
         let call = ParsedCall {
             name,
@@ -573,15 +580,15 @@ fn xml_function(src: &Src, s: usize) -> P<Block> {
         let r = src.skip_ws(e);
         if r >= src.len() {
             return if src.eof {
-                P::Ok(call_block(call, e))
+                Outcome::Ok(call_block(call, e))
             } else {
-                P::More
+                Outcome::More
             };
         }
         return match src.marker(r, "</function>") {
-            M::Yes(e2) => P::Ok(call_block(call, e2)),
-            M::More => P::More,
-            M::No => P::Ok(call_block(call, e)),
+            MarkerMatch::Yes(e2) => Outcome::Ok(call_block(call, e2)),
+            MarkerMatch::More => Outcome::More,
+            MarkerMatch::No => Outcome::Ok(call_block(call, e)),
         };
     }
     let Some(close) = src.find("</function>", p) else {
@@ -591,7 +598,7 @@ fn xml_function(src: &Src, s: usize) -> P<Block> {
     let mut args = Map::new();
     let mut cur = p;
     while let Some(k) = src.find("<param", cur).filter(|&k| k < close) {
-        if let M::Yes(ks) = src.marker(k, "<parameter=") {
+        if let MarkerMatch::Yes(ks) = src.marker(k, "<parameter=") {
             let Some(ke) = src.find(">", ks).filter(|&e| e < close) else {
                 break;
             };
@@ -643,12 +650,12 @@ fn xml_function(src: &Src, s: usize) -> P<Block> {
         name,
         arguments: Value::Object(args),
     };
-    P::Ok(call_block(call, close + "</function>".len()))
+    Outcome::Ok(call_block(call, close + "</function>".len()))
 }
 
 /// GLM-4 item inside `<tool_call>`: `name` then `<arg_key>`/`<arg_value>`
 /// pairs; the wrapper's closer must follow.
-fn glm_item(src: &Src, q: usize, closers: &[&str]) -> P<Block> {
+fn glm_item(src: &Input, q: usize, closers: &[&str]) -> Outcome<Block> {
     let mut j = q;
     loop {
         match src.at(j) {
@@ -657,11 +664,11 @@ fn glm_item(src: &Src, q: usize, closers: &[&str]) -> P<Block> {
             Some(_) => j += 1,
         }
         if j - q > MAX_NAME {
-            return P::No;
+            return Outcome::No;
         }
     }
     let Some(name) = src.tools.resolve(src.slice(q, j)) else {
-        return P::No;
+        return Outcome::No;
     };
     let schema = src.tools.schema(&name);
     let mut args = Map::new();
@@ -672,19 +679,19 @@ fn glm_item(src: &Src, q: usize, closers: &[&str]) -> P<Block> {
             return src.need();
         }
         match src.marker(r, "<arg_key>") {
-            M::Yes(k0) => {
+            MarkerMatch::Yes(k0) => {
                 let Some(ke) = src.find("</arg_key>", k0) else {
                     return src.need();
                 };
                 let key = src.slice(k0, ke).trim();
                 if key.contains('<') {
-                    return P::No;
+                    return Outcome::No;
                 }
                 let r2 = src.skip_ws(ke + "</arg_key>".len());
                 let v0 = match src.marker(r2, "<arg_value>") {
-                    M::Yes(v0) => v0,
-                    M::More => return P::More,
-                    M::No => return P::No,
+                    MarkerMatch::Yes(v0) => v0,
+                    MarkerMatch::More => return Outcome::More,
+                    MarkerMatch::No => return Outcome::No,
                 };
                 let Some(ve) = src.find("</arg_value>", v0) else {
                     return src.need();
@@ -696,22 +703,22 @@ fn glm_item(src: &Src, q: usize, closers: &[&str]) -> P<Block> {
                 );
                 p = ve + "</arg_value>".len();
             }
-            M::More => return P::More,
-            M::No => {
+            MarkerMatch::More => return Outcome::More,
+            MarkerMatch::No => {
                 for c in closers {
                     match src.marker(r, c) {
-                        M::Yes(_) => {
+                        MarkerMatch::Yes(_) => {
                             let call = ParsedCall {
                                 name,
                                 arguments: Value::Object(args),
                             };
-                            return P::Ok(call_block(call, p));
+                            return Outcome::Ok(call_block(call, p));
                         }
-                        M::More => return P::More,
-                        M::No => {}
+                        MarkerMatch::More => return Outcome::More,
+                        MarkerMatch::No => {}
                     }
                 }
-                return P::No;
+                return Outcome::No;
             }
         }
     }
@@ -719,7 +726,7 @@ fn glm_item(src: &Src, q: usize, closers: &[&str]) -> P<Block> {
 
 /// Mistral tokenizer v11+: `[TOOL_CALLS]name{json}` (optionally
 /// `name[ARGS]{json}`).
-fn mistral11_item(src: &Src, q: usize) -> P<Block> {
+fn mistral11_item(src: &Input, q: usize) -> Outcome<Block> {
     let mut j = q;
     while src
         .at(j)
@@ -727,32 +734,32 @@ fn mistral11_item(src: &Src, q: usize) -> P<Block> {
     {
         j += 1;
         if j - q > MAX_NAME {
-            return P::No;
+            return Outcome::No;
         }
     }
     if j >= src.len() {
         return src.need();
     }
     let Some(name) = src.tools.resolve(src.slice(q, j)) else {
-        return P::No;
+        return Outcome::No;
     };
     let mut p = j;
     match src.marker(p, "[ARGS]") {
-        M::Yes(e) => p = e,
-        M::More => return P::More,
-        M::No => {}
+        MarkerMatch::Yes(e) => p = e,
+        MarkerMatch::More => return Outcome::More,
+        MarkerMatch::No => {}
     }
     let p = src.skip_ws(p);
     match json_args(src, p) {
-        P::Ok((m, e)) => P::Ok(call_block(
+        Outcome::Ok((m, e)) => Outcome::Ok(call_block(
             ParsedCall {
                 name,
                 arguments: Value::Object(m),
             },
             e,
         )),
-        P::No => P::No,
-        P::More => P::More,
+        Outcome::No => Outcome::No,
+        Outcome::More => Outcome::More,
     }
 }
 
@@ -763,18 +770,18 @@ const DS_CALL_END: &str = "<｜tool▁call▁end｜>";
 const DS_SEP: &str = "<｜tool▁sep｜>";
 
 /// DeepSeek V3 / R1 / V3.1 special-token blocks.
-fn deepseek_block(src: &Src, s: usize) -> P<Block> {
+fn deepseek_block(src: &Input, s: usize) -> Outcome<Block> {
     let mut more = false;
     let mut start = None;
     for b in DS_BEGINS {
         match src.marker(s, b) {
-            M::Yes(p) => start = Some(p),
-            M::More => more = true,
-            M::No => {}
+            MarkerMatch::Yes(p) => start = Some(p),
+            MarkerMatch::More => more = true,
+            MarkerMatch::No => {}
         }
     }
     let Some(p0) = start else {
-        return if more { P::More } else { P::No };
+        return if more { Outcome::More } else { Outcome::No };
     };
     let mut pieces = Vec::new();
     let mut ncalls = 0;
@@ -785,26 +792,26 @@ fn deepseek_block(src: &Src, s: usize) -> P<Block> {
             if src.eof {
                 break;
             }
-            return P::More;
+            return Outcome::More;
         }
         match src.marker(r, DS_END) {
-            M::Yes(e) => {
+            MarkerMatch::Yes(e) => {
                 end = e;
                 break;
             }
-            M::More => return P::More,
-            M::No => {}
+            MarkerMatch::More => return Outcome::More,
+            MarkerMatch::No => {}
         }
         let (q, explicit) = match src.marker(r, DS_CALL_BEGIN) {
-            M::Yes(e) => (e, true),
-            M::More => return P::More,
-            M::No => (r, false),
+            MarkerMatch::Yes(e) => (e, true),
+            MarkerMatch::More => return Outcome::More,
+            MarkerMatch::No => (r, false),
         };
         let Some(ce) = src.find(DS_CALL_END, q) else {
             if src.eof {
                 break;
             }
-            return P::More;
+            return Outcome::More;
         };
         match deepseek_item(&src.bounded(ce), q) {
             Some(call) => {
@@ -817,15 +824,15 @@ fn deepseek_block(src: &Src, s: usize) -> P<Block> {
         end = ce + DS_CALL_END.len();
     }
     if ncalls == 0 {
-        return P::No;
+        return Outcome::No;
     }
-    P::Ok(Block { pieces, end })
+    Outcome::Ok(Block { pieces, end })
 }
 
 /// Skip an optional code fence opener (```` ```json ````) at `i`.
-fn skip_fence_open(src: &Src, i: usize) -> usize {
+fn skip_fence_open(src: &Input, i: usize) -> usize {
     let i = src.skip_ws(i);
-    if let M::Yes(mut p) = src.marker(i, FENCE) {
+    if let MarkerMatch::Yes(mut p) = src.marker(i, FENCE) {
         while src.at(p).is_some_and(is_ident_char) {
             p += 1;
         }
@@ -835,9 +842,9 @@ fn skip_fence_open(src: &Src, i: usize) -> usize {
 }
 
 /// Only whitespace and an optional closing fence remain after `i`.
-fn only_tail(src: &Src, i: usize) -> bool {
+fn only_tail(src: &Input, i: usize) -> bool {
     let mut i = src.skip_ws(i);
-    if let M::Yes(p) = src.marker(i, FENCE) {
+    if let MarkerMatch::Yes(p) = src.marker(i, FENCE) {
         i = src.skip_ws(p);
     }
     i >= src.len()
@@ -845,7 +852,7 @@ fn only_tail(src: &Src, i: usize) -> bool {
 
 /// One DeepSeek call in a bounded (final) view ending at its end token:
 /// `function<sep>NAME\n```json\n{...}\n```` or `NAME<sep>{...}`.
-fn deepseek_item(src: &Src, q: usize) -> Option<ParsedCall> {
+fn deepseek_item(src: &Input, q: usize) -> Option<ParsedCall> {
     let q = src.skip_ws(q);
     let sep = src.find(DS_SEP, q)?;
     let head = src.slice(q, sep).trim();
@@ -865,7 +872,7 @@ fn deepseek_item(src: &Src, q: usize) -> Option<ParsedCall> {
     let name = src.tools.resolve(name_raw)?;
     let p = skip_fence_open(src, json_from);
     match json_args(src, p) {
-        P::Ok((m, e)) if only_tail(src, e) => Some(ParsedCall {
+        Outcome::Ok((m, e)) if only_tail(src, e) => Some(ParsedCall {
             name,
             arguments: Value::Object(m),
         }),
@@ -880,11 +887,11 @@ const KIMI_CALL_END: &str = "<|tool_call_end|>";
 const KIMI_ARGS: &str = "<|tool_call_argument_begin|>";
 
 /// Kimi K2 sections: `functions.NAME:IDX <|tool_call_argument_begin|> {json}`.
-fn kimi_block(src: &Src, s: usize) -> P<Block> {
+fn kimi_block(src: &Input, s: usize) -> Outcome<Block> {
     let p0 = match src.marker(s, KIMI_BEGIN) {
-        M::Yes(p) => p,
-        M::More => return P::More,
-        M::No => return P::No,
+        MarkerMatch::Yes(p) => p,
+        MarkerMatch::More => return Outcome::More,
+        MarkerMatch::No => return Outcome::No,
     };
     let mut pieces = Vec::new();
     let mut ncalls = 0;
@@ -895,26 +902,26 @@ fn kimi_block(src: &Src, s: usize) -> P<Block> {
             if src.eof {
                 break;
             }
-            return P::More;
+            return Outcome::More;
         }
         match src.marker(r, KIMI_END) {
-            M::Yes(e) => {
+            MarkerMatch::Yes(e) => {
                 end = e;
                 break;
             }
-            M::More => return P::More,
-            M::No => {}
+            MarkerMatch::More => return Outcome::More,
+            MarkerMatch::No => {}
         }
         let q = match src.marker(r, KIMI_CALL_BEGIN) {
-            M::Yes(e) => e,
-            M::More => return P::More,
-            M::No => break,
+            MarkerMatch::Yes(e) => e,
+            MarkerMatch::More => return Outcome::More,
+            MarkerMatch::No => break,
         };
         let Some(ce) = src.find(KIMI_CALL_END, q) else {
             if src.eof {
                 break;
             }
-            return P::More;
+            return Outcome::More;
         };
         match kimi_item(&src.bounded(ce), q) {
             Some(call) => {
@@ -926,12 +933,12 @@ fn kimi_block(src: &Src, s: usize) -> P<Block> {
         end = ce + KIMI_CALL_END.len();
     }
     if ncalls == 0 {
-        return P::No;
+        return Outcome::No;
     }
-    P::Ok(Block { pieces, end })
+    Outcome::Ok(Block { pieces, end })
 }
 
-fn kimi_item(src: &Src, q: usize) -> Option<ParsedCall> {
+fn kimi_item(src: &Input, q: usize) -> Option<ParsedCall> {
     let ap = src.find(KIMI_ARGS, q)?;
     let id = src.slice(q, ap).trim();
     let (name_raw, idx) = id.rsplit_once(':')?;
@@ -941,7 +948,7 @@ fn kimi_item(src: &Src, q: usize) -> Option<ParsedCall> {
     let name = src.tools.resolve(name_raw)?;
     let p = src.skip_ws(ap + KIMI_ARGS.len());
     match json_args(src, p) {
-        P::Ok((m, e)) if src.skip_ws(e) >= src.len() => Some(ParsedCall {
+        Outcome::Ok((m, e)) if src.skip_ws(e) >= src.len() => Some(ParsedCall {
             name,
             arguments: Value::Object(m),
         }),

@@ -116,7 +116,9 @@ mod coerce;
 mod engine;
 mod families;
 mod json_scan;
+mod offered;
 mod python;
+mod python_literal;
 mod reasoning;
 mod text;
 
@@ -127,28 +129,10 @@ mod tests_conformance;
 #[cfg(test)]
 mod tests_prop;
 
-use serde_json::Value;
-
-use self::calls::Tools;
 use self::engine::{Engine, Out};
+use self::offered::Tools;
+pub use self::offered::{OfferedTool, ParsedCall};
 use self::reasoning::{Front, FrontOut, Sink};
-
-/// A tool the model was offered: only these names may be accepted as calls.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OfferedTool {
-    pub name: String,
-    /// JSON Schema of the arguments (`"type": "object"`); used to coerce
-    /// values written as text or Python literals.
-    pub parameters: Value,
-}
-
-/// A tool call found in the text.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ParsedCall {
-    pub name: String,
-    /// Always a JSON object.
-    pub arguments: Value,
-}
 
 /// Result of parsing a whole model output.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -1,27 +1,27 @@
 //! Low-level helpers shared by every family parser: the input view
-//! ([`Src`]), the three-way outcome ([`P`]), marker matching that knows when
+//! ([`Input`]), the three-way outcome ([`Outcome`]), marker matching ([`MarkerMatch`]) that knows when
 //! it needs more input, and a cached substring finder that keeps repeated
 //! searches linear.
 
 use std::cell::RefCell;
 
-use super::ParsedCall;
-use super::calls::Tools;
+use super::offered::ParsedCall;
+use super::offered::Tools;
 
 /// Outcome of a sub-parser.
 ///
 /// `More` means "the answer depends on text that has not arrived yet"; it is
-/// never returned when the input is final (`Src::eof`). Every `Ok`/`No`
+/// never returned when the input is final (`Input::eof`). Every `Ok`/`No`
 /// answer must be the same whatever text is appended later: that property is
 /// what makes streaming equal to whole-text parsing.
-pub(super) enum P<T> {
+pub(super) enum Outcome<T> {
     Ok(T),
     No,
     More,
 }
 
 /// Result of matching a fixed marker at a position.
-pub(super) enum M {
+pub(super) enum MarkerMatch {
     /// Matched; the value is the end of the marker.
     Yes(usize),
     No,
@@ -55,7 +55,7 @@ impl Block {
 }
 
 /// Input view: the text available so far and whether it is final.
-pub(super) struct Src<'a> {
+pub(super) struct Input<'a> {
     pub t: &'a str,
     pub b: &'a [u8],
     pub eof: bool,
@@ -63,9 +63,9 @@ pub(super) struct Src<'a> {
     finder: RefCell<Finder>,
 }
 
-impl<'a> Src<'a> {
+impl<'a> Input<'a> {
     pub fn new(t: &'a str, eof: bool, tools: &'a Tools) -> Self {
-        Src {
+        Input {
             t,
             b: t.as_bytes(),
             eof,
@@ -76,10 +76,10 @@ impl<'a> Src<'a> {
 
     /// A view of the same text cut at `end` and treated as final. Positions
     /// stay valid because it is a prefix.
-    pub fn bounded(&self, end: usize) -> Src<'a> {
+    pub fn bounded(&self, end: usize) -> Input<'a> {
         let end = floor_boundary(self.t, end);
         let t = self.t.get(..end).unwrap_or("");
-        Src::new(t, true, self.tools)
+        Input::new(t, true, self.tools)
     }
 
     pub fn len(&self) -> usize {
@@ -95,8 +95,8 @@ impl<'a> Src<'a> {
     }
 
     /// `More` when the input is not final, `No` otherwise.
-    pub fn need<T>(&self) -> P<T> {
-        if self.eof { P::No } else { P::More }
+    pub fn need<T>(&self) -> Outcome<T> {
+        if self.eof { Outcome::No } else { Outcome::More }
     }
 
     /// Skip ASCII whitespace.
@@ -112,16 +112,22 @@ impl<'a> Src<'a> {
     }
 
     /// Match `m` at `i`, ASCII case-insensitively.
-    pub fn marker(&self, i: usize, m: &str) -> M {
+    pub fn marker(&self, i: usize, m: &str) -> MarkerMatch {
         let mb = m.as_bytes();
         for (k, &want) in mb.iter().enumerate() {
             match self.at(i + k) {
-                None => return if self.eof { M::No } else { M::More },
+                None => {
+                    return if self.eof {
+                        MarkerMatch::No
+                    } else {
+                        MarkerMatch::More
+                    };
+                }
                 Some(c) if c.eq_ignore_ascii_case(&want) => {}
-                Some(_) => return M::No,
+                Some(_) => return MarkerMatch::No,
             }
         }
-        M::Yes(i + mb.len())
+        MarkerMatch::Yes(i + mb.len())
     }
 
     /// First occurrence of `needle` at or after `from` (cached; amortised

@@ -268,12 +268,7 @@ fn search_surface(dir: &std::path::Path, whole: usize) {
     let catalog = load(dir);
     let set = catalog.set("github").unwrap();
     let start = Instant::now();
-    black_box(toolgate_engine::discovery::find(
-        &catalog,
-        set,
-        "merge a pull request",
-        5,
-    ));
+    black_box(catalog.find_tools(set, "merge a pull request", 5));
     let first = start.elapsed();
     println!(
         "  load with the set declared `discovery: search`: {:>8.2} ms; the first search after it (waits for the index, built on its own thread): {:.2} ms",
@@ -299,7 +294,7 @@ fn search_surface(dir: &std::path::Path, whole: usize) {
     let mut sizes = Vec::new();
     for task in &tasks {
         let start = Instant::now();
-        let found = toolgate_engine::discovery::find(&catalog, set, task, 5);
+        let found = catalog.find_tools(set, task, 5);
         times.push(start.elapsed());
         sizes.push(bytes(&set.search_tool) + found.iter().map(|t| bytes(t)).sum::<usize>());
     }

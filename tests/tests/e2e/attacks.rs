@@ -82,6 +82,60 @@ async fn invoke_in(
     (status, r.json().await.unwrap())
 }
 
+/// One `tools/call` through the MCP face (`/mcp`, the key's default set),
+/// in a session of its own: the status and the answer's text.
+async fn mcp_call(
+    base: &str,
+    key: &str,
+    project: Option<&str>,
+    tool: &str,
+    args: Value,
+) -> (u16, String) {
+    let post = |session: Option<&str>, body: Value| {
+        let mut req = reqwest::Client::new()
+            .post(format!("{base}/mcp"))
+            .bearer_auth(key)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(id) = session {
+            req = req.header("mcp-session-id", id);
+        }
+        if let Some(p) = project {
+            req = req.header("x-toolgate-project", p);
+        }
+        req.send()
+    };
+    let r = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"}}}),
+    )
+    .await
+    .unwrap();
+    let Some(session) = r.headers().get("mcp-session-id") else {
+        let status = r.status().as_u16();
+        return (status, r.text().await.unwrap());
+    };
+    let session = session.to_str().unwrap().to_owned();
+    r.text().await.unwrap();
+    post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    )
+    .await
+    .unwrap();
+    let r = post(
+        Some(&session),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}}),
+    )
+    .await
+    .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
 async fn chat(base: &str, key: Option<&str>, body: Value) -> (u16, String) {
     let mut req = reqwest::Client::new()
         .post(format!("{base}/v1/chat/completions"))
@@ -570,6 +624,39 @@ async fn projects_cannot_escape_and_keys_are_pinned_to_theirs() {
     )
     .await;
     assert_eq!(status, 403, "{v}");
+    // The MCP face builds the same context: bob's calls work in his
+    // project, and naming another is refused.
+    let bob_key = "bob-key-1234567890";
+    let (status, text) = mcp_call(
+        &base,
+        bob_key,
+        None,
+        "file_write",
+        json!({"path": "by-mcp.txt", "content": "x"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(ws.path().join("bob/by-mcp.txt").exists(), "{text}");
+    assert!(!ws.path().join("by-mcp.txt").exists());
+    let (status, text) = mcp_call(
+        &base,
+        bob_key,
+        None,
+        "file_read",
+        json!({"path": "secret.txt"}),
+    )
+    .await;
+    assert!(status == 200 && !text.contains("admin only"), "{text}");
+    let (status, text) = mcp_call(
+        &base,
+        bob_key,
+        Some("admin"),
+        "file_read",
+        json!({"path": "secret.txt"}),
+    )
+    .await;
+    assert_eq!(status, 403, "{text}");
+    assert!(!text.contains("admin only"), "{text}");
     // A project folder made a symlink (code can make one) is not followed:
     // neither to `/` nor to another project.
     std::fs::create_dir_all(ws.path().join("bob")).unwrap();

@@ -539,7 +539,7 @@ async fn the_api_answers_errors_in_openai_form() {
     assert!(message.contains("POST /v1/embeddings"), "{message}");
     assert!(message.contains("POST /v1/chat/completions"), "{message}");
     // ...and every endpoint it names is served (none answers that 404).
-    for endpoint in toolgate_server::api::ENDPOINTS {
+    for endpoint in toolgate_server::router::ENDPOINTS {
         let (method, path) = endpoint.split_once(' ').unwrap();
         let path = path.replace("{name}", "echo_path");
         let r = match method {

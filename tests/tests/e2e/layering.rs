@@ -2,7 +2,10 @@
 //! metadata`): each crate of the workspace depends only on crates of lower
 //! layers, the engine and everything below it link no HTTP server or CLI
 //! framework, and no dependency of the shipped crates needs a Rust newer
-//! than the workspace's declared `rust-version`.
+//! than the workspace's declared `rust-version`. Inside the crates, the
+//! module graph read from the sources (`toolgate_tests::modgraph`): no
+//! files or folders refer to each other in a circle, and the engine's and
+//! the server's modules follow their declared order.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -264,4 +267,121 @@ fn diagnostics_are_made_only_while_the_catalog_is_built() {
         found.iter().any(|p| p.starts_with("engine/src/catalog")),
         "the scan sees the catalog builder"
     );
+}
+
+/// The module order inside the two large crates, lowest first: a module
+/// may refer only to modules of lower layers (its own submodules aside).
+/// A new module must be given its layer here.
+const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
+    (
+        "gateway/engine/src",
+        &[
+            &[
+                "metrics",
+                "secrets",
+                "telemetry",
+                "openai",
+                "template",
+                "jwt",
+            ],
+            &["auth", "prompt", "shared", "audit"],
+            &["limits", "tool", "formatter", "upstream"],
+            &["discovery"],
+            &["catalog"],
+            &["executor"],
+            &["chat"],
+        ],
+    ),
+    (
+        "gateway/server/src",
+        &[
+            &["telemetry"],
+            &["reload"],
+            &["http"],
+            &["ops", "faces"],
+            &["router"],
+            &["server"],
+            &["cli"],
+        ],
+    ),
+];
+
+/// Every library crate's sources, read as a module graph.
+fn crate_sources() -> Vec<std::path::PathBuf> {
+    let root = repo_root();
+    let mut dirs: Vec<_> = std::fs::read_dir(root.join("gateway"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .collect();
+    dirs.extend(
+        ["tool-macros/src", "tests/src", "examples/custom-tools/src"]
+            .iter()
+            .map(|d| root.join(d)),
+    );
+    dirs.sort();
+    dirs
+}
+
+#[test]
+fn no_modules_refer_to_each_other_in_a_circle() {
+    use toolgate_tests::modgraph::{Graph, name, read};
+    let mut circles = Vec::new();
+    let mut modules = 0;
+    for src in crate_sources() {
+        let graph = read(&src);
+        modules += graph.files.len();
+        let deepest = graph.files.keys().map(Vec::len).max().unwrap_or(0);
+        // Files, then folders at each depth: a circle between two folders
+        // is one even when their files form none.
+        for depth in (1..=deepest).rev() {
+            for circle in Graph::circles(&graph.at_depth(depth)) {
+                circles.push(format!(
+                    "{}: {}",
+                    src.display(),
+                    circle.iter().map(name).collect::<Vec<_>>().join(" <-> ")
+                ));
+            }
+        }
+    }
+    // The check reads the sources it should.
+    assert!(modules > 100, "only {modules} modules read");
+    assert!(circles.is_empty(), "{circles:#?}");
+}
+
+#[test]
+fn modules_refer_only_to_lower_layers() {
+    use toolgate_tests::modgraph::{name, read};
+    let mut wrong = Vec::new();
+    for (src, layers) in MODULE_LAYERS {
+        let graph = read(&repo_root().join(src));
+        let layer_of = |m: &Vec<String>| {
+            m.first()
+                .and_then(|top| layers.iter().position(|l| l.contains(&top.as_str())))
+        };
+        for module in graph.files.keys().filter(|m| !m.is_empty()) {
+            assert!(
+                layer_of(module).is_some(),
+                "{src}: module `{}` has no layer in MODULE_LAYERS",
+                module[0]
+            );
+        }
+        let mut edges = 0;
+        for (from, tos) in &graph.edges {
+            for to in tos {
+                let (Some(f), Some(t)) = (layer_of(from), layer_of(to)) else {
+                    continue; // the crate root
+                };
+                edges += 1;
+                if from.first() != to.first() && t >= f {
+                    wrong.push(format!(
+                        "{src}: {} (layer {f}) refers to {} (layer {t})",
+                        name(from),
+                        name(to)
+                    ));
+                }
+            }
+        }
+        assert!(edges > 30, "{src}: only {edges} references read");
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

@@ -454,7 +454,8 @@ fn tool_search_finds_the_operation_for_a_task_in_githubs_api() {
                     "{file}: {e} is not an imported tool"
                 );
             }
-            let found: Vec<String> = toolgate_engine::discovery::find(&catalog, set, task, 5)
+            let found: Vec<String> = catalog
+                .find_tools(set, task, 5)
                 .iter()
                 .map(|t| t.name.clone())
                 .collect();

@@ -249,7 +249,7 @@ fn jwt_verifier(
                 );
                 return None;
             }
-            match crate::executor::http_client() {
+            match crate::tool::http::client() {
                 Ok(http) => Some(crate::jwt::JwtVerifier::with_url(
                     issuer,
                     audience,

@@ -5,6 +5,7 @@
 //! catalog that exists is valid. Requests hold an `Arc<Catalog>` for their
 //! whole life.
 
+mod access;
 mod browsers;
 mod build;
 mod builtins;
@@ -13,6 +14,7 @@ mod http_tools;
 mod keys;
 mod mcp;
 mod natives;
+mod search;
 mod settings;
 mod toolset;
 mod upstreams;
@@ -28,8 +30,9 @@ use crate::tool::native::NativeTool;
 use crate::upstream::Upstreams;
 use toolgate_config::{ConfigErrors, Diagnostic, GatewayFile};
 
+pub use crate::secrets::Secret;
+pub use access::{CallRefused, CallScope};
 pub use browsers::{BrowserRefusal, BrowserRequest, BrowserRules};
-pub use settings::Secret;
 pub use toolset::{McpPattern, ToolSet};
 
 /// Validated tools and tool sets plus the gateway settings.

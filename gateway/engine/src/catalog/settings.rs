@@ -7,6 +7,8 @@ use std::time::Duration;
 use toolgate_config::load::Loaded;
 use toolgate_config::{Diagnostic, GatewayFile};
 
+use crate::secrets::Secret;
+
 /// Checks the `limits`, `reload` and `shutdown` settings.
 pub(crate) fn check_limits(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
     let l = &file.value.limits;
@@ -140,26 +142,6 @@ pub(crate) fn check_audit(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic
     }
 }
 
-/// A secret that never appears in logs or `Debug` output.
-#[derive(Clone)]
-pub struct Secret(Vec<u8>);
-
-impl Secret {
-    pub fn new(bytes: Vec<u8>) -> Secret {
-        Secret(bytes)
-    }
-
-    pub fn bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(..)")
-    }
-}
-
 /// The secret of `mcp.session_secret_env`, when one is named: it must be
 /// set and at least 32 characters long.
 pub(crate) fn mcp_session_secret(
@@ -170,7 +152,7 @@ pub(crate) fn mcp_session_secret(
     let var = file.value.mcp.session_secret_env.as_ref()?;
     let at = file.pos("mcp.session_secret_env");
     match env(var).map(|v| v.trim().to_owned()) {
-        Some(v) if v.len() >= 32 => Some(Secret(v.into_bytes())),
+        Some(v) if v.len() >= 32 => Some(Secret::new(v.into_bytes())),
         Some(_) => {
             diags.push(Diagnostic::error(
                 &file.file,
@@ -229,7 +211,7 @@ pub(crate) fn redis_url(
         return None;
     };
     match redis::Client::open(url.as_str()) {
-        Ok(_) => Some(Secret(url.into_bytes())),
+        Ok(_) => Some(Secret::new(url.into_bytes())),
         Err(e) => {
             diags.push(Diagnostic::error(
                 &file.file,

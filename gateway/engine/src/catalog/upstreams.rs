@@ -160,7 +160,7 @@ pub(super) fn build_upstreams(
             None => None,
             Some(path) => match std::fs::read_to_string(dir.join(path))
                 .map_err(|e| format!("cannot read {path}: {e}"))
-                .and_then(crate::formatter::PromptTemplate::new)
+                .and_then(crate::prompt::PromptTemplate::new)
             {
                 Ok(t) => Some(Arc::new(t)),
                 Err(e) => {

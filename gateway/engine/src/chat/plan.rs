@@ -8,15 +8,15 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::request::ChatRequest;
-use super::tool_loop::{Loop, Search};
 use crate::auth::ApiKey;
 use crate::catalog::{Catalog, SetError};
 use crate::discovery::{Discovery, FIND_TOOLS};
 use crate::executor::Executor;
 use crate::formatter::Learned;
 use crate::limits::Guards;
+use crate::tool::Tool;
 use crate::tool::context::CallContext;
-use crate::upstream::Upstream;
+use crate::upstream::{Resolved, Upstream};
 
 /// The tool-set name that turns gateway tools off for one request.
 pub const NO_TOOL_SET: &str = "none";
@@ -198,4 +198,40 @@ pub fn plan(
         guards: Arc::clone(&services.guards),
         key,
     })))
+}
+/// Everything one loop needs.
+#[derive(Debug)]
+pub struct Loop {
+    pub catalog: Arc<Catalog>,
+    pub executor: Executor,
+    pub resolved: Resolved,
+    pub request: ChatRequest,
+    /// The tool set in force, if any.
+    pub tool_set: Option<String>,
+    /// Tools offered to the model: the set's (none when it searches, see
+    /// `search`), then the client's.
+    pub tools: Vec<Value>,
+    /// Names of the set's tools (run by the gateway), `find_tools` among
+    /// them when the set searches.
+    pub gateway_tools: HashSet<String>,
+    /// The set's tool search, when it searches (`discovery: search`).
+    pub search: Option<Search>,
+    pub max_iterations: u32,
+    /// Formatter choices learned in `auto` mode.
+    pub learned: Arc<Learned>,
+    /// The request's context, injected into native tool calls.
+    pub context: crate::tool::context::CallContext,
+    /// The caps and buckets sub-agents are counted against.
+    pub guards: Arc<crate::limits::Guards>,
+    /// The caller's key, whose limits sub-agents count against.
+    pub key: Option<Arc<crate::auth::ApiKey>>,
+}
+
+/// A set's tool search, as a loop offers it: `find_tools` first, then the
+/// tools it found (at most `max_tools_in_prompt`, the oldest found leave
+/// first), then the client's.
+#[derive(Debug, Clone)]
+pub struct Search {
+    pub tool: Arc<Tool>,
+    pub max_tools_in_prompt: usize,
 }

@@ -88,9 +88,21 @@ impl ChatRequest {
     /// Parses a request body, saying exactly what is wrong when it is not a
     /// usable request.
     pub fn parse(body: &[u8]) -> Result<ChatRequest, RequestError> {
-        let mut raw: RawRequest = serde_json::from_slice(body).map_err(|e| {
+        let raw: RawRequest = serde_json::from_slice(body).map_err(|e| {
             RequestError::new(format!("the request body is not a JSON object: {e}"))
         })?;
+        Self::from_raw(raw)
+    }
+
+    /// A request built by a face that translated another format: its fields
+    /// as values, checked like a parsed body's (no body to parse again).
+    pub fn from_fields(
+        fields: serde_json::Map<String, Value>,
+    ) -> Result<ChatRequest, RequestError> {
+        Self::from_raw(fields.into_iter().map(|(k, v)| (k, raw(&v))).collect())
+    }
+
+    fn from_raw(mut raw: RawRequest) -> Result<ChatRequest, RequestError> {
         let model = match field::<Value>(&raw, "model")? {
             Some(Value::String(m)) if !m.is_empty() => m,
             _ => {

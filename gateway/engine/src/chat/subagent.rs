@@ -14,7 +14,8 @@ use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
 
 use super::FinishReason;
-use super::tool_loop::Loop;
+use super::plan::Loop;
+use super::{Answer, ChatError};
 use crate::tool::ToolError;
 
 /// The name of the builtin the loop runs itself.
@@ -24,8 +25,18 @@ const SYSTEM: &str = "You are a sub-agent working on one task for another assist
 Use the tools you have when they help, then answer with the result of the task \
 only: the other assistant reads your answer, not the user.";
 
-/// Runs the tasks of one `spawn` call made inside `parent`.
-pub async fn run(parent: &Loop, tasks: Vec<String>) -> Result<Value, ToolError> {
+/// Runs the tasks of one `spawn` call made inside `parent`, each child loop
+/// by `run_child` (the loop's own `run`, handed in: the loop runs
+/// sub-agents, which run loops).
+pub async fn run<F, Fut>(
+    parent: &Loop,
+    tasks: Vec<String>,
+    run_child: F,
+) -> Result<Value, ToolError>
+where
+    F: Fn(Loop) -> Fut,
+    Fut: std::future::Future<Output = Result<Answer, ChatError>>,
+{
     let settings = &parent.catalog.settings.builtins.spawn;
     if tasks.len() > settings.max_tasks {
         return Err(ToolError::Refused(format!(
@@ -45,9 +56,9 @@ pub async fn run(parent: &Loop, tasks: Vec<String>) -> Result<Value, ToolError> 
             };
             match admit(parent).await {
                 Ok(permit) => {
-                    let child = child_loop(parent, task);
+                    let child = run_child(child_loop(parent, task));
                     running.push(async move {
-                        let outcome = child.run().await;
+                        let outcome = child.await;
                         drop(permit);
                         (i, outcome.map_err(|e| e.to_string()))
                     });

@@ -33,15 +33,14 @@ use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 
 use super::events::{Answer, CallRecord, ChatError, Event, FinishReason, Report, Summary};
-use super::request::ChatRequest;
+use super::plan::Loop;
 use super::subagent;
-use crate::catalog::Catalog;
 use crate::discovery::{FIND_TOOLS, found_names};
-use crate::executor::{CallProgress, Executor, ToolCall, ToolResult};
-use crate::formatter::{self, Call, Learned, PromptTemplate, Turn};
+use crate::executor::{CallProgress, ToolCall, ToolResult};
+use crate::formatter::{self, Call, PromptTemplate, Turn};
 use crate::openai::add_usage;
 use crate::tool::{Tool, ToolError};
-use crate::upstream::{Reply, Resolved, UpstreamError};
+use crate::upstream::{Reply, UpstreamError};
 use toolgate_config::format::FormatterKind;
 use toolgate_toolcall::{OfferedTool, ParseOptions, StreamEvent, StreamParser};
 use tracing::Instrument;
@@ -55,43 +54,6 @@ const PARSE: ParseOptions = ParseOptions {
 
 /// Progress reports waiting to be streamed; beyond, they are dropped.
 const PROGRESS_BACKLOG: usize = 64;
-
-/// Everything one loop needs.
-#[derive(Debug)]
-pub struct Loop {
-    pub catalog: Arc<Catalog>,
-    pub executor: Executor,
-    pub resolved: Resolved,
-    pub request: ChatRequest,
-    /// The tool set in force, if any.
-    pub tool_set: Option<String>,
-    /// Tools offered to the model: the set's (none when it searches, see
-    /// `search`), then the client's.
-    pub tools: Vec<Value>,
-    /// Names of the set's tools (run by the gateway), `find_tools` among
-    /// them when the set searches.
-    pub gateway_tools: HashSet<String>,
-    /// The set's tool search, when it searches (`discovery: search`).
-    pub search: Option<Search>,
-    pub max_iterations: u32,
-    /// Formatter choices learned in `auto` mode.
-    pub learned: Arc<Learned>,
-    /// The request's context, injected into native tool calls.
-    pub context: crate::tool::context::CallContext,
-    /// The caps and buckets sub-agents are counted against.
-    pub guards: Arc<crate::limits::Guards>,
-    /// The caller's key, whose limits sub-agents count against.
-    pub key: Option<Arc<crate::auth::ApiKey>>,
-}
-
-/// A set's tool search, as a loop offers it: `find_tools` first, then the
-/// tools it found (at most `max_tools_in_prompt`, the oldest found leave
-/// first), then the client's.
-#[derive(Debug, Clone)]
-pub struct Search {
-    pub tool: Arc<Tool>,
-    pub max_tools_in_prompt: usize,
-}
 
 /// The formatter in force for one loop.
 #[derive(Debug, Clone)]
@@ -653,7 +615,7 @@ impl Run {
                                     .collect()
                             })
                             .unwrap_or_default();
-                        subagent::run(&self.l, tasks).await
+                        subagent::run(&self.l, tasks, |child: Loop| child.run()).await
                     }
                 },
             };

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 use toolgate::truncate_chars;
 
 use minijinja::Environment;
@@ -479,4 +480,19 @@ fn too_large(cap: usize) -> ToolError {
     ToolError::Backend(format!(
         "the response is larger than {cap} bytes (limits.max_response_bytes); ask for less"
     ))
+}
+/// Builds the shared HTTP client used by HTTP tools.
+///
+/// It follows no redirect by itself (HTTP tools follow theirs as they
+/// declare, see this module) and never sends `Referer`. A client
+/// that cannot be built is an error, never a default client without these
+/// settings.
+pub fn client() -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
+        .build()
 }

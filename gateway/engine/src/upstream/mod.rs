@@ -36,7 +36,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::formatter::PromptTemplate;
+use crate::prompt::PromptTemplate;
 use toolgate_config::format::{FormatterKind, RetryDecl};
 
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;

@@ -22,10 +22,10 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::wire;
-use crate::api::{AppState, Caller};
+use super::wire::{self, CALL_TOOL};
+use crate::http::{AppState, Caller};
 use toolgate_config::format::Discovery;
-use toolgate_engine::catalog::{Catalog, ToolSet};
+use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, ToolSet};
 use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
 use toolgate_engine::tool::context::CallContext;
@@ -74,14 +74,13 @@ async fn forward_progress<T>(
 pub struct Target {
     pub set: String,
     pub caller: Caller,
+    /// The context of its calls (request id, key, project), built like
+    /// every face's (`faces::common::call_context`).
+    pub context: CallContext,
     /// The list the client asked for (`?discovery=` on HTTP,
     /// `--discovery` on stdio); `None`: the set's own `discovery`.
     pub discovery: Option<Discovery>,
 }
-
-/// The search surface's way to call a tool `find_tools` found, for
-/// clients whose model may call only listed tools.
-pub const CALL_TOOL: &str = "call_tool";
 
 /// The MCP server of the gateway's tool sets.
 #[derive(Debug, Clone)]
@@ -198,11 +197,12 @@ impl ToolSetServer {
     }
 }
 
-/// The context of a call from `target` (audit line, rate limits).
+/// The context of a call from `target` (audit line, rate limits, the
+/// project): the request's, in the target's set.
 fn call_context(target: &Target) -> CallContext {
-    CallContext::new()
-        .with_request_id(target.caller.request_id.clone())
-        .with_key(target.caller.key_name())
+    target
+        .context
+        .clone()
         .with_tool_set(Some(target.set.clone()))
 }
 
@@ -239,13 +239,14 @@ fn unwrap_call_tool(args: &serde_json::Map<String, Value>) -> Result<(String, Va
     }
 }
 
-/// `true` when `name` is a tool of `set` (usable or not).
+/// `true` when a call of `name` may be made in `set` (the engine's one
+/// rule): a tool the set has, usable or not (an unavailable one answers
+/// why when it runs).
 fn in_set(catalog: &Catalog, set: &ToolSet, name: &str) -> bool {
-    let known = catalog.tool(name).is_some() || catalog.unavailable_tool(name).is_some();
-    known
-        && (set.tools.iter().any(|t| t == name)
-            || set.unavailable.iter().any(|t| t == name)
-            || set.mcp.iter().any(|p| p.matches(name)))
+    matches!(
+        catalog.callable(CallScope::Set(set), name),
+        Ok(_) | Err(CallRefused::Unavailable { .. })
+    )
 }
 
 impl ServerHandler for ToolSetServer {

@@ -1,19 +1,54 @@
 //! What every face does between parsing its request and encoding the
-//! answer: the tool set from the `X-Tool-Set` header, the call context, the
-//! engine's plan, the request's places under the caps, and running the loop
-//! to a whole answer or to a stream of server-sent events.
+//! answer: the tool set from the `X-Tool-Set` header, the call context
+//! (one builder for every face), the engine's plan, the request's places
+//! under the caps, and running the loop to a whole answer or to a stream of
+//! server-sent events.
 
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use toolgate_engine::chat::{self, Answer, ChatRequest, Event, Loop, Passthrough, Plan, Summary};
 use toolgate_engine::limits::Permit;
 
-use crate::api::{ApiError, AppState, Caller};
+use crate::http::{ApiError, AppState, Caller};
+use toolgate_engine::tool::context::CallContext;
+
+/// The header naming the project (or workspace) a request works for; it
+/// reaches native tools through their context, never the model.
+pub const PROJECT_HEADER: &str = "x-toolgate-project";
+
+/// The context of a request's tool calls: the request's id, the caller's
+/// key and the project from `X-Toolgate-Project` (400 when it is not a safe
+/// folder name).
+pub fn call_context(headers: &HeaderMap, caller: &Caller) -> Result<CallContext, ApiError> {
+    let project = match headers.get(PROJECT_HEADER) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| {
+                    ApiError::bad_request("the X-Toolgate-Project header is not valid text")
+                })?
+                .to_owned(),
+        ),
+    };
+    // A key with projects is pinned to them.
+    let project = match &caller.key {
+        Some(key) => key.project(project).map_err(|message| {
+            toolgate_engine::metrics::record(|m| m.reject("forbidden"));
+            ApiError::new(StatusCode::FORBIDDEN, "project_not_allowed", message)
+        })?,
+        None => project,
+    };
+    CallContext::new()
+        .with_request_id(caller.request_id.clone())
+        .with_key(caller.key_name())
+        .with_project(project)
+        .map_err(|e| ApiError::bad_request(format!("X-Toolgate-Project: {e}")))
+}
 
 /// The header that picks a tool set when the body does not.
 pub const TOOL_SET_HEADER: &str = "x-tool-set";
@@ -35,7 +70,7 @@ pub struct Places {
 
 /// Plans `request` and takes its places: a stream's under the stream cap,
 /// a loop's under the loop cap (503 with `Retry-After` when full).
-pub fn admit(
+pub fn plan_request(
     state: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
@@ -50,7 +85,7 @@ pub fn admit(
                 .to_owned(),
         ),
     };
-    let context = crate::api::call_context(headers, caller)?;
+    let context = call_context(headers, caller)?;
     let catalog = state.catalog();
     let stream = request.stream;
     let plan = chat::plan(
@@ -79,18 +114,20 @@ pub fn admit(
 }
 
 /// For a face whose format is not the upstream's: the request body as
-/// JSON, and the loop its translation (`translate`) plans to, admitted.
-pub fn admit_translated(
+/// JSON, and the loop its translation (`translate`, the chat request's
+/// fields) plans to, admitted.
+pub fn plan_translated(
     state: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
     body: &[u8],
-    translate: impl FnOnce(&Value) -> Result<Vec<u8>, ApiError>,
+    translate: impl FnOnce(&Value) -> Result<Map<String, Value>, ApiError>,
 ) -> Result<(Value, Loop, Places), ApiError> {
     let original: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
-    let request = ChatRequest::parse(&translate(&original)?)?;
-    let Admitted { plan, places } = admit(state, caller, headers, request, Passthrough::Never)?;
+    let request = ChatRequest::from_fields(translate(&original)?)?;
+    let Admitted { plan, places } =
+        plan_request(state, caller, headers, request, Passthrough::Never)?;
     match plan {
         Plan::Loop(the_loop) => Ok((original, *the_loop, places)),
         Plan::Proxy { .. } => Err(ApiError::new(
@@ -171,12 +208,12 @@ pub fn report(summary: &Summary) -> Value {
 /// Finishes a chat request translated from another format: copies the
 /// fields every format shares (sampling, `stream`, the gateway's own
 /// fields) and the face's `renames` (its name, the chat request's name)
-/// from `from` into `out`, asks for usage when streaming, and serializes.
+/// from `from` into `out`, and asks for usage when streaming.
 pub fn chat_request(
     from: &Map<String, Value>,
     mut out: Map<String, Value>,
     renames: &[(&str, &str)],
-) -> Result<Vec<u8>, ApiError> {
+) -> Map<String, Value> {
     const SHARED: [(&str, &str); 5] = [
         ("temperature", "temperature"),
         ("top_p", "top_p"),
@@ -192,5 +229,5 @@ pub fn chat_request(
     if from.get("stream") == Some(&json!(true)) {
         out.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    serde_json::to_vec(&out).map_err(|e| ApiError::bad_request(e.to_string()))
+    out
 }

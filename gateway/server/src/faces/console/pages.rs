@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolgate_engine::tool::{Tool, ToolKind};
 
-use super::{admit, form, fragment, render};
-use crate::api::{ApiError, AppState, Caller};
+use super::{console_access, form, fragment, render};
+use crate::http::{ApiError, AppState, Caller};
 
 /// A tool as the catalog lists it.
 #[derive(Debug, Serialize)]
@@ -48,7 +48,7 @@ pub async fn catalog(
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let access = admit(&state, &caller, &headers)?;
+    let access = console_access(&state, &caller, &headers)?;
     let catalog = state.catalog();
     let default = caller.default_set(&catalog);
     let mut visible = BTreeSet::new();
@@ -163,9 +163,9 @@ pub async fn tool(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let access = admit(&state, &caller, &headers)?;
+    let access = console_access(&state, &caller, &headers)?;
     let catalog = state.catalog();
-    crate::api::check_tool(&catalog, &caller, &name)?;
+    crate::faces::tools::check_tool(&catalog, &caller, &name)?;
     let tool = catalog.tool(&name).ok_or_else(|| {
         ApiError::not_found("unknown_tool", format!("tool `{name}` does not exist"))
     })?;
@@ -187,8 +187,8 @@ pub async fn try_tool(
     headers: HeaderMap,
     Form(submitted): Form<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    admit(&state, &caller, &headers)?;
-    let context = crate::api::call_context(&headers, &caller)?;
+    console_access(&state, &caller, &headers)?;
+    let context = crate::faces::common::call_context(&headers, &caller)?;
     let arguments = match submitted.iter().find(|(k, _)| k == RAW_FIELD) {
         Some((_, text)) if text.trim().is_empty() => Ok(json!({})),
         Some((_, text)) => serde_json::from_str::<Value>(text)
@@ -205,7 +205,7 @@ pub async fn try_tool(
         }
     };
     let shown = serde_json::to_string_pretty(&arguments).unwrap_or_default();
-    let result = crate::api::run_tool(&state, &caller, &context, name, arguments).await?;
+    let result = crate::faces::tools::run_tool(&state, &caller, &context, name, arguments).await?;
     let data = match &result.data {
         Some(Value::String(s)) => s.clone(),
         Some(v) => serde_json::to_string_pretty(v).unwrap_or_default(),
@@ -252,7 +252,7 @@ pub async fn activity(
     Query(query): Query<ActivityQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let access = admit(&state, &caller, &headers)?;
+    let access = console_access(&state, &caller, &headers)?;
     let own = caller.key_name();
     let visible = |e: &toolgate_engine::audit::AuditEntry| access.operator || e.key == own;
     let recent = state.executor.recent();

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Extension, Path, Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 pub use handler::{Target, ToolSetServer};
 use sessions::{Closed, SignedSessions, SignedStore, Signer};
 
-use crate::api::{ApiError, AppState, Caller};
+use crate::http::{ApiError, AppState, Caller, public_base};
 use toolgate_config::format::Discovery;
 
 /// The streamable HTTP service, shared by every request.
@@ -184,9 +184,14 @@ async fn serve(
             .into_response();
         }
     };
+    let context = match crate::faces::common::call_context(req.headers(), &caller) {
+        Ok(context) => context,
+        Err(refused) => return refused.into_response(),
+    };
     let closing = req.method() == Method::DELETE;
     req.extensions_mut().insert(Target {
         set,
+        context,
         caller,
         discovery,
     });
@@ -211,35 +216,6 @@ fn opens_session(method: &Method, headers: &HeaderMap) -> bool {
             .get("mcp-protocol-version")
             .and_then(|v| v.to_str().ok())
             .is_none_or(|v| v < "2026-07-28")
-}
-
-/// The URL the client used to reach the gateway, from its `Host` (and a
-/// proxy's `X-Forwarded-Proto`).
-pub fn public_base(headers: &HeaderMap) -> String {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .filter(|h| {
-            h.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
-        })
-        .unwrap_or("localhost");
-    let scheme = match headers
-        .get("x-forwarded-proto")
-        .and_then(|v| v.to_str().ok())
-    {
-        Some("https") => "https",
-        _ => "http",
-    };
-    format!("{scheme}://{host}")
-}
-
-/// The protected-resource metadata URL of `path` (RFC 9728).
-pub fn metadata_url(headers: &HeaderMap, path: &str) -> String {
-    format!(
-        "{}/.well-known/oauth-protected-resource{path}",
-        public_base(headers)
-    )
 }
 
 /// `GET /.well-known/oauth-protected-resource[/mcp/...]`, open: what an
@@ -292,6 +268,8 @@ pub async fn serve_stdio(
         state,
         Target {
             set,
+            context: toolgate_engine::tool::context::CallContext::new()
+                .with_request_id(caller.request_id.clone()),
             caller,
             discovery,
         },

@@ -8,9 +8,9 @@
 //! page's session storage, sent as `Authorization` like any client's).
 //! The fragments go through the same layers as the API: the key's tool
 //! sets decide what is shown, and tools run through the tool API's own
-//! path ([`crate::api::run_tool`]).
+//! path ([`crate::faces::tools::run_tool`]).
 //!
-//! Who may use it (`admit`): the console must be enabled; with API keys,
+//! Who may use it (`console_access`): the console must be enabled; with API keys,
 //! the key must have `console: own` or `all` (without keys, the layers'
 //! browser rule keeps the gateway to loopback names and
 //! `http.allowed_hosts`, against DNS rebinding). Every fragment
@@ -30,7 +30,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use toolgate_config::format::ConsoleAccess;
 
-use crate::api::{ApiError, AppState, Caller};
+use crate::http::{ApiError, AppState, Caller};
 
 /// The console's routes.
 pub fn routes() -> Router<AppState> {
@@ -59,39 +59,39 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
     for (name, source) in [
         (
             "shell.html",
-            include_str!("../../console/templates/shell.html"),
+            include_str!("../../../console/templates/shell.html"),
         ),
         (
             "catalog.html",
-            include_str!("../../console/templates/catalog.html"),
+            include_str!("../../../console/templates/catalog.html"),
         ),
         (
             "tool.html",
-            include_str!("../../console/templates/tool.html"),
+            include_str!("../../../console/templates/tool.html"),
         ),
         (
             "result.html",
-            include_str!("../../console/templates/result.html"),
+            include_str!("../../../console/templates/result.html"),
         ),
         (
             "activity.html",
-            include_str!("../../console/templates/activity.html"),
+            include_str!("../../../console/templates/activity.html"),
         ),
         (
             "playground.html",
-            include_str!("../../console/templates/playground.html"),
+            include_str!("../../../console/templates/playground.html"),
         ),
         (
             "card.html",
-            include_str!("../../console/templates/card.html"),
+            include_str!("../../../console/templates/card.html"),
         ),
         (
             "summary.html",
-            include_str!("../../console/templates/summary.html"),
+            include_str!("../../../console/templates/summary.html"),
         ),
         (
             "fields.html",
-            include_str!("../../console/templates/fields.html"),
+            include_str!("../../../console/templates/fields.html"),
         ),
     ] {
         if let Err(e) = env.add_template(name, source) {
@@ -172,15 +172,15 @@ async fn asset(State(state): State<AppState>, Path(file): Path<String>) -> Respo
     }
     let (body, kind): (&'static str, &str) = match file.as_str() {
         "htmx.min.js" => (
-            include_str!("../../console/static/htmx.min.js"),
+            include_str!("../../../console/static/htmx.min.js"),
             "text/javascript; charset=utf-8",
         ),
         "console.js" => (
-            include_str!("../../console/static/console.js"),
+            include_str!("../../../console/static/console.js"),
             "text/javascript; charset=utf-8",
         ),
         "console.css" => (
-            include_str!("../../console/static/console.css"),
+            include_str!("../../../console/static/console.css"),
             "text/css; charset=utf-8",
         ),
         _ => return ApiError::not_found("not_found", "no such console file").into_response(),
@@ -201,7 +201,11 @@ struct Access {
 }
 
 /// Whether `caller` may use the console's fragments (see the module).
-fn admit(state: &AppState, caller: &Caller, headers: &HeaderMap) -> Result<Access, ApiError> {
+fn console_access(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+) -> Result<Access, ApiError> {
     let catalog = state.catalog();
     let settings = &catalog.settings.console;
     if !settings.enabled {

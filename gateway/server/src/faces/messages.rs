@@ -15,8 +15,8 @@ use serde_json::{Map, Value, json};
 use toolgate_engine::chat::{Answer, ChatError, Event, FinishReason};
 use toolgate_engine::formatter::Call;
 
-use crate::api::{ApiError, AppState, Caller, body_error};
-use crate::face;
+use super::common;
+use crate::http::{ApiError, AppState, Caller, body_error};
 
 pub async fn messages(
     State(state): State<AppState>,
@@ -37,10 +37,10 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let (_, the_loop, places) =
-        face::admit_translated(&state, &caller, &headers, &body, to_chat_request)?;
+        common::plan_translated(&state, &caller, &headers, &body, to_chat_request)?;
     let model = the_loop.request.model.clone();
     let mut encoder = StreamEncoder::new(&model);
-    face::respond(
+    common::respond(
         the_loop,
         places,
         |answer| message(answer, &model),
@@ -51,7 +51,7 @@ async fn handle(
 
 /// Translates a Messages request into the chat-completions request the
 /// engine runs. Fields the engine does not know are not forwarded.
-fn to_chat_request(req: &Value) -> Result<Vec<u8>, ApiError> {
+fn to_chat_request(req: &Value) -> Result<Map<String, Value>, ApiError> {
     let obj = req
         .as_object()
         .ok_or_else(|| ApiError::bad_request("the request body is not a JSON object"))?;
@@ -116,11 +116,11 @@ fn to_chat_request(req: &Value) -> Result<Vec<u8>, ApiError> {
             out.insert("parallel_tool_calls".into(), json!(false));
         }
     }
-    face::chat_request(
+    Ok(common::chat_request(
         obj,
         out,
         &[("max_tokens", "max_tokens"), ("stop_sequences", "stop")],
-    )
+    ))
 }
 
 /// One Messages message as chat messages: a user message's `tool_result`
@@ -235,7 +235,7 @@ fn message(answer: Answer, model: &str) -> Value {
         "stop_reason": stop_reason(&summary.finish),
         "stop_sequence": null,
         "usage": usage(&summary.usage),
-        "toolgate": face::report(&summary),
+        "toolgate": common::report(&summary),
     })
 }
 
@@ -342,7 +342,7 @@ impl StreamEncoder {
                 let mut delta = json!({"type": "message_delta",
                     "delta": {"stop_reason": stop_reason(&summary.finish), "stop_sequence": null},
                     "usage": usage(&summary.usage)});
-                delta["toolgate"] = face::report(&summary);
+                delta["toolgate"] = common::report(&summary);
                 out.push(Self::event("message_delta", delta));
                 out.push(Self::event("message_stop", json!({"type": "message_stop"})));
             }
@@ -407,7 +407,7 @@ mod tests {
                     {"type": "text", "text": "thanks"}]},
             ],
         });
-        let out: Value = serde_json::from_slice(&to_chat_request(&req).unwrap()).unwrap();
+        let out = Value::Object(to_chat_request(&req).unwrap());
         assert_eq!(out["tool_choice"], "required");
         assert_eq!(
             out["tools"][0]["function"]["parameters"],

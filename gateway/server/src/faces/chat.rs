@@ -15,8 +15,8 @@ use toolgate_engine::chat::{
 use toolgate_engine::formatter::Call;
 use toolgate_engine::limits::Permit;
 
-use crate::api::{ApiError, AppState, Caller, body_error};
-use crate::face::{self, Admitted};
+use super::common::{self, Admitted};
+use crate::http::{ApiError, AppState, Caller, body_error};
 use tracing::Instrument;
 
 pub async fn completions(
@@ -27,7 +27,7 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let request = ChatRequest::parse(&body)?;
-    let Admitted { plan, places } = face::admit(
+    let Admitted { plan, places } = common::plan_request(
         &state,
         &caller,
         &headers,
@@ -52,7 +52,7 @@ pub async fn completions(
     let mut chunks = Chunks::new(&model, the_loop.request.include_usage);
     // Boxed: the loop's state is large, and a proxied request (the common
     // case, and the hot one) should not carry or move it.
-    Box::pin(face::respond(
+    Box::pin(common::respond(
         the_loop,
         places,
         |answer| completion(answer, &model),
@@ -84,7 +84,7 @@ fn completion(answer: Answer, model: &str) -> Value {
         choice["finish_reason"] = json!(wire_finish(&summary.finish));
     }
     completion["model"] = json!(model);
-    completion["toolgate"] = face::report(&summary);
+    completion["toolgate"] = common::report(&summary);
     if !summary.usage.is_null() {
         completion["usage"] = summary.usage;
     }
@@ -114,7 +114,7 @@ impl Chunks {
     fn new(model: &str, include_usage: bool) -> Chunks {
         Chunks {
             id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
-            created: face::unix_now(),
+            created: common::unix_now(),
             model: model.to_owned(),
             include_usage,
             sent_role: false,
@@ -180,7 +180,7 @@ impl Chunks {
             delta["content"] = json!("");
         }
         let mut last = self.choice(delta, Some(wire_finish(&summary.finish)));
-        last["toolgate"] = face::report(&summary);
+        last["toolgate"] = common::report(&summary);
         let mut out = vec![data_event(&last)];
         if self.include_usage && !summary.usage.is_null() {
             let mut usage = self.chunk(json!([]));

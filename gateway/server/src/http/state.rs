@@ -1,25 +1,8 @@
-//! The HTTP surface (axum): routes, shared state, the layers around every
-//! handler (request id, metrics, API keys), the error format, and the
-//! service each connection runs ([`Gateway`]: chat completions directly,
-//! the rest through the router).
-
-mod direct;
-mod error;
-mod layers;
-mod tools;
+//! What every handler shares: the live catalog, the executor, the caps
+//! and rate limits, the shared state, and whether the gateway is draining
+//! or stopping.
 
 use std::sync::Arc;
-
-use axum::Extension;
-use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::http::StatusCode;
-use axum::routing::{any, get, post};
-
-pub use direct::Gateway;
-pub use error::{ApiError, body_error};
-pub use layers::{Caller, REQUEST_ID_HEADER, RequestId};
-pub use tools::{PROJECT_HEADER, call_context, check_tool, run_tool};
 
 use crate::reload::Live;
 use toolgate_engine::catalog::Catalog;
@@ -154,97 +137,4 @@ impl Shared {
     pub fn live(&self) -> &Arc<Live> {
         &self.live
     }
-}
-
-/// Every endpoint the gateway serves, as an unknown path's 404 names them.
-pub const ENDPOINTS: &[&str] = &[
-    "POST /v1/chat/completions",
-    "POST /v1/responses",
-    "POST /v1/messages",
-    "GET /v1/models",
-    "GET /v1/tools",
-    "GET /v1/tool-sets",
-    "POST /v1/tools/{name}/invoke",
-    "POST|GET|DELETE /mcp/{tool_set}",
-    "POST|GET|DELETE /mcp",
-    "GET /.well-known/oauth-protected-resource",
-    "GET /console",
-    "GET /healthz",
-    "GET /readyz",
-    "GET /metrics",
-];
-
-/// 404 for a path the gateway does not serve, naming the ones it does (a
-/// client pointed at an API the gateway lacks learns that, rather than
-/// "model not found").
-async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::not_found(
-        "unknown_endpoint",
-        format!(
-            "toolgate does not serve {method} {}; it serves: {}",
-            uri.path(),
-            ENDPOINTS.join(", ")
-        ),
-    )
-}
-
-/// The gateway's routes. `limits.max_request_bytes` is read here, once:
-/// changing it takes a restart.
-pub fn router(state: AppState) -> Router {
-    let body_limit = state.catalog().settings.limits.max_request_bytes;
-    let mut router = Router::new();
-    if state.catalog().settings.mcp.enabled {
-        let endpoint = crate::mcp::Endpoint::new(&state, state.stopping.clone());
-        router = router
-            .route(
-                "/mcp",
-                any(crate::mcp::serve_default).layer(Extension(endpoint.clone())),
-            )
-            .route(
-                "/mcp/{tool_set}",
-                any(crate::mcp::serve_set).layer(Extension(endpoint)),
-            )
-            .route(
-                "/.well-known/oauth-protected-resource",
-                get(crate::mcp::resource_metadata),
-            )
-            .route(
-                "/.well-known/oauth-protected-resource/{*resource}",
-                get(crate::mcp::resource_metadata),
-            );
-    }
-    router
-        .route("/healthz", get(tools::healthz))
-        .route("/readyz", get(tools::readyz))
-        .route("/metrics", get(tools::metrics))
-        .route("/v1/tools", get(tools::list_tools))
-        .route("/v1/tool-sets", get(tools::list_sets))
-        .route("/v1/tools/{name}/invoke", post(tools::invoke))
-        .route("/v1/models", get(tools::list_models))
-        .route("/v1/chat/completions", post(crate::chat::completions))
-        .route("/v1/responses", post(crate::responses::responses))
-        .route("/v1/messages", post(crate::messages::messages))
-        .merge(crate::console::routes())
-        .fallback(unknown_endpoint)
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "this endpoint does not accept that method",
-            )
-        })
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            layers::body_deadline,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            layers::authenticate,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            layers::observe,
-        ))
-        .with_state(state)
 }

@@ -3,10 +3,12 @@
 //! limits.
 //!
 //! Order (outermost first): [`observe`] (request id, span, metrics,
-//! `X-Request-Id` on the response), [`authenticate`] (401/429, the
-//! [`Caller`] extension), [`body_deadline`] (the whole body within its
-//! time and size), then the handler. Each layer is a plain function the
-//! direct route (`direct.rs`) calls in the same order.
+//! `X-Request-Id` on the response), [`authenticate`] (the browser rule,
+//! 401/429, the [`Caller`] extension), [`body_deadline`] (the whole body
+//! within its time and size), then the handler. Each layer is a plain
+//! function the router's direct route calls in the same order. What the
+//! layers need to know of the routes (which paths are open) the router
+//! tells them ([`Paths`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +16,7 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
-use axum::http::{HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tracing::Instrument;
@@ -188,6 +190,46 @@ pub async fn observe(State(state): State<AppState>, req: Request, next: Next) ->
     observed.finish(&state, resp)
 }
 
+/// What the router tells the layers about its paths.
+#[derive(Debug, Clone, Copy)]
+pub struct Paths {
+    /// Paths that need no key (health, the console's page, the
+    /// protected-resource metadata).
+    pub open: fn(&str) -> bool,
+    /// Paths whose 401 names the protected-resource metadata (RFC 9728),
+    /// where OAuth-aware clients look.
+    pub protected_resource: fn(&str) -> bool,
+}
+
+/// The URL the client used to reach the gateway, from its `Host` (and a
+/// proxy's `X-Forwarded-Proto`).
+pub fn public_base(headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| {
+            h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+        })
+        .unwrap_or("localhost");
+    let scheme = match headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some("https") => "https",
+        _ => "http",
+    };
+    format!("{scheme}://{host}")
+}
+
+/// The protected-resource metadata URL of `path` (RFC 9728).
+pub fn metadata_url(headers: &HeaderMap, path: &str) -> String {
+    format!(
+        "{}/.well-known/oauth-protected-resource{path}",
+        public_base(headers)
+    )
+}
+
 /// The header Anthropic's clients send their key in.
 const X_API_KEY: &str = "x-api-key";
 
@@ -196,13 +238,17 @@ const X_API_KEY: &str = "x-api-key";
 /// over its requests per minute 429 with `Retry-After`. The headers are
 /// removed from the request either way, so nothing behind this layer can
 /// forward it.
-pub async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn authenticate(
+    State((state, paths)): State<(AppState, Paths)>,
+    req: Request,
+    next: Next,
+) -> Response {
     let (mut parts, body) = req.into_parts();
     let request_id = parts
         .extensions
         .get::<RequestId>()
         .map_or_else(new_request_id, |r| r.0.clone());
-    match admit(&state, &mut parts, request_id).await {
+    match identify(&state, &mut parts, request_id, paths).await {
         Ok(caller) => {
             parts.extensions.insert(caller);
             next.run(Request::from_parts(parts, body)).await
@@ -213,20 +259,16 @@ pub async fn authenticate(State(state): State<AppState>, req: Request, next: Nex
 
 /// What [`authenticate`] decides for a request: who calls (the key
 /// removed from the headers), or the answer that refuses it.
-pub async fn admit(
+pub async fn identify(
     state: &AppState,
     req: &mut axum::http::request::Parts,
     request_id: String,
+    paths: Paths,
 ) -> Result<Caller, Response> {
     let catalog = state.catalog();
     let keys = catalog.keys();
     refuse_what_pages_send(&catalog, req).map_err(IntoResponse::into_response)?;
-    let open = matches!(req.uri.path(), "/healthz" | "/readyz")
-        || crate::console::is_open(req.uri.path())
-        || req
-            .uri
-            .path()
-            .starts_with("/.well-known/oauth-protected-resource");
+    let open = (paths.open)(req.uri.path());
     let key = if keys.required() && !open {
         // `x-api-key` is how Anthropic's clients send theirs.
         let token = req
@@ -244,6 +286,7 @@ pub async fn admit(
         let Some(token) = token else {
             return Err(unauthorized(
                 req,
+                paths,
                 "missing_api_key",
                 "this gateway needs an API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`)",
             ));
@@ -263,6 +306,7 @@ pub async fn admit(
                             tracing::warn!(key = %name, "refused a token naming an undeclared API key");
                             return Err(unauthorized(
                                 req,
+                                paths,
                                 "invalid_token",
                                 &format!(
                                     "the token names the API key `{name}`, which this gateway does not have"
@@ -272,13 +316,14 @@ pub async fn admit(
                     },
                     Err(e) => {
                         tracing::warn!("refused a token: {e}");
-                        return Err(unauthorized(req, "invalid_token", &e.to_string()));
+                        return Err(unauthorized(req, paths, "invalid_token", &e.to_string()));
                     }
                 },
                 None => {
                     tracing::warn!("refused a request with an unknown API key");
                     return Err(unauthorized(
                         req,
+                        paths,
                         "invalid_api_key",
                         "the API key is not valid",
                     ));
@@ -329,7 +374,8 @@ pub async fn admit(
 }
 
 /// Paths that answer to any `Host`: probes and scrapes address the
-/// gateway by whatever name reaches it (a pod's IP), and act on nothing.
+/// gateway by whatever name reaches it (a pod's IP), and act on nothing
+/// (`crate::ops`).
 fn is_probe(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics")
 }
@@ -417,14 +463,19 @@ fn is_json(content_type: Option<&str>) -> bool {
                 .is_some_and(|tail| tail.eq_ignore_ascii_case("+json")))
 }
 
-/// 401 with `WWW-Authenticate: Bearer`; on the MCP endpoint it also names
-/// the protected-resource metadata (RFC 9728), where MCP clients look.
-fn unauthorized(req: &axum::http::request::Parts, code: &'static str, message: &str) -> Response {
+/// 401 with `WWW-Authenticate: Bearer`; on the paths the router says are
+/// protected resources (MCP's) it also names the metadata (RFC 9728).
+fn unauthorized(
+    req: &axum::http::request::Parts,
+    paths: Paths,
+    code: &'static str,
+    message: &str,
+) -> Response {
     toolgate_engine::metrics::record(|m| m.reject("unauthorized"));
     let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, code, message).into_response();
     let path = req.uri.path();
-    let challenge = if path == "/mcp" || path.starts_with("/mcp/") {
-        let url = crate::mcp::metadata_url(&req.headers, path);
+    let challenge = if (paths.protected_resource)(path) {
+        let url = metadata_url(&req.headers, path);
         let error = if code == "invalid_api_key" || code == "invalid_token" {
             ", error=\"invalid_token\""
         } else {

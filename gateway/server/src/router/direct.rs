@@ -1,6 +1,6 @@
 //! The service every connection runs. The hottest route,
 //! `POST /v1/chat/completions`, is served without the router: the same
-//! steps the layers take ([`Observed`], [`admit`], [`read_body`]) run in
+//! steps the layers take ([`Observed`], [`identify`], [`read_body`]) run in
 //! one pass before the handler, without route matching, the boxed layers
 //! and the extractors around them (`tests/bench/proxy.sh` measures what
 //! that saves per proxied request). Every other request goes to the
@@ -18,8 +18,9 @@ use hyper::body::Incoming;
 use hyper_util::service::TowerToHyperService;
 use tracing::Instrument;
 
-use super::AppState;
-use super::layers::{Observed, Route, admit, read_body};
+use super::PATHS;
+use crate::faces::chat;
+use crate::http::{AppState, Observed, Route, identify, read_body};
 
 /// The path served directly.
 const CHAT: &str = "/v1/chat/completions";
@@ -66,7 +67,7 @@ async fn chat(state: AppState, req: Request<Incoming>) -> Response {
     let observed = Observed::begin(&parts, Route::Direct(CHAT));
     let request_id = observed.id.clone();
     let answer = async {
-        let caller = match admit(&state, &mut parts, request_id).await {
+        let caller = match identify(&state, &mut parts, request_id, PATHS).await {
             Ok(caller) => caller,
             Err(refused) => return refused,
         };
@@ -74,7 +75,7 @@ async fn chat(state: AppState, req: Request<Incoming>) -> Response {
             Ok(body) => body,
             Err(refused) => return refused,
         };
-        crate::chat::completions(
+        chat::completions(
             State(state.clone()),
             Extension(caller),
             parts.headers,

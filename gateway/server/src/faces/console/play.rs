@@ -19,8 +19,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_engine::chat::{CallRecord, ChatRequest, Event, Passthrough, Plan, Summary};
 
-use super::{admit, fragment, render, secured};
-use crate::api::{ApiError, AppState, Caller};
+use super::{console_access, fragment, render, secured};
+use crate::http::{ApiError, AppState, Caller};
 
 /// `GET /console/ui/playground`: the form (models the routes serve, the
 /// caller's tool sets) and an empty transcript.
@@ -29,7 +29,7 @@ pub async fn page(
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    admit(&state, &caller, &headers)?;
+    console_access(&state, &caller, &headers)?;
     let catalog = state.catalog();
     let models: Vec<String> = catalog
         .upstreams
@@ -71,8 +71,8 @@ pub async fn play(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    admit(&state, &caller, &headers)?;
-    let body = body.map_err(crate::api::body_error)?;
+    console_access(&state, &caller, &headers)?;
+    let body = body.map_err(crate::http::body_error)?;
     let asked: PlayRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!("the playground's request is not valid: {e}"))
     })?;
@@ -84,8 +84,8 @@ pub async fn play(
         "stream_options": {"include_usage": true},
     });
     let request = ChatRequest::parse(request.to_string().as_bytes())?;
-    let crate::face::Admitted { plan, places } =
-        crate::face::admit(&state, &caller, &headers, request, Passthrough::Never)?;
+    let crate::faces::common::Admitted { plan, places } =
+        crate::faces::common::plan_request(&state, &caller, &headers, request, Passthrough::Never)?;
     let Plan::Loop(the_loop) = plan else {
         return Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -94,7 +94,7 @@ pub async fn play(
         ));
     };
     let tool_set = the_loop.tool_set.clone();
-    let stream = crate::face::in_request_span(the_loop.start_stream().await?);
+    let stream = crate::faces::common::in_request_span(the_loop.start_stream().await?);
     let mut page = Transcript::new(asked.turn, tool_set);
     let lines = futures::StreamExt::map(stream, move |event| {
         let _held = &places;

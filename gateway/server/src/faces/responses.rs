@@ -21,8 +21,8 @@ use serde_json::{Map, Value, json};
 use toolgate_engine::chat::{Answer, CallRecord, ChatError, Event, FinishReason, Summary};
 use toolgate_engine::formatter::Call;
 
-use crate::api::{ApiError, AppState, Caller, body_error};
-use crate::face;
+use super::common;
+use crate::http::{ApiError, AppState, Caller, body_error};
 
 pub async fn responses(
     State(state): State<AppState>,
@@ -32,12 +32,12 @@ pub async fn responses(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let (original, the_loop, places) =
-        face::admit_translated(&state, &caller, &headers, &body, to_chat_request)?;
+        common::plan_translated(&state, &caller, &headers, &body, to_chat_request)?;
     let echo = Echo::of(&original);
     let model = the_loop.request.model.clone();
     let whole = Skeleton::new(&model, echo);
     let mut stream = StreamEncoder::new(whole.clone());
-    face::respond(
+    common::respond(
         the_loop,
         places,
         |answer| whole.complete(answer),
@@ -47,7 +47,7 @@ pub async fn responses(
 }
 
 /// Translates a Responses request into the chat request the engine runs.
-fn to_chat_request(req: &Value) -> Result<Vec<u8>, ApiError> {
+fn to_chat_request(req: &Value) -> Result<Map<String, Value>, ApiError> {
     let obj = req
         .as_object()
         .ok_or_else(|| ApiError::bad_request("the request body is not a JSON object"))?;
@@ -146,14 +146,14 @@ fn to_chat_request(req: &Value) -> Result<Vec<u8>, ApiError> {
             _ => {}
         }
     }
-    face::chat_request(
+    Ok(common::chat_request(
         obj,
         out,
         &[
             ("max_output_tokens", "max_tokens"),
             ("parallel_tool_calls", "parallel_tool_calls"),
         ],
-    )
+    ))
 }
 
 /// The text of content parts (`input_text`, `output_text`), joined; parts
@@ -271,7 +271,7 @@ impl Skeleton {
     fn new(model: &str, echo: Echo) -> Skeleton {
         Skeleton {
             id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
-            created_at: face::unix_now(),
+            created_at: common::unix_now(),
             model: model.to_owned(),
             echo,
         }
@@ -305,7 +305,7 @@ impl Skeleton {
         });
         if let Some(s) = summary {
             r["usage"] = usage(&s.usage);
-            r["toolgate"] = face::report(s);
+            r["toolgate"] = common::report(s);
             if s.finish == FinishReason::Length {
                 r["status"] = json!("incomplete");
                 r["incomplete_details"] = json!({"reason": "max_output_tokens"});
@@ -572,7 +572,7 @@ mod tests {
             "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
             "max_output_tokens": 50,
         });
-        let out: Value = serde_json::from_slice(&to_chat_request(&req).unwrap()).unwrap();
+        let out = Value::Object(to_chat_request(&req).unwrap());
         let m = out["messages"].as_array().unwrap();
         assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
         assert_eq!(m[1], json!({"role": "user", "content": "hi"}));

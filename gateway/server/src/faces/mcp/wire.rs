@@ -41,10 +41,14 @@ pub fn tool(tool: &Tool) -> Result<McpTool, serde_json::Error> {
     serde_json::from_value(wire)
 }
 
+/// The search surface's way to call a tool `find_tools` found, for
+/// clients whose model may call only listed tools.
+pub const CALL_TOOL: &str = "call_tool";
+
 /// The search surface's `call_tool` as an entry of `tools/list`.
 pub fn call_tool(set: &str) -> Result<McpTool, serde_json::Error> {
     serde_json::from_value(json!({
-        "name": super::handler::CALL_TOOL,
+        "name": CALL_TOOL,
         "title": "Call a found tool",
         "description": format!(
             "Call a tool of the `{set}` tool set that find_tools returned, by its name, with \

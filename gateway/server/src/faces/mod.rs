@@ -1,0 +1,17 @@
+//! Every face: each speaks one protocol to its clients, parses its
+//! requests into the engine's, and encodes the engine's answers and events
+//! back. [`common`] is what they share (the call context, the plan and the
+//! caps, running the loop); [`chat`] is OpenAI's chat completions,
+//! [`responses`] OpenAI's Responses, [`messages`] Anthropic's Messages,
+//! [`models`] the model list, [`tools`] the tool API, [`mcp`] the tool sets
+//! as MCP servers (streamable HTTP and stdio), [`console`] the pages for
+//! people.
+
+pub mod chat;
+pub mod common;
+pub mod console;
+pub mod mcp;
+pub mod messages;
+pub mod models;
+pub mod responses;
+pub mod tools;

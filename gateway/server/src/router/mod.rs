@@ -1,0 +1,131 @@
+//! The routes: which path goes to which face, what the layers are told
+//! about the paths (which are open, which are MCP's protected resources),
+//! and the service each connection runs ([`Gateway`]: chat completions
+//! directly, the rest through the router).
+
+mod direct;
+
+use axum::Extension;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::routing::{any, get, post};
+
+pub use direct::Gateway;
+
+use crate::faces::{chat, console, mcp, messages, models, responses, tools};
+use crate::http::{self, ApiError, AppState, Paths};
+use crate::ops;
+
+/// What the layers are told about the paths.
+pub(crate) const PATHS: Paths = Paths {
+    open: is_open,
+    protected_resource: is_protected_resource,
+};
+
+/// Paths that need no key: health and readiness, the console's page and
+/// assets (which hold no data), the protected-resource metadata.
+fn is_open(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz")
+        || console::is_open(path)
+        || path.starts_with("/.well-known/oauth-protected-resource")
+}
+
+/// The MCP endpoint's paths, whose 401 points OAuth-aware clients at the
+/// protected-resource metadata.
+fn is_protected_resource(path: &str) -> bool {
+    path == "/mcp" || path.starts_with("/mcp/")
+}
+
+/// Every endpoint the gateway serves, as an unknown path's 404 names them.
+pub const ENDPOINTS: &[&str] = &[
+    "POST /v1/chat/completions",
+    "POST /v1/responses",
+    "POST /v1/messages",
+    "GET /v1/models",
+    "GET /v1/tools",
+    "GET /v1/tool-sets",
+    "POST /v1/tools/{name}/invoke",
+    "POST|GET|DELETE /mcp/{tool_set}",
+    "POST|GET|DELETE /mcp",
+    "GET /.well-known/oauth-protected-resource",
+    "GET /console",
+    "GET /healthz",
+    "GET /readyz",
+    "GET /metrics",
+];
+
+/// 404 for a path the gateway does not serve, naming the ones it does (a
+/// client pointed at an API the gateway lacks learns that, rather than
+/// "model not found").
+async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(
+        "unknown_endpoint",
+        format!(
+            "toolgate does not serve {method} {}; it serves: {}",
+            uri.path(),
+            ENDPOINTS.join(", ")
+        ),
+    )
+}
+
+/// The gateway's routes. `limits.max_request_bytes` is read here, once:
+/// changing it takes a restart.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.catalog().settings.limits.max_request_bytes;
+    let mut router = Router::new();
+    if state.catalog().settings.mcp.enabled {
+        let endpoint = mcp::Endpoint::new(&state, state.stopping.clone());
+        router = router
+            .route(
+                "/mcp",
+                any(mcp::serve_default).layer(Extension(endpoint.clone())),
+            )
+            .route(
+                "/mcp/{tool_set}",
+                any(mcp::serve_set).layer(Extension(endpoint)),
+            )
+            .route(
+                "/.well-known/oauth-protected-resource",
+                get(mcp::resource_metadata),
+            )
+            .route(
+                "/.well-known/oauth-protected-resource/{*resource}",
+                get(mcp::resource_metadata),
+            );
+    }
+    router
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/v1/tools", get(tools::list_tools))
+        .route("/v1/tool-sets", get(tools::list_sets))
+        .route("/v1/tools/{name}/invoke", post(tools::invoke))
+        .route("/v1/models", get(models::list_models))
+        .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/responses", post(responses::responses))
+        .route("/v1/messages", post(messages::messages))
+        .merge(console::routes())
+        .fallback(unknown_endpoint)
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not accept that method",
+            )
+        })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            http::body_deadline,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            (state.clone(), PATHS),
+            http::authenticate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            http::observe,
+        ))
+        .with_state(state)
+}
