@@ -31,6 +31,7 @@ PYTHON := $(VENV)/bin/python
 MCP_NODE := tests/mcp/node_modules/.installed
 NODE_CLIENTS := tests/node/node_modules/.installed
 OPENAPI_NODE := tests/openapi/node_modules/.installed
+AGENTS_NODE := tests/agents/node_modules/.installed
 
 CARGO_DENY_VERSION := 0.20.2
 
@@ -39,12 +40,17 @@ CARGO_DENY_VERSION := 0.20.2
 ## tests (tests/mcp/package.json, installed with npm into tests/mcp/node_modules)
 ## the official Node clients with the Node 22 they need (tests/node/package.json)
 ## the real API descriptions and the Prism mock server of the OpenAPI import
-## tests (tests/openapi/package.json), cargo-deny (built from crates.io
-## once, when missing) and the Debian packages of `deb`
-setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) cargo-deny deb
+## tests (tests/openapi/package.json), the coding agents run against the
+## gateway (Claude Code and Codex, tests/agents/package.json), cargo-deny
+## (built from crates.io once, when missing) and the Debian packages of `deb`
+setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) cargo-deny deb
 
 $(OPENAPI_NODE): tests/openapi/package.json tests/openapi/package-lock.json
 	cd tests/openapi && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(AGENTS_NODE): tests/agents/package.json tests/agents/package-lock.json
+	cd tests/agents && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 $(NODE_CLIENTS): tests/node/package.json tests/node/package-lock.json
@@ -83,7 +89,11 @@ $(VENV)/.installed: tests/python/requirements.txt
 	touch $@
 
 ## test: format check, lints, and every test of the workspace (Rust, then
-## the Python SDK end-to-end tests, against the binaries `make run` serves)
+## the Python SDK end-to-end tests, against the binaries `make run` serves).
+## Nothing skips here: a test whose prerequisite is missing fails with the
+## reason (TOOLGATE_TESTS_REQUIRE_ALL); each runner prints how many tests
+## ran and were skipped.
+test: export TOOLGATE_TESTS_REQUIRE_ALL = 1
 test: setup lint
 	$(CARGO) build --workspace --all-targets
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -92,7 +102,7 @@ test: setup lint
 		$(CARGO) test --workspace --no-fail-fast; \
 	fi
 	$(CARGO) build $(RUN_BINS)
-	$(PYTHON) -m pytest -q tests/python
+	$(PYTHON) -m pytest -q -rs tests/python
 
 ## lint: rustfmt, clippy (which also holds code to the declared
 ## rust-version), rustdoc, and cargo-deny (licenses, duplicate versions,

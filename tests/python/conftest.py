@@ -3,7 +3,8 @@
 (`mock-llm`), and the `toolgate` binary serving a temporary configuration.
 
 The binaries come from `cargo build --workspace` (`make test` builds them
-first); when they are missing the tests are skipped, saying so.
+first); when they are missing the tests fail under `make test` and are
+skipped elsewhere, saying so (`missing`).
 """
 
 import json
@@ -21,10 +22,27 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 TARGET = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug"
 
 
+def missing(why: str):
+    """A prerequisite of a test is missing (`why` says what and how to get
+    it): under `make test` (TOOLGATE_TESTS_REQUIRE_ALL) the test fails with
+    `why`; in a developer's partial setup it is skipped."""
+    if os.environ.get("TOOLGATE_TESTS_REQUIRE_ALL"):
+        pytest.fail(f"a prerequisite is missing: {why}")
+    pytest.skip(why)
+
+
+def require_module(name: str, why: str):
+    """The module `name`, or `missing(why)`."""
+    try:
+        return __import__(name, fromlist=["_"])
+    except ImportError:
+        missing(why)
+
+
 def binary(name: str) -> pathlib.Path:
     path = TARGET / name
     if not path.exists():
-        pytest.skip(f"{path} is missing: run `cargo build --workspace` first (make test does)")
+        missing(f"{path} is missing: run `cargo build --workspace` first (make test does)")
     return path
 
 

@@ -17,9 +17,16 @@ import time
 
 import pytest
 
-from conftest import ROOT, binary, read_until
+from conftest import ROOT, binary, missing, read_until, require_module
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (make setup installs it)")
+playwright_api = None  # imported by the fixtures: a missing one fails under `make test`
+
+
+def sync_playwright():
+    global playwright_api
+    playwright_api = require_module("playwright.sync_api", "playwright is not installed (make setup installs it)")
+    return playwright_api.sync_playwright()
+
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -52,7 +59,7 @@ mcp_servers:
 @pytest.fixture(scope="module")
 def console(tmp_path_factory, model):
     if CHROMIUM is None:
-        pytest.skip("chromium is not installed (make deb installs it)")
+        missing("chromium is not installed (make deb installs it)")
     config = tmp_path_factory.mktemp("console")
     for name in ("tools.d", "tool-sets"):
         shutil.copytree(ROOT / name, config / name)
@@ -80,7 +87,7 @@ def console(tmp_path_factory, model):
     )
     line = read_until(proc.stderr, "listening on http://")
     base = "http://" + line.split("listening on http://")[1].strip()
-    with playwright_api.sync_playwright() as p:
+    with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield {"base": base, "config": config, "browser": browser}
         browser.close()

@@ -21,7 +21,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, binary, read_until
+from conftest import ROOT, binary, missing, read_until
 
 NODE = ROOT / "tests/node/node_modules/.bin/node"
 SUITE = ROOT / "tests/node/node_modules/@modelcontextprotocol/conformance/dist/index.js"
@@ -64,7 +64,7 @@ tools:
 @pytest.fixture(scope="module")
 def conformance_gateway(tmp_path_factory):
     if not SUITE.exists() or not NODE.exists():
-        pytest.skip(f"{SUITE} is missing: run `make setup`")
+        missing(f"{SUITE} is missing: run `make setup`")
     config = tmp_path_factory.mktemp("conformance")
     (config / "tools.d").mkdir()
     (config / "tool-sets").mkdir()
@@ -136,7 +136,7 @@ def client_scenarios(revision: str) -> list[str]:
 )
 def test_the_official_client_scenarios_pass(revision, scenario, tmp_path):
     if not SUITE.exists() or not NODE.exists():
-        pytest.skip(f"{SUITE} is missing: run `make setup`")
+        missing(f"{SUITE} is missing: run `make setup`")
     run = subprocess.run(
         [
             str(NODE),

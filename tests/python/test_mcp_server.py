@@ -26,7 +26,7 @@ from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import ROOT, TOOLS_YAML, JsonHandler, binary, read_until
+from conftest import ROOT, TOOLS_YAML, JsonHandler, binary, missing, read_until
 
 FULL_KEY = "full-key-0123456789abcdef"
 SMALL_KEY = "small-key-0123456789abcdef"
@@ -144,7 +144,7 @@ def start(config: pathlib.Path) -> tuple[subprocess.Popen, str]:
 @pytest.fixture(scope="module")
 def servers():
     if not EVERYTHING.exists():
-        pytest.skip(f"{EVERYTHING} is missing: run `make setup`")
+        missing(f"{EVERYTHING} is missing: run `make setup`")
 
 
 @pytest.fixture(scope="module")

@@ -7,14 +7,14 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, missing
 
 NODE = ROOT / "tests" / "node" / "node_modules" / ".bin" / "node"
 
 
 def test_node_clients(gateway):
     if not NODE.exists():
-        pytest.skip(f"{NODE} is missing: run `make setup`")
+        missing(f"{NODE} is missing: run `make setup`")
     r = subprocess.run(
         [str(NODE), "--test", "--test-reporter=spec", str(ROOT / "tests" / "node" / "clients.test.mjs")],
         env={**os.environ, "TOOLGATE_URL": gateway},

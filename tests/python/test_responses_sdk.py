@@ -97,3 +97,67 @@ def test_a_spent_budget_ends_with_an_answer(client):
     assert r.status == "completed"
     assert r.output_text.startswith("Tool results: [lookup] again")
     assert report(r)["finish_reason"] == "max_tool_iterations"
+
+
+def sent(model):
+    """What the scripted model was sent so far."""
+    import urllib.request
+
+    with urllib.request.urlopen(model.removesuffix("/v1") + "/mock/requests", timeout=10) as r:
+        return json.loads(r.read())
+
+
+PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def test_images_and_files_reach_the_model(client, model):
+    client.responses.create(
+        model="mock-model",
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "what is in this image?"},
+                    {"type": "input_image", "image_url": PNG, "detail": "low"},
+                    {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="},
+                ],
+            }
+        ],
+        extra_body={"tool_set": "none"},
+    )
+    content = sent(model)[-1]["messages"][-1]["content"]
+    assert content[0] == {"type": "text", "text": "what is in this image?"}
+    assert content[1] == {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}}
+    assert content[2] == {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="}}
+
+
+def test_namespaced_tools_are_flattened_and_calls_come_back_in_their_namespace(client, model):
+    tools = [{"type": "namespace", "name": "clock", "description": "Clocks.", "tools": [CLOCK]}]
+    r = client.responses.create(model="mock-model", input='call clock__get_time {"zone": "UTC"}', tools=tools)
+    call = r.model_dump()["output"][-1]
+    assert call["type"] == "function_call" and call["name"] == "get_time" and call["namespace"] == "clock", call
+    assert "clock__get_time" in [t["function"]["name"] for t in sent(model)[-1]["tools"]]
+    follow = [
+        {"role": "user", "content": 'call clock__get_time {"zone": "UTC"}'},
+        {"type": "function_call", "call_id": call["call_id"], "namespace": "clock", "name": "get_time", "arguments": call["arguments"]},
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "12:00"},
+    ]
+    r = client.responses.create(model="mock-model", input=follow, tools=tools)
+    assert r.output_text == "Tool results: [clock__get_time] 12:00"
+    with client.responses.stream(model="mock-model", input='call clock__get_time {"zone": "CET"}', tools=tools) as s:
+        final = s.get_final_response().model_dump()
+    assert final["output"][-1]["namespace"] == "clock" and final["output"][-1]["name"] == "get_time"
+
+
+def test_hosted_tools_are_left_out_with_a_notice_and_allowed_tools_are_kept_to(client, model):
+    raw = client.responses.with_raw_response.create(
+        model="mock-model",
+        input='call get_time {"zone": "UTC"}',
+        tools=[{"type": "web_search"}, {"type": "code_interpreter", "container": {"type": "auto"}}, CLOCK],
+        tool_choice={"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_time"}]},
+        extra_body={"tool_set": "none"},
+    )
+    notice = raw.headers["x-toolgate-notice"]
+    assert "web_search" in notice and "code_interpreter" in notice, notice
+    assert raw.parse().output[-1].name == "get_time"
+    assert [t["function"]["name"] for t in sent(model)[-1]["tools"]] == ["get_time"]

@@ -378,6 +378,21 @@ pub fn toolgate_bin() -> PathBuf {
     bin
 }
 
+/// Set by `make test` (and so by CI): a test whose prerequisite is missing
+/// fails instead of skipping.
+pub const REQUIRE_ALL: &str = "TOOLGATE_TESTS_REQUIRE_ALL";
+
+/// A prerequisite of a test is missing (`why` says what and how to get
+/// it): under `make test` the test fails with `why`; in a developer's
+/// partial setup it prints `SKIPPED: why` and the caller returns.
+pub fn missing(why: &str) {
+    assert!(
+        std::env::var_os(REQUIRE_ALL).is_none(),
+        "a prerequisite is missing: {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+}
+
 /// The repository's root folder (it holds the shipped configuration).
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -12,6 +12,10 @@
 //! - `then NAME {json}`: once tools have answered, call NAME if it is
 //!   offered by then and has not answered yet (one `then` per turn, in
 //!   order): a model that calls a tool an earlier call told it of.
+//! - The script is the last user message that is not tool results: a user
+//!   message right after tool messages (what a client sends next to its
+//!   results, e.g. Claude Code's text beside its `tool_result` blocks) is
+//!   part of the results.
 //! - Without a script, or once the tools have answered, it answers in text,
 //!   quoting every tool result: `Tool results: [name] result ...`.
 //!
@@ -28,6 +32,7 @@
 //! call with index 1,000,000,000), `many-calls=N` (N tool calls in one
 //! turn), `echo-auth` (a 400 whose message repeats the Authorization
 //! header).
+//! `GET /mock/requests` answers every request body it was sent, in order.
 //! When the tools come only through a structured prompt (no `tools` field),
 //! it always answers in text (`hermes` unless `text=` says otherwise), and
 //! it reads results back from `<tool_response>` blocks.
@@ -95,6 +100,13 @@ impl MockLlm {
 fn router(state: Arc<MockState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
+        // What the model was sent, for tests that run it as a process.
+        .route(
+            "/mock/requests",
+            get(|State(state): State<Arc<MockState>>| async move {
+                axum::Json(Value::Array(state.requests.lock().unwrap().clone()))
+            }),
+        )
         .route(
             "/v1/models",
             get(|| async {
@@ -192,11 +204,16 @@ struct Reply {
 fn decide(req: &Value) -> Reply {
     let messages = req["messages"].as_array().cloned().unwrap_or_default();
     // The script is the last real user message (structured-prompt tool
-    // results also arrive as user messages).
+    // results also arrive as user messages, and a user message right after
+    // tool results carries what came with them, e.g. Claude Code's text
+    // next to its `tool_result` blocks).
     let last_user = messages
         .iter()
-        .rposition(|m| {
-            m["role"] == "user" && !content_text(m).trim_start().starts_with("<tool_response>")
+        .enumerate()
+        .rposition(|(i, m)| {
+            m["role"] == "user"
+                && !content_text(m).trim_start().starts_with("<tool_response>")
+                && (i == 0 || messages[i - 1]["role"] != "tool")
         })
         .unwrap_or(0);
     let user_text = messages

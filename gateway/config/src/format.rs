@@ -635,6 +635,11 @@ pub struct Limits {
     /// Streaming responses open at once (proxied or tool loops); beyond
     /// it, 503 with `Retry-After`.
     pub max_concurrent_streams: usize,
+    /// The share (percent) of `max_concurrent_loops` and
+    /// `max_concurrent_streams` one API key may hold when its own
+    /// `max_concurrent_*` is not set, so one key cannot take every place
+    /// from the others (1 to 100; 100 lets a key take them all).
+    pub max_key_share_percent: u8,
     /// Largest answer of the model the tool loop reads, in bytes (a whole
     /// completion, or the whole of one streamed turn); beyond it the
     /// request fails with 502. The transparent proxy does not buffer and
@@ -668,6 +673,7 @@ impl Default for Limits {
             max_tool_argument_bytes: 256 * 1024,
             max_concurrent_loops: 512,
             max_concurrent_streams: 1024,
+            max_key_share_percent: 50,
             max_upstream_response_bytes: 16 * 1024 * 1024,
             max_tool_calls_per_turn: 128,
             max_connections: 4096,

@@ -29,19 +29,46 @@ pub struct ApiKey {
     pub tool_calls_per_minute: Option<NonZeroU32>,
     pub max_concurrent_loops: Option<NonZeroU32>,
     pub max_concurrent_streams: Option<NonZeroU32>,
-    /// The projects the key may use, the first by default; empty: any.
+    /// The projects the key may use, the first by default; empty: any
+    /// project no key is pinned to.
     pub projects: Vec<String>,
+    /// Every project some key of the configuration is pinned to.
+    pub claimed: Arc<BTreeSet<String>>,
     /// What the key may do with the console.
     pub console: toolgate_config::format::ConsoleAccess,
 }
 
 impl ApiKey {
     /// The project a request of this key works in: the one it names (if
-    /// the key may use it) or the key's first. `Err` names the refusal.
+    /// the key may use it) or the key's first. A key pinned to no project
+    /// may name any project no key is pinned to; without a name it works in
+    /// the whole workspace while no key is pinned anywhere, else in a folder
+    /// of its own, `key-<name>` (the whole workspace would show the pinned
+    /// projects' folders). `Err` names the refusal.
     pub fn project(&self, asked: Option<String>) -> Result<Option<String>, String> {
+        if self.projects.is_empty() {
+            return match asked {
+                Some(p) if self.claimed.contains(&p) => Err(format!(
+                    "the project `{p}` belongs to the API keys pinned to it, and API key `{}` is pinned to none: list it in the key's `projects` to use it",
+                    self.name
+                )),
+                Some(p) => Ok(Some(p)),
+                None if self.claimed.is_empty() => Ok(None),
+                None => {
+                    let own: String = format!("key-{}", self.name).chars().take(64).collect();
+                    if self.claimed.contains(&own) {
+                        return Err(format!(
+                            "API key `{}` is pinned to no project and its own folder `{own}` is another key's project: give the key `projects`",
+                            self.name
+                        ));
+                    }
+                    Ok(Some(own))
+                }
+            };
+        }
         match asked {
             None => Ok(self.projects.first().cloned()),
-            Some(p) if self.projects.is_empty() || self.projects.contains(&p) => Ok(Some(p)),
+            Some(p) if self.projects.contains(&p) => Ok(Some(p)),
             Some(p) => Err(format!(
                 "API key `{}` may not use the project `{p}`; it may use: {}",
                 self.name,

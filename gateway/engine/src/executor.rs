@@ -176,6 +176,31 @@ impl Executor {
         &self.http
     }
 
+    /// Counts one tool call against the per-minute budget of the caller's
+    /// key (`tool_calls_per_minute`): every call, whatever runs it (the
+    /// executor, or the loop for `spawn`), spends one.
+    pub async fn spend_tool_call(
+        &self,
+        catalog: &Catalog,
+        ctx: &CallContext,
+    ) -> Result<(), ToolError> {
+        if let (Some(rates), Some(key)) = (&self.rates, &ctx.key)
+            && let Some(per_minute) = catalog
+                .keys()
+                .by_name(key)
+                .and_then(|k| k.tool_calls_per_minute)
+            && let Err(refused) = rates.check(key, Rate::ToolCalls, per_minute).await
+        {
+            return Err(match refused {
+                Refused::Limited(wait) => ToolError::RateLimited(wait),
+                Refused::Unavailable => ToolError::Failed(
+                    "the tool-call rate limit of this API key cannot be checked: the shared state (Redis) is unavailable; retry shortly".into(),
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Runs one call; `ctx` describes the request it belongs to (native
     /// tools receive it, the model never sees it).
     pub async fn run(&self, catalog: &Catalog, call: &ToolCall, ctx: &CallContext) -> ToolResult {
@@ -339,19 +364,7 @@ impl Executor {
         if let Err(errors) = tool.validate(&arguments) {
             return ToolResult::failure(ToolError::InvalidArguments(errors), started);
         }
-        if let (Some(rates), Some(key)) = (&self.rates, &ctx.key)
-            && let Some(per_minute) = catalog
-                .keys()
-                .by_name(key)
-                .and_then(|k| k.tool_calls_per_minute)
-            && let Err(refused) = rates.check(key, Rate::ToolCalls, per_minute).await
-        {
-            let error = match refused {
-                Refused::Limited(wait) => ToolError::RateLimited(wait),
-                Refused::Unavailable => ToolError::Failed(
-                    "the tool-call rate limit of this API key cannot be checked: the shared state (Redis) is unavailable; retry shortly".into(),
-                ),
-            };
+        if let Err(error) = self.spend_tool_call(catalog, ctx).await {
             return ToolResult::failure(error, started);
         }
         let cache_key = tool.cache.as_ref().map(|_| match &tool.kind {

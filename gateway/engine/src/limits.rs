@@ -242,9 +242,23 @@ pub struct Guards {
     pub key_streams: KeyedInFlight,
 }
 
+/// A key's cap on places of one kind: its own `max_concurrent_*`, else its
+/// share of the gateway's (`limits.max_key_share_percent`, at least one).
+fn key_cap(
+    own: Option<NonZeroU32>,
+    global: usize,
+    limits: &toolgate_config::format::Limits,
+) -> NonZeroU32 {
+    own.unwrap_or_else(|| {
+        let share =
+            global.saturating_mul(usize::from(limits.max_key_share_percent.clamp(1, 100))) / 100;
+        NonZeroU32::new(u32::try_from(share).unwrap_or(u32::MAX)).unwrap_or(NonZeroU32::MIN)
+    })
+}
+
 impl Guards {
     /// A place for a tool loop (sub-agents included): under
-    /// `limits.max_concurrent_loops`, and the key's own cap if it has one.
+    /// `limits.max_concurrent_loops`, and the key's cap (its own, else its share).
     pub fn enter_loop(
         &self,
         limits: &toolgate_config::format::Limits,
@@ -261,14 +275,19 @@ impl Guards {
             },
             (
                 &self.key_loops,
-                key.and_then(|k| k.max_concurrent_loops.map(|m| (k, m))),
+                key.map(|k| {
+                    (
+                        k,
+                        key_cap(k.max_concurrent_loops, limits.max_concurrent_loops, limits),
+                    )
+                }),
             ),
             "tool loops",
         )
     }
 
     /// A place for a streaming response: under
-    /// `limits.max_concurrent_streams`, and the key's own cap if it has one.
+    /// `limits.max_concurrent_streams`, and the key's cap (its own, else its share).
     pub fn enter_stream(
         &self,
         limits: &toolgate_config::format::Limits,
@@ -285,13 +304,22 @@ impl Guards {
             },
             (
                 &self.key_streams,
-                key.and_then(|k| k.max_concurrent_streams.map(|m| (k, m))),
+                key.map(|k| {
+                    (
+                        k,
+                        key_cap(
+                            k.max_concurrent_streams,
+                            limits.max_concurrent_streams,
+                            limits,
+                        ),
+                    )
+                }),
             ),
             "streaming responses",
         )
     }
 
-    /// A place under the global counter, then under the key's, if capped.
+    /// A place under the global counter, then under the key's.
     fn enter(
         (global, max): (&Arc<InFlight>, usize),
         full: impl FnOnce() -> Full,

@@ -588,6 +588,8 @@ async fn projects_cannot_escape_and_keys_are_pinned_to_theirs() {
     - name: admin
       key_env: ADMIN_KEY
       projects: [admin, shared]
+    - name: carol
+      key_env: CAROL_KEY
 ";
     let dir = attack_config(ws.path(), &model, keys);
     let served = Served::start(
@@ -596,11 +598,13 @@ async fn projects_cannot_escape_and_keys_are_pinned_to_theirs() {
             ("UPSTREAM_KEY", UPSTREAM_KEY),
             ("BOB_KEY", "bob-key-1234567890"),
             ("ADMIN_KEY", "admin-key-1234567890"),
+            ("CAROL_KEY", "carol-key-1234567890"),
         ],
     )
     .await;
     let base = served.url("");
     let (admin, bob) = (Some("admin-key-1234567890"), Some("bob-key-1234567890"));
+    let carol = Some("carol-key-1234567890");
     let (status, v) = invoke(
         &base,
         admin,
@@ -624,6 +628,45 @@ async fn projects_cannot_escape_and_keys_are_pinned_to_theirs() {
     )
     .await;
     assert_eq!(status, 403, "{v}");
+    // A key pinned to no project sees inside none of the pinned ones: not
+    // through the workspace's root (it works in a folder of its own)...
+    let (status, v) = invoke(
+        &base,
+        carol,
+        "file_read",
+        json!({"path": "admin/secret.txt"}),
+    )
+    .await;
+    assert!(!v.to_string().contains("admin only"), "{status} {v}");
+    let (status, v) = invoke(
+        &base,
+        carol,
+        "file_write",
+        json!({"path": "mine.txt", "content": "c"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert!(ws.path().join("key-carol/mine.txt").exists());
+    // ...nor by naming one; a project no key is pinned to is hers to use.
+    let (status, v) = invoke_in(
+        &base,
+        carol,
+        Some("admin"),
+        "file_read",
+        json!({"path": "secret.txt"}),
+    )
+    .await;
+    assert_eq!(status, 403, "{v}");
+    let (status, v) = invoke_in(
+        &base,
+        carol,
+        Some("open"),
+        "file_write",
+        json!({"path": "x.txt", "content": "x"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert!(ws.path().join("open/x.txt").exists());
     // The MCP face builds the same context: bob's calls work in his
     // project, and naming another is refused.
     let bob_key = "bob-key-1234567890";

@@ -427,3 +427,35 @@ async fn a_server_answering_401_is_told_which_setting_gives_it_a_token() {
     assert_eq!(text(&r), "42");
     catalog.mcp().shutdown().await;
 }
+
+#[tokio::test]
+async fn a_server_slow_to_answer_its_first_request_starts() {
+    // A first `npx -y` run fetching its package: the server reads its
+    // first request only after 11 s. Its answer to `server/discover` is
+    // waited for, and `initialize` never goes on the same pipe before it.
+    let Some((python, script)) = mcp_support::python_server() else {
+        toolgate_tests::missing("the Python MCP test server is not installed; run `make setup`");
+        return;
+    };
+    let yaml = format!(
+        r#"mcp_servers:
+  - name: slow
+    transport: stdio
+    command: /bin/sh
+    args: ["-c", "sleep 11; exec {python} {script} stdio"]
+    startup_timeout: 40s
+    tools: {{ prefix: "slow_" }}
+"#
+    );
+    let dir = ConfigDir::new(&[
+        ("tools.d/slow.yaml", yaml.as_str()),
+        (
+            "tool-sets/default.yaml",
+            "name: default\ntools: [\"slow_*\"]\n",
+        ),
+    ]);
+    let catalog = load_catalog(dir.path(), &[]);
+    start(&catalog).await;
+    let r = call(&catalog, "slow_echo", json!({"message": "late but here"})).await;
+    assert_eq!(text(&r), "late but here");
+}

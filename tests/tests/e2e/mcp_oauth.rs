@@ -216,7 +216,7 @@ async fn client_credentials_authorize_the_gateway_and_a_refused_token_is_replace
         .map(ToString::to_string)
         .unwrap_or_default();
     assert!(
-        error.contains("the gateway is authorizing again"),
+        error.contains("asks its authorization server for a new token"),
         "{error}"
     );
     assert!(!error.contains("token-1"), "no token in errors: {error}");

@@ -22,10 +22,10 @@ fn spec(path: &str) -> Option<PathBuf> {
     if p.exists() {
         Some(p)
     } else {
-        eprintln!(
-            "SKIPPED: {} is missing; run `make setup` (tests/openapi/package.json)",
+        toolgate_tests::missing(&format!(
+            "{} is missing; run `make setup` (tests/openapi/package.json)",
             p.display()
-        );
+        ));
         None
     }
 }

@@ -866,7 +866,7 @@ async fn mcp_sessions_survive_reloads_that_do_not_change_their_server() {
     let server = match mcp_support::python_stdio_yaml("py", "py_", "") {
         Some(s) => s,
         None => {
-            eprintln!("SKIPPED: the MCP test server is not installed; run `make setup`");
+            toolgate_tests::missing("the MCP test server is not installed; run `make setup`");
             return;
         }
     };
@@ -920,5 +920,62 @@ async fn mcp_sessions_survive_reloads_that_do_not_change_their_server() {
             "the old MCP server process {first} still runs"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn one_key_cannot_take_every_place_by_default() {
+    let model = MockLlm::start().await;
+    let yaml = format!(
+        "upstreams:
+  - name: mock
+    base_url: {}
+limits:
+  max_concurrent_streams: 4
+auth:
+  keys:
+    - name: a
+      key_env: A_KEY
+    - name: b
+      key_env: B_KEY
+",
+        model.base_url()
+    );
+    let dir = ConfigDir::new(&[("toolgate.yaml", yaml.as_str())]);
+    let s = Served::start(
+        dir.path(),
+        &[("A_KEY", "a-key-0123456789"), ("B_KEY", "b-key-0123456789")],
+    )
+    .await;
+    let stream = |key: &'static str, text: &str| {
+        reqwest::Client::new()
+            .post(s.url("/v1/chat/completions"))
+            .bearer_auth(key)
+            .json(
+                &json!({"model": "m", "stream": true, "tool_set": "none", "messages": user(text)}),
+            )
+            .send()
+    };
+    // Key a holds half the places (the default share), with slow answers.
+    let held: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(stream("a-key-0123456789", "wait [[mock:latency=3000]]")))
+        .collect();
+    let guards = &s.running.state().guards;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while guards.streams.current() < 2 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A third of its own is refused while places are free...
+    let r = stream("a-key-0123456789", "one more").await.unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "key_concurrency_limit", "{body}");
+    // ...and another key still gets one.
+    let r = stream("b-key-0123456789", "hello").await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("[DONE]"));
+    for h in held {
+        assert_eq!(h.await.unwrap().unwrap().status(), 200);
     }
 }

@@ -142,3 +142,67 @@ async fn outside_a_chat_loop_spawn_says_where_it_works() {
             .contains("/v1/chat/completions")
     );
 }
+
+#[tokio::test]
+async fn spawning_spends_the_key_s_tool_calls_like_any_call() {
+    let model = MockLlm::start().await;
+    let gateway_yaml = format!(
+        "
+defaults:
+  tool_set: agents
+upstreams:
+  - name: mock
+    base_url: {}
+builtins:
+  enabled: [calculator, spawn]
+auth:
+  keys:
+    - name: k
+      key_env: K_KEY
+      limits: {{ tool_calls_per_minute: 2 }}
+",
+        model.base_url()
+    );
+    let dir = ConfigDir::new(&[
+        ("toolgate.yaml", &gateway_yaml),
+        (
+            "tool-sets/agents.yaml",
+            "name: agents\ntools: [spawn, calculator]\n",
+        ),
+    ]);
+    let gateway = Gateway::start(load_catalog(dir.path(), &[("K_KEY", "k-key-0123456789")])).await;
+    let ask = |text: String| {
+        let url = gateway.url("/v1/chat/completions");
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .bearer_auth("k-key-0123456789")
+                .json(&json!({"model": "mock-model", "messages": [{"role": "user", "content": text}]}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    // The budget is spent by two ordinary calls.
+    let body = ask(
+        r#"call calculator {"expression": "1+1"} call calculator {"expression": "2+2"}"#.into(),
+    )
+    .await;
+    let calls = body["toolgate"]["tool_calls"].as_array().unwrap();
+    assert!(calls.iter().all(|c| c["success"] == true), "{body}");
+    let before = model.requests().len();
+    // A spawn is refused like any call: no sub-agent runs.
+    let body = ask(spawn_script(&[
+        r#"call calculator {"expression": "3+3"}"#,
+        r#"call calculator {"expression": "4+4"}"#,
+    ]))
+    .await;
+    let spawn = &body["toolgate"]["tool_calls"][0];
+    assert_eq!(spawn["function"]["name"], "spawn", "{body}");
+    assert_eq!(spawn["success"], false, "{body}");
+    assert!(spawn["result"].to_string().contains("rate"), "{body}");
+    // The request's own two model calls, and no sub-agent's.
+    assert_eq!(model.requests().len() - before, 2);
+}

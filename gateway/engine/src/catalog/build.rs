@@ -78,6 +78,7 @@ pub(super) fn build(
     let default_set = default_set(&raw, &sets, &mut diags);
 
     super::settings::check_limits(&raw.gateway, &mut diags);
+    super::settings::check_key_share(&raw.gateway, &mut diags);
     super::settings::check_audit(&raw.gateway, &mut diags);
     super::settings::check_console(&raw.gateway, &mut diags);
     let browsers = super::browsers::check(&raw.gateway, &mut diags);

@@ -26,6 +26,15 @@ pub(crate) fn check(
 ) -> ApiKeys {
     let mut keys = ApiKeys::default();
     let mut names: HashMap<&str, toolgate_config::Pos> = HashMap::new();
+    // Every project some key is pinned to: no unpinned key sees inside them.
+    let claimed: std::sync::Arc<std::collections::BTreeSet<String>> = std::sync::Arc::new(
+        file.value
+            .auth
+            .keys
+            .iter()
+            .flat_map(|k| k.projects.iter().cloned())
+            .collect(),
+    );
     let set_names = || {
         sets.keys()
             .map(String::as_str)
@@ -138,6 +147,7 @@ pub(crate) fn check(
             max_concurrent_loops,
             max_concurrent_streams,
             projects: decl.projects.clone(),
+            claimed: std::sync::Arc::clone(&claimed),
             console: decl.console,
         });
         if let Some(other) = keys.insert(digest, key) {

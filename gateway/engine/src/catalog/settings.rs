@@ -101,6 +101,19 @@ pub(crate) fn check_limits(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnosti
     }
 }
 
+/// Checks `limits.max_key_share_percent`.
+pub(crate) fn check_key_share(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
+    let share = file.value.limits.max_key_share_percent;
+    if !(1..=100).contains(&share) {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("limits.max_key_share_percent"),
+            format!("`limits.max_key_share_percent` is {share}, not a share from 1 to 100"),
+            "give the percent of the gateway's loops and streams one API key may hold, e.g. 50 (the default); 100 lets one key take them all",
+        ));
+    }
+}
+
 /// The most recent calls `console.recent_calls` may keep.
 pub const MAX_RECENT_CALLS: usize = 10_000;
 

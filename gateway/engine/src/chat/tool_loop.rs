@@ -606,17 +606,27 @@ impl Run {
                 None => Err(ToolError::UnknownTool(call.name.clone())),
                 Some(tool) => match tool.validate(&call.arguments) {
                     Err(errors) => Err(ToolError::InvalidArguments(errors)),
-                    Ok(()) => {
-                        let tasks: Vec<String> = call.arguments["tasks"]
-                            .as_array()
-                            .map(|t| {
-                                t.iter()
-                                    .filter_map(|v| v.as_str().map(str::to_owned))
-                                    .collect()
-                            })
-                            .unwrap_or_default();
-                        subagent::run(&self.l, tasks, |child: Loop| child.run()).await
-                    }
+                    // A `spawn` is a tool call like any other: it spends one
+                    // of the key's tool calls per minute.
+                    Ok(()) => match self
+                        .l
+                        .executor
+                        .spend_tool_call(&self.l.catalog, &self.l.context)
+                        .await
+                    {
+                        Err(refused) => Err(refused),
+                        Ok(()) => {
+                            let tasks: Vec<String> = call.arguments["tasks"]
+                                .as_array()
+                                .map(|t| {
+                                    t.iter()
+                                        .filter_map(|v| v.as_str().map(str::to_owned))
+                                        .collect()
+                                })
+                                .unwrap_or_default();
+                            subagent::run(&self.l, tasks, |child: Loop| child.run()).await
+                        }
+                    },
                 },
             };
             let result = self.l.executor.finish(outcome, &self.l.catalog, started);

@@ -113,23 +113,84 @@ pub fn plan_request(
     })
 }
 
+/// A request of another format translated into the engine's: the chat
+/// request's fields, and what was left out (said back to the client).
+#[derive(Debug, Default)]
+pub struct Translated {
+    pub fields: Map<String, Value>,
+    pub notices: Notices,
+}
+
+/// What a face could not serve or translate and left out of the model's
+/// request: each notice once, in the order met. The client sees them in
+/// the `X-Toolgate-Notice` header (and where its format has a place for
+/// warnings, there); the log has them too.
+#[derive(Debug, Default, Clone)]
+pub struct Notices(Vec<String>);
+
+/// The header that carries a response's notices.
+pub const NOTICE_HEADER: &str = "x-toolgate-notice";
+
+impl Notices {
+    /// Adds `notice` unless it was said already.
+    pub fn add(&mut self, notice: impl Into<String>) {
+        let notice = notice.into();
+        if !self.0.contains(&notice) {
+            self.0.push(notice);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+
+    /// `response` with the notices in its header (and the log).
+    pub fn attach(&self, mut response: Response) -> Response {
+        if self.0.is_empty() {
+            return response;
+        }
+        let joined = self.0.join("; ");
+        tracing::info!(notices = %joined, "left out of the model's request");
+        // Header values are visible ASCII: anything else is replaced.
+        let text: String = joined
+            .chars()
+            .map(|c| {
+                if c.is_ascii() && !c.is_ascii_control() {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect();
+        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
+            response.headers_mut().insert(NOTICE_HEADER, v);
+        }
+        response
+    }
+}
+
 /// For a face whose format is not the upstream's: the request body as
-/// JSON, and the loop its translation (`translate`, the chat request's
-/// fields) plans to, admitted.
+/// JSON, the loop its translation (`translate`) plans to, admitted, and
+/// what the translation left out.
 pub fn plan_translated(
     state: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
     body: &[u8],
-    translate: impl FnOnce(&Value) -> Result<Map<String, Value>, ApiError>,
-) -> Result<(Value, Loop, Places), ApiError> {
+    translate: impl FnOnce(&Value) -> Result<Translated, ApiError>,
+) -> Result<(Value, Loop, Places, Notices), ApiError> {
     let original: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
-    let request = ChatRequest::from_fields(translate(&original)?)?;
+    let Translated { fields, notices } = translate(&original)?;
+    let request = ChatRequest::from_fields(fields)?;
     let Admitted { plan, places } =
         plan_request(state, caller, headers, request, Passthrough::Never)?;
     match plan {
-        Plan::Loop(the_loop) => Ok((original, *the_loop, places)),
+        Plan::Loop(the_loop) => Ok((original, *the_loop, places, notices)),
         Plan::Proxy { .. } => Err(ApiError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
             "internal_error",

@@ -12,49 +12,102 @@ use axum::http::HeaderMap;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use toolgate_engine::chat::{Answer, ChatError, Event, FinishReason};
+use toolgate_engine::chat::{Answer, CallRecord, ChatError, Event, FinishReason};
 use toolgate_engine::formatter::Call;
 
-use super::common;
-use crate::http::{ApiError, AppState, Caller, body_error};
+use super::common::{self, Notices, Translated};
+use crate::http::{ApiError, AppState, Caller, ErrorShape, body_error};
 
 pub async fn messages(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    handle(state, caller, headers, body)
+    handle(state, caller, &uri, headers, body)
         .await
-        .unwrap_or_else(anthropic_error)
+        .unwrap_or_else(|e| e.into_shaped(ErrorShape::Anthropic))
+}
+
+/// `true` when the client speaks the beta surface (an `anthropic-beta`
+/// header, or the `?beta=true` the TypeScript SDK's `beta` namespace adds;
+/// Claude Code sends both), whose types include the blocks of tools the
+/// server ran: the gateway's own calls are shown as `mcp_tool_use` /
+/// `mcp_tool_result`. The stable surface has no such blocks, so there they
+/// are only in the `toolgate` report.
+fn beta(uri: &axum::http::Uri, headers: &HeaderMap) -> bool {
+    headers.contains_key("anthropic-beta")
+        || uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "beta=true"))
 }
 
 async fn handle(
     state: AppState,
     caller: Caller,
+    uri: &axum::http::Uri,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
-    let (_, the_loop, places) =
+    let (_, the_loop, places, notices) =
         common::plan_translated(&state, &caller, &headers, &body, to_chat_request)?;
     let model = the_loop.request.model.clone();
-    let mut encoder = StreamEncoder::new(&model);
-    common::respond(
+    let show_calls = beta(uri, &headers);
+    let mut encoder = StreamEncoder::new(&model, show_calls);
+    let response = common::respond(
         the_loop,
         places,
-        |answer| message(answer, &model),
+        |answer| message(answer, &model, show_calls),
         move |e| encoder.encode(e),
     )
-    .await
+    .await?;
+    Ok(notices.attach(response))
 }
 
+/// `POST /v1/messages/count_tokens`: the request's input tokens. The
+/// upstreams speak chat completions, which has no counting endpoint, so
+/// this is an estimate: the translated request's system, messages and
+/// tools as JSON, one token per four bytes (rounded up), the rule of thumb
+/// for English text and code.
+pub async fn count_tokens(
+    State(_): State<AppState>,
+    Extension(_): Extension<Caller>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let count = || -> Result<Value, ApiError> {
+        let body = body.map_err(body_error)?;
+        let original: Value = serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
+        let translated = to_chat_request(&original)?;
+        let mut bytes = 0;
+        for field in ["messages", "tools"] {
+            if let Some(v) = translated.fields.get(field) {
+                bytes += v.to_string().len();
+            }
+        }
+        Ok(json!({"input_tokens": bytes.div_ceil(4)}))
+    };
+    match count() {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.into_shaped(ErrorShape::Anthropic),
+    }
+}
+
+/// The MCP server name the gateway's own tool calls carry in the stream
+/// (`mcp_tool_use` / `mcp_tool_result` blocks, as Anthropic shows tools it
+/// runs on the server side).
+const SERVER_NAME: &str = "toolgate";
+
 /// Translates a Messages request into the chat-completions request the
-/// engine runs. Fields the engine does not know are not forwarded.
-fn to_chat_request(req: &Value) -> Result<Map<String, Value>, ApiError> {
+/// engine runs. Fields the engine does not use are not forwarded; blocks
+/// and tools it cannot carry are left out with a notice.
+fn to_chat_request(req: &Value) -> Result<Translated, ApiError> {
     let obj = req
         .as_object()
         .ok_or_else(|| ApiError::bad_request("the request body is not a JSON object"))?;
+    let mut notices = Notices::default();
     let mut out = Map::new();
     let model = obj
         .get("model")
@@ -78,25 +131,53 @@ fn to_chat_request(req: &Value) -> Result<Map<String, Value>, ApiError> {
             ApiError::bad_request("`messages` is required and must be a non-empty array")
                 .param("messages")
         })?;
+    let mut referenced = Vec::new();
     for (i, m) in input.iter().enumerate() {
-        translate_message(m, &mut messages)
+        // A system message that clears at the next user message is gone
+        // once one follows it.
+        if m["role"] == "system"
+            && m["clear_at"] == "next_user_message"
+            && input[i + 1..].iter().any(|later| later["role"] == "user")
+        {
+            continue;
+        }
+        translate_message(m, &mut messages, &mut referenced, &mut notices)
             .map_err(|e| ApiError::bad_request(format!("messages[{i}]: {e}")).param("messages"))?;
     }
     out.insert("messages".into(), Value::Array(messages));
     if let Some(tools) = obj.get("tools").and_then(Value::as_array) {
-        let tools: Vec<Value> = tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t["name"],
-                    "description": t.get("description").cloned().unwrap_or(json!("")),
-                    "parameters": t.get("input_schema").cloned().unwrap_or(json!({"type": "object"})),
-                }})
-            })
-            .collect();
-        if !tools.is_empty() {
-            out.insert("tools".into(), Value::Array(tools));
+        let mut functions = Vec::new();
+        for t in tools {
+            match t["type"].as_str() {
+                None | Some("custom") => {}
+                Some(kind) => {
+                    notices.add(format!(
+                        "tool `{}` of type `{kind}` (a tool Anthropic runs or defines) is not served here and was left out",
+                        t["name"].as_str().unwrap_or(kind)
+                    ));
+                    continue;
+                }
+            }
+            // A deferred tool is offered once a `tool_reference` loaded it.
+            let name = t["name"].as_str().unwrap_or_default();
+            if t["defer_loading"] == json!(true) && !referenced.iter().any(|r| r == name) {
+                continue;
+            }
+            functions.push(json!({"type": "function", "function": {
+                "name": t["name"],
+                "description": t.get("description").cloned().unwrap_or(json!("")),
+                "parameters": t.get("input_schema").cloned().unwrap_or(json!({"type": "object"})),
+            }}));
         }
+        if !functions.is_empty() {
+            out.insert("tools".into(), Value::Array(functions));
+        }
+    }
+    if obj
+        .get("mcp_servers")
+        .is_some_and(|s| s.as_array().is_some_and(|a| !a.is_empty()))
+    {
+        notices.add("`mcp_servers` (the MCP connector) is not served here; declare the servers in the gateway and they are its tools");
     }
     if let Some(choice) = obj.get("tool_choice").filter(|c| !c.is_null()) {
         let translated = match choice["type"].as_str() {
@@ -116,63 +197,247 @@ fn to_chat_request(req: &Value) -> Result<Map<String, Value>, ApiError> {
             out.insert("parallel_tool_calls".into(), json!(false));
         }
     }
-    Ok(common::chat_request(
-        obj,
-        out,
-        &[("max_tokens", "max_tokens"), ("stop_sequences", "stop")],
-    ))
+    Ok(Translated {
+        fields: common::chat_request(
+            obj,
+            out,
+            &[("max_tokens", "max_tokens"), ("stop_sequences", "stop")],
+        ),
+        notices,
+    })
 }
 
-/// One Messages message as chat messages: a user message's `tool_result`
-/// blocks become tool messages (first, as they answer the calls before),
-/// its text a user message; an assistant message's `tool_use` blocks
-/// become its `tool_calls`.
-fn translate_message(m: &Value, out: &mut Vec<Value>) -> Result<(), String> {
+/// A chat message being built from a Messages message's blocks, in order.
+#[derive(Default)]
+struct Pending {
+    parts: Vec<Value>,
+    calls: Vec<Value>,
+}
+
+impl Pending {
+    fn has_text_only(&self) -> bool {
+        self.parts.iter().all(|p| p["type"] == "text")
+    }
+
+    /// The content: a string when it is all text, else the parts.
+    fn content(&mut self) -> Value {
+        let parts = std::mem::take(&mut self.parts);
+        if parts.is_empty() {
+            return Value::Null;
+        }
+        if parts.iter().all(|p| p["type"] == "text") {
+            let text: Vec<&str> = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+            return json!(text.join(""));
+        }
+        Value::Array(parts)
+    }
+
+    /// Pushes what is pending as one message of `role`, if anything is.
+    fn flush(&mut self, role: &str, out: &mut Vec<Value>) {
+        if self.parts.is_empty() && self.calls.is_empty() {
+            return;
+        }
+        let mut msg = json!({"role": role, "content": self.content()});
+        if !self.calls.is_empty() {
+            msg["tool_calls"] = Value::Array(std::mem::take(&mut self.calls));
+        }
+        out.push(msg);
+    }
+}
+
+/// An image or document block as chat-completions content parts (`None`
+/// when its source cannot be carried).
+fn media_part(b: &Value) -> Option<Value> {
+    let source = &b["source"];
+    match (b["type"].as_str(), source["type"].as_str()) {
+        (Some("image"), Some("base64")) => Some(json!({"type": "image_url", "image_url": {
+            "url": format!("data:{};base64,{}", source["media_type"].as_str()?, source["data"].as_str()?)
+        }})),
+        (Some("image"), Some("url")) => {
+            Some(json!({"type": "image_url", "image_url": {"url": source["url"].as_str()?}}))
+        }
+        (Some("document"), Some("base64")) => Some(json!({"type": "file", "file": {
+            "filename": b["title"].as_str().unwrap_or("document.pdf"),
+            "file_data": format!("data:{};base64,{}", source["media_type"].as_str()?, source["data"].as_str()?),
+        }})),
+        (Some("document"), Some("text")) => {
+            let title = b["title"]
+                .as_str()
+                .map(|t| format!("{t}\n\n"))
+                .unwrap_or_default();
+            Some(json!({"type": "text", "text": format!("{title}{}", source["data"].as_str()?)}))
+        }
+        (Some("document"), Some("content")) => Some(json!({"type": "text",
+            "text": text_of(&source["content"], "document").ok()?})),
+        _ => None,
+    }
+}
+
+/// A `search_result` block as text.
+fn search_result_text(b: &Value) -> String {
+    let body = text_of(&b["content"], "search_result").unwrap_or_default();
+    format!(
+        "{} ({})\n{body}",
+        b["title"].as_str().unwrap_or_default(),
+        b["source"].as_str().unwrap_or_default()
+    )
+}
+
+/// A tool result's content: its text for the tool message, and its images
+/// and documents (which a chat tool message cannot hold: they follow as a
+/// user message).
+fn tool_result_content(
+    content: &Value,
+    referenced: &mut Vec<String>,
+    notices: &mut Notices,
+) -> Result<(String, Vec<Value>), String> {
+    let blocks = match content {
+        Value::Null => return Ok((String::new(), Vec::new())),
+        Value::String(s) => return Ok((s.clone(), Vec::new())),
+        Value::Array(b) => b,
+        _ => return Err("`tool_result.content` must be a string or an array of blocks".into()),
+    };
+    let mut text = Vec::new();
+    let mut media = Vec::new();
+    for b in blocks {
+        match b["type"].as_str() {
+            Some("text") => text.push(b["text"].as_str().unwrap_or_default().to_owned()),
+            Some("image") | Some("document") => match media_part(b) {
+                Some(part) => {
+                    text.push(format!(
+                        "[{} attached below]",
+                        b["type"].as_str().unwrap_or("file")
+                    ));
+                    media.push(part);
+                }
+                None => notices.add(format!(
+                    "a {} in a tool result whose source is not base64, text or a URL was left out",
+                    b["type"].as_str().unwrap_or("block")
+                )),
+            },
+            Some("search_result") => text.push(search_result_text(b)),
+            Some("tool_reference") => {
+                if let Some(name) = b["tool_name"].as_str() {
+                    referenced.push(name.to_owned());
+                    text.push(format!("Tool `{name}` is now available."));
+                }
+            }
+            Some(other) => notices.add(format!(
+                "`{other}` blocks in tool results are not carried and were left out"
+            )),
+            None => {}
+        }
+    }
+    Ok((text.join("\n"), media))
+}
+
+/// One Messages message as chat messages, its blocks in order:
+/// - text, images and documents as content parts (images as `image_url`,
+///   PDFs as `file`), search results as text;
+/// - an assistant's `tool_use` blocks as its `tool_calls`, and the
+///   gateway's own `mcp_tool_use` / `mcp_tool_result` pairs (as it streamed
+///   them) as a call and its tool message;
+/// - a user's `tool_result` blocks as tool messages (first, as they answer
+///   the calls before), their images as a user message after them;
+/// - a system message (Claude Code ends its requests with one) as a
+///   system message where it stands;
+/// - thinking, and blocks of tools Anthropic runs, left out (notices for
+///   what the model could have used).
+fn translate_message(
+    m: &Value,
+    out: &mut Vec<Value>,
+    referenced: &mut Vec<String>,
+    notices: &mut Notices,
+) -> Result<(), String> {
     let role = m["role"].as_str().ok_or("`role` is required")?;
+    if !matches!(role, "user" | "assistant" | "system") {
+        return Err(format!(
+            "role {role:?} is neither user, assistant nor system"
+        ));
+    }
     let blocks: Vec<Value> = match &m["content"] {
         Value::String(s) => vec![json!({"type": "text", "text": s})],
         Value::Array(b) => b.clone(),
         _ => return Err("`content` must be a string or an array of blocks".into()),
     };
-    let mut text = String::new();
-    let mut calls = Vec::new();
+    let chat_role = role;
+    let mut pending = Pending::default();
+    // Tool messages come first in a user message; its images after them.
+    let mut tool_messages = Vec::new();
+    let mut tool_media = Vec::new();
     for b in &blocks {
-        match (role, b["type"].as_str()) {
-            (_, Some("text")) => text.push_str(b["text"].as_str().unwrap_or_default()),
-            ("assistant", Some("tool_use")) => calls.push(json!({
+        match b["type"].as_str() {
+            Some("text") => pending
+                .parts
+                .push(json!({"type": "text", "text": b["text"].as_str().unwrap_or_default()})),
+            Some("image") | Some("document") if role != "assistant" => match media_part(b) {
+                Some(part) => pending.parts.push(part),
+                None => notices.add(format!(
+                    "a {} whose source is a file id or unknown was left out (send it as base64, text or a URL)",
+                    b["type"].as_str().unwrap_or("block")
+                )),
+            },
+            Some("search_result") => pending
+                .parts
+                .push(json!({"type": "text", "text": search_result_text(b)})),
+            Some("tool_use") if role == "assistant" => pending.calls.push(json!({
                 "id": b["id"],
                 "type": "function",
                 "function": {"name": b["name"], "arguments": b["input"].to_string()},
             })),
-            ("user", Some("tool_result")) => {
-                let mut content = text_of(&b["content"], "tool_result.content")?;
+            Some("mcp_tool_use") if role == "assistant" && b["server_name"] == SERVER_NAME => {
+                pending.calls.push(json!({
+                    "id": b["id"],
+                    "type": "function",
+                    "function": {"name": b["name"], "arguments": b["input"].to_string()},
+                }));
+            }
+            Some("mcp_tool_result") if role == "assistant" => {
+                // The gateway's call and its result: the assistant message so
+                // far, then the tool message.
+                pending.flush("assistant", out);
+                let (mut text, _) = tool_result_content(&b["content"], referenced, notices)?;
                 if b["is_error"] == json!(true) {
-                    content = format!("Error: {content}");
+                    text = format!("Error: {text}");
                 }
-                out.push(
-                    json!({"role": "tool", "tool_call_id": b["tool_use_id"], "content": content}),
+                out.push(json!({"role": "tool", "tool_call_id": b["tool_use_id"], "content": text}));
+            }
+            Some("tool_result") if role == "user" => {
+                let (mut text, media) = tool_result_content(&b["content"], referenced, notices)?;
+                if b["is_error"] == json!(true) {
+                    text = format!("Error: {text}");
+                }
+                tool_messages.push(
+                    json!({"role": "tool", "tool_call_id": b["tool_use_id"], "content": text}),
                 );
+                tool_media.extend(media);
             }
-            // Thinking and other blocks carry nothing the upstream reads.
-            _ => {}
+            // The model's own reasoning stays with the upstream that made it.
+            Some("thinking") | Some("redacted_thinking") => {}
+            Some(other) => notices.add(format!(
+                "`{other}` blocks are not carried to the model and were left out"
+            )),
+            None => {}
         }
     }
-    match role {
-        "user" => {
-            if !text.is_empty() {
-                out.push(json!({"role": "user", "content": text}));
-            }
-        }
-        "assistant" => {
-            let mut msg =
-                json!({"role": "assistant", "content": (!text.is_empty()).then_some(text)});
-            if !calls.is_empty() {
-                msg["tool_calls"] = Value::Array(calls);
-            }
-            out.push(msg);
-        }
-        other => return Err(format!("role {other:?} is neither user nor assistant")),
+    out.extend(tool_messages);
+    if !tool_media.is_empty() {
+        out.push(json!({"role": "user", "content": tool_media}));
     }
+    if chat_role == "system" {
+        // Text only; an empty one (an effort statement) says nothing.
+        if pending.has_text_only() {
+            let content = pending.content();
+            if content.as_str().is_some_and(|t| !t.is_empty()) {
+                out.push(json!({"role": "system", "content": content}));
+            }
+        }
+        return Ok(());
+    }
+    if role == "assistant" && pending.parts.is_empty() && pending.calls.is_empty() {
+        return Ok(());
+    }
+    pending.flush(chat_role, out);
     Ok(())
 }
 
@@ -218,9 +483,40 @@ fn message_id() -> String {
     format!("msg_{}", uuid::Uuid::new_v4().simple())
 }
 
-/// A whole answer as a Messages response.
-fn message(answer: Answer, model: &str) -> Value {
+/// A gateway tool call as Anthropic shows a tool it ran: `mcp_tool_use`.
+fn mcp_tool_use(id: &str, name: &str, arguments: &str) -> Value {
+    let input: Value = serde_json::from_str(arguments).unwrap_or_else(|_| json!({}));
+    json!({"type": "mcp_tool_use", "id": id, "name": name, "server_name": SERVER_NAME, "input": input})
+}
+
+/// A gateway tool call's result as `mcp_tool_result`.
+fn mcp_tool_result(record: &CallRecord) -> Value {
+    let text = match &record.result {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    json!({"type": "mcp_tool_result", "tool_use_id": record.id, "is_error": !record.success,
+           "content": [{"type": "text", "text": text}]})
+}
+
+/// A whole answer as a Messages response: the gateway's own tool calls
+/// and their results first (as `mcp_tool_use` / `mcp_tool_result`, when
+/// `show_calls`), then the answer's text and the client's tool calls.
+fn message(answer: Answer, model: &str, show_calls: bool) -> Value {
     let mut content = Vec::new();
+    let shown = if show_calls {
+        answer.summary.report.tool_calls.as_slice()
+    } else {
+        &[]
+    };
+    for record in shown {
+        content.push(mcp_tool_use(
+            &record.id,
+            &record.function.name,
+            &record.function.arguments,
+        ));
+        content.push(mcp_tool_result(record));
+    }
     if let Some(text) = answer.content.filter(|t| !t.is_empty()) {
         content.push(json!({"type": "text", "text": text}));
     }
@@ -249,16 +545,19 @@ struct StreamEncoder {
     next_block: usize,
     /// A text block is open.
     text_open: bool,
+    /// The gateway's own calls are shown as blocks (the beta surface).
+    show_calls: bool,
 }
 
 impl StreamEncoder {
-    fn new(model: &str) -> StreamEncoder {
+    fn new(model: &str, show_calls: bool) -> StreamEncoder {
         StreamEncoder {
             id: message_id(),
             model: model.to_owned(),
             started: false,
             next_block: 0,
             text_open: false,
+            show_calls,
         }
     }
 
@@ -275,6 +574,20 @@ impl StreamEncoder {
                 "usage": {"input_tokens": 0, "output_tokens": 0},
             }}),
         )
+    }
+
+    /// A block sent whole: its start (with all its content) and its stop.
+    fn whole_block(&mut self, block: Value, out: &mut Vec<SseEvent>) {
+        let index = self.next_block;
+        self.next_block += 1;
+        out.push(Self::event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": block}),
+        ));
+        out.push(Self::event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
     }
 
     fn close_text(&mut self, out: &mut Vec<SseEvent>) {
@@ -310,12 +623,21 @@ impl StreamEncoder {
                            "delta": {"type": "text_delta", "text": text}}),
                 ));
             }
-            // Reasoning has no signed thinking block to go in; the gateway's
-            // own calls are in the report.
-            Event::Reasoning(_)
-            | Event::ToolCallStarted(_)
-            | Event::ToolProgress(_)
-            | Event::ToolCallDone(_) => {}
+            // Reasoning has no signed thinking block to go in.
+            Event::Reasoning(_) | Event::ToolProgress(_) => {}
+            Event::ToolCallStarted(_) | Event::ToolCallDone(_) if !self.show_calls => {}
+            // The gateway's own calls, as Anthropic shows tools it runs.
+            Event::ToolCallStarted(call) => {
+                self.close_text(&mut out);
+                self.whole_block(
+                    mcp_tool_use(&call.id, &call.name, &call.arguments),
+                    &mut out,
+                );
+            }
+            Event::ToolCallDone(record) => {
+                self.close_text(&mut out);
+                self.whole_block(mcp_tool_result(&record), &mut out);
+            }
             Event::ClientCalls(calls) => {
                 self.close_text(&mut out);
                 for c in &calls {
@@ -361,32 +683,6 @@ fn stream_error(e: &ChatError) -> SseEvent {
     )
 }
 
-/// An error in Anthropic's form: `{"type": "error", "error": {"type",
-/// "message"}}`, with the same status.
-fn anthropic_error(e: ApiError) -> Response {
-    let kind = match e.status.as_u16() {
-        400 | 405 | 408 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        503 | 529 => "overloaded_error",
-        _ => "api_error",
-    };
-    let retry_after = e.retry_after;
-    let mut resp = (
-        e.status,
-        axum::Json(json!({"type": "error", "error": {"type": kind, "message": e.message}})),
-    )
-        .into_response();
-    if let Some(secs) = retry_after {
-        resp.headers_mut()
-            .insert(axum::http::header::RETRY_AFTER, secs.into());
-    }
-    resp
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -407,7 +703,7 @@ mod tests {
                     {"type": "text", "text": "thanks"}]},
             ],
         });
-        let out = Value::Object(to_chat_request(&req).unwrap());
+        let out = Value::Object(to_chat_request(&req).unwrap().fields);
         assert_eq!(out["tool_choice"], "required");
         assert_eq!(
             out["tools"][0]["function"]["parameters"],

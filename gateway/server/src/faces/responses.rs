@@ -21,7 +21,7 @@ use serde_json::{Map, Value, json};
 use toolgate_engine::chat::{Answer, CallRecord, ChatError, Event, FinishReason, Summary};
 use toolgate_engine::formatter::Call;
 
-use super::common;
+use super::common::{self, Notices, Translated};
 use crate::http::{ApiError, AppState, Caller, body_error};
 
 pub async fn responses(
@@ -31,23 +31,62 @@ pub async fn responses(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
-    let (original, the_loop, places) =
-        common::plan_translated(&state, &caller, &headers, &body, to_chat_request)?;
+    let mut namespaces = Namespaces::default();
+    let (original, the_loop, places, notices) =
+        common::plan_translated(&state, &caller, &headers, &body, |req| {
+            to_chat_request(req, &mut namespaces)
+        })?;
     let echo = Echo::of(&original);
     let model = the_loop.request.model.clone();
-    let whole = Skeleton::new(&model, echo);
+    let whole = Skeleton::new(&model, echo, namespaces);
     let mut stream = StreamEncoder::new(whole.clone());
-    common::respond(
+    let response = common::respond(
         the_loop,
         places,
         |answer| whole.complete(answer),
         move |e| stream.encode(e),
     )
-    .await
+    .await?;
+    Ok(notices.attach(response))
 }
 
-/// Translates a Responses request into the chat request the engine runs.
-fn to_chat_request(req: &Value) -> Result<Map<String, Value>, ApiError> {
+/// Function tools grouped in `namespace` tools (Codex sends every MCP
+/// server it knows as one), flattened for the model as `namespace__name`:
+/// flat name → (namespace, name), to give calls back as they were offered.
+#[derive(Debug, Clone, Default)]
+struct Namespaces(std::collections::HashMap<String, (String, String)>);
+
+impl Namespaces {
+    /// The name the model sees for `name` in `namespace`.
+    fn flat(namespace: &str, name: &str) -> String {
+        format!("{namespace}__{name}")
+    }
+
+    /// A call's `namespace` and `name` as the client offered them.
+    fn split<'a>(&'a self, flat: &'a str) -> (Option<&'a str>, &'a str) {
+        match self.0.get(flat) {
+            Some((namespace, name)) => (Some(namespace), name),
+            None => (None, flat),
+        }
+    }
+}
+
+/// A function tool of the request as a chat function.
+fn function_tool(t: &Value, name: &str) -> Value {
+    let mut f = json!({"name": name, "parameters": t.get("parameters").cloned().unwrap_or(json!({"type": "object"}))});
+    if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
+        f["description"] = d.clone();
+    }
+    if let Some(s) = t.get("strict").filter(|s| !s.is_null()) {
+        f["strict"] = s.clone();
+    }
+    json!({"type": "function", "function": f})
+}
+
+/// Translates a Responses request into the chat request the engine runs;
+/// what it cannot carry (hosted tools, items of tools the server ran) is
+/// left out with a notice.
+fn to_chat_request(req: &Value, namespaces: &mut Namespaces) -> Result<Translated, ApiError> {
     let obj = req
         .as_object()
         .ok_or_else(|| ApiError::bad_request("the request body is not a JSON object"))?;
@@ -60,12 +99,49 @@ fn to_chat_request(req: &Value) -> Result<Map<String, Value>, ApiError> {
         )
         .param("previous_response_id"));
     }
+    let mut notices = Notices::default();
     let mut out = Map::new();
     let model = obj
         .get("model")
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?;
     out.insert("model".into(), json!(model));
+    // Tools first: the input's calls are named as the tools are.
+    let mut functions = Vec::new();
+    for t in obj
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        match t["type"].as_str() {
+            Some("function") => {
+                functions.push(function_tool(t, t["name"].as_str().unwrap_or_default()));
+            }
+            Some("namespace") => {
+                let namespace = t["name"].as_str().unwrap_or_default();
+                for inner in t["tools"].as_array().into_iter().flatten() {
+                    if inner["type"] != "function" {
+                        notices.add(format!(
+                            "tools of type `{}` in namespace `{namespace}` are not served here and were left out",
+                            inner["type"].as_str().unwrap_or("?")
+                        ));
+                        continue;
+                    }
+                    let name = inner["name"].as_str().unwrap_or_default();
+                    let flat = Namespaces::flat(namespace, name);
+                    namespaces
+                        .0
+                        .insert(flat.clone(), (namespace.to_owned(), name.to_owned()));
+                    functions.push(function_tool(inner, &flat));
+                }
+            }
+            Some(kind) => notices.add(format!(
+                "`{kind}` tools are hosted tools this gateway does not run; left out (declare a gateway tool for it, e.g. `web_search` in tools.d, and its tool set offers it)"
+            )),
+            None => notices.add("a tool without `type` was left out"),
+        }
+    }
     let mut messages = Vec::new();
     if let Some(instructions) = obj.get("instructions").and_then(Value::as_str) {
         messages.push(json!({"role": "system", "content": instructions}));
@@ -74,7 +150,7 @@ fn to_chat_request(req: &Value) -> Result<Map<String, Value>, ApiError> {
         Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                translate_item(item, &mut messages).map_err(|e| {
+                translate_item(item, &mut messages, &mut notices).map_err(|e| {
                     ApiError::bad_request(format!("input[{i}]: {e}")).param("input")
                 })?;
             }
@@ -87,46 +163,49 @@ fn to_chat_request(req: &Value) -> Result<Map<String, Value>, ApiError> {
         }
     }
     out.insert("messages".into(), Value::Array(messages));
-    if let Some(tools) = obj.get("tools").and_then(Value::as_array) {
-        let mut functions = Vec::new();
-        for t in tools {
-            if t["type"] != "function" {
-                return Err(ApiError::bad_request(format!(
-                    "tools of type {} are not served here; declare them in the gateway, or send function tools",
-                    t["type"]
-                ))
-                .param("tools"));
-            }
-            let mut f = json!({"name": t["name"], "parameters": t.get("parameters").cloned().unwrap_or(json!({"type": "object"}))});
-            if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
-                f["description"] = d.clone();
-            }
-            if let Some(s) = t.get("strict").filter(|s| !s.is_null()) {
-                f["strict"] = s.clone();
-            }
-            functions.push(json!({"type": "function", "function": f}));
-        }
-        if !functions.is_empty() {
-            out.insert("tools".into(), Value::Array(functions));
-        }
-    }
     match obj.get("tool_choice") {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => {
             out.insert("tool_choice".into(), json!(s));
         }
         Some(c) if c["type"] == "function" => {
+            let name = match c["namespace"].as_str() {
+                Some(ns) => Namespaces::flat(ns, c["name"].as_str().unwrap_or_default()),
+                None => c["name"].as_str().unwrap_or_default().to_owned(),
+            };
             out.insert(
                 "tool_choice".into(),
-                json!({"type": "function", "function": {"name": c["name"]}}),
+                json!({"type": "function", "function": {"name": name}}),
             );
         }
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "`tool_choice` must be auto, none, required or a function",
-            )
-            .param("tool_choice"));
+        Some(c) if c["type"] == "allowed_tools" => {
+            // Only the listed tools, called as `mode` says.
+            let allowed: Vec<String> = c["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect();
+            functions.retain(|f| {
+                let flat = f["function"]["name"].as_str().unwrap_or_default();
+                let (_, name) = namespaces.split(flat);
+                allowed.iter().any(|a| a == flat || a == name)
+            });
+            let mode = c["mode"].as_str().unwrap_or("auto");
+            out.insert("tool_choice".into(), json!(mode));
         }
+        Some(c) => {
+            notices.add(format!(
+                "`tool_choice` of type `{}` names a tool this gateway does not run; `auto` instead",
+                c["type"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    if !functions.is_empty() {
+        out.insert("tools".into(), Value::Array(functions));
+    }
+    if let Some(effort) = obj.get("reasoning").and_then(|r| r["effort"].as_str()) {
+        out.insert("reasoning_effort".into(), json!(effort));
     }
     if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
         match format["type"].as_str() {
@@ -146,30 +225,72 @@ fn to_chat_request(req: &Value) -> Result<Map<String, Value>, ApiError> {
             _ => {}
         }
     }
-    Ok(common::chat_request(
-        obj,
-        out,
-        &[
-            ("max_output_tokens", "max_tokens"),
-            ("parallel_tool_calls", "parallel_tool_calls"),
-        ],
-    ))
+    Ok(Translated {
+        fields: common::chat_request(
+            obj,
+            out,
+            &[
+                ("max_output_tokens", "max_tokens"),
+                ("parallel_tool_calls", "parallel_tool_calls"),
+            ],
+        ),
+        notices,
+    })
 }
 
-/// The text of content parts (`input_text`, `output_text`), joined; parts
-/// without text (images, files) are not translated.
-fn parts_text(parts: &[Value]) -> String {
-    parts
-        .iter()
-        .filter_map(|p| p["text"].as_str())
-        .collect::<Vec<_>>()
-        .join("")
+/// Content parts (`input_text`, `output_text`, `input_image`,
+/// `input_file`) as a chat message's content: a string when all text,
+/// else parts (images as `image_url`, files as `file`).
+fn parts_content(parts: &[Value], notices: &mut Notices) -> Value {
+    let mut out = Vec::new();
+    for p in parts {
+        match p["type"].as_str() {
+            Some("input_text") | Some("output_text") | Some("text") | Some("refusal") => {
+                let text = p["text"].as_str().or_else(|| p["refusal"].as_str());
+                out.push(json!({"type": "text", "text": text.unwrap_or_default()}));
+            }
+            Some("input_image") => match p["image_url"].as_str() {
+                Some(url) => {
+                    let mut image = json!({"url": url});
+                    if let Some(detail) = p["detail"].as_str() {
+                        image["detail"] = json!(detail);
+                    }
+                    out.push(json!({"type": "image_url", "image_url": image}));
+                }
+                None => notices.add("an `input_image` given by `file_id` was left out (send it as `image_url`: a URL or a data URL)"),
+            },
+            Some("input_file") => {
+                let mut file = Map::new();
+                for k in ["file_data", "file_id", "filename"] {
+                    if let Some(v) = p.get(k).filter(|v| !v.is_null()) {
+                        file.insert(k.into(), v.clone());
+                    }
+                }
+                match p["file_url"].as_str() {
+                    Some(url) if file.is_empty() || !file.contains_key("file_data") => {
+                        out.push(json!({"type": "text", "text": format!("[file: {url}]")}));
+                        notices.add("an `input_file` given by `file_url` is passed to the model as its URL only");
+                    }
+                    _ => out.push(json!({"type": "file", "file": file})),
+                }
+            }
+            Some(other) => notices.add(format!("content parts of type `{other}` were left out")),
+            None => {}
+        }
+    }
+    if out.iter().all(|p| p["type"] == "text") {
+        let text: Vec<&str> = out.iter().filter_map(|p| p["text"].as_str()).collect();
+        return json!(text.join(""));
+    }
+    Value::Array(out)
 }
 
 /// One input item as chat messages: a message as a message, a
 /// `function_call` as an assistant's tool call (consecutive calls in one
-/// assistant message), a `function_call_output` as a tool message.
-fn translate_item(item: &Value, out: &mut Vec<Value>) -> Result<(), String> {
+/// assistant message; a namespaced call by its flat name), a
+/// `function_call_output` as a tool message (its images as a user message
+/// after it).
+fn translate_item(item: &Value, out: &mut Vec<Value>, notices: &mut Notices) -> Result<(), String> {
     match item["type"].as_str() {
         None | Some("message") => {
             let role = match item["role"].as_str() {
@@ -182,18 +303,22 @@ fn translate_item(item: &Value, out: &mut Vec<Value>) -> Result<(), String> {
                     ));
                 }
             };
-            let text = match &item["content"] {
-                Value::String(s) => s.clone(),
-                Value::Array(parts) => parts_text(parts),
+            let content = match &item["content"] {
+                Value::String(s) => json!(s),
+                Value::Array(parts) => parts_content(parts, notices),
                 _ => return Err("`content` must be a string or an array of parts".into()),
             };
-            out.push(json!({"role": role, "content": text}));
+            out.push(json!({"role": role, "content": content}));
         }
         Some("function_call") => {
+            let name = match item["namespace"].as_str() {
+                Some(ns) => Namespaces::flat(ns, item["name"].as_str().unwrap_or_default()),
+                None => item["name"].as_str().unwrap_or_default().to_owned(),
+            };
             let call = json!({
                 "id": item["call_id"],
                 "type": "function",
-                "function": {"name": item["name"], "arguments": item["arguments"]},
+                "function": {"name": name, "arguments": item["arguments"]},
             });
             match out.last_mut() {
                 // The calls join the assistant message they follow.
@@ -208,16 +333,34 @@ fn translate_item(item: &Value, out: &mut Vec<Value>) -> Result<(), String> {
         }
         Some("function_call_output") => {
             // A string, or content parts (what the Agents SDK sends for an
-            // MCP tool's result).
-            let output = match &item["output"] {
-                Value::String(s) => s.clone(),
-                Value::Array(parts) => parts_text(parts),
-                other => other.to_string(),
+            // MCP tool's result, or an image a tool made).
+            let (output, media) = match &item["output"] {
+                Value::String(s) => (s.clone(), None),
+                Value::Array(parts) => match parts_content(parts, notices) {
+                    Value::String(s) => (s, None),
+                    Value::Array(parts) => {
+                        let (text, media): (Vec<Value>, Vec<Value>) =
+                            parts.into_iter().partition(|p| p["type"] == "text");
+                        let text: Vec<&str> =
+                            text.iter().filter_map(|p| p["text"].as_str()).collect();
+                        (text.join(""), Some(media))
+                    }
+                    _ => (String::new(), None),
+                },
+                other => (other.to_string(), None),
             };
             out.push(json!({"role": "tool", "tool_call_id": item["call_id"], "content": output}));
+            if let Some(media) = media.filter(|m| !m.is_empty()) {
+                out.push(json!({"role": "user", "content": media}));
+            }
         }
-        // Reasoning and items of hosted tools carry nothing the upstream reads.
-        Some(_) => {}
+        // The model's own reasoning stays with the upstream that made it;
+        // the gateway's own calls are in the conversation as the model saw
+        // them only while the loop runs.
+        Some("reasoning") | Some("mcp_call") | Some("mcp_list_tools") => {}
+        Some(other) => notices.add(format!(
+            "input items of type `{other}` (a tool this gateway does not run, or a stored item) were left out"
+        )),
     }
     Ok(())
 }
@@ -265,15 +408,17 @@ struct Skeleton {
     created_at: u64,
     model: String,
     echo: Echo,
+    namespaces: Namespaces,
 }
 
 impl Skeleton {
-    fn new(model: &str, echo: Echo) -> Skeleton {
+    fn new(model: &str, echo: Echo, namespaces: Namespaces) -> Skeleton {
         Skeleton {
             id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
             created_at: common::unix_now(),
             model: model.to_owned(),
             echo,
+            namespaces,
         }
     }
 
@@ -330,7 +475,7 @@ impl Skeleton {
             answer
                 .client_calls
                 .iter()
-                .map(|c| function_call(&item_id("fc"), c, "completed")),
+                .map(|c| function_call(&item_id("fc"), c, "completed", &self.namespaces)),
         );
         self.object("completed", output, Some(&answer.summary))
     }
@@ -347,8 +492,15 @@ fn message_item(id: &str, text: &str, status: &str) -> Value {
     })
 }
 
-fn function_call(id: &str, c: &Call, status: &str) -> Value {
-    json!({"type": "function_call", "id": id, "call_id": c.id, "name": c.name, "arguments": c.arguments, "status": status})
+/// A client call as a `function_call` item, with its `namespace` when the
+/// tool was offered in one.
+fn function_call(id: &str, c: &Call, status: &str, namespaces: &Namespaces) -> Value {
+    let (namespace, name) = namespaces.split(&c.name);
+    let mut item = json!({"type": "function_call", "id": id, "call_id": c.id, "name": name, "arguments": c.arguments, "status": status});
+    if let Some(ns) = namespace {
+        item["namespace"] = json!(ns);
+    }
+    item
 }
 
 /// A gateway tool call as the item of a tool the server ran.
@@ -501,7 +653,7 @@ impl StreamEncoder {
                 for c in &calls {
                     let index = self.output.len();
                     let id = item_id("fc");
-                    let mut item = function_call(&id, c, "in_progress");
+                    let mut item = function_call(&id, c, "in_progress", &self.skeleton.namespaces);
                     item["arguments"] = json!("");
                     out.push(self.event(
                         "response.output_item.added",
@@ -515,7 +667,7 @@ impl StreamEncoder {
                         "response.function_call_arguments.done",
                         json!({"item_id": id, "output_index": index, "arguments": c.arguments}),
                     ));
-                    let item = function_call(&id, c, "completed");
+                    let item = function_call(&id, c, "completed", &self.skeleton.namespaces);
                     out.push(self.event(
                         "response.output_item.done",
                         json!({"output_index": index, "item": item}),
@@ -572,7 +724,11 @@ mod tests {
             "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
             "max_output_tokens": 50,
         });
-        let out = Value::Object(to_chat_request(&req).unwrap());
+        let out = Value::Object(
+            to_chat_request(&req, &mut Namespaces::default())
+                .unwrap()
+                .fields,
+        );
         let m = out["messages"].as_array().unwrap();
         assert_eq!(m[0], json!({"role": "system", "content": "be brief"}));
         assert_eq!(m[1], json!({"role": "user", "content": "hi"}));
@@ -588,7 +744,7 @@ mod tests {
         assert_eq!(out["response_format"]["type"], "json_schema");
         assert_eq!(out["max_tokens"], 50);
         let stored = json!({"model": "m", "input": "hi", "previous_response_id": "resp_1"});
-        let e = to_chat_request(&stored).unwrap_err();
+        let e = to_chat_request(&stored, &mut Namespaces::default()).unwrap_err();
         assert!(e.message.contains("whole conversation"), "{}", e.message);
     }
 }

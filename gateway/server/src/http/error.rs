@@ -1,5 +1,7 @@
-//! OpenAI-style error responses: `{"error": {"message", "type", "code"}}`
-//! with a truthful HTTP status.
+//! Error responses with a truthful HTTP status, in the shape of the face
+//! that answers: OpenAI's `{"error": {"message", "type", "code"}}` (every
+//! endpoint but Anthropic's), or Anthropic's `{"type": "error", "error":
+//! {"type", "message"}}` ([`ErrorShape`]).
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -60,6 +62,50 @@ impl ApiError {
             400..=499 => "invalid_request_error",
             _ => "api_error",
         }
+    }
+}
+
+/// Whose error body an answer has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorShape {
+    /// OpenAI's (and the gateway's own endpoints').
+    OpenAi,
+    /// Anthropic's, on `/v1/messages` and below.
+    Anthropic,
+}
+
+impl ApiError {
+    /// The error as an answer in `shape`.
+    pub fn into_shaped(self, shape: ErrorShape) -> Response {
+        match shape {
+            ErrorShape::OpenAi => self.into_response(),
+            ErrorShape::Anthropic => self.into_anthropic(),
+        }
+    }
+
+    /// Anthropic's error body, with the same status (and `Retry-After`).
+    fn into_anthropic(self) -> Response {
+        let kind = match self.status.as_u16() {
+            400 | 405 | 408 | 415 | 422 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            504 => "timeout_error",
+            _ => "api_error",
+        };
+        let mut resp = (
+            self.status,
+            Json(json!({"type": "error", "error": {"type": kind, "message": self.message}})),
+        )
+            .into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        resp
     }
 }
 

@@ -18,10 +18,10 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tracing::Instrument;
 
-use super::{ApiError, AppState};
+use super::{ApiError, AppState, ErrorShape};
 use toolgate_engine::auth::{self, ApiKey};
 use toolgate_engine::limits::{Rate, Refused, retry_after_secs};
 use toolgate_engine::tool::context::new_request_id;
@@ -199,6 +199,8 @@ pub struct Paths {
     /// Paths whose 401 names the protected-resource metadata (RFC 9728),
     /// where OAuth-aware clients look.
     pub protected_resource: fn(&str) -> bool,
+    /// Whose error body a path's refusals have (its face's).
+    pub error_shape: fn(&str) -> ErrorShape,
 }
 
 /// The URL the client used to reach the gateway, from its `Host` (and a
@@ -267,7 +269,8 @@ pub async fn identify(
 ) -> Result<Caller, Response> {
     let catalog = state.catalog();
     let keys = catalog.keys();
-    refuse_what_pages_send(&catalog, req).map_err(IntoResponse::into_response)?;
+    let shape = (paths.error_shape)(req.uri.path());
+    refuse_what_pages_send(&catalog, req).map_err(|e| e.into_shaped(shape))?;
     let open = (paths.open)(req.uri.path());
     let key = if keys.required() && !open {
         // `x-api-key` is how Anthropic's clients send theirs.
@@ -362,7 +365,7 @@ pub async fn identify(
                 }
             };
             err.retry_after = err.retry_after.or(Some(1));
-            return Err(err.into_response());
+            return Err(err.into_shaped(shape));
         }
         Some(key)
     } else {
@@ -472,7 +475,8 @@ fn unauthorized(
     message: &str,
 ) -> Response {
     toolgate_engine::metrics::record(|m| m.reject("unauthorized"));
-    let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, code, message).into_response();
+    let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, code, message)
+        .into_shaped((paths.error_shape)(req.uri.path()));
     let path = req.uri.path();
     let challenge = if (paths.protected_resource)(path) {
         let url = metadata_url(&req.headers, path);
@@ -493,9 +497,14 @@ fn unauthorized(
 /// Reads a request's body within `limits.body_timeout` (408 after it) and
 /// `limits.max_request_bytes` (413 beyond it) before the handler runs: a
 /// client sending its body a byte at a time cannot hold a request open.
-pub async fn body_deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn body_deadline(
+    State((state, paths)): State<(AppState, Paths)>,
+    req: Request,
+    next: Next,
+) -> Response {
     let (parts, body) = req.into_parts();
-    match read_body(&state, body).await {
+    let shape = (paths.error_shape)(parts.uri.path());
+    match read_body(&state, body, shape).await {
         Ok(bytes) => {
             next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
                 .await
@@ -504,9 +513,9 @@ pub async fn body_deadline(State(state): State<AppState>, req: Request, next: Ne
     }
 }
 
-/// What [`body_deadline`] reads: the whole body, or the answer that
-/// refuses it.
-pub async fn read_body<B>(state: &AppState, body: B) -> Result<Bytes, Response>
+/// What [`body_deadline`] reads: the whole body, or the answer (in
+/// `shape`) that refuses it.
+pub async fn read_body<B>(state: &AppState, body: B, shape: ErrorShape) -> Result<Bytes, Response>
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::fmt::Display,
@@ -544,7 +553,7 @@ where
     // creating a timer.
     let mut read = std::pin::pin!(read);
     if let std::task::Poll::Ready(read) = futures::poll!(&mut read) {
-        return read.map_err(IntoResponse::into_response);
+        return read.map_err(|e| e.into_shaped(shape));
     }
     match tokio::time::timeout(timeout, read).await {
         Err(_) => {
@@ -554,9 +563,9 @@ where
                 "request_timeout",
                 "the request body did not arrive in time (limits.body_timeout)",
             )
-            .into_response())
+            .into_shaped(shape))
         }
-        Ok(read) => read.map_err(IntoResponse::into_response),
+        Ok(read) => read.map_err(|e| e.into_shaped(shape)),
     }
 }
 

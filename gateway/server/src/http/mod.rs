@@ -8,7 +8,7 @@ mod error;
 mod layers;
 mod state;
 
-pub use error::{ApiError, body_error};
+pub use error::{ApiError, ErrorShape, body_error};
 pub use layers::{
     Caller, Observed, Paths, REQUEST_ID_HEADER, RequestId, Route, authenticate, body_deadline,
     identify, metadata_url, observe, public_base, read_body,

@@ -20,7 +20,7 @@ use tracing::Instrument;
 
 use super::PATHS;
 use crate::faces::chat;
-use crate::http::{AppState, Observed, Route, identify, read_body};
+use crate::http::{AppState, ErrorShape, Observed, Route, identify, read_body};
 
 /// The path served directly.
 const CHAT: &str = "/v1/chat/completions";
@@ -71,7 +71,7 @@ async fn chat(state: AppState, req: Request<Incoming>) -> Response {
             Ok(caller) => caller,
             Err(refused) => return refused,
         };
-        let body = match read_body(&state, body).await {
+        let body = match read_body(&state, body, ErrorShape::OpenAi).await {
             Ok(body) => body,
             Err(refused) => return refused,
         };

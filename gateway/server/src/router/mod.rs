@@ -9,19 +9,31 @@ use axum::Extension;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
+use axum::response::Response;
 use axum::routing::{any, get, post};
 
 pub use direct::Gateway;
 
 use crate::faces::{chat, console, mcp, messages, models, responses, tools};
-use crate::http::{self, ApiError, AppState, Paths};
+use crate::http::{self, ApiError, AppState, ErrorShape, Paths};
 use crate::ops;
 
 /// What the layers are told about the paths.
 pub(crate) const PATHS: Paths = Paths {
     open: is_open,
     protected_resource: is_protected_resource,
+    error_shape,
 };
+
+/// Anthropic's paths answer errors in Anthropic's shape, every other path
+/// in OpenAI's.
+fn error_shape(path: &str) -> ErrorShape {
+    if path == "/v1/messages" || path.starts_with("/v1/messages/") {
+        ErrorShape::Anthropic
+    } else {
+        ErrorShape::OpenAi
+    }
+}
 
 /// Paths that need no key: health and readiness, the console's page and
 /// assets (which hold no data), the protected-resource metadata.
@@ -42,6 +54,7 @@ pub const ENDPOINTS: &[&str] = &[
     "POST /v1/chat/completions",
     "POST /v1/responses",
     "POST /v1/messages",
+    "POST /v1/messages/count_tokens",
     "GET /v1/models",
     "GET /v1/tools",
     "GET /v1/tool-sets",
@@ -58,7 +71,7 @@ pub const ENDPOINTS: &[&str] = &[
 /// 404 for a path the gateway does not serve, naming the ones it does (a
 /// client pointed at an API the gateway lacks learns that, rather than
 /// "model not found").
-async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> Response {
     ApiError::not_found(
         "unknown_endpoint",
         format!(
@@ -67,6 +80,17 @@ async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> A
             ENDPOINTS.join(", ")
         ),
     )
+    .into_shaped(error_shape(uri.path()))
+}
+
+/// 405, in the path's face's shape.
+async fn method_not_allowed(uri: axum::http::Uri) -> Response {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not accept that method",
+    )
+    .into_shaped(error_shape(uri.path()))
 }
 
 /// The gateway's routes. `limits.max_request_bytes` is read here, once:
@@ -105,18 +129,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/responses", post(responses::responses))
         .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .merge(console::routes())
         .fallback(unknown_endpoint)
-        .method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "this endpoint does not accept that method",
-            )
-        })
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            (state.clone(), PATHS),
             http::body_deadline,
         ))
         .layer(axum::middleware::from_fn_with_state(

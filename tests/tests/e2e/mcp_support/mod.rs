@@ -15,15 +15,16 @@ use toolgate_engine::catalog::Catalog;
 use toolgate_engine::executor::{Executor, ToolCall, ToolResult, http_client};
 use toolgate_tests::repo_root;
 
-/// Skips the test (returns) when `$e` is `None`.
+/// The value of `$e`, or (when it is `None`) the test fails under `make
+/// test` and skips (returns) elsewhere: an MCP test server is missing.
 #[macro_export]
 macro_rules! require {
     ($e:expr) => {
         match $e {
             Some(v) => v,
             None => {
-                eprintln!(
-                    "SKIPPED: an MCP test server is not installed; run `make setup` (see the Makefile)"
+                toolgate_tests::missing(
+                    "an MCP test server is not installed; run `make setup` (see the Makefile)",
                 );
                 return;
             }

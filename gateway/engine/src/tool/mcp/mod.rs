@@ -145,7 +145,7 @@ impl McpTool {
                 "MCP server `{name}` started a background task for the call, which the gateway does not support"
             ))),
             Err(ServiceError::TransportClosed) => Err(ToolError::Backend(format!(
-                "MCP server `{name}` closed the session during the call; it is being restarted"
+                "MCP server `{name}` closed the session during the call; the gateway starts it again (its tools are unavailable until then)"
             ))),
             Err(e @ ServiceError::TransportSend(_)) if connection_lost(&e) => {
                 // Unreachable, or it lost our session: a new one is started
@@ -162,8 +162,14 @@ impl McpTool {
                 // credentials: a new token; a login: the token file again).
                 let reason = in_words(&e, &server.spec);
                 server.connection_broken(reason.clone());
+                let next = match server.spec.oauth() {
+                    Some(spec::OAuthSpec::AuthorizationCode { .. }) => format!(
+                        "the saved token cannot be used or refreshed: run `toolgate mcp login {name}` again"
+                    ),
+                    _ => "the gateway asks its authorization server for a new token with its client credentials".to_owned(),
+                };
                 Err(ToolError::Backend(format!(
-                    "MCP server `{name}`: {reason}; the gateway is authorizing again"
+                    "MCP server `{name}`: {reason}; {next}"
                 )))
             }
             Err(ServiceError::McpError(e)) => Err(ToolError::Backend(format!(

@@ -105,7 +105,9 @@ impl Status {
             Status::Starting => format!("MCP server `{server}` is starting"),
             Status::Ready => format!("MCP server `{server}` is ready"),
             Status::Down { reason } => {
-                format!("MCP server `{server}` is not running ({reason}); it is being restarted")
+                format!(
+                    "MCP server `{server}` is not running ({reason}); the gateway tries again, with pauses growing to 30 s"
+                )
             }
             Status::Disabled { reason } => format!("MCP server `{server}` is disabled: {reason}"),
             Status::Stopped => format!("MCP server `{server}` has been stopped"),
@@ -548,13 +550,11 @@ async fn list_tools(
     ))
 }
 
-/// The protocols the gateway speaks to servers, newest first: the stateless
-/// 2026-07-28 revision (`server/discover`, per-request `_meta`), and the
-/// `initialize` handshake for servers that do not know it.
-fn lifecycle() -> ClientLifecycleMode {
-    ClientLifecycleMode::Auto {
+/// The newest protocol the gateway asks servers for: the stateless
+/// 2026-07-28 revision (`server/discover`, per-request `_meta`).
+fn discover() -> ClientLifecycleMode {
+    ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
     }
 }
 
@@ -657,19 +657,30 @@ fn start_failure(e: ClientInitializeError, spec: &ServerSpec) -> StartFailure {
 }
 
 /// Spawns or connects to the server and starts the session: 2026-07-28's
-/// `server/discover`, else `initialize` (see [`lifecycle`]). A server that
-/// answers `server/discover` with something other than a discovery result
-/// (some answer every unknown method with `{}`) is started again on a new
-/// connection with `initialize` alone.
+/// `server/discover` on a connection of its own, waited for up to half of
+/// `startup_timeout` (a server's first answer can be slow: `npx -y`
+/// fetching its package); a server that does not speak it (an error, an
+/// answer that is not a discovery result, or no answer in that time) is
+/// started again on a new connection with `initialize`. The two requests
+/// never share a connection, where a late discovery answer would be taken
+/// for `initialize`'s.
 async fn connect(server: &Server) -> Result<Session, StartFailure> {
-    match open(server, lifecycle()).await? {
-        Err(ClientInitializeError::ExpectedInitResult(Some(answer))) => {
-            tracing::debug!(mcp_server = %server.spec.name, "MCP server `{}` answered `server/discover` with {answer:?}: starting it with `initialize`", server.spec.name);
-            open(server, ClientLifecycleMode::Initialize).await?
+    let wait = server.spec.startup_timeout / 2;
+    match tokio::time::timeout(wait, open(server, discover())).await {
+        Ok(opened) => match opened? {
+            Ok(session) => return Ok(session),
+            Err(e) if super::needs_token(&e) => return Err(start_failure(e, &server.spec)),
+            Err(e) => {
+                tracing::debug!(mcp_server = %server.spec.name, "MCP server `{}` does not speak `server/discover` ({e}): starting it with `initialize`", server.spec.name);
+            }
+        },
+        Err(_) => {
+            tracing::debug!(mcp_server = %server.spec.name, "MCP server `{}` did not answer `server/discover` within {wait:?}: starting it with `initialize`", server.spec.name);
         }
-        started => started,
     }
-    .map_err(|e| start_failure(e, &server.spec))
+    open(server, ClientLifecycleMode::Initialize)
+        .await?
+        .map_err(|e| start_failure(e, &server.spec))
 }
 
 /// Spawns or connects to the server and runs the handshake of `mode`; the

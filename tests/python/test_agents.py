@@ -1,0 +1,244 @@
+"""The coding agents people put in front of a gateway, unchanged: the real
+Claude Code CLI on `/v1/messages` and the real Codex CLI on `/v1/responses`
+(both pinned in tests/agents/package.json, installed by `make setup`), each
+pointed at toolgate the documented way (a base URL and a gateway key) in its
+default configuration, offline (an isolated HOME, telemetry and updates
+off), against the shipped configuration and the scripted model.
+
+What each must do: answer; run a gateway tool server-side; pass its own tool
+(Claude Code's Read, Codex's shell) through and run it; resume a session;
+use toolgate's MCP face as an MCP server of its own configuration. The
+scripted model follows the script in the last user message (`call NAME
+{json}`, `then NAME {json}`, see tests/src/mock_llm.rs).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import urllib.request
+
+import pytest
+
+from conftest import ROOT, binary, missing, read_until
+
+AGENTS = ROOT / "tests" / "agents" / "node_modules" / ".bin"
+KEY = "agent-key-0123456789abcdef"
+
+KEYS_YAML = """
+auth:
+  keys:
+    - name: agent
+      key_env: TG_AGENT_KEY
+"""
+
+
+def agent(name):
+    path = AGENTS / name
+    if not path.exists():
+        missing(f"{path} is missing: `make setup` installs tests/agents (npm ci)")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory, model):
+    """`toolgate serve` with the shipped configuration and one API key."""
+    config = tmp_path_factory.mktemp("agents")
+    for name in ("tools.d", "tool-sets"):
+        shutil.copytree(ROOT / name, config / name)
+    (config / "toolgate.yaml").write_text((ROOT / "toolgate.yaml").read_text() + KEYS_YAML)
+    (config / "workspace").mkdir()
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "OPENAI_BASE_URL": model, "TG_AGENT_KEY": KEY},
+    )
+    line = read_until(proc.stderr, "listening on http://")
+    yield "http://" + line.split("listening on http://")[1].strip()
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def offline_env(home):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_", "CLAUDE", "CODEX"))}
+    env.update(
+        HOME=str(home),
+        NO_COLOR="1",
+        DISABLE_TELEMETRY="1",
+        DISABLE_AUTOUPDATER="1",
+        DISABLE_ERROR_REPORTING="1",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+    )
+    return env
+
+
+def run(cmd, env, cwd, timeout=180):
+    done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return done.returncode, done.stdout + done.stderr
+
+
+def sent(model):
+    """What the scripted model was sent so far."""
+    with urllib.request.urlopen(model.removesuffix("/v1") + "/mock/requests", timeout=10) as r:
+        return json.loads(r.read())
+
+
+# ---------------------------------------------------------------------------
+# Claude Code
+
+
+@pytest.fixture
+def claude(gateway, tmp_path):
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = offline_env(home)
+    env.update(ANTHROPIC_BASE_URL=gateway, ANTHROPIC_API_KEY=KEY)
+
+    def ask(prompt, *args):
+        return run([agent("claude"), "-p", prompt, *args], env, work)
+
+    ask.home, ask.work, ask.gateway = home, work, gateway
+    return ask
+
+
+def test_claude_code_answers(claude):
+    status, out = claude("hello there")
+    assert status == 0, out
+    assert "Hello! You said:" in out and "hello there" in out, out
+
+
+def test_claude_code_sees_a_gateway_tool_run_server_side(claude):
+    status, out = claude('call calculator {"expression": "6*7"}')
+    assert status == 0, out
+    assert "Tool results: [calculator] 42" in out, out
+
+
+def test_claude_code_shows_the_gateway_tool_as_a_tool_run_by_the_server(claude):
+    status, out = claude('call calculator {"expression": "6*7"}', "--output-format", "stream-json", "--verbose")
+    assert status == 0, out
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    blocks = [b for e in events if e.get("type") == "assistant" for b in e["message"]["content"]]
+    kinds = [b["type"] for b in blocks]
+    assert "mcp_tool_use" in kinds and "mcp_tool_result" in kinds, kinds
+    use = next(b for b in blocks if b["type"] == "mcp_tool_use")
+    assert use["name"] == "calculator" and use["server_name"] == "toolgate", use
+
+
+def test_claude_code_runs_its_own_tool(claude):
+    (claude.work / "note.txt").write_text("the secret word is pumpkin\n")
+    status, out = claude(f'call Read {{"file_path": "{claude.work / "note.txt"}"}}')
+    assert status == 0, out
+    assert "Tool results: [Read]" in out and "pumpkin" in out, out
+
+
+def test_claude_code_resumes_its_session(claude, model):
+    status, out = claude("remember the word avocado")
+    assert status == 0, out
+    status, out = claude("what was the word?", "--continue")
+    assert status == 0, out
+    assert "what was the word?" in out, out
+    # The resumed request carried the first turn.
+    last = sent(model)[-1]
+    text = json.dumps(last["messages"])
+    assert "avocado" in text and "what was the word?" in text
+
+
+def test_claude_code_uses_toolgate_as_its_mcp_server(claude):
+    # Its own configuration: the server, and the permission to use its tool.
+    server = {"type": "http", "url": claude.gateway + "/mcp/default", "headers": {"Authorization": f"Bearer {KEY}"}}
+    mcp = {"mcpServers": {"toolgate": server}}
+    (claude.home / ".claude").mkdir(exist_ok=True)
+    (claude.home / ".claude" / "settings.json").write_text(json.dumps({"permissions": {"allow": ["mcp__toolgate__calculator"]}}))
+    status, out = claude(
+        'call ToolSearch {"query": "select:mcp__toolgate__calculator"} then mcp__toolgate__calculator {"expression": "2+3"}',
+        "--mcp-config",
+        json.dumps(mcp),
+    )
+    assert status == 0, out
+    assert "[mcp__toolgate__calculator]" in out and "5" in out.split("[mcp__toolgate__calculator]")[1], out
+
+
+# ---------------------------------------------------------------------------
+# Codex
+
+
+CODEX_CONFIG = """
+model = "mock-model"
+model_provider = "toolgate"
+
+[model_providers.toolgate]
+name = "toolgate"
+base_url = "{gateway}/v1"
+wire_api = "responses"
+env_key = "TOOLGATE_API_KEY"
+"""
+
+CODEX_MCP = """
+[mcp_servers.toolgate]
+url = "{gateway}/mcp/default"
+bearer_token_env_var = "TOOLGATE_API_KEY"
+"""
+
+
+@pytest.fixture
+def codex(gateway, tmp_path):
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / ".codex").mkdir()
+    (home / ".codex" / "config.toml").write_text(CODEX_CONFIG.format(gateway=gateway))
+    env = offline_env(home)
+    env.update(CODEX_HOME=str(home / ".codex"), TOOLGATE_API_KEY=KEY)
+
+    def ask(prompt, *args, resume=False):
+        cmd = [agent("codex"), "exec", "--skip-git-repo-check"]
+        if resume:
+            cmd += ["resume", "--last"]
+        return run([*cmd, *args, prompt], env, work)
+
+    ask.home, ask.work, ask.gateway = home, work, gateway
+    return ask
+
+
+def test_codex_answers(codex):
+    status, out = codex("hello there")
+    assert status == 0, out
+    assert "Hello! You said: hello there" in out, out
+
+
+def test_codex_sees_a_gateway_tool_run_server_side(codex):
+    status, out = codex('call calculator {"expression": "6*7"}')
+    assert status == 0, out
+    assert "Tool results: [calculator] 42" in out, out
+
+
+def test_codex_runs_its_own_shell(codex):
+    (codex.work / "b.txt").write_text("codex secret is turnip\n")
+    status, out = codex('call exec_command {"cmd": "cat b.txt"}')
+    assert status == 0, out
+    assert "Tool results: [exec_command]" in out and "turnip" in out, out
+
+
+def test_codex_resumes_its_session(codex, model):
+    status, out = codex("remember the word avocado")
+    assert status == 0, out
+    status, out = codex("what was the word?", resume=True)
+    assert status == 0, out
+    last = sent(model)[-1]
+    text = json.dumps(last["messages"])
+    assert "avocado" in text and "what was the word?" in text
+
+
+def test_codex_uses_toolgate_as_its_mcp_server(codex, model):
+    # Every MCP server Codex knows goes to the model as a `namespace` tool;
+    # the model calls it by its flat name, Codex runs it over MCP.
+    with open(codex.home / ".codex" / "config.toml", "a") as f:
+        f.write(CODEX_MCP.format(gateway=codex.gateway))
+    status, out = codex('call mcp__toolgate__calculator {"expression": "2+3"}')
+    assert status == 0, out
+    assert "[mcp__toolgate__calculator]" in out and "5" in out.split("[mcp__toolgate__calculator]")[1], out
+    names = [t["function"]["name"] for t in sent(model)[-1].get("tools", [])]
+    assert "mcp__toolgate__calculator" in names, names
