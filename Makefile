@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run setup deb cargo-deny test check lint fmt bench demo schema screenshots clean
+.PHONY: run setup deb cargo-deny test check lint fmt bench fuzz demo schema screenshots clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -112,6 +112,23 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace
 	cargo-deny --log-level error check licenses bans sources
+
+## fuzz: the property tests of every parser of untrusted input (model text
+## of every format family, whole and streamed; streamed tool-call deltas;
+## chat, Messages and Responses request bodies, the latter two mutated from
+## the real clients' shapes in tests/fixtures/faces/; JSON documents and
+## JSONPath; arithmetic; console forms) with FUZZ_CASES cases each, for at
+## most FUZZ_SECONDS. `make test` runs the same tests with proptest's
+## default 256 cases; proptest keeps the failures it finds in
+## proptest-regressions/ files next to the code, replayed by every run.
+FUZZ_CASES ?= 20000
+FUZZ_SECONDS ?= 900
+FUZZ_TESTS := test(/fuzz_/) | test(/tests_prop::/) | test(any_body_is_parsed_or_refused) \
+	| test(streamed_call_deltas_are_bounded) | test(any_document_is_answered_or_refused) \
+	| test(any_expression_is_answered_or_refused) | test(any_form_is_arguments_or_a_refusal)
+fuzz:
+	$(CARGO) build --workspace --tests
+	PROPTEST_CASES=$(FUZZ_CASES) timeout $(FUZZ_SECONDS) $(CARGO) nextest run --workspace --no-fail-fast -E '$(FUZZ_TESTS)'
 
 ## check: validate the shipped configuration
 check:

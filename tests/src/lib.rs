@@ -499,9 +499,28 @@ impl Server {
 
     /// The same, listening on `listen`.
     pub async fn start_on(dir: &Path, env: &[(&str, &str)], listen: &str) -> Server {
-        let mut child = Command::new(toolgate_bin())
+        let mut command = Command::new(toolgate_bin());
+        command
             .args(["serve", "--listen", listen, "--config"])
-            .arg(dir)
+            .arg(dir);
+        Server::spawn(command, env).await
+    }
+
+    /// [`Server::start`] in a process that may open at most `files` files
+    /// (`ulimit -n`, soft and hard).
+    pub async fn start_with_files(dir: &Path, env: &[(&str, &str)], files: u32) -> Server {
+        let mut command = Command::new("sh");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {files} && exec \"$0\" \"$@\""))
+            .arg(toolgate_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .arg(dir);
+        Server::spawn(command, env).await
+    }
+
+    async fn spawn(mut command: Command, env: &[(&str, &str)]) -> Server {
+        let mut child = command
             .envs(env.iter().copied())
             .env("TOOLGATE_LOG", "info")
             .env("NO_COLOR", "1")

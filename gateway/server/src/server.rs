@@ -310,11 +310,95 @@ async fn run(
     Ok(served?)
 }
 
+/// The file descriptors a connection may take: its own and an upstream's.
+const FDS_PER_CONNECTION: u64 = 2;
+/// Descriptors kept for everything else: the listener, logs, the audit
+/// log, MCP servers' pipes, the shared state.
+const FDS_RESERVED: u64 = 64;
+
+/// The connections the gateway holds at once: `limits.max_connections`,
+/// lowered to what the process's descriptor limit (`RLIMIT_NOFILE`, raised
+/// to its hard limit first) can serve, two descriptors a connection past a
+/// reserve.
+pub fn connection_cap(configured: usize) -> usize {
+    let (soft, hard) = rlimit::Resource::NOFILE
+        .get()
+        .unwrap_or((u64::MAX, u64::MAX));
+    let soft = if soft < hard {
+        rlimit::Resource::NOFILE
+            .set(hard, hard)
+            .map_or(soft, |()| hard)
+    } else {
+        soft
+    };
+    let fits = soft.saturating_sub(FDS_RESERVED) / FDS_PER_CONNECTION;
+    let cap = configured
+        .min(usize::try_from(fits).unwrap_or(usize::MAX))
+        .max(1);
+    if cap < configured {
+        tracing::warn!(
+            "limits.max_connections is {configured}, but the process may open {soft} files: the gateway holds at most {cap} connections (raise `ulimit -n` for more)"
+        );
+    }
+    cap
+}
+
+/// Connections that have not sent their first request yet, oldest first:
+/// at the cap, the oldest of them makes room for a new one (a client that
+/// holds a connection without asking anything loses it first).
+#[derive(Default)]
+struct Waiting(std::sync::Mutex<std::collections::VecDeque<std::sync::Weak<Unasked>>>);
+
+/// One connection's state for [`Waiting`].
+struct Unasked {
+    /// It has had a request.
+    used: std::sync::atomic::AtomicBool,
+    /// Cancelled to close it.
+    shed: CancellationToken,
+}
+
+impl Waiting {
+    fn push(&self, conn: &Arc<Unasked>, bound: usize) {
+        let mut q = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if q.len() >= bound {
+            q.retain(|c| {
+                c.upgrade()
+                    .is_some_and(|c| !c.used.load(std::sync::atomic::Ordering::Relaxed))
+            });
+        }
+        q.push_back(Arc::downgrade(conn));
+    }
+
+    /// Closes the oldest connection still waiting for its first request;
+    /// `false` when there is none.
+    fn shed_oldest(&self) -> bool {
+        let mut q = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Some(c) = q.pop_front() {
+            if let Some(c) = c.upgrade()
+                && !c.used.load(std::sync::atomic::Ordering::Relaxed)
+                && !c.shed.is_cancelled()
+            {
+                c.shed.cancel();
+                return true;
+            }
+        }
+        false
+    }
+}
+
 /// Accepts connections until `stop`, then waits for the open ones to
 /// finish (each is told to close once its requests are answered).
 ///
-/// Bounded for hostile clients: at most `limits.max_connections` open at
-/// once (beyond it, new connections wait in the kernel's queue), and each
+/// Bounded for hostile clients: at most [`connection_cap`] open at once;
+/// at the cap a new connection takes the place of the oldest one that has
+/// not sent a request yet (so a crowd of half-sent requests cannot keep a
+/// health check or a real client out), else it waits for a place; and each
 /// must send a request's headers within `limits.header_timeout` (the
 /// request body has its own deadline, see `http::body_deadline`).
 async fn serve_connections(
@@ -326,7 +410,9 @@ async fn serve_connections(
     use hyper_util::rt::{TokioExecutor, TokioTimer};
     use hyper_util::server::conn::auto::Builder;
 
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let cap = connection_cap(limits.max_connections);
+    let slots = Arc::new(tokio::sync::Semaphore::new(cap));
+    let waiting = Arc::new(Waiting::default());
     let open = tokio_util::task::TaskTracker::new();
     let mut builder = Builder::new(TokioExecutor::new());
     builder
@@ -340,33 +426,50 @@ async fn serve_connections(
         .keep_alive_timeout(limits.header_timeout);
     let builder = Arc::new(builder);
     let serve = |stream, slot| {
+        let unasked = Arc::new(Unasked {
+            used: std::sync::atomic::AtomicBool::new(false),
+            shed: CancellationToken::new(),
+        });
+        waiting.push(&unasked, cap);
         open.spawn(serve_connection(
             stream,
             app.clone(),
             Arc::clone(&builder),
             stop.clone(),
             Some(slot),
+            Some(unasked),
         ));
     };
     loop {
-        let slot = tokio::select! {
-            () = stop.cancelled() => break,
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-        };
         let (stream, _peer) = tokio::select! {
             () = stop.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
-                    // Out of file descriptors and the like: wait, go on.
+                    // Out of file descriptors and the like: make room, go on.
                     tracing::warn!("accepting a connection failed: {e}");
+                    waiting.shed_oldest();
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     continue;
                 }
             },
+        };
+        let slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                // At the cap: the oldest connection that has asked nothing
+                // makes room; without one, wait for a place.
+                if waiting.shed_oldest() {
+                    toolgate_engine::metrics::record(|m| m.reject("connection_shed"));
+                }
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    slot = Arc::clone(&slots).acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => break,
+                    },
+                }
+            }
         };
         serve(stream, slot);
     }
@@ -420,8 +523,10 @@ async fn serve_connection(
     builder: Arc<ConnBuilder>,
     stop: CancellationToken,
     _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    unasked: Option<Arc<Unasked>>,
 ) {
     use std::sync::atomic::{AtomicBool, Ordering};
+    let shed = unasked.as_ref().map(|u| u.shed.clone()).unwrap_or_default();
     // The connection's own token: polled on every wake-up of this task,
     // and a token's check takes its lock, which all connections would
     // otherwise share.
@@ -433,6 +538,9 @@ async fn serve_connection(
     let service = hyper::service::service_fn(move |req| {
         if !seen.swap(true, Ordering::Relaxed) {
             first_seen.notify_one();
+            if let Some(u) = &unasked {
+                u.used.store(true, Ordering::Relaxed);
+            }
         }
         hyper::service::Service::call(&app, req)
     });
@@ -444,6 +552,11 @@ async fn serve_connection(
             if let Err(e) = result {
                 tracing::debug!("connection ended: {e}");
             }
+            return;
+        }
+        // At the cap, and it has asked nothing yet: closed for a new one.
+        () = shed.cancelled() => {
+            tracing::debug!("a connection that sent no request was closed to make room");
             return;
         }
         () = stop.cancelled() => {}

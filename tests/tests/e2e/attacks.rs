@@ -882,6 +882,49 @@ async fn slow_clients_are_cut_off_and_cannot_starve_others() {
     assert_healthy(&server.url(""), "a slow body").await;
 }
 
+#[tokio::test]
+async fn the_gateway_keeps_within_the_files_it_may_open_and_health_checks_get_in() {
+    let model = MockLlm::start().await;
+    let ws = tempfile::tempdir().unwrap();
+    let dir = attack_config(ws.path(), &model, "");
+    // A long header deadline: what lets the health check in is not it.
+    let yaml = std::fs::read_to_string(dir.path().join("toolgate.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("toolgate.yaml"),
+        yaml.replace("  header_timeout: 1s\n", "  header_timeout: 60s\n"),
+    )
+    .unwrap();
+    let server = Server::start_with_files(dir.path(), &[("UPSTREAM_KEY", UPSTREAM_KEY)], 200).await;
+    // (200 - 64) / 2 connections, not the configured 4,096.
+    server
+        .logged("the gateway holds at most 68 connections")
+        .await;
+    let addr = server.addr.clone();
+    // More half-sent requests than the process could hold open.
+    let slow: Vec<TcpStream> = (0..220)
+        .map(|_| {
+            raw_connection(
+                &addr,
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n",
+            )
+        })
+        .collect();
+    // The oldest of them make room: the health check is answered long
+    // before the header deadline.
+    let started = std::time::Instant::now();
+    assert_healthy(
+        &server.url(""),
+        "220 half-sent requests under a 200-file limit",
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(slow);
+}
+
 // ---------------------------------------------------------------------------
 // 11. Per-key fairness: sub-agents count against the key; a key's own caps
 // on concurrent loops leave other keys alone.

@@ -292,3 +292,83 @@ pub fn chat_request(
     }
     out
 }
+
+/// Structure-aware fuzzing of the faces' request translators (run by
+/// `make test` at proptest's default count, and long by `make fuzz`): real
+/// request shapes (`tests/fixtures/faces/`, those of Claude Code and Codex)
+/// with random parts replaced by random JSON, which a translation must
+/// answer or refuse, never panic on.
+#[cfg(test)]
+pub(crate) mod fuzzing {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value};
+
+    /// Any JSON value, a few levels deep.
+    pub fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "[a-z_]{0,8}".prop_map(Value::String),
+            prop_oneof![
+                Just("text"),
+                Just("image"),
+                Just("tool_use"),
+                Just("tool_result"),
+                Just("user"),
+                Just("assistant"),
+                Just("system"),
+                Just("function_call"),
+                Just("namespace"),
+                Just("base64"),
+                Just("input_image"),
+                Just("message"),
+            ]
+            .prop_map(|s| Value::String(s.to_owned())),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec(("[a-z_]{1,8}", inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>())),
+            ]
+        })
+    }
+
+    /// How many nodes `v` has.
+    fn count(v: &Value) -> usize {
+        1 + match v {
+            Value::Array(a) => a.iter().map(count).sum(),
+            Value::Object(o) => o.values().map(count).sum(),
+            _ => 0,
+        }
+    }
+
+    /// Replaces node number `n` (in pre-order) of `v` with `with`.
+    fn replace(v: &mut Value, n: &mut usize, with: &Value) -> bool {
+        if *n == 0 {
+            *v = with.clone();
+            return true;
+        }
+        *n -= 1;
+        match v {
+            Value::Array(a) => a.iter_mut().any(|c| replace(c, n, with)),
+            Value::Object(o) => o.values_mut().any(|c| replace(c, n, with)),
+            _ => false,
+        }
+    }
+
+    /// `seed` with `edits` applied: each replaces one of its nodes (picked
+    /// by the number, modulo the node count) with a value.
+    pub fn mutate(seed: &str, edits: &[(usize, Value)]) -> Value {
+        let mut v: Value = serde_json::from_str(seed).unwrap_or(Value::Null);
+        for (at, with) in edits {
+            let mut n = at % count(&v);
+            replace(&mut v, &mut n, with);
+        }
+        v
+    }
+}

@@ -722,4 +722,24 @@ mod tests {
         let e = to_chat_request(&bad).unwrap_err();
         assert!(e.message.contains("messages[0]"), "{}", e.message);
     }
+
+    mod fuzz {
+        use super::super::*;
+        use crate::faces::common::fuzzing::{json_value, mutate};
+        use proptest::prelude::*;
+
+        const SEED: &str =
+            include_str!("../../../../tests/fixtures/faces/messages-claude-code.json");
+
+        proptest! {
+            #[test]
+            fn fuzz_any_messages_request_is_translated_or_refused(
+                edits in prop::collection::vec((any::<usize>(), json_value()), 0..8),
+                whole in json_value(),
+            ) {
+                let _ = to_chat_request(&mutate(SEED, &edits));
+                let _ = to_chat_request(&whole);
+            }
+        }
+    }
 }

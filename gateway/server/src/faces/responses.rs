@@ -747,4 +747,23 @@ mod tests {
         let e = to_chat_request(&stored, &mut Namespaces::default()).unwrap_err();
         assert!(e.message.contains("whole conversation"), "{}", e.message);
     }
+
+    mod fuzz {
+        use super::super::*;
+        use crate::faces::common::fuzzing::{json_value, mutate};
+        use proptest::prelude::*;
+
+        const SEED: &str = include_str!("../../../../tests/fixtures/faces/responses-codex.json");
+
+        proptest! {
+            #[test]
+            fn fuzz_any_responses_request_is_translated_or_refused(
+                edits in prop::collection::vec((any::<usize>(), json_value()), 0..8),
+                whole in json_value(),
+            ) {
+                let _ = to_chat_request(&mutate(SEED, &edits), &mut Namespaces::default());
+                let _ = to_chat_request(&whole, &mut Namespaces::default());
+            }
+        }
+    }
 }
