@@ -54,7 +54,7 @@ where
             let Some((i, task)) = pending.next() else {
                 break;
             };
-            match admit(parent).await {
+            match take_place(parent).await {
                 Ok(permit) => {
                     let child = run_child(child_loop(parent, task));
                     running.push(async move {
@@ -88,7 +88,7 @@ where
 
 /// A sub-agent's place: one request of the key's per-minute budget, and a
 /// place under the loop caps (held while it runs).
-async fn admit(parent: &Loop) -> Result<crate::limits::Permit, String> {
+async fn take_place(parent: &Loop) -> Result<crate::limits::Permit, String> {
     if let Some(key) = &parent.key
         && let Some(per_minute) = key.requests_per_minute
         && let Err(refused) = parent
