@@ -85,9 +85,9 @@ def test_tool_sets_instructions_and_errors(client):
     assert r.output_text == "Hello! You said: hello"
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="gpt-9", input="hi")
-    with pytest.raises(openai.BadRequestError) as e:
+    with pytest.raises(openai.NotFoundError) as e:
         client.responses.create(model="mock-model", input="hi", previous_response_id="resp_123")
-    assert "whole conversation" in str(e.value)
+    assert "no stored response" in str(e.value)
 
 
 def test_a_spent_budget_ends_with_an_answer(client):
@@ -161,3 +161,30 @@ def test_hosted_tools_are_left_out_with_a_notice_and_allowed_tools_are_kept_to(c
     assert "web_search" in notice and "code_interpreter" in notice, notice
     assert raw.parse().output[-1].name == "get_time"
     assert [t["function"]["name"] for t in sent(model)[-1]["tools"]] == ["get_time"]
+
+
+def test_responses_are_stored_continued_listed_and_deleted(client, model):
+    first = client.responses.create(model="mock-model", instructions="Be brief.", input="remember avocado", extra_body={"tool_set": "none"})
+    assert first.store is True
+    again = client.responses.retrieve(first.id)
+    assert again.id == first.id and again.output_text == first.output_text
+    items = client.responses.input_items.list(first.id)
+    assert [i.content[0].text for i in items.data] == ["remember avocado"]
+    # A follow-up carries the stored conversation, not its instructions.
+    follow = client.responses.create(model="mock-model", input="what was it?", previous_response_id=first.id, extra_body={"tool_set": "none"})
+    assert follow.previous_response_id == first.id
+    messages = sent(model)[-1]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"], messages
+    assert messages[0]["content"] == "remember avocado" and "avocado" in messages[1]["content"]
+    # Streamed answers are kept too, and continued.
+    with client.responses.stream(model="mock-model", input="and now?", previous_response_id=follow.id, extra_body={"tool_set": "none"}) as s:
+        streamed = s.get_final_response()
+    assert client.responses.retrieve(streamed.id).output_text == streamed.output_text
+    assert len(sent(model)[-1]["messages"]) == 5
+    # `store: false` keeps nothing; deleting forgets.
+    unkept = client.responses.create(model="mock-model", input="x", store=False, extra_body={"tool_set": "none"})
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unkept.id)
+    client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first.id)

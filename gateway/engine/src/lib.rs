@@ -20,6 +20,7 @@ pub mod audit;
 pub mod auth;
 pub mod catalog;
 pub mod chat;
+pub mod conversations;
 pub mod discovery;
 pub mod executor;
 pub mod formatter;

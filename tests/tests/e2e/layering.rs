@@ -283,6 +283,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
                 "openai",
                 "template",
                 "jwt",
+                "conversations",
             ],
             &["auth", "prompt", "shared", "audit"],
             &["limits", "tool", "formatter", "upstream"],

@@ -979,3 +979,75 @@ auth:
         assert_eq!(h.await.unwrap().unwrap().status(), 200);
     }
 }
+
+#[tokio::test]
+async fn a_stored_response_is_its_key_s_alone() {
+    let model = MockLlm::start().await;
+    let yaml = format!(
+        "upstreams:
+  - name: mock
+    base_url: {}
+auth:
+  keys:
+    - name: a
+      key_env: A_KEY
+    - name: b
+      key_env: B_KEY
+",
+        model.base_url()
+    );
+    let dir = ConfigDir::new(&[("toolgate.yaml", yaml.as_str())]);
+    let s = Served::start(
+        dir.path(),
+        &[("A_KEY", "a-key-0123456789"), ("B_KEY", "b-key-0123456789")],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let created: Value = http
+        .post(s.url("/v1/responses"))
+        .bearer_auth("a-key-0123456789")
+        .json(&json!({"model": "m", "input": "a secret of a", "tool_set": "none"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap();
+    let get = |key: &'static str, path: String| http.get(s.url(&path)).bearer_auth(key).send();
+    assert_eq!(
+        get("a-key-0123456789", format!("/v1/responses/{id}"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    for path in [
+        format!("/v1/responses/{id}"),
+        format!("/v1/responses/{id}/input_items"),
+    ] {
+        assert_eq!(get("b-key-0123456789", path).await.unwrap().status(), 404);
+    }
+    let r = http
+        .post(s.url("/v1/responses"))
+        .bearer_auth("b-key-0123456789")
+        .json(&json!({"model": "m", "input": "go on", "previous_response_id": id, "tool_set": "none"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = http
+        .delete(s.url(&format!("/v1/responses/{id}")))
+        .bearer_auth("b-key-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        get("a-key-0123456789", format!("/v1/responses/{id}"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}

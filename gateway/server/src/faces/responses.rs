@@ -15,14 +15,15 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
-use axum::response::Response;
 use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 use toolgate_engine::chat::{Answer, CallRecord, ChatError, Event, FinishReason, Summary};
 use toolgate_engine::formatter::Call;
 
 use super::common::{self, Notices, Translated};
 use crate::http::{ApiError, AppState, Caller, body_error};
+use toolgate_engine::conversations::{Conversations, Stored};
 
 pub async fn responses(
     State(state): State<AppState>,
@@ -32,13 +33,50 @@ pub async fn responses(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let mut namespaces = Namespaces::default();
-    let (original, the_loop, places, notices) =
-        common::plan_translated(&state, &caller, &headers, &body, |req| {
-            to_chat_request(req, &mut namespaces)
-        })?;
+    let owner = caller.key_name();
+    let mut previous = None;
+    let (original, the_loop, places, notices) = common::plan_translated(
+        &state,
+        &caller,
+        &headers,
+        &body,
+        |req| {
+            if let Some(id) = req.get("previous_response_id").and_then(Value::as_str) {
+                let stored = state.conversations.get(id, owner.as_deref()).ok_or_else(|| {
+                    ApiError::not_found(
+                        "previous_response_not_found",
+                        format!("no stored response `{id}` for this API key (responses are kept an hour in the replica that made them)"),
+                    )
+                    .param("previous_response_id")
+                })?;
+                previous = Some(stored);
+            }
+            let earlier = previous.as_ref().map_or(&[][..], |p| p.messages.as_slice());
+            to_chat_request(req, &mut namespaces, earlier)
+        },
+    )?;
     let echo = Echo::of(&original);
     let model = the_loop.request.model.clone();
-    let whole = Skeleton::new(&model, echo, namespaces);
+    // Kept unless the request says `store: false`: the conversation before
+    // the answer (instructions are not carried over), and its input items.
+    let keep = (original.get("store") != Some(&Value::Bool(false))).then(|| {
+        let mut history = the_loop.request.messages();
+        if original
+            .get("instructions")
+            .and_then(Value::as_str)
+            .is_some()
+            && !history.is_empty()
+        {
+            history.remove(0);
+        }
+        Keep {
+            store: state.conversations.clone(),
+            owner: owner.clone(),
+            history,
+            input_items: input_items(&original),
+        }
+    });
+    let whole = Skeleton::new(&model, echo, namespaces, keep);
     let mut stream = StreamEncoder::new(whole.clone());
     let response = common::respond(
         the_loop,
@@ -48,6 +86,79 @@ pub async fn responses(
     )
     .await?;
     Ok(notices.attach(response))
+}
+
+/// `GET /v1/responses/{id}`: a stored response of the caller's key.
+pub async fn retrieve(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Response, ApiError> {
+    let stored = kept(&state, &caller, &id)?;
+    Ok(axum::Json(stored.response.clone()).into_response())
+}
+
+/// `DELETE /v1/responses/{id}`.
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Response, ApiError> {
+    if !state
+        .conversations
+        .remove(&id, caller.key_name().as_deref())
+    {
+        return Err(not_kept(&id));
+    }
+    Ok(axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
+}
+
+/// `GET /v1/responses/{id}/input_items`: the request's input items, each
+/// with an id.
+pub async fn input_items_of(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Response, ApiError> {
+    let stored = kept(&state, &caller, &id)?;
+    let data: Vec<Value> = stored
+        .input_items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let mut item = item.clone();
+            if item.get("id").is_none()
+                && let Some(o) = item.as_object_mut()
+            {
+                o.insert("id".into(), json!(format!("{id}_in_{i}")));
+            }
+            item
+        })
+        .collect();
+    Ok(axum::Json(json!({
+        "object": "list",
+        "first_id": data.first().map(|d| d["id"].clone()),
+        "last_id": data.last().map(|d| d["id"].clone()),
+        "has_more": false,
+        "data": data,
+    }))
+    .into_response())
+}
+
+fn kept(state: &AppState, caller: &Caller, id: &str) -> Result<std::sync::Arc<Stored>, ApiError> {
+    state
+        .conversations
+        .get(id, caller.key_name().as_deref())
+        .ok_or_else(|| not_kept(id))
+}
+
+fn not_kept(id: &str) -> ApiError {
+    ApiError::not_found(
+        "response_not_found",
+        format!(
+            "no stored response `{id}` for this API key (kept an hour, in the replica that made it)"
+        ),
+    )
 }
 
 /// Function tools grouped in `namespace` tools (Codex sends every MCP
@@ -83,22 +194,18 @@ fn function_tool(t: &Value, name: &str) -> Value {
     json!({"type": "function", "function": f})
 }
 
-/// Translates a Responses request into the chat request the engine runs;
+/// Translates a Responses request into the chat request the engine runs,
+/// continuing `earlier` (a stored conversation, for `previous_response_id`);
 /// what it cannot carry (hosted tools, items of tools the server ran) is
 /// left out with a notice.
-fn to_chat_request(req: &Value, namespaces: &mut Namespaces) -> Result<Translated, ApiError> {
+fn to_chat_request(
+    req: &Value,
+    namespaces: &mut Namespaces,
+    earlier: &[Value],
+) -> Result<Translated, ApiError> {
     let obj = req
         .as_object()
         .ok_or_else(|| ApiError::bad_request("the request body is not a JSON object"))?;
-    if obj
-        .get("previous_response_id")
-        .is_some_and(|v| !v.is_null())
-    {
-        return Err(ApiError::bad_request(
-            "this gateway stores no responses, so `previous_response_id` cannot be used: send the whole conversation as `input`",
-        )
-        .param("previous_response_id"));
-    }
     let mut notices = Notices::default();
     let mut out = Map::new();
     let model = obj
@@ -146,6 +253,7 @@ fn to_chat_request(req: &Value, namespaces: &mut Namespaces) -> Result<Translate
     if let Some(instructions) = obj.get("instructions").and_then(Value::as_str) {
         messages.push(json!({"role": "system", "content": instructions}));
     }
+    messages.extend(earlier.iter().cloned());
     match obj.get("input") {
         Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
         Some(Value::Array(items)) => {
@@ -377,6 +485,7 @@ struct Echo {
     max_output_tokens: Value,
     metadata: Value,
     text: Value,
+    previous_response_id: Value,
 }
 
 impl Echo {
@@ -397,6 +506,7 @@ impl Echo {
             max_output_tokens: field("max_output_tokens", Value::Null),
             metadata: field("metadata", json!({})),
             text: field("text", json!({"format": {"type": "text"}})),
+            previous_response_id: field("previous_response_id", Value::Null),
         }
     }
 }
@@ -409,16 +519,86 @@ struct Skeleton {
     model: String,
     echo: Echo,
     namespaces: Namespaces,
+    /// Where the response is kept, when the request asks.
+    keep: Option<Keep>,
+}
+
+/// What a response is kept with (`store`, on unless `false`).
+#[derive(Debug, Clone)]
+struct Keep {
+    store: Conversations,
+    owner: Option<String>,
+    /// The conversation before the answer, as chat messages.
+    history: Vec<Value>,
+    input_items: Vec<Value>,
+}
+
+impl Keep {
+    /// Keeps `response` with the conversation it ends (its text and the
+    /// client's calls as the assistant's message).
+    fn save(&self, response: &Value) {
+        let mut text = String::new();
+        let mut calls = Vec::new();
+        for item in response["output"].as_array().into_iter().flatten() {
+            match item["type"].as_str() {
+                Some("message") => {
+                    for part in item["content"].as_array().into_iter().flatten() {
+                        text.push_str(part["text"].as_str().unwrap_or_default());
+                    }
+                }
+                Some("function_call") => {
+                    let name = match item["namespace"].as_str() {
+                        Some(ns) => Namespaces::flat(ns, item["name"].as_str().unwrap_or_default()),
+                        None => item["name"].as_str().unwrap_or_default().to_owned(),
+                    };
+                    calls.push(json!({"id": item["call_id"], "type": "function",
+                        "function": {"name": name, "arguments": item["arguments"]}}));
+                }
+                _ => {}
+            }
+        }
+        let mut answer =
+            json!({"role": "assistant", "content": (!text.is_empty()).then_some(text)});
+        if !calls.is_empty() {
+            answer["tool_calls"] = Value::Array(calls);
+        }
+        let mut messages = self.history.clone();
+        messages.push(answer);
+        let id = response["id"].as_str().unwrap_or_default();
+        let kept = self.store.put(
+            id,
+            Stored {
+                owner: self.owner.clone(),
+                messages,
+                input_items: self.input_items.clone(),
+                response: response.clone(),
+            },
+        );
+        if !kept {
+            tracing::info!("response {id} is too large to keep");
+        }
+    }
+}
+
+/// A request's `input` as items (a string is one user message).
+fn input_items(req: &Value) -> Vec<Value> {
+    match req.get("input") {
+        Some(Value::String(text)) => vec![json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": text}]})],
+        Some(Value::Array(items)) => items.clone(),
+        _ => Vec::new(),
+    }
 }
 
 impl Skeleton {
-    fn new(model: &str, echo: Echo, namespaces: Namespaces) -> Skeleton {
+    fn new(model: &str, echo: Echo, namespaces: Namespaces, keep: Option<Keep>) -> Skeleton {
         Skeleton {
             id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
             created_at: common::unix_now(),
             model: model.to_owned(),
             echo,
             namespaces,
+            keep,
         }
     }
 
@@ -438,8 +618,8 @@ impl Skeleton {
             "max_output_tokens": e.max_output_tokens,
             "metadata": e.metadata,
             "parallel_tool_calls": e.parallel_tool_calls,
-            "previous_response_id": null,
-            "store": false,
+            "previous_response_id": e.previous_response_id,
+            "store": self.keep.is_some(),
             "temperature": e.temperature,
             "text": e.text,
             "tool_choice": e.tool_choice,
@@ -477,7 +657,11 @@ impl Skeleton {
                 .iter()
                 .map(|c| function_call(&item_id("fc"), c, "completed", &self.namespaces)),
         );
-        self.object("completed", output, Some(&answer.summary))
+        let response = self.object("completed", output, Some(&answer.summary));
+        if let Some(keep) = &self.keep {
+            keep.save(&response);
+        }
+        response
     }
 }
 
@@ -679,6 +863,9 @@ impl StreamEncoder {
                 self.close_text(&mut out);
                 let output = std::mem::take(&mut self.output);
                 let response = self.skeleton.object("completed", output, Some(&summary));
+                if let Some(keep) = &self.skeleton.keep {
+                    keep.save(&response);
+                }
                 let kind = match response["status"].as_str() {
                     Some("incomplete") => "response.incomplete",
                     _ => "response.completed",
@@ -725,7 +912,7 @@ mod tests {
             "max_output_tokens": 50,
         });
         let out = Value::Object(
-            to_chat_request(&req, &mut Namespaces::default())
+            to_chat_request(&req, &mut Namespaces::default(), &[])
                 .unwrap()
                 .fields,
         );
@@ -743,9 +930,10 @@ mod tests {
         assert_eq!(out["tools"][0]["function"]["name"], "t");
         assert_eq!(out["response_format"]["type"], "json_schema");
         assert_eq!(out["max_tokens"], 50);
-        let stored = json!({"model": "m", "input": "hi", "previous_response_id": "resp_1"});
-        let e = to_chat_request(&stored, &mut Namespaces::default()).unwrap_err();
-        assert!(e.message.contains("whole conversation"), "{}", e.message);
+        // A stored conversation goes between the instructions and the input.
+        let earlier = [json!({"role": "user", "content": "before"})];
+        let out = to_chat_request(&req, &mut Namespaces::default(), &earlier).unwrap();
+        assert_eq!(out.fields["messages"][1], earlier[0]);
     }
 
     mod fuzz {
@@ -761,8 +949,8 @@ mod tests {
                 edits in prop::collection::vec((any::<usize>(), json_value()), 0..8),
                 whole in json_value(),
             ) {
-                let _ = to_chat_request(&mutate(SEED, &edits), &mut Namespaces::default());
-                let _ = to_chat_request(&whole, &mut Namespaces::default());
+                let _ = to_chat_request(&mutate(SEED, &edits), &mut Namespaces::default(), &[]);
+                let _ = to_chat_request(&whole, &mut Namespaces::default(), &[]);
             }
         }
     }

@@ -32,6 +32,8 @@ pub struct Shared {
     pub draining: Draining,
     /// The shared state (`state.redis`), when configured.
     pub shared: Option<Arc<toolgate_engine::shared::Redis>>,
+    /// Responses kept for `previous_response_id` and `GET /v1/responses/{id}`.
+    pub conversations: toolgate_engine::conversations::Conversations,
 }
 
 impl std::ops::Deref for AppState {
@@ -83,6 +85,7 @@ impl AppState {
             stopping: tokio_util::sync::CancellationToken::new(),
             draining: Draining::default(),
             shared,
+            conversations: Default::default(),
         }))
     }
 }

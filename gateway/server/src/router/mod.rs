@@ -53,6 +53,8 @@ fn is_protected_resource(path: &str) -> bool {
 pub const ENDPOINTS: &[&str] = &[
     "POST /v1/chat/completions",
     "POST /v1/responses",
+    "GET|DELETE /v1/responses/{id}",
+    "GET /v1/responses/{id}/input_items",
     "POST /v1/messages",
     "POST /v1/messages/count_tokens",
     "GET /v1/models",
@@ -128,6 +130,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(models::list_models))
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/responses", post(responses::responses))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
+        .route(
+            "/v1/responses/{id}/input_items",
+            get(responses::input_items_of),
+        )
         .route("/v1/messages", post(messages::messages))
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .merge(console::routes())

@@ -550,11 +550,91 @@ async fn list_tools(
     ))
 }
 
-/// The newest protocol the gateway asks servers for: the stateless
-/// 2026-07-28 revision (`server/discover`, per-request `_meta`).
-fn discover() -> ClientLifecycleMode {
-    ClientLifecycleMode::Discover {
+/// The protocols the gateway speaks to servers, newest first: the stateless
+/// 2026-07-28 revision (`server/discover`, per-request `_meta`), and the
+/// `initialize` handshake for servers that do not know it (on the same
+/// connection when the server answers `server/discover` with an error, or
+/// does not answer it within rmcp's 10 s; see [`LateDiscovery`]).
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+    }
+}
+
+/// A stdio transport that drops a late answer to `server/discover`: when
+/// a server reads its first request only after rmcp gave up waiting and
+/// sent `initialize` on the same pipe (a first `npx -y` run fetching its
+/// package), the discovery answer arrives first and would be taken for
+/// `initialize`'s ("conflict initialized response id"). Once `initialize`
+/// is sent, answers to the earlier `server/discover` are not passed on.
+/// A late discovery *result* (the server speaks 2026-07-28, and now
+/// refuses `initialize` on that connection) is noted in `modern`, so the
+/// server is started again asking only `server/discover`.
+struct LateDiscovery<T> {
+    inner: T,
+    discover: Option<rmcp::model::RequestId>,
+    initialize_sent: bool,
+    modern: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<T> LateDiscovery<T> {
+    fn new(inner: T, modern: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        LateDiscovery {
+            inner,
+            discover: None,
+            initialize_sent: false,
+            modern,
+        }
+    }
+}
+
+impl<T> rmcp::transport::Transport<RoleClient> for LateDiscovery<T>
+where
+    T: rmcp::transport::Transport<RoleClient>,
+{
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let rmcp::model::JsonRpcMessage::Request(r) = &item {
+            match &r.request {
+                rmcp::model::ClientRequest::DiscoverRequest(_) => {
+                    self.discover = Some(r.id.clone())
+                }
+                rmcp::model::ClientRequest::InitializeRequest(_) => self.initialize_sent = true,
+                _ => {}
+            }
+        }
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let message = self.inner.receive().await?;
+            let answered = match &message {
+                rmcp::model::JsonRpcMessage::Response(r) => Some(&r.id),
+                rmcp::model::JsonRpcMessage::Error(e) => e.id.as_ref(),
+                _ => None,
+            };
+            if self.initialize_sent && answered.is_some() && answered == self.discover.as_ref() {
+                tracing::debug!(
+                    "a late answer to `server/discover` was dropped (`initialize` was sent)"
+                );
+                if matches!(message, rmcp::model::JsonRpcMessage::Response(_)) {
+                    self.modern
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                continue;
+            }
+            return Some(message);
+        }
+    }
+
+    fn close(&mut self) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }
 
@@ -657,30 +737,30 @@ fn start_failure(e: ClientInitializeError, spec: &ServerSpec) -> StartFailure {
 }
 
 /// Spawns or connects to the server and starts the session: 2026-07-28's
-/// `server/discover` on a connection of its own, waited for up to half of
-/// `startup_timeout` (a server's first answer can be slow: `npx -y`
-/// fetching its package); a server that does not speak it (an error, an
-/// answer that is not a discovery result, or no answer in that time) is
-/// started again on a new connection with `initialize`. The two requests
-/// never share a connection, where a late discovery answer would be taken
-/// for `initialize`'s.
+/// `server/discover`, else `initialize` (see [`lifecycle`]). A server that
+/// answers `server/discover` with something other than a discovery result
+/// (some answer every unknown method with `{}`) is started again on a new
+/// connection with `initialize` alone.
 async fn connect(server: &Server) -> Result<Session, StartFailure> {
-    let wait = server.spec.startup_timeout / 2;
-    match tokio::time::timeout(wait, open(server, discover())).await {
-        Ok(opened) => match opened? {
-            Ok(session) => return Ok(session),
-            Err(e) if super::needs_token(&e) => return Err(start_failure(e, &server.spec)),
-            Err(e) => {
-                tracing::debug!(mcp_server = %server.spec.name, "MCP server `{}` does not speak `server/discover` ({e}): starting it with `initialize`", server.spec.name);
-            }
-        },
-        Err(_) => {
-            tracing::debug!(mcp_server = %server.spec.name, "MCP server `{}` did not answer `server/discover` within {wait:?}: starting it with `initialize`", server.spec.name);
+    let modern = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    match open(server, lifecycle(), &modern).await? {
+        Err(ClientInitializeError::ExpectedInitResult(Some(answer))) => {
+            tracing::debug!(mcp_server = %server.spec.name, "MCP server `{}` answered `server/discover` with {answer:?}: starting it with `initialize`", server.spec.name);
+            open(server, ClientLifecycleMode::Initialize, &modern).await?
         }
+        // It answered `server/discover` after `initialize` was sent: it
+        // speaks 2026-07-28, and is asked only that on a new connection
+        // (waited for within `startup_timeout`).
+        Err(_) if modern.load(std::sync::atomic::Ordering::Relaxed) => {
+            tracing::debug!(mcp_server = %server.spec.name, "MCP server `{}` answered `server/discover` late: starting it again with `server/discover` alone", server.spec.name);
+            let discover = ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            };
+            open(server, discover, &modern).await?
+        }
+        started => started,
     }
-    open(server, ClientLifecycleMode::Initialize)
-        .await?
-        .map_err(|e| start_failure(e, &server.spec))
+    .map_err(|e| start_failure(e, &server.spec))
 }
 
 /// Spawns or connects to the server and runs the handshake of `mode`; the
@@ -688,6 +768,7 @@ async fn connect(server: &Server) -> Result<Session, StartFailure> {
 async fn open(
     server: &Server,
     mode: ClientLifecycleMode,
+    modern: &Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Result<Session, ClientInitializeError>, StartFailure> {
     let handler = Handler {
         list_changed: Arc::clone(&server.list_changed),
@@ -703,7 +784,9 @@ async fn open(
             if let Some(stderr) = stderr {
                 tokio::spawn(forward_stderr(server.spec.name.clone(), stderr));
             }
-            handler.serve_with_lifecycle(transport, mode).await
+            handler
+                .serve_with_lifecycle(LateDiscovery::new(transport, Arc::clone(modern)), mode)
+                .await
         }
         Transport::Http(http) => {
             let headers: HashMap<_, _> = http.headers.iter().cloned().collect();
