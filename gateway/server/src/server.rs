@@ -316,31 +316,62 @@ const FDS_PER_CONNECTION: u64 = 2;
 /// log, MCP servers' pipes, the shared state.
 const FDS_RESERVED: u64 = 64;
 
+/// The memory a connection is counted for: an open streaming answer with
+/// its upstream connection (measured near 60 KiB, `docs/benchmarks.md`),
+/// rounded up.
+const BYTES_PER_CONNECTION: u64 = 128 * 1024;
+
 /// The connections the gateway holds at once: `limits.max_connections`,
 /// lowered to what the process's descriptor limit (`RLIMIT_NOFILE`, raised
 /// to its hard limit first) can serve, two descriptors a connection past a
-/// reserve.
+/// reserve, and to what half of the memory it may use (its cgroup's limit,
+/// else the machine's) holds at 128 KiB a connection.
 pub fn connection_cap(configured: usize) -> usize {
     let (soft, hard) = rlimit::Resource::NOFILE
         .get()
         .unwrap_or((u64::MAX, u64::MAX));
-    let soft = if soft < hard {
+    let files = if soft < hard {
         rlimit::Resource::NOFILE
             .set(hard, hard)
             .map_or(soft, |()| hard)
     } else {
         soft
     };
-    let fits = soft.saturating_sub(FDS_RESERVED) / FDS_PER_CONNECTION;
-    let cap = configured
-        .min(usize::try_from(fits).unwrap_or(usize::MAX))
-        .max(1);
+    let memory = memory_limit();
+    let cap = cap_for(configured, files, memory);
     if cap < configured {
         tracing::warn!(
-            "limits.max_connections is {configured}, but the process may open {soft} files: the gateway holds at most {cap} connections (raise `ulimit -n` for more)"
+            "limits.max_connections is {configured}, but the process may open {files} files and use {} MiB: the gateway holds at most {cap} connections (raise `ulimit -n` or the memory limit for more)",
+            memory.map_or(u64::MAX, |m| m / (1024 * 1024))
         );
     }
     cap
+}
+
+/// [`connection_cap`]'s rule, for a file limit and a memory limit in bytes.
+fn cap_for(configured: usize, files: u64, memory: Option<u64>) -> usize {
+    let by_files = files.saturating_sub(FDS_RESERVED) / FDS_PER_CONNECTION;
+    let by_memory = memory.map_or(u64::MAX, |m| m / 2 / BYTES_PER_CONNECTION);
+    let fits = usize::try_from(by_files.min(by_memory)).unwrap_or(usize::MAX);
+    configured.min(fits).max(1)
+}
+
+/// The memory the process may use: its cgroup's `memory.max` (v2) or
+/// `memory.limit_in_bytes` (v1) when set, else the machine's `MemTotal`.
+fn memory_limit() -> Option<u64> {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let cgroup = read("/sys/fs/cgroup/memory.max")
+        .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        // v1 says "no limit" with a huge number.
+        .filter(|&v| v < (1 << 60));
+    cgroup.or_else(|| {
+        read("/proc/meminfo")?
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    })
 }
 
 /// Connections that have not sent their first request yet, oldest first:
@@ -642,4 +673,24 @@ fn spawn_signal_handlers(
         stop.begin();
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_cap_fits_the_files_and_memory_the_process_has() {
+        // Plenty of both: the configured cap.
+        assert_eq!(cap_for(4096, 1 << 20, Some(24 << 30)), 4096);
+        // 200 files: (200 - 64) / 2.
+        assert_eq!(cap_for(4096, 200, Some(24 << 30)), 68);
+        // A 256 MiB container: half of it at 128 KiB a connection.
+        assert_eq!(cap_for(4096, 1 << 20, Some(256 << 20)), 1024);
+        // Nothing known about memory; never below one.
+        assert_eq!(cap_for(4096, 1 << 20, None), 4096);
+        assert_eq!(cap_for(4096, 10, Some(1)), 1);
+        // The machine this runs on answers something.
+        assert!(memory_limit().is_some_and(|m| m > 0));
+    }
 }
