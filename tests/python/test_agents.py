@@ -242,3 +242,43 @@ def test_codex_uses_toolgate_as_its_mcp_server(codex, model):
     assert "[mcp__toolgate__calculator]" in out and "5" in out.split("[mcp__toolgate__calculator]")[1], out
     names = [t["function"]["name"] for t in sent(model)[-1].get("tools", [])]
     assert "mcp__toolgate__calculator" in names, names
+
+
+def test_every_refusal_has_the_shape_of_the_face_that_answers(gateway):
+    """The layers' own refusals (no key, a bad key, a page's origin, a body
+    not sent as JSON, an unknown path) in each face's error body: Anthropic's
+    on its paths, OpenAI's on the others."""
+    import urllib.error
+
+    def call(method, path, headers, body=b"{}"):
+        req = urllib.request.Request(gateway + path, data=body if method != "GET" else None, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    json_type = {"content-type": "application/json"}
+    good = {**json_type, "authorization": f"Bearer {KEY}"}
+    cases = [
+        ("POST", "/v1/messages", json_type, 401),
+        ("POST", "/v1/messages", {**json_type, "x-api-key": "wrong"}, 401),
+        ("POST", "/v1/messages/count_tokens", json_type, 401),
+        ("POST", "/v1/messages", {**good, "origin": "http://evil.example"}, 403),
+        ("POST", "/v1/messages", {**good, "content-type": "text/plain"}, 415),
+        ("POST", "/v1/messages/batches", good, 404),
+        ("POST", "/v1/responses", json_type, 401),
+        ("POST", "/v1/responses", {**good, "content-type": "text/plain"}, 415),
+        ("GET", "/v1/responses/resp_nope", good, 404),
+        ("POST", "/v1/chat/completions", json_type, 401),
+        ("POST", "/v1/chat/completions", {**good, "origin": "http://evil.example"}, 403),
+        ("POST", "/v1/tools/calculator/invoke", {**good, "content-type": "text/plain"}, 415),
+        ("GET", "/v1/nothing-here", good, 404),
+    ]
+    for method, path, headers, status in cases:
+        got, body = call(method, path, headers)
+        assert got == status, (method, path, got, body)
+        if path.startswith("/v1/messages"):
+            assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, (path, body)
+        else:
+            assert set(body) == {"error"} and {"message", "type", "code"} <= set(body["error"]), (path, body)
