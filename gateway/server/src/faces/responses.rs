@@ -399,7 +399,12 @@ fn parts_content(parts: &[Value], notices: &mut Notices) -> Value {
 /// `function_call_output` as a tool message (its images as a user message
 /// after it).
 fn translate_item(item: &Value, out: &mut Vec<Value>, notices: &mut Notices) -> Result<(), String> {
-    match item["type"].as_str() {
+    // An item reference may leave out its `type`: it has an `id` and no role.
+    let kind = match item["type"].as_str() {
+        None if item.get("role").is_none() && item.get("id").is_some() => Some("item_reference"),
+        kind => kind,
+    };
+    match kind {
         None | Some("message") => {
             let role = match item["role"].as_str() {
                 Some("developer") | Some("system") => "system",
