@@ -4,16 +4,21 @@
 //! chat messages (what a follow-up continues), its input items and the
 //! response object. Bounded: entries live for a TTL, the store holds at most
 //! a total of bytes (least recently used leave first), and an entry larger
-//! than a sixteenth of it is not kept. Kept in this process: replicas do
-//! not share them.
+//! than a sixteenth of it is not kept. With the shared state
+//! (`state.redis`) every response is also written there (up to its
+//! `max_value_bytes`), so any replica continues, reads or deletes it; a
+//! replica that reads one from Redis keeps it too.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::shared::Redis;
+
 /// One stored response.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Stored {
     /// The API key that made it (`None` without keys).
     pub owner: Option<String>,
@@ -44,11 +49,16 @@ impl Stored {
     }
 }
 
+/// The mark a deleted response leaves in the shared state.
+const DELETED: &str = "deleted-response";
+
 /// The store.
 #[derive(Clone)]
 pub struct Conversations {
     entries: moka::sync::Cache<String, Arc<Stored>>,
     max_entry: u64,
+    ttl: Duration,
+    shared: Option<Arc<Redis>>,
 }
 
 impl std::fmt::Debug for Conversations {
@@ -78,30 +88,88 @@ impl Conversations {
                 .time_to_live(ttl)
                 .build(),
             max_entry: max_bytes / 16,
+            ttl,
+            shared: None,
         }
     }
 
-    /// Keeps `stored` under `id`; `false` when it is too large to keep.
+    /// The same store, also kept in the shared state when there is one.
+    pub fn with_shared(mut self, shared: Option<Arc<Redis>>) -> Conversations {
+        self.shared = shared;
+        self
+    }
+
+    fn shared_key(id: &str) -> String {
+        format!("response:{id}")
+    }
+
+    /// Keeps `stored` under `id` (in the shared state too, written in the
+    /// background); `false` when it is too large to keep.
     pub fn put(&self, id: &str, stored: Stored) -> bool {
         if stored.weight() > self.max_entry {
             return false;
+        }
+        if let Some(redis) = &self.shared
+            && let Ok(value) = serde_json::to_value(&stored)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (redis, key, ttl) = (Arc::clone(redis), Self::shared_key(id), self.ttl);
+            runtime.spawn(async move {
+                if let Err(e) = redis.cache_put(&key, &value, ttl).await {
+                    tracing::debug!("a stored response was not shared: {e}");
+                }
+            });
         }
         self.entries.insert(id.to_owned(), Arc::new(stored));
         true
     }
 
-    /// The response `id`, if `owner` made it and it is still kept.
-    pub fn get(&self, id: &str, owner: Option<&str>) -> Option<Arc<Stored>> {
-        self.entries.get(id).filter(|s| s.owner.as_deref() == owner)
+    /// The response `id`, if `owner` made it and it is still kept (here,
+    /// else in the shared state).
+    pub async fn get(&self, id: &str, owner: Option<&str>) -> Option<Arc<Stored>> {
+        let found = match self.entries.get(id) {
+            // Another replica may have deleted it since.
+            Some(_) if self.shared.as_ref().is_some() && self.deleted_elsewhere(id).await => {
+                self.entries.invalidate(id);
+                return None;
+            }
+            Some(found) => found,
+            None => {
+                let redis = self.shared.as_ref()?;
+                let value = redis.cache_get(&Self::shared_key(id)).await.ok()??;
+                let stored: Arc<Stored> = Arc::new(serde_json::from_value(value).ok()?);
+                self.entries.insert(id.to_owned(), Arc::clone(&stored));
+                stored
+            }
+        };
+        (found.owner.as_deref() == owner).then_some(found)
     }
 
-    /// Forgets the response `id` of `owner`; `false` when there is none.
-    pub fn remove(&self, id: &str, owner: Option<&str>) -> bool {
-        if self.get(id, owner).is_none() {
+    /// Forgets the response `id` of `owner` (everywhere); `false` when
+    /// there is none.
+    pub async fn remove(&self, id: &str, owner: Option<&str>) -> bool {
+        if self.get(id, owner).await.is_none() {
             return false;
         }
         self.entries.invalidate(id);
+        if let Some(redis) = &self.shared {
+            let deleted = async {
+                redis.cache_del(&Self::shared_key(id)).await?;
+                redis.mark(DELETED, id, self.ttl).await
+            };
+            if let Err(e) = deleted.await {
+                tracing::debug!("a stored response was not forgotten in the shared state: {e}");
+            }
+        }
         true
+    }
+
+    /// `true` when some replica deleted `id` (a mark in the shared state).
+    async fn deleted_elsewhere(&self, id: &str) -> bool {
+        match &self.shared {
+            Some(redis) => redis.marked(DELETED, id).await.unwrap_or(false),
+            None => false,
+        }
     }
 }
 
@@ -119,16 +187,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_key_sees_only_its_own() {
+    #[tokio::test]
+    async fn a_key_sees_only_its_own() {
         let c = Conversations::default();
         assert!(c.put("r1", stored(Some("a"), 10)));
-        assert!(c.get("r1", Some("a")).is_some());
-        assert!(c.get("r1", Some("b")).is_none());
-        assert!(c.get("r1", None).is_none());
-        assert!(!c.remove("r1", Some("b")));
-        assert!(c.remove("r1", Some("a")));
-        assert!(c.get("r1", Some("a")).is_none());
+        assert!(c.get("r1", Some("a")).await.is_some());
+        assert!(c.get("r1", Some("b")).await.is_none());
+        assert!(c.get("r1", None).await.is_none());
+        assert!(!c.remove("r1", Some("b")).await);
+        assert!(c.remove("r1", Some("a")).await);
+        assert!(c.get("r1", Some("a")).await.is_none());
     }
 
     #[test]

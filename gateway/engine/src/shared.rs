@@ -330,6 +330,13 @@ impl Redis {
         Ok(true)
     }
 
+    /// Forgets a cached value.
+    pub async fn cache_del(&self, key: &str) -> Result<(), Down> {
+        let key = self.key(&["cache", key]);
+        self.run(|mut c| async move { redis::cmd("DEL").arg(key).query_async::<()>(&mut c).await })
+            .await
+    }
+
     /// Marks `id` of `kind` (e.g. a closed MCP session) for every replica,
     /// for `ttl`.
     pub async fn mark(&self, kind: &str, id: &str, ttl: Duration) -> Result<(), Down> {

@@ -760,3 +760,87 @@ impl Drop for Nginx {
         let _ = self.child.wait();
     }
 }
+
+#[tokio::test]
+async fn a_stored_response_is_continued_read_and_deleted_on_any_replica() {
+    let redis = RedisServer::start().await;
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = shared_config(&backend, &model, "");
+    let url = redis.url();
+    let env = [("REDIS_URL", url.as_str())];
+    let a = Server::start(dir.path(), &env).await;
+    let b = Server::start(dir.path(), &env).await;
+    let http = reqwest::Client::new();
+    let created: Value = http
+        .post(a.url("/v1/responses"))
+        .bearer_auth(BOB)
+        .json(&json!({"model": "m", "input": "remember avocado", "tool_set": "none"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    // Written in the background: the other replica sees it shortly.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = http
+            .get(b.url(&format!("/v1/responses/{id}")))
+            .bearer_auth(BOB)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            let got: Value = r.json().await.unwrap();
+            assert_eq!(got["id"], json!(id));
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "replica b never saw {id}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Another key does not, on either replica.
+    for s in [&a, &b] {
+        let r = http
+            .get(s.url(&format!("/v1/responses/{id}")))
+            .bearer_auth(ALICE)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+    }
+    // Continued on b, with a's conversation.
+    let r = http
+        .post(b.url("/v1/responses"))
+        .bearer_auth(BOB)
+        .json(&json!({"model": "m", "input": "what was it?", "previous_response_id": id, "tool_set": "none"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let sent = model.requests();
+    let last = sent.last().unwrap();
+    assert!(
+        last["messages"].to_string().contains("remember avocado"),
+        "{last}"
+    );
+    // Deleted on b: gone from a too.
+    let r = http
+        .delete(b.url(&format!("/v1/responses/{id}")))
+        .bearer_auth(BOB)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = http
+        .get(a.url(&format!("/v1/responses/{id}")))
+        .bearer_auth(BOB)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}

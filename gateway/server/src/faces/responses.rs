@@ -1,15 +1,20 @@
-//! `POST /v1/responses`: OpenAI's Responses API as a face of the same tool
-//! loop. The input (a string or items: messages, `function_call`,
-//! `function_call_output`) and `instructions`, client function tools,
-//! `tool_choice`, `text.format` and the sampling fields are translated to
-//! the engine's chat request; the answer or the loop's events are encoded
-//! as a response object or as Responses stream events.
+//! `POST /v1/responses` (and `GET`/`DELETE /v1/responses/{id}`): OpenAI's
+//! Responses API as a face of the same tool loop. The input (a string or
+//! items: messages with text, image and file parts, `function_call`,
+//! `function_call_output`) and `instructions`, client function and
+//! `namespace` tools, `tool_choice`, `text.format` and the sampling fields
+//! are translated to the engine's chat request; what cannot be served
+//! (hosted tools, items of tools the server ran) is left out with a
+//! notice. The answer or the loop's events are encoded as a response object
+//! or as Responses stream events.
 //!
 //! The gateway's own tool calls appear as `mcp_call` output items (the
 //! Responses API's item for a tool the server ran, with its output), so a
 //! client sees what ran and never mistakes them for calls it must make;
-//! client tools end the turn as `function_call` items. Nothing is stored:
-//! `previous_response_id` is refused, saying to send the whole input.
+//! client tools end the turn as `function_call` items (with their
+//! `namespace` when they were offered in one). A response is kept unless
+//! `store: false` (`toolgate_engine::conversations`, per API key), and
+//! `previous_response_id` continues its conversation.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -34,27 +39,35 @@ pub async fn responses(
     let body = body.map_err(body_error)?;
     let mut namespaces = Namespaces::default();
     let owner = caller.key_name();
-    let mut previous = None;
-    let (original, the_loop, places, notices) = common::plan_translated(
-        &state,
-        &caller,
-        &headers,
-        &body,
-        |req| {
-            if let Some(id) = req.get("previous_response_id").and_then(Value::as_str) {
-                let stored = state.conversations.get(id, owner.as_deref()).ok_or_else(|| {
+    // The stored conversation a request continues, looked up first (the
+    // shared state may have it).
+    #[derive(serde::Deserialize)]
+    struct Continues {
+        previous_response_id: Option<String>,
+    }
+    let previous = match serde_json::from_slice::<Continues>(&body) {
+        Ok(Continues {
+            previous_response_id: Some(id),
+        }) => Some(
+            state
+                .conversations
+                .get(&id, owner.as_deref())
+                .await
+                .ok_or_else(|| {
                     ApiError::not_found(
                         "previous_response_not_found",
-                        format!("no stored response `{id}` for this API key (responses are kept an hour in the replica that made them)"),
+                        format!("no stored response `{id}` for this API key (responses are kept an hour)"),
                     )
                     .param("previous_response_id")
-                })?;
-                previous = Some(stored);
-            }
+                })?,
+        ),
+        _ => None,
+    };
+    let (original, the_loop, places, notices) =
+        common::plan_translated(&state, &caller, &headers, &body, |req| {
             let earlier = previous.as_ref().map_or(&[][..], |p| p.messages.as_slice());
             to_chat_request(req, &mut namespaces, earlier)
-        },
-    )?;
+        })?;
     let echo = Echo::of(&original);
     let model = the_loop.request.model.clone();
     // Kept unless the request says `store: false`: the conversation before
@@ -94,7 +107,7 @@ pub async fn retrieve(
     Extension(caller): Extension<Caller>,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Result<Response, ApiError> {
-    let stored = kept(&state, &caller, &id)?;
+    let stored = kept(&state, &caller, &id).await?;
     Ok(axum::Json(stored.response.clone()).into_response())
 }
 
@@ -107,6 +120,7 @@ pub async fn delete(
     if !state
         .conversations
         .remove(&id, caller.key_name().as_deref())
+        .await
     {
         return Err(not_kept(&id));
     }
@@ -120,7 +134,7 @@ pub async fn input_items_of(
     Extension(caller): Extension<Caller>,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Result<Response, ApiError> {
-    let stored = kept(&state, &caller, &id)?;
+    let stored = kept(&state, &caller, &id).await?;
     let data: Vec<Value> = stored
         .input_items
         .iter()
@@ -145,10 +159,15 @@ pub async fn input_items_of(
     .into_response())
 }
 
-fn kept(state: &AppState, caller: &Caller, id: &str) -> Result<std::sync::Arc<Stored>, ApiError> {
+async fn kept(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<std::sync::Arc<Stored>, ApiError> {
     state
         .conversations
         .get(id, caller.key_name().as_deref())
+        .await
         .ok_or_else(|| not_kept(id))
 }
 

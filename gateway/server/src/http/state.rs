@@ -84,8 +84,9 @@ impl AppState {
             guards,
             stopping: tokio_util::sync::CancellationToken::new(),
             draining: Draining::default(),
+            conversations: toolgate_engine::conversations::Conversations::default()
+                .with_shared(shared.clone()),
             shared,
-            conversations: Default::default(),
         }))
     }
 }
