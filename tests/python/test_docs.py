@@ -1,0 +1,38 @@
+"""The README and the reference in docs/: every relative link resolves to a
+file, and every `#anchor` to a heading of it; the README stays short."""
+
+import os
+import re
+
+from conftest import ROOT
+
+PAGES = ["README.md", "SECURITY.md", "ARCHITECTURE.md"] + [
+    f"docs/{p}" for p in sorted(os.listdir(ROOT / "docs")) if p.endswith(".md")
+]
+
+
+def anchor(heading):
+    return re.sub(r"[^a-z0-9 _-]", "", heading.lower()).replace(" ", "-")
+
+
+def test_every_link_resolves():
+    broken = []
+    for page in PAGES:
+        text = (ROOT / page).read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://")):
+                continue
+            path, _, fragment = target.partition("#")
+            file = (ROOT / page).parent / path if path else ROOT / page
+            if not file.exists():
+                broken.append((page, target))
+            elif fragment and file.suffix == ".md":
+                headings = [anchor(h) for h in re.findall(r"^#+ (.*)", file.read_text(), re.M)]
+                if fragment not in headings:
+                    broken.append((page, target))
+    assert not broken, broken
+
+
+def test_the_readme_is_read_in_minutes():
+    lines = (ROOT / "README.md").read_text().count("\n")
+    assert lines < 250, f"the README has {lines} lines: the reference belongs in docs/"
