@@ -267,3 +267,70 @@ def test_every_error_of_the_face_is_in_anthropic_form(gateway):
         got, answer = post(path, body, headers)
         assert got == status, (path, got, answer)
         assert answer["type"] == "error" and set(answer["error"]) == {"type", "message"}, answer
+
+
+WEATHER = {
+    "name": "get_weather",
+    "description": "The weather forecast for a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def offered_names(request):
+    return [t["function"]["name"] for t in request.get("tools", [])]
+
+
+@pytest.mark.parametrize("kind", ["tool_search_tool_bm25_20251119", "tool_search_tool_regex_20251119"])
+def test_deferred_tools_are_found_by_the_gateway_s_search_for_any_model(claude, model, kind):
+    # A model with no tool search of its own: the gateway offers one in
+    # the deferred tools' place, and what it finds is offered next.
+    name = kind.rsplit("_", 1)[0]
+    tools = [
+        {"type": kind, "name": name},
+        {**WEATHER, "defer_loading": True},
+        {**CLOCK, "defer_loading": True},
+    ]
+    script = user(f'call {name} {{"query": "weather forecast"}} then get_weather {{"city": "Paris"}}')
+    before = len(sent(model))
+    r = claude.beta.messages.create(
+        model="mock-model", max_tokens=200, tools=tools, messages=script, betas=["advanced-tool-use-2025-11-20"]
+    )
+    requests = sent(model)[before:]
+    assert offered_names(requests[0])[-1] == name
+    assert "get_weather" not in offered_names(requests[0]) and "get_time" not in offered_names(requests[0])
+    assert "get_weather" in offered_names(requests[1]) and "get_time" not in offered_names(requests[1])
+    blocks = [b.model_dump() for b in r.content]
+    assert [b["type"] for b in blocks] == ["server_tool_use", "tool_search_tool_result", "tool_use"]
+    assert blocks[0]["name"] == name and blocks[0]["input"] == {"query": "weather forecast"}
+    found = blocks[1]["content"]["tool_references"]
+    assert found[0] == {"type": "tool_reference", "tool_name": "get_weather"}
+    assert blocks[2]["name"] == "get_weather" and blocks[2]["input"] == {"city": "Paris"}
+    assert r.stop_reason == "tool_use"
+    # The client runs its tool and sends the turn back: the tool it loaded
+    # is offered, and the search is in the model's history.
+    follow = script + [
+        {"role": "assistant", "content": blocks},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": blocks[2]["id"], "content": "sunny"}]},
+    ]
+    before = len(sent(model))
+    r = claude.beta.messages.create(
+        model="mock-model", max_tokens=200, tools=tools, messages=follow, betas=["advanced-tool-use-2025-11-20"]
+    )
+    assert "sunny" in text_of(r)
+    last = sent(model)[before]
+    assert "get_weather" in offered_names(last)
+    searched = [m for m in last["messages"] if m["role"] == "tool" and "get_weather" in m["content"]]
+    assert searched, last["messages"]
+
+
+def test_a_search_that_finds_nothing_says_so_and_loads_nothing(claude, model):
+    tools = [{"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}, {**WEATHER, "defer_loading": True}]
+    before = len(sent(model))
+    r = claude.messages.create(
+        model="mock-model",
+        max_tokens=200,
+        tools=tools,
+        messages=user('call tool_search_tool_bm25 {"query": "quantum chromodynamics"}'),
+    )
+    assert "No tool matches" in text_of(r)
+    assert all("get_weather" not in offered_names(q) for q in sent(model)[before:])

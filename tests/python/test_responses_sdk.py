@@ -188,3 +188,85 @@ def test_responses_are_stored_continued_listed_and_deleted(client, model):
     client.responses.delete(first.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(first.id)
+
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather forecast for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+# Only the client's tools (not the default tool set's).
+NO_SET = {"tool_set": "none"}
+
+
+def offered_names(request):
+    return [t["function"]["name"] for t in request.get("tools", [])]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_deferred_tools_are_found_by_the_gateway_s_tool_search_for_any_model(client, model, stream):
+    tools = [
+        {"type": "tool_search"},
+        {**WEATHER, "defer_loading": True},
+        {"type": "namespace", "name": "clock", "description": "Clocks.", "tools": [{**CLOCK, "defer_loading": True}]},
+    ]
+    script = 'call tool_search {"query": "weather forecast for a city"} then get_weather {"city": "Paris"}'
+    before = len(sent(model))
+    if stream:
+        events = list(client.responses.create(model="mock-model", input=script, tools=tools, stream=True, extra_body=NO_SET))
+        r = events[-1].response
+        added = [e.item.type for e in events if e.type == "response.output_item.added"]
+        assert added == ["tool_search_call", "tool_search_output", "function_call"]
+    else:
+        r = client.responses.create(model="mock-model", input=script, tools=tools, extra_body=NO_SET)
+    requests = sent(model)[before:]
+    assert offered_names(requests[0]) == ["tool_search"]
+    assert offered_names(requests[1]) == ["tool_search", "get_weather"]
+    call, output, fc = (o.model_dump() for o in r.output)
+    assert call["type"] == "tool_search_call" and call["execution"] == "server"
+    assert call["arguments"] == {"query": "weather forecast for a city"}
+    assert output["type"] == "tool_search_output" and output["call_id"] == call["call_id"]
+    assert output["tools"][0]["name"] == "get_weather" and output["tools"][0]["defer_loading"] is True
+    assert fc["type"] == "function_call" and fc["name"] == "get_weather"
+    # Continued: the tool the search loaded is offered without a search.
+    before = len(sent(model))
+    done = client.responses.create(
+        model="mock-model",
+        previous_response_id=r.id,
+        input=[{"type": "function_call_output", "call_id": fc["call_id"], "output": "sunny"}],
+        tools=tools,
+        extra_body=NO_SET,
+    )
+    assert "sunny" in done.output_text
+    assert "get_weather" in offered_names(sent(model)[before])
+
+
+def test_a_client_run_tool_search_is_the_client_s_and_its_output_loads_tools(client, model):
+    search = {
+        "type": "tool_search",
+        "execution": "client",
+        "description": "Find tools in the project's catalog.",
+        "parameters": {"type": "object", "properties": {"goal": {"type": "string"}}, "required": ["goal"]},
+    }
+    script = 'call tool_search {"goal": "weather"} then get_weather {"city": "Oslo"}'
+    r = client.responses.create(model="mock-model", input=script, tools=[search, {**WEATHER, "defer_loading": True}], extra_body=NO_SET)
+    (call,) = (o.model_dump() for o in r.output)
+    assert call["type"] == "tool_search_call" and call["execution"] == "client"
+    assert call["arguments"] == {"goal": "weather"}
+    # The client answers with the tools it found, defined in the output.
+    before = len(sent(model))
+    r = client.responses.create(
+        model="mock-model",
+        input=[
+            {"role": "user", "content": script},
+            call,
+            {"type": "tool_search_output", "call_id": call["call_id"], "execution": "client", "status": "completed", "tools": [WEATHER]},
+        ],
+        tools=[search, {**WEATHER, "defer_loading": True}],
+        extra_body=NO_SET,
+    )
+    assert sorted(offered_names(sent(model)[before])) == ["get_weather", "tool_search"]
+    assert [o.type for o in r.output] == ["function_call"] and r.output[0].name == "get_weather"

@@ -109,12 +109,43 @@ struct Built {
     /// The tools indexed, in the set's order: a search ranks these, and a
     /// set whose tools are not these same tools is indexed again.
     tools: Vec<Arc<Tool>>,
+    ranker: Ranker,
+}
+
+/// BM25 over tool documents, with the name-coverage rerank.
+struct Ranker {
     embedder: Embedder,
     scorer: Scorer<u32>,
     /// Per tool, per word of its name: the terms that stand for it (its
     /// stem and its aliases' stems).
     name_terms: Vec<Vec<Vec<String>>>,
     tokenizer: DefaultTokenizer,
+}
+
+/// What a search indexes of one tool.
+pub struct Indexed<'a> {
+    pub name: &'a str,
+    pub description: &'a str,
+    pub category: Option<&'a str>,
+    pub parameters: &'a Value,
+}
+
+impl<'a> Indexed<'a> {
+    fn of(tool: &'a Tool) -> Indexed<'a> {
+        Indexed {
+            name: &tool.name,
+            description: &tool.description,
+            category: tool.category.as_deref(),
+            parameters: &tool.parameters,
+        }
+    }
+}
+
+/// The positions in `tools` of the `limit` best matches for `query`, best
+/// first: the same ranking as a set's search, for tools that are not the
+/// gateway's (a client's deferred tools).
+pub fn rank(tools: &[Indexed<'_>], query: &str, limit: usize) -> Vec<usize> {
+    Ranker::new(tools).search(query, limit)
 }
 
 impl SearchIndex {
@@ -156,7 +187,23 @@ pub fn warm(index: &Arc<SearchIndex>, tools: Vec<Arc<Tool>>) {
 
 impl Built {
     fn new(tools: Vec<Arc<Tool>>) -> Built {
-        let docs: Vec<String> = tools.iter().map(|t| document(t)).collect();
+        let indexed: Vec<Indexed<'_>> = tools.iter().map(|t| Indexed::of(t)).collect();
+        let ranker = Ranker::new(&indexed);
+        Built { tools, ranker }
+    }
+
+    fn search(&self, query: &str, limit: usize) -> Vec<Arc<Tool>> {
+        self.ranker
+            .search(query, limit)
+            .into_iter()
+            .filter_map(|i| self.tools.get(i).cloned())
+            .collect()
+    }
+}
+
+impl Ranker {
+    fn new(tools: &[Indexed<'_>]) -> Ranker {
+        let docs: Vec<String> = tools.iter().map(document).collect();
         let corpus: Vec<&str> = docs.iter().map(String::as_str).collect();
         let embedder: Embedder =
             EmbedderBuilder::with_fit_to_corpus(Language::English, &corpus).build();
@@ -171,7 +218,7 @@ impl Built {
         let name_terms = tools
             .iter()
             .map(|t| {
-                words(&t.name)
+                words(t.name)
                     .split_whitespace()
                     .map(|w| {
                         let lower = w.to_lowercase();
@@ -184,8 +231,7 @@ impl Built {
                     .collect()
             })
             .collect();
-        Built {
-            tools,
+        Ranker {
             embedder,
             scorer,
             name_terms,
@@ -199,7 +245,7 @@ impl Built {
     /// `interactions_get-pull-request-creation-cap-for-repo` for "list pull
     /// requests" (a long name that mentions the words is not what was
     /// asked for).
-    fn search(&self, query: &str, limit: usize) -> Vec<Arc<Tool>> {
+    fn search(&self, query: &str, limit: usize) -> Vec<usize> {
         let query = split_separators(query);
         let mut matches = self.scorer.matches(&self.embedder.embed(&query));
         matches.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
@@ -221,7 +267,7 @@ impl Built {
         matches[..top].sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         matches
             .into_iter()
-            .filter_map(|m| self.tools.get(m.id as usize).cloned())
+            .map(|m| m.id as usize)
             .take(limit)
             .collect()
     }
@@ -233,8 +279,8 @@ impl Built {
 /// rest of a long description is mostly caveats that would drown the
 /// rest), and its parameter names (those of an object parameter's
 /// properties too, e.g. a request body's fields).
-fn document(tool: &Tool) -> String {
-    let mut name = words(&tool.name);
+fn document(tool: &Indexed<'_>) -> String {
+    let mut name = words(tool.name);
     let extra: Vec<&str> = name
         .split_whitespace()
         .flat_map(|w| aliases(&w.to_lowercase()).iter().copied())
@@ -243,13 +289,13 @@ fn document(tool: &Tool) -> String {
         name.push(' ');
         name.push_str(e);
     }
-    let (summary, rest) = first_sentence(&tool.description);
+    let (summary, rest) = first_sentence(tool.description);
     let rest: Vec<&str> = rest.split_whitespace().take(DESCRIPTION_WORDS).collect();
     let mut doc = format!(
         "{name} {name} {name} {summary} {summary} {}",
         rest.join(" ")
     );
-    if let Some(category) = &tool.category {
+    if let Some(category) = tool.category {
         doc.push(' ');
         doc.push_str(&words(category));
     }
@@ -425,6 +471,29 @@ mod tests {
         let fewer = index.of(tools[..2].to_vec());
         assert!(!Arc::ptr_eq(&built, &fewer));
         assert!(fewer.search("weather city", 5).is_empty());
+    }
+
+    #[test]
+    fn tools_that_are_not_the_gateway_s_rank_the_same_way() {
+        let params = json!({"type": "object", "properties": {"city": {}}});
+        let none = Value::Null;
+        let tools = [
+            Indexed {
+                name: "get_time",
+                description: "The time in a zone.",
+                category: None,
+                parameters: &none,
+            },
+            Indexed {
+                name: "get_weather",
+                description: "The forecast.",
+                category: None,
+                parameters: &params,
+            },
+        ];
+        assert_eq!(rank(&tools, "weather in a city", 5), vec![1]);
+        assert_eq!(rank(&tools, "what time is it", 1), vec![0]);
+        assert!(rank(&tools, "quantum", 5).is_empty());
     }
 
     #[test]

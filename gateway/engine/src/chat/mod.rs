@@ -14,4 +14,4 @@ pub use events::{
 };
 pub use plan::Loop;
 pub use plan::{NO_TOOL_SET, Passthrough, Plan, PlanError, Services, plan};
-pub use request::{ChatRequest, RequestError};
+pub use request::{ChatRequest, DeferredTools, RequestError};

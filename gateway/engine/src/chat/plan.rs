@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::request::ChatRequest;
+use super::request::{ChatRequest, DeferredTools};
 use crate::auth::ApiKey;
 use crate::catalog::{Catalog, SetError};
 use crate::discovery::{Discovery, FIND_TOOLS};
@@ -153,11 +153,16 @@ pub fn plan(
     if search.is_some() {
         gateway_tools.insert(FIND_TOOLS.to_owned());
     }
-    for t in &request.client_tools {
-        let name = t
-            .pointer("/function/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+    let deferred = request.deferred.take();
+    let deferred_names = deferred.iter().flat_map(|d| {
+        std::iter::once(d.search.as_str()).chain(d.tools.iter().map(DeferredTools::name_of))
+    });
+    let client_names = request
+        .client_tools
+        .iter()
+        .map(DeferredTools::name_of)
+        .chain(deferred_names);
+    for name in client_names {
         if gateway_tools.contains(name) {
             return Err(PlanError::ClientToolClash {
                 name: name.to_owned(),
@@ -192,6 +197,7 @@ pub fn plan(
         tools,
         gateway_tools,
         search,
+        deferred,
         max_iterations,
         request,
         learned: Arc::clone(&services.learned),
@@ -216,6 +222,9 @@ pub struct Loop {
     pub gateway_tools: HashSet<String>,
     /// The set's tool search, when it searches (`discovery: search`).
     pub search: Option<Search>,
+    /// The client's deferred tools and the search over them the loop runs
+    /// itself (not a gateway tool: its matches are the client's to run).
+    pub deferred: Option<Box<DeferredTools>>,
     pub max_iterations: u32,
     /// Formatter choices learned in `auto` mode.
     pub learned: Arc<Learned>,

@@ -23,8 +23,32 @@ pub struct ChatRequest {
     pub client_tools: Vec<Value>,
     /// `true` when extension fields were removed (the raw body differs).
     pub modified: bool,
+    /// The client's deferred tools and the search over them the gateway
+    /// runs (set by a face whose API defers tools).
+    pub deferred: Option<Box<DeferredTools>>,
     /// How many entries `messages` has.
     message_count: usize,
+}
+
+/// Tools a client offers only once a search finds them (OpenAI's and
+/// Anthropic's `defer_loading`), with the search the gateway runs for a
+/// model that has no search of its own: a tool named `search` offered in
+/// their place, whose call makes its best matches callable.
+#[derive(Debug, Clone)]
+pub struct DeferredTools {
+    /// The search tool's name, as the client declared it.
+    pub search: String,
+    /// The deferred tools, in chat-completions form.
+    pub tools: Vec<Value>,
+}
+
+impl DeferredTools {
+    /// The name of a deferred tool (chat-completions form).
+    pub fn name_of(tool: &Value) -> &str {
+        tool.pointer("/function/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
 }
 
 /// The length of a JSON array, read without building its elements (a
@@ -183,6 +207,7 @@ impl ChatRequest {
             max_tool_iterations,
             client_tools,
             modified,
+            deferred: None,
             message_count,
         })
     }
@@ -212,6 +237,7 @@ impl ChatRequest {
             max_tool_iterations: None,
             client_tools: Vec::new(),
             modified: true,
+            deferred: None,
         }
     }
 

@@ -143,6 +143,7 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
         tools,
         gateway_tools,
         search: parent.search.clone(),
+        deferred: None,
         max_iterations: parent.catalog.settings.builtins.spawn.max_iterations,
         learned: Arc::clone(&parent.learned),
         context: parent.context.clone(),

@@ -34,8 +34,12 @@ use serde_json::{Value, json};
 
 use super::events::{Answer, CallRecord, ChatError, Event, FinishReason, Report, Summary};
 use super::plan::Loop;
+use super::request::DeferredTools;
 use super::subagent;
-use crate::discovery::{FIND_TOOLS, found_names};
+use crate::discovery::{
+    self, DEFAULT_RESULTS, FIND_TOOLS, Indexed, MAX_QUERY_CHARS, MAX_RESULTS,
+    RESULT_DESCRIPTION_CHARS, found_names,
+};
 use crate::executor::{CallProgress, ToolCall, ToolResult};
 use crate::formatter::{self, Call, PromptTemplate, Turn};
 use crate::openai::add_usage;
@@ -101,6 +105,9 @@ struct Run {
     last_call: bool,
     /// With a search: the tools found (or called), the most recent last.
     found: Vec<Arc<Tool>>,
+    /// With deferred client tools: those a search of them found, in the
+    /// order found (offered from then on).
+    loaded: Vec<Value>,
     /// The span of the latest model call (its token usage is recorded on
     /// it once read).
     model_span: tracing::Span,
@@ -119,7 +126,7 @@ impl Loop {
         let mode = match kind {
             FormatterKind::FunctionCalling => Mode::FunctionCalling { fallback: false },
             FormatterKind::Auto => Mode::FunctionCalling { fallback: true },
-            FormatterKind::StructuredPrompt => self.structured(&self.offered_tools(&[]))?,
+            FormatterKind::StructuredPrompt => self.structured(&self.offered_tools(&[], &[]))?,
         };
         tracing::debug!(formatter = mode.label(), model = %self.request.model, "tool loop");
         Ok(Run {
@@ -129,6 +136,7 @@ impl Loop {
             usage: Value::Null,
             last_call: false,
             found: Vec::new(),
+            loaded: Vec::new(),
             model_span: tracing::Span::none(),
             mode,
             l: self,
@@ -147,17 +155,38 @@ impl Loop {
     }
 
     /// The tools a model call offers: with a search, `find_tools` and the
-    /// tools `found` before the client's.
-    fn offered_tools(&self, found: &[Arc<Tool>]) -> Cow<'_, [Value]> {
-        match &self.search {
-            None => Cow::Borrowed(&self.tools),
-            Some(search) => Cow::Owned(
-                std::iter::once(search.tool.to_openai())
-                    .chain(found.iter().map(|t| t.to_openai()))
-                    .chain(self.tools.iter().cloned())
-                    .collect(),
-            ),
+    /// tools `found` before the client's; with deferred client tools, their
+    /// search and the ones `loaded` after the client's.
+    fn offered_tools(&self, found: &[Arc<Tool>], loaded: &[Value]) -> Cow<'_, [Value]> {
+        if self.search.is_none() && self.deferred.is_none() {
+            return Cow::Borrowed(&self.tools);
         }
+        let mut tools: Vec<Value> = Vec::new();
+        if let Some(search) = &self.search {
+            tools.push(search.tool.to_openai());
+            tools.extend(found.iter().map(|t| t.to_openai()));
+        }
+        tools.extend(self.tools.iter().cloned());
+        if let Some(deferred) = &self.deferred {
+            tools.push(deferred_search_tool(&deferred.search));
+            tools.extend(loaded.iter().cloned());
+        }
+        Cow::Owned(tools)
+    }
+
+    /// The client's tools a last call offers: its own and those it loaded.
+    fn client_tools(&self, loaded: &[Value]) -> Cow<'_, [Value]> {
+        if loaded.is_empty() {
+            return Cow::Borrowed(&self.request.client_tools);
+        }
+        Cow::Owned(
+            self.request
+                .client_tools
+                .iter()
+                .chain(loaded)
+                .cloned()
+                .collect(),
+        )
     }
 
     /// Runs the loop to its answer. (Boxed: a loop may run sub-agents,
@@ -310,9 +339,9 @@ impl Run {
             if forced {
                 tool_choice = json!("auto");
             }
-            Cow::Borrowed(self.l.request.client_tools.as_slice())
+            self.l.client_tools(&self.loaded)
         } else {
-            self.l.offered_tools(&self.found)
+            self.l.offered_tools(&self.found, &self.loaded)
         };
         let tools = tools.as_ref();
         Ok(match &self.mode {
@@ -363,7 +392,9 @@ impl Run {
                     .learned
                     .remember_structured(&upstream.name, &self.l.resolved.model)
                     .await;
-                self.mode = self.l.structured(&self.l.offered_tools(&self.found))?;
+                self.mode = self
+                    .l
+                    .structured(&self.l.offered_tools(&self.found, &self.loaded))?;
                 Ok(upstream
                     .chat_with(self.body(iteration, stream)?, Some(&request_id))
                     .await?)
@@ -427,12 +458,15 @@ impl Run {
         if turn.calls.is_empty() {
             return Next::Answer;
         }
+        // A deferred tool is the client's to run, found or not.
+        let deferred = self.l.deferred.iter().flat_map(|d| &d.tools);
         let client_names: HashSet<&str> = self
             .l
             .request
             .client_tools
             .iter()
-            .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+            .chain(deferred)
+            .map(DeferredTools::name_of)
             .collect();
         let client: Vec<Call> = turn
             .calls
@@ -476,11 +510,16 @@ impl Run {
                 serde_json::from_str::<Value>(&c.arguments)
             };
             parsed.push(match args {
-                Ok(arguments) if self.l.gateway_tools.contains(&c.name) => Ok(ToolCall {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    arguments,
-                }),
+                Ok(arguments)
+                    if self.l.gateway_tools.contains(&c.name)
+                        || self.is_deferred_search(&c.name) =>
+                {
+                    Ok(ToolCall {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        arguments,
+                    })
+                }
                 Ok(_) => Err(ToolResult::failure(
                     ToolError::UnknownTool(c.name.clone()),
                     Instant::now(),
@@ -497,10 +536,23 @@ impl Run {
         }
         // `spawn` (sub-agents) needs the model, so the loop runs it itself,
         // next to the executor's batch.
-        let (spawns, batch): (Vec<ToolCall>, Vec<ToolCall>) = parsed
+        // A search of the client's deferred tools is the loop's own too.
+        let (searches, batch): (Vec<ToolCall>, Vec<ToolCall>) = parsed
             .iter()
             .filter_map(|p| p.as_ref().ok().cloned())
-            .partition(|c| c.name == subagent::SPAWN);
+            .partition(|c| self.is_deferred_search(&c.name));
+        let (spawns, batch): (Vec<ToolCall>, Vec<ToolCall>) =
+            batch.into_iter().partition(|c| c.name == subagent::SPAWN);
+        let mut search_results = Vec::with_capacity(searches.len());
+        for call in &searches {
+            let result = self.search_deferred(call);
+            self.l
+                .executor
+                .record(&self.l.catalog, call, &self.l.context, &result)
+                .await;
+            search_results.push(result);
+        }
+        let mut search_results = search_results.into_iter();
         let (batch_results, spawn_results) = futures::join!(
             self.l
                 .executor
@@ -511,7 +563,9 @@ impl Run {
         let mut spawn_results = spawn_results.into_iter();
         for (call, p) in calls.iter().zip(parsed) {
             let result = match p {
-                Ok(c) => if c.name == subagent::SPAWN {
+                Ok(c) => if self.is_deferred_search(&c.name) {
+                    search_results.next()
+                } else if c.name == subagent::SPAWN {
                     spawn_results.next()
                 } else {
                     results.next()
@@ -547,18 +601,109 @@ impl Run {
             );
             if result.success {
                 self.note_found(call, &result);
+                self.note_loaded(call, &result);
             }
             self.calls.push(CallRecord::new(call, &result, iteration));
             self.messages.push(
                 json!({"role": "tool", "tool_call_id": call.id, "content": result.to_model_text()}),
             );
         }
-        if self.l.search.is_some()
+        if (self.l.search.is_some() || self.l.deferred.is_some())
             && let Mode::Structured { template, .. } = &self.mode
         {
             let template = Arc::clone(template);
-            let offered = formatter::offered(&self.l.offered_tools(&self.found));
+            let offered = formatter::offered(&self.l.offered_tools(&self.found, &self.loaded));
             self.mode = Mode::Structured { template, offered };
+        }
+    }
+
+    fn is_deferred_search(&self, name: &str) -> bool {
+        self.l.deferred.as_ref().is_some_and(|d| d.search == name)
+    }
+
+    /// A search of the client's deferred tools: the best matches' names
+    /// and descriptions (they are offered from the next model call on).
+    fn search_deferred(&self, call: &ToolCall) -> ToolResult {
+        let started = Instant::now();
+        let Some(deferred) = &self.l.deferred else {
+            return ToolResult::failure(ToolError::UnknownTool(call.name.clone()), started);
+        };
+        let query = match call.arguments["query"].as_str() {
+            Some(q) if !q.trim().is_empty() && q.chars().count() <= MAX_QUERY_CHARS => q,
+            _ => {
+                return ToolResult::failure(
+                    ToolError::InvalidArguments(vec![crate::tool::ArgError {
+                        path: "/query".into(),
+                        rule: "required".into(),
+                        message: format!(
+                            "`query` is required: what you want to do, in at most {MAX_QUERY_CHARS} characters"
+                        ),
+                    }]),
+                    started,
+                );
+            }
+        };
+        let limit = call.arguments["limit"]
+            .as_u64()
+            .and_then(|l| usize::try_from(l).ok())
+            .unwrap_or(DEFAULT_RESULTS)
+            .clamp(1, MAX_RESULTS);
+        let indexed: Vec<Indexed<'_>> = deferred
+            .tools
+            .iter()
+            .map(|t| Indexed {
+                name: DeferredTools::name_of(t),
+                description: t
+                    .pointer("/function/description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                category: None,
+                parameters: t.pointer("/function/parameters").unwrap_or(&Value::Null),
+            })
+            .collect();
+        let tools: Vec<Value> = discovery::rank(&indexed, query, limit)
+            .into_iter()
+            .filter_map(|i| indexed.get(i))
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "description": toolgate::truncate_chars(t.description, RESULT_DESCRIPTION_CHARS),
+                })
+            })
+            .collect();
+        let data = if tools.is_empty() {
+            json!({"tools": [], "note": "No tool matches. Search again with other words."})
+        } else {
+            json!({"tools": tools})
+        };
+        self.l.executor.finish(Ok(data), &self.l.catalog, started)
+    }
+
+    /// After a search of the client's deferred tools: what it found is
+    /// offered from then on.
+    fn note_loaded(&mut self, call: &Call, result: &ToolResult) {
+        let Some(deferred) = &self.l.deferred else {
+            return;
+        };
+        if call.name != deferred.search {
+            return;
+        }
+        let Some(data) = &result.data else { return };
+        for name in found_names(data) {
+            if self
+                .loaded
+                .iter()
+                .any(|t| DeferredTools::name_of(t) == name)
+            {
+                continue;
+            }
+            if let Some(tool) = deferred
+                .tools
+                .iter()
+                .find(|t| DeferredTools::name_of(t) == name)
+            {
+                self.loaded.push(tool.clone());
+            }
         }
     }
 
@@ -839,6 +984,26 @@ fn apply_events(events: Vec<StreamEvent>, turn: &mut Turn) -> Vec<Event> {
         }
     }
     out
+}
+
+/// The search of a client's deferred tools, as the model is offered it.
+fn deferred_search_tool(name: &str) -> Value {
+    json!({"type": "function", "function": {
+        "name": name,
+        "description": "Search the tools that are not loaded yet and make the best matches callable. \
+            Say in plain words what you want to do (\"create an issue in a repository\"); you get \
+            the matching tools' names and descriptions, and can call them from then on. Search \
+            again with other words when none fits.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "What you want to do, in a few words."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_RESULTS,
+                          "description": format!("How many tools to return (default {DEFAULT_RESULTS}).")}
+            },
+            "required": ["query"]
+        }
+    }})
 }
 
 #[cfg(test)]

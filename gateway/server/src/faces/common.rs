@@ -11,7 +11,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use toolgate_engine::chat::{self, Answer, ChatRequest, Event, Loop, Passthrough, Plan, Summary};
+use toolgate_engine::chat::{
+    self, Answer, ChatRequest, DeferredTools, Event, Loop, Passthrough, Plan, Summary,
+};
 use toolgate_engine::limits::Permit;
 
 use crate::http::{ApiError, AppState, Caller};
@@ -119,6 +121,8 @@ pub fn plan_request(
 pub struct Translated {
     pub fields: Map<String, Value>,
     pub notices: Notices,
+    /// The client's deferred tools, searched by the gateway.
+    pub deferred: Option<Box<DeferredTools>>,
 }
 
 /// What a face could not serve or translate and left out of the model's
@@ -185,8 +189,13 @@ pub fn plan_translated(
 ) -> Result<(Value, Loop, Places, Notices), ApiError> {
     let original: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
-    let Translated { fields, notices } = translate(&original)?;
-    let request = ChatRequest::from_fields(fields)?;
+    let Translated {
+        fields,
+        notices,
+        deferred,
+    } = translate(&original)?;
+    let mut request = ChatRequest::from_fields(fields)?;
+    request.deferred = deferred;
     let Admitted { plan, places } =
         plan_request(state, caller, headers, request, Passthrough::Never)?;
     match plan {

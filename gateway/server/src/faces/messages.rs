@@ -17,6 +17,7 @@ use toolgate_engine::formatter::Call;
 
 use super::common::{self, Notices, Translated};
 use crate::http::{ApiError, AppState, Caller, ErrorShape, body_error};
+use toolgate_engine::chat::DeferredTools;
 
 pub async fn messages(
     State(state): State<AppState>,
@@ -54,12 +55,15 @@ async fn handle(
     let (_, the_loop, places, notices) =
         common::plan_translated(&state, &caller, &headers, &body, to_chat_request)?;
     let model = the_loop.request.model.clone();
-    let show_calls = beta(uri, &headers);
-    let mut encoder = StreamEncoder::new(&model, show_calls);
+    let shown = Shown {
+        calls: beta(uri, &headers),
+        search: the_loop.deferred.as_ref().map(|d| d.search.clone()),
+    };
+    let mut encoder = StreamEncoder::new(&model, shown.clone());
     let response = common::respond(
         the_loop,
         places,
-        |answer| message(answer, &model, show_calls),
+        |answer| message(answer, &model, &shown),
         move |e| encoder.encode(e),
     )
     .await?;
@@ -145,11 +149,19 @@ fn to_chat_request(req: &Value) -> Result<Translated, ApiError> {
             .map_err(|e| ApiError::bad_request(format!("messages[{i}]: {e}")).param("messages"))?;
     }
     out.insert("messages".into(), Value::Array(messages));
+    let mut deferred = Vec::new();
+    let mut search = None;
     if let Some(tools) = obj.get("tools").and_then(Value::as_array) {
         let mut functions = Vec::new();
         for t in tools {
             match t["type"].as_str() {
                 None | Some("custom") => {}
+                // Anthropic's tool search, run by the gateway over the
+                // deferred tools (any model can use it).
+                Some(kind) if kind.starts_with("tool_search_tool_") => {
+                    search = Some(t["name"].as_str().unwrap_or(kind).to_owned());
+                    continue;
+                }
                 Some(kind) => {
                     notices.add(format!(
                         "tool `{}` of type `{kind}` (a tool Anthropic runs or defines) is not served here and was left out",
@@ -158,21 +170,33 @@ fn to_chat_request(req: &Value) -> Result<Translated, ApiError> {
                     continue;
                 }
             }
-            // A deferred tool is offered once a `tool_reference` loaded it.
-            let name = t["name"].as_str().unwrap_or_default();
-            if t["defer_loading"] == json!(true) && !referenced.iter().any(|r| r == name) {
-                continue;
-            }
-            functions.push(json!({"type": "function", "function": {
+            let function = json!({"type": "function", "function": {
                 "name": t["name"],
                 "description": t.get("description").cloned().unwrap_or(json!("")),
                 "parameters": t.get("input_schema").cloned().unwrap_or(json!({"type": "object"})),
-            }}));
+            }});
+            // A deferred tool is offered once a `tool_reference` (or a
+            // call of it) loaded it; until then a search finds it.
+            let name = t["name"].as_str().unwrap_or_default();
+            if t["defer_loading"] == json!(true) && !referenced.iter().any(|r| r == name) {
+                deferred.push(function);
+                continue;
+            }
+            functions.push(function);
         }
         if !functions.is_empty() {
             out.insert("tools".into(), Value::Array(functions));
         }
     }
+    // Without a search, deferred tools wait for a `tool_reference` (the
+    // client's own search, as Claude Code's).
+    let deferred = match search {
+        Some(search) if !deferred.is_empty() => Some(Box::new(DeferredTools {
+            search,
+            tools: deferred,
+        })),
+        _ => None,
+    };
     if obj
         .get("mcp_servers")
         .is_some_and(|s| s.as_array().is_some_and(|a| !a.is_empty()))
@@ -204,6 +228,7 @@ fn to_chat_request(req: &Value) -> Result<Translated, ApiError> {
             &[("max_tokens", "max_tokens"), ("stop_sequences", "stop")],
         ),
         notices,
+        deferred,
     })
 }
 
@@ -380,11 +405,46 @@ fn translate_message(
             Some("search_result") => pending
                 .parts
                 .push(json!({"type": "text", "text": search_result_text(b)})),
-            Some("tool_use") if role == "assistant" => pending.calls.push(json!({
-                "id": b["id"],
-                "type": "function",
-                "function": {"name": b["name"], "arguments": b["input"].to_string()},
-            })),
+            // A tool the model called is loaded from then on.
+            Some("tool_use") if role == "assistant" => {
+                if let Some(name) = b["name"].as_str() {
+                    referenced.push(name.to_owned());
+                }
+                pending.calls.push(json!({
+                    "id": b["id"],
+                    "type": "function",
+                    "function": {"name": b["name"], "arguments": b["input"].to_string()},
+                }));
+            }
+            // The gateway's search of deferred tools, as it showed it.
+            Some("server_tool_use")
+                if role == "assistant"
+                    && b["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("tool_search_tool")) =>
+            {
+                pending.calls.push(json!({
+                    "id": b["id"],
+                    "type": "function",
+                    "function": {"name": b["name"], "arguments": b["input"].to_string()},
+                }));
+            }
+            Some("tool_search_tool_result") if role == "assistant" => {
+                pending.flush("assistant", out);
+                let names: Vec<String> = b["content"]["tool_references"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r["tool_name"].as_str().map(str::to_owned))
+                    .collect();
+                let text = match &b["content"]["error_code"] {
+                    Value::String(code) => format!("Error: the search failed ({code})"),
+                    _ => json!({"tools": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>()})
+                        .to_string(),
+                };
+                referenced.extend(names);
+                out.push(json!({"role": "tool", "tool_call_id": b["tool_use_id"], "content": text}));
+            }
             Some("mcp_tool_use") if role == "assistant" && b["server_name"] == SERVER_NAME => {
                 pending.calls.push(json!({
                     "id": b["id"],
@@ -489,6 +549,52 @@ fn mcp_tool_use(id: &str, name: &str, arguments: &str) -> Value {
     json!({"type": "mcp_tool_use", "id": id, "name": name, "server_name": SERVER_NAME, "input": input})
 }
 
+/// Which of the gateway's own calls a client is shown.
+#[derive(Debug, Clone)]
+struct Shown {
+    /// Every call, as `mcp_tool_use` / `mcp_tool_result` (the beta surface).
+    calls: bool,
+    /// The search of the client's deferred tools, always shown as
+    /// Anthropic's own (`server_tool_use` / `tool_search_tool_result`), so
+    /// the client keeps what it loaded.
+    search: Option<String>,
+}
+
+impl Shown {
+    fn is_search(&self, name: &str) -> bool {
+        self.search.as_deref() == Some(name)
+    }
+
+    fn shows(&self, name: &str) -> bool {
+        self.calls || self.is_search(name)
+    }
+
+    /// The block that opens a gateway call.
+    fn call_block(&self, id: &str, name: &str, arguments: &str) -> Value {
+        if self.is_search(name) {
+            let input: Value = serde_json::from_str(arguments).unwrap_or_else(|_| json!({}));
+            return json!({"type": "server_tool_use", "id": id, "name": name, "input": input});
+        }
+        mcp_tool_use(id, name, arguments)
+    }
+
+    /// The block of a gateway call's result.
+    fn result_block(&self, record: &CallRecord) -> Value {
+        if !self.is_search(&record.function.name) {
+            return mcp_tool_result(record);
+        }
+        let content = if record.success {
+            let references: Vec<Value> = toolgate_engine::discovery::found_names(&record.result)
+                .map(|n| json!({"type": "tool_reference", "tool_name": n}))
+                .collect();
+            json!({"type": "tool_search_tool_search_result", "tool_references": references})
+        } else {
+            json!({"type": "tool_search_tool_result_error", "error_code": "invalid_tool_input"})
+        };
+        json!({"type": "tool_search_tool_result", "tool_use_id": record.id, "content": content})
+    }
+}
+
 /// A gateway tool call's result as `mcp_tool_result`.
 fn mcp_tool_result(record: &CallRecord) -> Value {
     let text = match &record.result {
@@ -502,20 +608,18 @@ fn mcp_tool_result(record: &CallRecord) -> Value {
 /// A whole answer as a Messages response: the gateway's own tool calls
 /// and their results first (as `mcp_tool_use` / `mcp_tool_result`, when
 /// `show_calls`), then the answer's text and the client's tool calls.
-fn message(answer: Answer, model: &str, show_calls: bool) -> Value {
+fn message(answer: Answer, model: &str, shown: &Shown) -> Value {
     let mut content = Vec::new();
-    let shown = if show_calls {
-        answer.summary.report.tool_calls.as_slice()
-    } else {
-        &[]
-    };
-    for record in shown {
-        content.push(mcp_tool_use(
+    for record in &answer.summary.report.tool_calls {
+        if !shown.shows(&record.function.name) {
+            continue;
+        }
+        content.push(shown.call_block(
             &record.id,
             &record.function.name,
             &record.function.arguments,
         ));
-        content.push(mcp_tool_result(record));
+        content.push(shown.result_block(record));
     }
     if let Some(text) = answer.content.filter(|t| !t.is_empty()) {
         content.push(json!({"type": "text", "text": text}));
@@ -545,19 +649,19 @@ struct StreamEncoder {
     next_block: usize,
     /// A text block is open.
     text_open: bool,
-    /// The gateway's own calls are shown as blocks (the beta surface).
-    show_calls: bool,
+    /// Which gateway calls are shown as blocks.
+    shown: Shown,
 }
 
 impl StreamEncoder {
-    fn new(model: &str, show_calls: bool) -> StreamEncoder {
+    fn new(model: &str, shown: Shown) -> StreamEncoder {
         StreamEncoder {
             id: message_id(),
             model: model.to_owned(),
             started: false,
             next_block: 0,
             text_open: false,
-            show_calls,
+            shown,
         }
     }
 
@@ -625,18 +729,18 @@ impl StreamEncoder {
             }
             // Reasoning has no signed thinking block to go in.
             Event::Reasoning(_) | Event::ToolProgress(_) => {}
-            Event::ToolCallStarted(_) | Event::ToolCallDone(_) if !self.show_calls => {}
+            Event::ToolCallStarted(call) if !self.shown.shows(&call.name) => {}
+            Event::ToolCallDone(record) if !self.shown.shows(&record.function.name) => {}
             // The gateway's own calls, as Anthropic shows tools it runs.
             Event::ToolCallStarted(call) => {
                 self.close_text(&mut out);
-                self.whole_block(
-                    mcp_tool_use(&call.id, &call.name, &call.arguments),
-                    &mut out,
-                );
+                let block = self.shown.call_block(&call.id, &call.name, &call.arguments);
+                self.whole_block(block, &mut out);
             }
             Event::ToolCallDone(record) => {
                 self.close_text(&mut out);
-                self.whole_block(mcp_tool_result(&record), &mut out);
+                let block = self.shown.result_block(&record);
+                self.whole_block(block, &mut out);
             }
             Event::ClientCalls(calls) => {
                 self.close_text(&mut out);

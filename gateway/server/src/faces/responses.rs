@@ -28,6 +28,7 @@ use toolgate_engine::formatter::Call;
 
 use super::common::{self, Notices, Translated};
 use crate::http::{ApiError, AppState, Caller, body_error};
+use toolgate_engine::chat::DeferredTools;
 use toolgate_engine::conversations::{Conversations, Stored};
 
 pub async fn responses(
@@ -37,7 +38,7 @@ pub async fn responses(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
-    let mut namespaces = Namespaces::default();
+    let mut offered = Offered::default();
     let owner = caller.key_name();
     // The stored conversation a request continues, looked up first (the
     // shared state may have it).
@@ -66,7 +67,7 @@ pub async fn responses(
     let (original, the_loop, places, notices) =
         common::plan_translated(&state, &caller, &headers, &body, |req| {
             let earlier = previous.as_ref().map_or(&[][..], |p| p.messages.as_slice());
-            to_chat_request(req, &mut namespaces, earlier)
+            to_chat_request(req, &mut offered, earlier)
         })?;
     let echo = Echo::of(&original);
     let model = the_loop.request.model.clone();
@@ -89,7 +90,7 @@ pub async fn responses(
             input_items: input_items(&original),
         }
     });
-    let whole = Skeleton::new(&model, echo, namespaces, keep);
+    let whole = Skeleton::new(&model, echo, offered, keep);
     let mut stream = StreamEncoder::new(whole.clone());
     let response = common::respond(
         the_loop,
@@ -180,13 +181,27 @@ fn not_kept(id: &str) -> ApiError {
     )
 }
 
+/// What the client offered, as the face needs it to give calls back.
+///
 /// Function tools grouped in `namespace` tools (Codex sends every MCP
-/// server it knows as one), flattened for the model as `namespace__name`:
-/// flat name → (namespace, name), to give calls back as they were offered.
+/// server it knows as one) are flattened for the model as
+/// `namespace__name`; deferred tools (`defer_loading`) are kept as the
+/// client defined them, for the `tool_search_output` that loads them.
 #[derive(Debug, Clone, Default)]
-struct Namespaces(std::collections::HashMap<String, (String, String)>);
+struct Offered {
+    /// Flat name → (namespace, name).
+    namespaces: std::collections::HashMap<String, (String, String)>,
+    /// Flat name of a deferred tool → its definition as the client sent
+    /// it (a namespaced one inside its `namespace`).
+    deferred: std::collections::HashMap<String, Value>,
+    /// The client runs `tool_search` itself (`execution: "client"`).
+    client_search: bool,
+}
 
-impl Namespaces {
+/// The name of OpenAI's tool search, as the model is offered it.
+const TOOL_SEARCH: &str = "tool_search";
+
+impl Offered {
     /// The name the model sees for `name` in `namespace`.
     fn flat(namespace: &str, name: &str) -> String {
         format!("{namespace}__{name}")
@@ -194,12 +209,57 @@ impl Namespaces {
 
     /// A call's `namespace` and `name` as the client offered them.
     fn split<'a>(&'a self, flat: &'a str) -> (Option<&'a str>, &'a str) {
-        match self.0.get(flat) {
+        match self.namespaces.get(flat) {
             Some((namespace, name)) => (Some(namespace), name),
             None => (None, flat),
         }
     }
+
+    /// A client call of the client's own `tool_search`.
+    fn is_client_search(&self, name: &str) -> bool {
+        self.client_search && name == TOOL_SEARCH
+    }
 }
+
+/// The flat names of the tools an input item loads or shows loaded: a
+/// call's tool, and a `tool_search_output`'s tools (with their definitions).
+fn loaded_by(item: &Value, out: &mut Vec<(String, Option<Value>)>) {
+    match item["type"].as_str() {
+        Some("function_call") => {
+            let name = item["name"].as_str().unwrap_or_default();
+            let flat = match item["namespace"].as_str() {
+                Some(ns) => Offered::flat(ns, name),
+                None => name.to_owned(),
+            };
+            out.push((flat, None));
+        }
+        Some("tool_search_output") => {
+            for t in item["tools"].as_array().into_iter().flatten() {
+                match t["type"].as_str() {
+                    Some("function") => {
+                        out.push((
+                            t["name"].as_str().unwrap_or_default().to_owned(),
+                            Some(t.clone()),
+                        ));
+                    }
+                    Some("namespace") => {
+                        let ns = t["name"].as_str().unwrap_or_default();
+                        for inner in t["tools"].as_array().into_iter().flatten() {
+                            let name = inner["name"].as_str().unwrap_or_default();
+                            out.push((Offered::flat(ns, name), Some(inner.clone())));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Input items scanned for the tools they load (the rest are translated
+/// all the same; this bounds only the scan).
+const MAX_SCANNED_ITEMS: usize = 10_000;
 
 /// A function tool of the request as a chat function.
 fn function_tool(t: &Value, name: &str) -> Value {
@@ -219,7 +279,7 @@ fn function_tool(t: &Value, name: &str) -> Value {
 /// left out with a notice.
 fn to_chat_request(
     req: &Value,
-    namespaces: &mut Namespaces,
+    offered: &mut Offered,
     earlier: &[Value],
 ) -> Result<Translated, ApiError> {
     let obj = req
@@ -232,17 +292,44 @@ fn to_chat_request(
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?;
     out.insert("model".into(), json!(model));
-    // Tools first: the input's calls are named as the tools are.
-    let mut functions = Vec::new();
-    for t in obj
-        .get("tools")
-        .and_then(Value::as_array)
+    // What the input loads: tools it called or a search loaded.
+    let mut loaded = Vec::new();
+    if let Some(items) = obj.get("input").and_then(Value::as_array) {
+        for item in items.iter().take(MAX_SCANNED_ITEMS) {
+            loaded_by(item, &mut loaded);
+        }
+    }
+    for m in earlier {
+        for c in m["tool_calls"].as_array().into_iter().flatten() {
+            if let Some(name) = c["function"]["name"].as_str() {
+                loaded.push((name.to_owned(), None));
+            }
+        }
+    }
+    let is_loaded = |flat: &str| loaded.iter().any(|(n, _)| n == flat);
+    let tools = obj.get("tools").and_then(Value::as_array);
+    let search = tools
         .into_iter()
         .flatten()
-    {
+        .find(|t| t["type"] == TOOL_SEARCH);
+    offered.client_search = search.is_some_and(|t| t["execution"] == "client");
+    // Tools first: the input's calls are named as the tools are.
+    let mut functions = Vec::new();
+    let mut deferred = Vec::new();
+    // A deferred tool waits for a search when there is one to find it.
+    let mut add = |function: Value, flat: &str, defer: bool, definition: &Value| {
+        if defer && search.is_some() && !is_loaded(flat) {
+            offered.deferred.insert(flat.to_owned(), definition.clone());
+            deferred.push(function);
+        } else {
+            functions.push(function);
+        }
+    };
+    for t in tools.into_iter().flatten() {
         match t["type"].as_str() {
             Some("function") => {
-                functions.push(function_tool(t, t["name"].as_str().unwrap_or_default()));
+                let name = t["name"].as_str().unwrap_or_default();
+                add(function_tool(t, name), name, t["defer_loading"] == json!(true), t);
             }
             Some("namespace") => {
                 let namespace = t["name"].as_str().unwrap_or_default();
@@ -255,19 +342,52 @@ fn to_chat_request(
                         continue;
                     }
                     let name = inner["name"].as_str().unwrap_or_default();
-                    let flat = Namespaces::flat(namespace, name);
-                    namespaces
-                        .0
+                    let flat = Offered::flat(namespace, name);
+                    offered
+                        .namespaces
                         .insert(flat.clone(), (namespace.to_owned(), name.to_owned()));
-                    functions.push(function_tool(inner, &flat));
+                    let mut definition = t.clone();
+                    definition["tools"] = json!([inner]);
+                    let defer = inner["defer_loading"] == json!(true)
+                        || t["defer_loading"] == json!(true);
+                    add(function_tool(inner, &flat), &flat, defer, &definition);
                 }
             }
+            Some(TOOL_SEARCH) => {}
             Some(kind) => notices.add(format!(
                 "`{kind}` tools are hosted tools this gateway does not run; left out (declare a gateway tool for it, e.g. `web_search` in tools.d, and its tool set offers it)"
             )),
             None => notices.add("a tool without `type` was left out"),
         }
     }
+    // Tools a client's search loaded that the request no longer lists.
+    for (flat, definition) in &loaded {
+        if let Some(d) = definition
+            && !functions
+                .iter()
+                .any(|f| f["function"]["name"] == json!(flat))
+        {
+            functions.push(function_tool(d, flat));
+        }
+    }
+    let deferred = match search {
+        Some(t) if offered.client_search => {
+            // The client's own search: a tool like its others.
+            let mut f = json!({"name": TOOL_SEARCH,
+                "parameters": t.get("parameters").filter(|p| !p.is_null()).cloned()
+                    .unwrap_or(json!({"type": "object", "properties": {"query": {"type": "string"}}}))});
+            if let Some(d) = t.get("description").filter(|d| !d.is_null()) {
+                f["description"] = d.clone();
+            }
+            functions.push(json!({"type": "function", "function": f}));
+            None
+        }
+        Some(_) if !deferred.is_empty() => Some(Box::new(DeferredTools {
+            search: TOOL_SEARCH.to_owned(),
+            tools: deferred,
+        })),
+        _ => None,
+    };
     let mut messages = Vec::new();
     if let Some(instructions) = obj.get("instructions").and_then(Value::as_str) {
         messages.push(json!({"role": "system", "content": instructions}));
@@ -297,7 +417,7 @@ fn to_chat_request(
         }
         Some(c) if c["type"] == "function" => {
             let name = match c["namespace"].as_str() {
-                Some(ns) => Namespaces::flat(ns, c["name"].as_str().unwrap_or_default()),
+                Some(ns) => Offered::flat(ns, c["name"].as_str().unwrap_or_default()),
                 None => c["name"].as_str().unwrap_or_default().to_owned(),
             };
             out.insert(
@@ -315,7 +435,7 @@ fn to_chat_request(
                 .collect();
             functions.retain(|f| {
                 let flat = f["function"]["name"].as_str().unwrap_or_default();
-                let (_, name) = namespaces.split(flat);
+                let (_, name) = offered.split(flat);
                 allowed.iter().any(|a| a == flat || a == name)
             });
             let mode = c["mode"].as_str().unwrap_or("auto");
@@ -362,6 +482,7 @@ fn to_chat_request(
             ],
         ),
         notices,
+        deferred,
     })
 }
 
@@ -444,7 +565,7 @@ fn translate_item(item: &Value, out: &mut Vec<Value>, notices: &mut Notices) -> 
         }
         Some("function_call") => {
             let name = match item["namespace"].as_str() {
-                Some(ns) => Namespaces::flat(ns, item["name"].as_str().unwrap_or_default()),
+                Some(ns) => Offered::flat(ns, item["name"].as_str().unwrap_or_default()),
                 None => item["name"].as_str().unwrap_or_default().to_owned(),
             };
             let call = json!({
@@ -486,6 +607,31 @@ fn translate_item(item: &Value, out: &mut Vec<Value>, notices: &mut Notices) -> 
                 out.push(json!({"role": "user", "content": media}));
             }
         }
+        // A search of deferred tools (the client's or the gateway's) and
+        // what it loaded: a call and its tool message.
+        Some("tool_search_call") => {
+            let call = json!({
+                "id": call_id_of(item),
+                "type": "function",
+                "function": {"name": TOOL_SEARCH, "arguments": item["arguments"].to_string()},
+            });
+            match out.last_mut() {
+                Some(last) if last["role"] == "assistant" => {
+                    match last["tool_calls"].as_array_mut() {
+                        Some(calls) => calls.push(call),
+                        None => last["tool_calls"] = json!([call]),
+                    }
+                }
+                _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+            }
+        }
+        Some("tool_search_output") => {
+            let mut names = Vec::new();
+            loaded_by(item, &mut names);
+            let tools: Vec<Value> = names.iter().map(|(n, _)| json!({"name": n})).collect();
+            out.push(json!({"role": "tool", "tool_call_id": call_id_of(item),
+                            "content": json!({"tools": tools}).to_string()}));
+        }
         // The model's own reasoning stays with the upstream that made it;
         // the gateway's own calls are in the conversation as the model saw
         // them only while the loop runs.
@@ -495,6 +641,20 @@ fn translate_item(item: &Value, out: &mut Vec<Value>, notices: &mut Notices) -> 
         )),
     }
     Ok(())
+}
+
+/// A search item's `call_id`, or (a server search's may have none) the
+/// id its call and output share.
+fn call_id_of(item: &Value) -> Value {
+    match item["call_id"].as_str() {
+        Some(id) => json!(id),
+        None => json!(
+            item["id"]
+                .as_str()
+                .and_then(|id| id.get(4..))
+                .unwrap_or("tool_search")
+        ),
+    }
 }
 
 /// Request fields a response repeats back.
@@ -542,7 +702,7 @@ struct Skeleton {
     created_at: u64,
     model: String,
     echo: Echo,
-    namespaces: Namespaces,
+    offered: Offered,
     /// Where the response is kept, when the request asks.
     keep: Option<Keep>,
 }
@@ -572,11 +732,15 @@ impl Keep {
                 }
                 Some("function_call") => {
                     let name = match item["namespace"].as_str() {
-                        Some(ns) => Namespaces::flat(ns, item["name"].as_str().unwrap_or_default()),
+                        Some(ns) => Offered::flat(ns, item["name"].as_str().unwrap_or_default()),
                         None => item["name"].as_str().unwrap_or_default().to_owned(),
                     };
                     calls.push(json!({"id": item["call_id"], "type": "function",
                         "function": {"name": name, "arguments": item["arguments"]}}));
+                }
+                Some("tool_search_call") if item["execution"] == "client" => {
+                    calls.push(json!({"id": item["call_id"], "type": "function",
+                        "function": {"name": TOOL_SEARCH, "arguments": item["arguments"].to_string()}}));
                 }
                 _ => {}
             }
@@ -615,13 +779,13 @@ fn input_items(req: &Value) -> Vec<Value> {
 }
 
 impl Skeleton {
-    fn new(model: &str, echo: Echo, namespaces: Namespaces, keep: Option<Keep>) -> Skeleton {
+    fn new(model: &str, echo: Echo, offered: Offered, keep: Option<Keep>) -> Skeleton {
         Skeleton {
             id: format!("resp_{}", uuid::Uuid::new_v4().simple()),
             created_at: common::unix_now(),
             model: model.to_owned(),
             echo,
-            namespaces,
+            offered,
             keep,
         }
     }
@@ -670,7 +834,7 @@ impl Skeleton {
             .report
             .tool_calls
             .iter()
-            .map(|c| mcp_call(c, "completed"))
+            .flat_map(|c| self.gateway_items(c))
             .collect();
         if let Some(text) = answer.content.filter(|t| !t.is_empty()) {
             output.push(message_item(&item_id("msg"), &text, "completed"));
@@ -679,7 +843,7 @@ impl Skeleton {
             answer
                 .client_calls
                 .iter()
-                .map(|c| function_call(&item_id("fc"), c, "completed", &self.namespaces)),
+                .map(|c| self.client_item(c, "completed")),
         );
         let response = self.object("completed", output, Some(&answer.summary));
         if let Some(keep) = &self.keep {
@@ -700,10 +864,45 @@ fn message_item(id: &str, text: &str, status: &str) -> Value {
     })
 }
 
+impl Skeleton {
+    /// A gateway call as output items: the search of deferred tools as
+    /// OpenAI's own (`tool_search_call` and the `tool_search_output` that
+    /// loads the tools found, as the client defined them), any other as an
+    /// `mcp_call`.
+    fn gateway_items(&self, c: &CallRecord) -> Vec<Value> {
+        if c.function.name != TOOL_SEARCH || self.offered.deferred.is_empty() {
+            return vec![mcp_call(c, "completed")];
+        }
+        let arguments: Value = serde_json::from_str(&c.function.arguments).unwrap_or(json!({}));
+        let tools: Vec<Value> = toolgate_engine::discovery::found_names(&c.result)
+            .filter_map(|n| self.offered.deferred.get(n).cloned())
+            .collect();
+        let status = if c.success { "completed" } else { "incomplete" };
+        vec![
+            json!({"type": "tool_search_call", "id": format!("tsc_{}", c.id), "call_id": c.id,
+                   "execution": "server", "status": status, "arguments": arguments}),
+            json!({"type": "tool_search_output", "id": format!("tso_{}", c.id), "call_id": c.id,
+                   "execution": "server", "status": status, "tools": tools}),
+        ]
+    }
+
+    /// A client call as an output item: a `function_call` (with its
+    /// `namespace` when the tool was offered in one), or the client's own
+    /// `tool_search` as a `tool_search_call`.
+    fn client_item(&self, c: &Call, status: &str) -> Value {
+        if self.offered.is_client_search(&c.name) {
+            let arguments: Value = serde_json::from_str(&c.arguments).unwrap_or(json!({}));
+            return json!({"type": "tool_search_call", "id": item_id("tsc"), "call_id": c.id,
+                          "execution": "client", "status": status, "arguments": arguments});
+        }
+        function_call(&item_id("fc"), c, status, &self.offered)
+    }
+}
+
 /// A client call as a `function_call` item, with its `namespace` when the
 /// tool was offered in one.
-fn function_call(id: &str, c: &Call, status: &str, namespaces: &Namespaces) -> Value {
-    let (namespace, name) = namespaces.split(&c.name);
+fn function_call(id: &str, c: &Call, status: &str, offered: &Offered) -> Value {
+    let (namespace, name) = offered.split(&c.name);
     let mut item = json!({"type": "function_call", "id": id, "call_id": c.id, "name": name, "arguments": c.arguments, "status": status});
     if let Some(ns) = namespace {
         item["namespace"] = json!(ns);
@@ -853,15 +1052,21 @@ impl StreamEncoder {
             Event::ToolCallStarted(_) => self.close_text(&mut out),
             Event::ToolCallDone(record) => {
                 self.close_text(&mut out);
-                let item = mcp_call(&record, "completed");
-                self.whole_item(item, &mut out);
+                for item in self.skeleton.gateway_items(&record) {
+                    self.whole_item(item, &mut out);
+                }
             }
             Event::ClientCalls(calls) => {
                 self.close_text(&mut out);
                 for c in &calls {
+                    if self.skeleton.offered.is_client_search(&c.name) {
+                        let item = self.skeleton.client_item(c, "completed");
+                        self.whole_item(item, &mut out);
+                        continue;
+                    }
                     let index = self.output.len();
                     let id = item_id("fc");
-                    let mut item = function_call(&id, c, "in_progress", &self.skeleton.namespaces);
+                    let mut item = function_call(&id, c, "in_progress", &self.skeleton.offered);
                     item["arguments"] = json!("");
                     out.push(self.event(
                         "response.output_item.added",
@@ -875,7 +1080,7 @@ impl StreamEncoder {
                         "response.function_call_arguments.done",
                         json!({"item_id": id, "output_index": index, "arguments": c.arguments}),
                     ));
-                    let item = function_call(&id, c, "completed", &self.skeleton.namespaces);
+                    let item = function_call(&id, c, "completed", &self.skeleton.offered);
                     out.push(self.event(
                         "response.output_item.done",
                         json!({"output_index": index, "item": item}),
@@ -936,7 +1141,7 @@ mod tests {
             "max_output_tokens": 50,
         });
         let out = Value::Object(
-            to_chat_request(&req, &mut Namespaces::default(), &[])
+            to_chat_request(&req, &mut Offered::default(), &[])
                 .unwrap()
                 .fields,
         );
@@ -956,7 +1161,7 @@ mod tests {
         assert_eq!(out["max_tokens"], 50);
         // A stored conversation goes between the instructions and the input.
         let earlier = [json!({"role": "user", "content": "before"})];
-        let out = to_chat_request(&req, &mut Namespaces::default(), &earlier).unwrap();
+        let out = to_chat_request(&req, &mut Offered::default(), &earlier).unwrap();
         assert_eq!(out.fields["messages"][1], earlier[0]);
     }
 
@@ -973,8 +1178,8 @@ mod tests {
                 edits in prop::collection::vec((any::<usize>(), json_value()), 0..8),
                 whole in json_value(),
             ) {
-                let _ = to_chat_request(&mutate(SEED, &edits), &mut Namespaces::default(), &[]);
-                let _ = to_chat_request(&whole, &mut Namespaces::default(), &[]);
+                let _ = to_chat_request(&mutate(SEED, &edits), &mut Offered::default(), &[]);
+                let _ = to_chat_request(&whole, &mut Offered::default(), &[]);
             }
         }
     }
