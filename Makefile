@@ -32,6 +32,7 @@ MCP_NODE := tests/mcp/node_modules/.installed
 NODE_CLIENTS := tests/node/node_modules/.installed
 OPENAPI_NODE := tests/openapi/node_modules/.installed
 AGENTS_NODE := tests/agents/node_modules/.installed
+OPENRESPONSES_NODE := tests/openresponses/node_modules/.installed
 
 CARGO_DENY_VERSION := 0.20.2
 
@@ -41,9 +42,10 @@ CARGO_DENY_VERSION := 0.20.2
 ## the official Node clients with the Node 22 they need (tests/node/package.json)
 ## the real API descriptions and the Prism mock server of the OpenAPI import
 ## tests (tests/openapi/package.json), the coding agents run against the
-## gateway (Claude Code and Codex, tests/agents/package.json), cargo-deny
+## gateway (Claude Code and Codex, tests/agents/package.json), the Open
+## Responses compliance suite's runtime (tests/openresponses/package.json), cargo-deny
 ## (built from crates.io once, when missing) and the Debian packages of `deb`
-setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) cargo-deny deb
+setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) $(OPENRESPONSES_NODE) cargo-deny deb
 
 $(OPENAPI_NODE): tests/openapi/package.json tests/openapi/package-lock.json
 	cd tests/openapi && npm ci --no-audit --no-fund --loglevel=error
@@ -51,6 +53,10 @@ $(OPENAPI_NODE): tests/openapi/package.json tests/openapi/package-lock.json
 
 $(AGENTS_NODE): tests/agents/package.json tests/agents/package-lock.json
 	cd tests/agents && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(OPENRESPONSES_NODE): tests/openresponses/package.json tests/openresponses/package-lock.json
+	cd tests/openresponses && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 $(NODE_CLIENTS): tests/node/package.json tests/node/package-lock.json

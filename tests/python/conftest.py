@@ -10,6 +10,7 @@ skipped elsewhere, saying so (`missing`).
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import threading
 import time
@@ -172,6 +173,37 @@ def gateway(tmp_path_factory, backend, model):
         [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
         stderr=subprocess.PIPE,
         env=env,
+    )
+    line = read_until(proc.stderr, "listening on http://")
+    yield "http://" + line.split("listening on http://")[1].strip()
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+# The API key of `shipped_gateway`.
+KEY = "agent-key-0123456789abcdef"
+
+KEYS_YAML = """
+auth:
+  keys:
+    - name: agent
+      key_env: TG_AGENT_KEY
+"""
+
+
+@pytest.fixture(scope="session")
+def shipped_gateway(tmp_path_factory, model):
+    """`toolgate serve` with the shipped configuration and one API key
+    (`KEY`), against the scripted model."""
+    config = tmp_path_factory.mktemp("shipped")
+    for name in ("tools.d", "tool-sets"):
+        shutil.copytree(ROOT / name, config / name)
+    (config / "toolgate.yaml").write_text((ROOT / "toolgate.yaml").read_text() + KEYS_YAML)
+    (config / "workspace").mkdir()
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "OPENAI_BASE_URL": model, "TG_AGENT_KEY": KEY},
     )
     line = read_until(proc.stderr, "listening on http://")
     yield "http://" + line.split("listening on http://")[1].strip()

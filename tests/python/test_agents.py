@@ -14,25 +14,14 @@ scripted model follows the script in the last user message (`call NAME
 
 import json
 import os
-import shutil
 import subprocess
 import urllib.request
 
 import pytest
 
-from conftest import ROOT, binary, missing, read_until
+from conftest import KEY, ROOT, missing
 
 AGENTS = ROOT / "tests" / "agents" / "node_modules" / ".bin"
-KEY = "agent-key-0123456789abcdef"
-
-KEYS_YAML = """
-auth:
-  keys:
-    - name: agent
-      key_env: TG_AGENT_KEY
-"""
-
-
 def agent(name):
     path = AGENTS / name
     if not path.exists():
@@ -41,22 +30,8 @@ def agent(name):
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory, model):
-    """`toolgate serve` with the shipped configuration and one API key."""
-    config = tmp_path_factory.mktemp("agents")
-    for name in ("tools.d", "tool-sets"):
-        shutil.copytree(ROOT / name, config / name)
-    (config / "toolgate.yaml").write_text((ROOT / "toolgate.yaml").read_text() + KEYS_YAML)
-    (config / "workspace").mkdir()
-    proc = subprocess.Popen(
-        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
-        stderr=subprocess.PIPE,
-        env={**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "OPENAI_BASE_URL": model, "TG_AGENT_KEY": KEY},
-    )
-    line = read_until(proc.stderr, "listening on http://")
-    yield "http://" + line.split("listening on http://")[1].strip()
-    proc.terminate()
-    proc.wait(timeout=10)
+def gateway(shipped_gateway):
+    return shipped_gateway
 
 
 def offline_env(home):

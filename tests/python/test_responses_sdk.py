@@ -270,3 +270,59 @@ def test_a_client_run_tool_search_is_the_client_s_and_its_output_loads_tools(cli
     )
     assert sorted(offered_names(sent(model)[before])) == ["get_weather", "tool_search"]
     assert [o.type for o in r.output] == ["function_call"] and r.output[0].name == "get_weather"
+
+
+def test_the_websocket_mode_continues_on_its_connection_only(client, model):
+    # The SDK's own WebSocket mode: `store: false` responses are kept by
+    # the connection that made them.
+    def turn(conn, **request):
+        conn.send({"type": "response.create", "model": "mock-model", "store": False, **request, **NO_SET})
+        for event in conn:
+            if event.type in ("response.completed", "error", "response.failed"):
+                return event
+
+    with client.responses.connect() as conn:
+        first = turn(conn, input="the code word is cobalt")
+        assert first.type == "response.completed" and first.response.store is False
+        before = len(sent(model))
+        second = turn(conn, input="what was it?", previous_response_id=first.response.id)
+        assert second.type == "response.completed"
+        history = [m["content"] for m in sent(model)[before]["messages"]]
+        assert history[0] == "the code word is cobalt" and history[-1] == "what was it?"
+        # A tool output that answers no call is refused, and the response
+        # it continued is forgotten.
+        bad = turn(
+            conn,
+            input=[{"type": "function_call_output", "call_id": "call_nowhere", "output": "x"}],
+            previous_response_id=second.response.id,
+        )
+        assert bad.type == "error" and bad.error.param == "input"
+        gone = turn(conn, input="again", previous_response_id=second.response.id)
+        assert gone.type == "error" and gone.error.code == "previous_response_not_found"
+    with client.responses.connect() as other:
+        event = turn(other, input="and here?", previous_response_id=first.response.id)
+        assert event.type == "error" and event.error.code == "previous_response_not_found"
+
+
+def test_a_compacted_conversation_continues_from_the_model_s_summary(client, model):
+    conversation = [
+        {"role": "user", "content": "We launch on Tuesday."},
+        {"role": "assistant", "content": "Noted: Tuesday."},
+    ]
+    before = len(sent(model))
+    compacted = client.responses.compact(model="mock-model", input=conversation)
+    asked = sent(model)[before]
+    assert "Summarize the conversation" in asked["messages"][-1]["content"]
+    assert "tools" not in asked
+    kinds = [o.type for o in compacted.output]
+    assert kinds == ["message", "compaction"]
+    summary_text = "Hello! You said: " + asked["messages"][-1]["content"]
+    before = len(sent(model))
+    client.responses.create(
+        model="mock-model",
+        input=[*(o.model_dump(exclude_none=True) for o in compacted.output), {"role": "user", "content": "and now?"}],
+        extra_body=NO_SET,
+    )
+    messages = sent(model)[before]["messages"]
+    assert messages[0] == {"role": "user", "content": "We launch on Tuesday."}
+    assert messages[1]["content"] == "Summary of the conversation so far:\n" + summary_text

@@ -16,6 +16,9 @@
 //!   message right after tool messages (what a client sends next to its
 //!   results, e.g. Claude Code's text beside its `tool_result` blocks) is
 //!   part of the results.
+//! - Without a script, a question naming exactly one offered `verb_noun`
+//!   tool ("weather" for `get_weather`) calls it, each required string
+//!   parameter set to the question.
 //! - Without a script, or once the tools have answered, it answers in text,
 //!   quoting every tool result: `Tool results: [name] result ...`.
 //!
@@ -306,6 +309,14 @@ fn decide(req: &Value) -> Reply {
                 calls,
             };
         }
+        if steps.is_empty()
+            && let Some(call) = asked_for(req, &user_text)
+        {
+            return Reply {
+                content: None,
+                calls: vec![call],
+            };
+        }
         return Reply {
             content: Some(format!("Hello! You said: {}", user_text.trim())),
             calls: Vec::new(),
@@ -338,6 +349,44 @@ fn decide(req: &Value) -> Reply {
         content: Some(format!("Tool results: {}", summary.join(" | "))),
         calls: Vec::new(),
     }
+}
+
+/// Without a script, a question that names exactly one offered tool of
+/// the form `verb_noun` (every word after the verb, e.g. "weather" for
+/// `get_weather`) is answered by calling it, each required string
+/// parameter set to the question: a model that uses the one tool asked for.
+fn asked_for(req: &Value, text: &str) -> Option<(String, Value)> {
+    const VERBS: [&str; 6] = ["get", "list", "search", "find", "fetch", "lookup"];
+    let said: Vec<String> = text
+        .to_lowercase()
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .map(str::to_owned)
+        .collect();
+    let mut named = req["tools"].as_array()?.iter().filter(|t| {
+        let name = t
+            .pointer("/function/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut words = name.split('_');
+        VERBS.contains(&words.next().unwrap_or_default())
+            && name.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            && words.clone().count() > 0
+            && words.all(|w| said.iter().any(|s| s == w))
+    });
+    let tool = named.next()?;
+    if named.next().is_some() {
+        return None;
+    }
+    let params = tool.pointer("/function/parameters")?;
+    let mut args = serde_json::Map::new();
+    for required in params["required"].as_array().into_iter().flatten() {
+        let key = required.as_str()?;
+        if params["properties"][key]["type"] == "string" {
+            args.insert(key.to_owned(), json!(text.trim()));
+        }
+    }
+    let name = tool.pointer("/function/name")?.as_str()?.to_owned();
+    Some((name, Value::Object(args)))
 }
 
 /// Tool names a structured prompt offered (in the system message's JSON).

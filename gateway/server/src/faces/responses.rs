@@ -28,7 +28,8 @@ use toolgate_engine::formatter::Call;
 
 use super::common::{self, Notices, Translated};
 use crate::http::{ApiError, AppState, Caller, body_error};
-use toolgate_engine::chat::DeferredTools;
+use base64::Engine as _;
+use toolgate_engine::chat::{DeferredTools, NO_TOOL_SET};
 use toolgate_engine::conversations::{Conversations, Stored};
 
 pub async fn responses(
@@ -38,6 +39,47 @@ pub async fn responses(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
+    let Prepared {
+        the_loop,
+        places,
+        notices,
+        skeleton,
+    } = prepare(&state, &caller, &headers, &body, None).await?;
+    let mut stream = StreamEncoder::new(skeleton.clone());
+    let response = common::respond(
+        the_loop,
+        places,
+        |answer| skeleton.complete(answer),
+        move |e| stream.encode(e).into_iter().map(sse).collect(),
+    )
+    .await?;
+    Ok(notices.attach(response))
+}
+
+/// A stream event (its `type` names it) as a server-sent event.
+fn sse(data: Value) -> SseEvent {
+    let kind = data["type"].as_str().unwrap_or("message").to_owned();
+    SseEvent::default().event(kind).data(data.to_string())
+}
+
+/// A request planned and ready to run, with the response it will fill.
+struct Prepared {
+    the_loop: toolgate_engine::chat::Loop,
+    places: common::Places,
+    notices: Notices,
+    skeleton: Skeleton,
+}
+
+/// Plans a Responses request: the conversation it continues (from
+/// `local`, a WebSocket connection's own responses, then the store), the
+/// translation, and where the answer will be kept.
+async fn prepare(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: &[u8],
+    local: Option<&Conversations>,
+) -> Result<Prepared, ApiError> {
     let mut offered = Offered::default();
     let owner = caller.key_name();
     // The stored conversation a request continues, looked up first (the
@@ -46,34 +88,44 @@ pub async fn responses(
     struct Continues {
         previous_response_id: Option<String>,
     }
-    let previous = match serde_json::from_slice::<Continues>(&body) {
+    let previous = match serde_json::from_slice::<Continues>(body) {
         Ok(Continues {
             previous_response_id: Some(id),
-        }) => Some(
-            state
-                .conversations
-                .get(&id, owner.as_deref())
-                .await
-                .ok_or_else(|| {
-                    ApiError::not_found(
-                        "previous_response_not_found",
-                        format!("no stored response `{id}` for this API key (responses are kept an hour)"),
-                    )
-                    .param("previous_response_id")
-                })?,
-        ),
+        }) => {
+            let here = match local {
+                Some(local) => local.get(&id, owner.as_deref()).await,
+                None => None,
+            };
+            let found = match here {
+                Some(found) => Some(found),
+                None => state.conversations.get(&id, owner.as_deref()).await,
+            };
+            Some(found.ok_or_else(|| {
+                ApiError::not_found(
+                    "previous_response_not_found",
+                    format!("no stored response `{id}` for this API key (responses are kept an hour; with `store: false`, only on the WebSocket connection that made them)"),
+                )
+                .param("previous_response_id")
+            })?)
+        }
         _ => None,
     };
     let (original, the_loop, places, notices) =
-        common::plan_translated(&state, &caller, &headers, &body, |req| {
+        common::plan_translated(state, caller, headers, body, |req| {
             let earlier = previous.as_ref().map_or(&[][..], |p| p.messages.as_slice());
             to_chat_request(req, &mut offered, earlier)
         })?;
     let echo = Echo::of(&original);
     let model = the_loop.request.model.clone();
-    // Kept unless the request says `store: false`: the conversation before
-    // the answer (instructions are not carried over), and its input items.
-    let keep = (original.get("store") != Some(&Value::Bool(false))).then(|| {
+    // Kept unless the request says `store: false` (then, on a WebSocket,
+    // by the connection alone): the conversation before the answer
+    // (instructions are not carried over), and its input items.
+    let store = if original.get("store") == Some(&Value::Bool(false)) {
+        local.cloned()
+    } else {
+        Some(state.conversations.clone())
+    };
+    let keep = store.map(|store| {
         let mut history = the_loop.request.messages();
         if original
             .get("instructions")
@@ -84,22 +136,278 @@ pub async fn responses(
             history.remove(0);
         }
         Keep {
-            store: state.conversations.clone(),
+            stored: original.get("store") != Some(&Value::Bool(false)),
+            store,
             owner: owner.clone(),
             history,
             input_items: input_items(&original),
         }
     });
-    let whole = Skeleton::new(&model, echo, offered, keep);
-    let mut stream = StreamEncoder::new(whole.clone());
-    let response = common::respond(
+    Ok(Prepared {
         the_loop,
         places,
-        |answer| whole.complete(answer),
-        move |e| stream.encode(e),
-    )
-    .await?;
-    Ok(notices.attach(response))
+        notices,
+        skeleton: Skeleton::new(&model, echo, offered, keep),
+    })
+}
+
+/// What the model is asked to write when a conversation is compacted.
+const COMPACT_PROMPT: &str = "Summarize the conversation so far so that it can be continued from \
+    the summary alone: the user's goals, the decisions and facts established, names, numbers and \
+    code words exactly as given, what was done and what remains. Write only the summary.";
+
+/// `POST /v1/responses/compact`: a conversation (its `input`, after the
+/// response `previous_response_id` names) made short enough to start a
+/// new chain: the user's messages as they were and a `compaction` item
+/// holding a summary the model writes. A later request sends the output
+/// back as its input; the item becomes the summary again. The item's
+/// `encrypted_content` is the summary encoded, not encrypted: it is the
+/// client's own conversation.
+pub async fn compact(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(body_error)?;
+    let original: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
+    let obj = original
+        .as_object()
+        .ok_or_else(|| ApiError::bad_request("the request body is not a JSON object"))?;
+    let model = obj
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?;
+    let mut input = match obj.get("input") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(text)) => vec![json!({"role": "user", "content": text})],
+        Some(Value::Array(items)) => items.clone(),
+        Some(_) => {
+            return Err(
+                ApiError::bad_request("`input` must be a string or an array of items")
+                    .param("input"),
+            );
+        }
+    };
+    let kept: Vec<Value> = input
+        .iter()
+        .filter(|i| i["role"] == "user" && i["type"].as_str().is_none_or(|t| t == "message"))
+        .map(|i| {
+            let content = match &i["content"] {
+                Value::String(text) => json!([{"type": "input_text", "text": text}]),
+                other => other.clone(),
+            };
+            json!({"type": "message", "id": item_id("msg"), "role": "user", "status": "completed", "content": content})
+        })
+        .collect();
+    input.push(json!({"role": "user", "content": COMPACT_PROMPT}));
+    let mut summary_request = json!({
+        "model": model, "input": input, "store": false, "tool_set": NO_TOOL_SET,
+    });
+    for field in ["instructions", "previous_response_id"] {
+        if let Some(v) = obj.get(field).filter(|v| !v.is_null()) {
+            summary_request[field] = v.clone();
+        }
+    }
+    let body = summary_request.to_string();
+    let Prepared {
+        the_loop, places, ..
+    } = prepare(&state, &caller, &headers, body.as_bytes(), None).await?;
+    let answer = the_loop.run().await?;
+    drop(places);
+    let summary = answer.content.unwrap_or_default();
+    let encoded = base64::engine::general_purpose::STANDARD
+        .encode(json!({"toolgate_summary": summary}).to_string());
+    let mut output = kept;
+    output.push(json!({"type": "compaction", "id": item_id("cmp"), "encrypted_content": encoded}));
+    Ok(axum::Json(json!({
+        "id": format!("resp_{}", uuid::Uuid::new_v4().simple()),
+        "object": "response.compaction",
+        "created_at": common::unix_now(),
+        "output": output,
+        "usage": usage(&answer.summary.usage),
+    }))
+    .into_response())
+}
+
+/// The summary a `compaction` item of this gateway's holds.
+fn compaction_summary(item: &Value) -> Option<String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(item["encrypted_content"].as_str()?)
+        .ok()?;
+    let inner: Value = serde_json::from_slice(&bytes).ok()?;
+    inner["toolgate_summary"].as_str().map(str::to_owned)
+}
+
+/// `GET /v1/responses` upgraded to a WebSocket (the Responses API's
+/// WebSocket mode): each `response.create` message runs like a streamed
+/// `POST /v1/responses`, one at a time, its events sent as messages; a
+/// `store: false` response is kept by the connection alone, so a
+/// continuation on the same connection finds it and one on another does
+/// not (`previous_response_not_found`). A failed continuation forgets the
+/// response it continued.
+pub async fn websocket(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    upgrade: Result<
+        axum::extract::ws::WebSocketUpgrade,
+        axum::extract::ws::rejection::WebSocketUpgradeRejection,
+    >,
+) -> Response {
+    let upgrade = match upgrade {
+        Ok(u) => u,
+        Err(e) => {
+            return ApiError::new(
+                e.status(),
+                "websocket_required",
+                format!(
+                    "GET /v1/responses is the WebSocket mode ({}); create a response with POST",
+                    e.body_text()
+                ),
+            )
+            .into_response();
+        }
+    };
+    let limit = state.catalog().settings.limits.max_request_bytes;
+    upgrade
+        .max_message_size(limit)
+        .max_frame_size(limit)
+        .on_upgrade(move |socket| websocket_session(socket, state, caller, headers))
+}
+
+/// Responses a WebSocket connection keeps for itself (`store: false`).
+const CONNECTION_KEEPS_BYTES: u64 = 16 * 1024 * 1024;
+
+async fn websocket_session(
+    mut socket: axum::extract::ws::WebSocket,
+    state: AppState,
+    caller: Caller,
+    headers: HeaderMap,
+) {
+    use axum::extract::ws::Message;
+    let local = Conversations::new(
+        CONNECTION_KEEPS_BYTES,
+        toolgate_engine::conversations::DEFAULT_TTL,
+    );
+    // A connection that says nothing for this long is closed.
+    let idle = std::time::Duration::from_secs(600);
+    loop {
+        let message = match tokio::time::timeout(idle, socket.recv()).await {
+            Ok(Some(Ok(m))) => m,
+            _ => break,
+        };
+        let text = match message {
+            Message::Text(t) => t,
+            Message::Close(_) => break,
+            Message::Ping(_) | Message::Pong(_) => continue,
+            Message::Binary(_) => {
+                let e = ApiError::bad_request("send `response.create` events as text messages");
+                if send(&mut socket, ws_error(&e)).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        if websocket_turn(
+            &mut socket,
+            &state,
+            &caller,
+            &headers,
+            &local,
+            text.as_bytes(),
+        )
+        .await
+        .is_err()
+        {
+            break;
+        }
+    }
+}
+
+async fn send(socket: &mut axum::extract::ws::WebSocket, event: Value) -> Result<(), axum::Error> {
+    socket
+        .send(axum::extract::ws::Message::Text(event.to_string().into()))
+        .await
+}
+
+/// An error as the WebSocket mode's `error` event.
+fn ws_error(e: &ApiError) -> Value {
+    json!({"type": "error", "status": e.status.as_u16(), "error": e.openai_error()})
+}
+
+/// One `response.create`: its events sent as they come. `Err` only when
+/// the connection is gone.
+async fn websocket_turn(
+    socket: &mut axum::extract::ws::WebSocket,
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    local: &Conversations,
+    text: &[u8],
+) -> Result<(), axum::Error> {
+    let mut event: Value = match serde_json::from_slice(text) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            let e = ApiError::bad_request("a message is a JSON `response.create` event");
+            return send(socket, ws_error(&e)).await;
+        }
+    };
+    if event["type"] != "response.create" {
+        let e = ApiError::bad_request(format!(
+            "unknown event type {}: send `response.create`",
+            event["type"]
+        ))
+        .param("type");
+        return send(socket, ws_error(&e)).await;
+    }
+    let continues = event["previous_response_id"].as_str().map(str::to_owned);
+    let owner = caller.key_name();
+    // A failed continuation forgets what it continued.
+    let forget = || async {
+        if let Some(id) = &continues {
+            local.remove(id, owner.as_deref()).await;
+        }
+    };
+    if let Some(obj) = event.as_object_mut() {
+        obj.remove("type");
+        obj.insert("stream".into(), json!(true));
+    }
+    let body = event.to_string();
+    let prepared = match prepare(state, caller, headers, body.as_bytes(), Some(local)).await {
+        Ok(p) => p,
+        Err(e) => {
+            forget().await;
+            return send(socket, ws_error(&e)).await;
+        }
+    };
+    let Prepared {
+        the_loop,
+        places,
+        skeleton,
+        ..
+    } = prepared;
+    let events = match the_loop.start_stream().await {
+        Ok(events) => events,
+        Err(e) => {
+            forget().await;
+            return send(socket, ws_error(&ApiError::from(e))).await;
+        }
+    };
+    let mut encoder = StreamEncoder::new(skeleton);
+    let mut events = std::pin::pin!(events);
+    while let Some(e) = futures::StreamExt::next(&mut events).await {
+        let failed = matches!(e, Event::Failed(_));
+        for data in encoder.encode(e) {
+            send(socket, data).await?;
+        }
+        if failed {
+            forget().await;
+        }
+    }
+    drop(places);
+    Ok(())
 }
 
 /// `GET /v1/responses/{id}`: a stored response of the caller's key.
@@ -409,6 +717,27 @@ fn to_chat_request(
             .param("input"));
         }
     }
+    // Continuing a response, a tool output answers one of its calls (or
+    // of the input's): one that answers none is a mistake the model must
+    // not be shown.
+    if !earlier.is_empty() {
+        let calls: std::collections::HashSet<&str> = messages
+            .iter()
+            .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
+            .filter_map(|c| c["id"].as_str())
+            .collect();
+        if let Some(orphan) = messages
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .filter_map(|m| m["tool_call_id"].as_str())
+            .find(|id| !calls.contains(id))
+        {
+            return Err(ApiError::bad_request(format!(
+                "no tool call found for function call output with call_id `{orphan}`"
+            ))
+            .param("input"));
+        }
+    }
     out.insert("messages".into(), Value::Array(messages));
     match obj.get("tool_choice") {
         None | Some(Value::Null) => {}
@@ -625,6 +954,12 @@ fn translate_item(item: &Value, out: &mut Vec<Value>, notices: &mut Notices) -> 
                 _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
             }
         }
+        // A conversation compacted here: its summary, where it stood.
+        Some("compaction") => match compaction_summary(item) {
+            Some(summary) => out.push(json!({"role": "user",
+                "content": format!("Summary of the conversation so far:\n{summary}")})),
+            None => notices.add("a `compaction` item made by another server cannot be read here and was left out"),
+        },
         Some("tool_search_output") => {
             let mut names = Vec::new();
             loaded_by(item, &mut names);
@@ -657,41 +992,53 @@ fn call_id_of(item: &Value) -> Value {
     }
 }
 
-/// Request fields a response repeats back.
+/// Request fields a response repeats back, with the API's defaults where
+/// the request has none (the response object has every field).
 #[derive(Debug, Clone)]
-struct Echo {
-    instructions: Value,
-    tools: Value,
-    tool_choice: Value,
-    parallel_tool_calls: Value,
-    temperature: Value,
-    top_p: Value,
-    max_output_tokens: Value,
-    metadata: Value,
-    text: Value,
-    previous_response_id: Value,
-}
+struct Echo(Map<String, Value>);
 
 impl Echo {
     fn of(req: &Value) -> Echo {
-        let field = |k: &str, default: Value| {
-            req.get(k)
+        let defaults = [
+            ("instructions", Value::Null),
+            ("tools", json!([])),
+            ("tool_choice", json!("auto")),
+            ("parallel_tool_calls", json!(true)),
+            ("temperature", json!(1.0)),
+            ("top_p", json!(1.0)),
+            ("presence_penalty", json!(0.0)),
+            ("frequency_penalty", json!(0.0)),
+            ("top_logprobs", json!(0)),
+            ("max_output_tokens", Value::Null),
+            ("max_tool_calls", Value::Null),
+            ("metadata", json!({})),
+            ("text", json!({"format": {"type": "text"}})),
+            ("reasoning", Value::Null),
+            ("previous_response_id", Value::Null),
+            ("service_tier", json!("default")),
+            ("safety_identifier", Value::Null),
+            ("prompt_cache_key", Value::Null),
+        ];
+        let mut echo = Map::new();
+        for (k, default) in defaults {
+            let v = req
+                .get(k)
                 .filter(|v| !v.is_null())
                 .cloned()
-                .unwrap_or(default)
-        };
-        Echo {
-            instructions: field("instructions", Value::Null),
-            tools: field("tools", json!([])),
-            tool_choice: field("tool_choice", json!("auto")),
-            parallel_tool_calls: field("parallel_tool_calls", json!(true)),
-            temperature: field("temperature", Value::Null),
-            top_p: field("top_p", Value::Null),
-            max_output_tokens: field("max_output_tokens", Value::Null),
-            metadata: field("metadata", json!({})),
-            text: field("text", json!({"format": {"type": "text"}})),
-            previous_response_id: field("previous_response_id", Value::Null),
+                .unwrap_or(default);
+            echo.insert(k.into(), v);
         }
+        // Function tools with every field of their type.
+        if let Some(tools) = echo.get_mut("tools").and_then(Value::as_array_mut) {
+            for t in tools.iter_mut().filter(|t| t["type"] == "function") {
+                if let Some(t) = t.as_object_mut() {
+                    for k in ["description", "parameters", "strict"] {
+                        t.entry(k).or_insert(Value::Null);
+                    }
+                }
+            }
+        }
+        Echo(echo)
     }
 }
 
@@ -710,6 +1057,9 @@ struct Skeleton {
 /// What a response is kept with (`store`, on unless `false`).
 #[derive(Debug, Clone)]
 struct Keep {
+    /// `store` in the response object: kept for the key, not only by a
+    /// WebSocket connection.
+    stored: bool,
     store: Conversations,
     owner: Option<String>,
     /// The conversation before the answer, as chat messages.
@@ -792,33 +1142,28 @@ impl Skeleton {
 
     /// The response object with `status`, `output` and what else is known.
     fn object(&self, status: &str, output: Vec<Value>, summary: Option<&Summary>) -> Value {
-        let e = &self.echo;
         let mut r = json!({
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": null,
             "status": status,
             "model": self.model,
             "output": output,
             "error": null,
             "incomplete_details": null,
-            "instructions": e.instructions,
-            "max_output_tokens": e.max_output_tokens,
-            "metadata": e.metadata,
-            "parallel_tool_calls": e.parallel_tool_calls,
-            "previous_response_id": e.previous_response_id,
-            "store": self.keep.is_some(),
-            "temperature": e.temperature,
-            "text": e.text,
-            "tool_choice": e.tool_choice,
-            "tools": e.tools,
-            "top_p": e.top_p,
+            "store": self.keep.as_ref().is_some_and(|k| k.stored),
+            "background": false,
             "truncation": "disabled",
             "usage": null,
         });
+        if let Some(obj) = r.as_object_mut() {
+            obj.extend(self.echo.0.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
         if let Some(s) = summary {
             r["usage"] = usage(&s.usage);
             r["toolgate"] = common::report(s);
+            r["completed_at"] = json!(common::unix_now());
             if s.finish == FinishReason::Length {
                 r["status"] = json!("incomplete");
                 r["incomplete_details"] = json!({"reason": "max_output_tokens"});
@@ -967,15 +1312,15 @@ impl StreamEncoder {
         }
     }
 
-    fn event(&mut self, kind: &str, mut data: Value) -> SseEvent {
+    fn event(&mut self, kind: &str, mut data: Value) -> Value {
         data["type"] = json!(kind);
         data["sequence_number"] = json!(self.sequence);
         self.sequence += 1;
-        SseEvent::default().event(kind).data(data.to_string())
+        data
     }
 
     /// Adds `item` as a finished output item (added, then done).
-    fn whole_item(&mut self, item: Value, out: &mut Vec<SseEvent>) {
+    fn whole_item(&mut self, item: Value, out: &mut Vec<Value>) {
         let index = self.output.len();
         out.push(self.event(
             "response.output_item.added",
@@ -988,7 +1333,7 @@ impl StreamEncoder {
         self.output.push(item);
     }
 
-    fn close_text(&mut self, out: &mut Vec<SseEvent>) {
+    fn close_text(&mut self, out: &mut Vec<Value>) {
         let Some((id, text)) = self.text.take() else {
             return;
         };
@@ -1010,7 +1355,7 @@ impl StreamEncoder {
         self.output.push(item);
     }
 
-    fn encode(&mut self, event: Event) -> Vec<SseEvent> {
+    fn encode(&mut self, event: Event) -> Vec<Value> {
         let mut out = Vec::new();
         if !self.started {
             self.started = true;
@@ -1110,7 +1455,7 @@ impl StreamEncoder {
     }
 
     /// A failure after the stream started: `response.failed`.
-    fn failed(&mut self, e: &ChatError) -> SseEvent {
+    fn failed(&mut self, e: &ChatError) -> Value {
         tracing::warn!("stream failed: {e}");
         let output = std::mem::take(&mut self.output);
         let mut response = self.skeleton.object("failed", output, None);

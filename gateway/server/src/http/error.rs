@@ -109,17 +109,25 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// OpenAI's error object (the `error` of its error body).
+    pub fn openai_error(&self) -> Value {
         let mut error = json!({
             "message": self.message,
             "type": self.kind(),
             "code": self.code,
             "param": self.param,
         });
-        if let (Some(details), Some(obj)) = (self.details, error.as_object_mut()) {
-            obj.insert("details".into(), details);
+        if let (Some(details), Some(obj)) = (&self.details, error.as_object_mut()) {
+            obj.insert("details".into(), details.clone());
         }
+        error
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let error = self.openai_error();
         let mut resp = (self.status, Json(json!({ "error": error }))).into_response();
         if let Some(secs) = self.retry_after {
             resp.headers_mut()

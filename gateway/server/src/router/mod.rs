@@ -52,7 +52,8 @@ fn is_protected_resource(path: &str) -> bool {
 /// Every endpoint the gateway serves, as an unknown path's 404 names them.
 pub const ENDPOINTS: &[&str] = &[
     "POST /v1/chat/completions",
-    "POST /v1/responses",
+    "POST|GET /v1/responses",
+    "POST /v1/responses/compact",
     "GET|DELETE /v1/responses/{id}",
     "GET /v1/responses/{id}/input_items",
     "POST /v1/messages",
@@ -129,7 +130,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools/{name}/invoke", post(tools::invoke))
         .route("/v1/models", get(models::list_models))
         .route("/v1/chat/completions", post(chat::completions))
-        .route("/v1/responses", post(responses::responses))
+        .route(
+            "/v1/responses",
+            post(responses::responses).get(responses::websocket),
+        )
+        .route("/v1/responses/compact", post(responses::compact))
         .route(
             "/v1/responses/{id}",
             get(responses::retrieve).delete(responses::delete),
