@@ -203,7 +203,16 @@ def shipped_gateway(tmp_path_factory, model):
     proc = subprocess.Popen(
         [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
         stderr=subprocess.PIPE,
-        env={**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "OPENAI_BASE_URL": model, "TG_AGENT_KEY": KEY},
+        # A search key, so that the research set's `web_search` is enabled
+        # (it is never called here).
+        env={
+            **os.environ,
+            "NO_COLOR": "1",
+            "TOOLGATE_LOG": "info",
+            "OPENAI_BASE_URL": model,
+            "TG_AGENT_KEY": KEY,
+            "BRAVE_API_KEY": "unused-search-key",
+        },
     )
     line = read_until(proc.stderr, "listening on http://")
     yield "http://" + line.split("listening on http://")[1].strip()

@@ -334,3 +334,19 @@ def test_a_search_that_finds_nothing_says_so_and_loads_nothing(claude, model):
     )
     assert "No tool matches" in text_of(r)
     assert all("get_weather" not in offered_names(q) for q in sent(model)[before:])
+
+
+def test_a_server_tool_is_served_by_the_tool_set_s_tool_of_its_name(shipped_gateway, model):
+    from conftest import KEY
+
+    claude = anthropic.Anthropic(base_url=shipped_gateway, api_key=KEY, max_retries=0)
+    tools = [{"type": "web_search_20250305", "name": "web_search"}]
+    raw = claude.messages.with_raw_response.create(
+        model="mock-model", max_tokens=100, messages=user("hi"), tools=tools, extra_body={"tool_set": "research"}
+    )
+    assert "x-toolgate-notice" not in raw.headers
+    assert "web_search" in offered_names(sent(model)[-1])
+    raw = claude.messages.with_raw_response.create(
+        model="mock-model", max_tokens=100, messages=user("hi"), tools=tools, extra_body={"tool_set": "default"}
+    )
+    assert "web_search" in raw.headers["x-toolgate-notice"]

@@ -326,3 +326,19 @@ def test_a_compacted_conversation_continues_from_the_model_s_summary(client, mod
     messages = sent(model)[before]["messages"]
     assert messages[0] == {"role": "user", "content": "We launch on Tuesday."}
     assert messages[1]["content"] == "Summary of the conversation so far:\n" + summary_text
+
+
+def test_a_hosted_tool_is_served_by_the_tool_set_s_tool_of_its_name(shipped_gateway, model):
+    from conftest import KEY
+
+    client = openai.OpenAI(base_url=shipped_gateway + "/v1", api_key=KEY, max_retries=0)
+    raw = client.responses.with_raw_response.create(
+        model="mock-model", input="hi", tools=[{"type": "web_search"}], extra_body={"tool_set": "research"}
+    )
+    assert "x-toolgate-notice" not in raw.headers
+    assert "web_search" in offered_names(sent(model)[-1])
+    # A set without one leaves it out, and says so.
+    raw = client.responses.with_raw_response.create(
+        model="mock-model", input="hi", tools=[{"type": "web_search_preview"}], extra_body={"tool_set": "default"}
+    )
+    assert "web_search_preview" in raw.headers["x-toolgate-notice"]

@@ -130,7 +130,12 @@ pub struct Translated {
 /// the `X-Toolgate-Notice` header (and where its format has a place for
 /// warnings, there); the log has them too.
 #[derive(Debug, Default, Clone)]
-pub struct Notices(Vec<String>);
+pub struct Notices {
+    said: Vec<String>,
+    /// Notices for hosted tools, said only when no gateway tool of the
+    /// same name serves them: (tool name, notice).
+    unless_served: Vec<(String, String)>,
+}
 
 /// The header that carries a response's notices.
 pub const NOTICE_HEADER: &str = "x-toolgate-notice";
@@ -139,25 +144,41 @@ impl Notices {
     /// Adds `notice` unless it was said already.
     pub fn add(&mut self, notice: impl Into<String>) {
         let notice = notice.into();
-        if !self.0.contains(&notice) {
-            self.0.push(notice);
+        if !self.said.contains(&notice) {
+            self.said.push(notice);
+        }
+    }
+
+    /// Adds `notice` once the plan is known, unless the tool set in force
+    /// has a tool named `tool` (which then serves the client's hosted tool
+    /// of that name).
+    pub fn unless_served(&mut self, tool: impl Into<String>, notice: impl Into<String>) {
+        self.unless_served.push((tool.into(), notice.into()));
+    }
+
+    /// Says the notices of hosted tools no gateway tool serves.
+    fn settle(&mut self, served: impl Fn(&str) -> bool) {
+        for (tool, notice) in std::mem::take(&mut self.unless_served) {
+            if !served(&tool) {
+                self.add(notice);
+            }
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.said.is_empty()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &str> {
-        self.0.iter().map(String::as_str)
+        self.said.iter().map(String::as_str)
     }
 
     /// `response` with the notices in its header (and the log).
     pub fn attach(&self, mut response: Response) -> Response {
-        if self.0.is_empty() {
+        if self.said.is_empty() {
             return response;
         }
-        let joined = self.0.join("; ");
+        let joined = self.said.join("; ");
         tracing::info!(notices = %joined, "left out of the model's request");
         // Header values are visible ASCII: anything else is replaced.
         let text: String = joined
@@ -199,7 +220,11 @@ pub fn plan_translated(
     let Admitted { plan, places } =
         plan_request(state, caller, headers, request, Passthrough::Never)?;
     match plan {
-        Plan::Loop(the_loop) => Ok((original, *the_loop, places, notices)),
+        Plan::Loop(the_loop) => {
+            let mut notices = notices;
+            notices.settle(|tool| the_loop.gateway_tools.contains(tool));
+            Ok((original, *the_loop, places, notices))
+        }
         Plan::Proxy { .. } => Err(ApiError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
             "internal_error",

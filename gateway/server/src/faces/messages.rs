@@ -162,10 +162,12 @@ fn to_chat_request(req: &Value) -> Result<Translated, ApiError> {
                     search = Some(t["name"].as_str().unwrap_or(kind).to_owned());
                     continue;
                 }
+                // A tool Anthropic runs is served by the tool set's tool of
+                // its name (`web_search`, `web_fetch`), else left out.
                 Some(kind) => {
-                    notices.add(format!(
-                        "tool `{}` of type `{kind}` (a tool Anthropic runs or defines) is not served here and was left out",
-                        t["name"].as_str().unwrap_or(kind)
+                    let name = t["name"].as_str().unwrap_or(kind);
+                    notices.unless_served(name, format!(
+                        "tool `{name}` of type `{kind}` (a tool Anthropic runs or defines) is not served here and was left out (a tool set with a gateway tool named `{name}` serves it)"
                     ));
                     continue;
                 }

@@ -637,7 +637,12 @@ fn to_chat_request(
         match t["type"].as_str() {
             Some("function") => {
                 let name = t["name"].as_str().unwrap_or_default();
-                add(function_tool(t, name), name, t["defer_loading"] == json!(true), t);
+                add(
+                    function_tool(t, name),
+                    name,
+                    t["defer_loading"] == json!(true),
+                    t,
+                );
             }
             Some("namespace") => {
                 let namespace = t["name"].as_str().unwrap_or_default();
@@ -656,15 +661,24 @@ fn to_chat_request(
                         .insert(flat.clone(), (namespace.to_owned(), name.to_owned()));
                     let mut definition = t.clone();
                     definition["tools"] = json!([inner]);
-                    let defer = inner["defer_loading"] == json!(true)
-                        || t["defer_loading"] == json!(true);
+                    let defer =
+                        inner["defer_loading"] == json!(true) || t["defer_loading"] == json!(true);
                     add(function_tool(inner, &flat), &flat, defer, &definition);
                 }
             }
             Some(TOOL_SEARCH) => {}
-            Some(kind) => notices.add(format!(
-                "`{kind}` tools are hosted tools this gateway does not run; left out (declare a gateway tool for it, e.g. `web_search` in tools.d, and its tool set offers it)"
-            )),
+            // A hosted tool is served by the tool set's tool of its name
+            // (`web_search` for every version of it), else left out.
+            Some(kind) => {
+                let gateway_name = if kind.starts_with("web_search") {
+                    "web_search"
+                } else {
+                    kind
+                };
+                notices.unless_served(gateway_name, format!(
+                    "`{kind}` tools are hosted tools this gateway does not run; left out (a tool set with a gateway tool named `{gateway_name}` serves it)"
+                ));
+            }
             None => notices.add("a tool without `type` was left out"),
         }
     }
