@@ -2,6 +2,8 @@
 scripted model answers in text (Hermes tags, JSON, pythonic, Mistral), the
 gateway parses the calls out, runs them and loops — streaming and not."""
 
+import json
+
 import pytest
 
 
@@ -47,3 +49,47 @@ def test_client_tools_for_a_text_model(client):
     )
     assert r.choices[0].finish_reason == "tool_calls"
     assert r.choices[0].message.tool_calls[0].function.name == "ask_user"
+
+
+BOOK = {
+    "type": "function",
+    "function": {
+        "name": "book",
+        "description": "Book a table.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "day": {"type": "string"}},
+            "required": ["city", "day"],
+        },
+    },
+}
+
+
+def test_attribute_style_xml_calls_reach_the_client_with_their_entities_decoded(client):
+    r = client.chat.completions.create(
+        model="text-model",
+        tools=[BOOK],
+        messages=user('[[mock:text=xml-attrs]] call book {"city": "S&P <Town>", "day": "Tue"}'),
+        extra_body={"tool_set": "none"},
+    )
+    (call,) = r.choices[0].message.tool_calls
+    assert call.function.name == "book"
+    assert json.loads(call.function.arguments) == {"city": "S&P <Town>", "day": "Tue"}
+
+
+def test_a_call_whose_markup_is_broken_is_told_to_the_model_never_sent_as_arguments(client, model):
+    args = {"city": "Paris & Co", "day": "Tue"}
+    r = client.chat.completions.create(
+        model="text-model",
+        tools=[BOOK],
+        messages=user(f"[[mock:text=xml-unclosed]] call book {json.dumps(args)} fix book {json.dumps(args)}"),
+        extra_body={"tool_set": "none"},
+    )
+    # The first call held `<param name="day">` in the value of `city`: not
+    # an argument. The model was told, wrote it again, and only that call
+    # reached the client.
+    (call,) = r.choices[0].message.tool_calls
+    assert json.loads(call.function.arguments) == args
+    told = r.model_extra["toolgate"]["tool_calls"][0]
+    assert told["success"] is False and "could not be read" in json.dumps(told)
+    assert all("<param" not in json.dumps(c.get("function", {}).get("arguments", "")) for c in [told])

@@ -28,7 +28,10 @@
 //! `hang`, `malformed` (a 200 that is not JSON), `broken-stream` (the stream
 //! stops halfway), `latency=MS`, `reject-tools` (a 400 about tools when the
 //! request carries `tools`), `text=FORMAT` (tool calls written as text in
-//! FORMAT: `hermes`, `json`, `pythonic`, `mistral` instead of `tool_calls`).
+//! FORMAT: `hermes`, `json`, `pythonic`, `mistral`, `xml-attrs` (BFCL's
+//! `<param name=.. value=../>`), `xml-unclosed` (element-style with every
+//! `</param>` forgotten, until the model is told its call could not be
+//! read) instead of `tool_calls`).
 //! Hostile answers, for the hardening tests: `huge=BYTES` (an answer of that
 //! many bytes, produced as it is sent), `trickle=MS` (a 200 whose body comes
 //! one byte every MS milliseconds, forever), `huge-index` (a streamed tool
@@ -441,6 +444,42 @@ fn calls_as_text(format: &str, calls: &[(String, Value)]) -> String {
                 .collect();
             format!("[{}]", parts.join(", "))
         }
+        // BFCL's attribute-style XML, values escaped.
+        "xml-attrs" => calls
+            .iter()
+            .map(|(n, a)| {
+                let params: String = a
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| {
+                        let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                        let v = v
+                            .replace('&', "&amp;")
+                            .replace('<', "&lt;")
+                            .replace('"', "&quot;");
+                        format!("<param name=\"{k}\" value=\"{v}\" type=\"string\"/>")
+                    })
+                    .collect();
+                format!("<function name=\"{n}\"><params>{params}</params></function>")
+            })
+            .collect(),
+        // Element-style XML with every `</param>` forgotten (a model's slip).
+        "xml-unclosed" => calls
+            .iter()
+            .map(|(n, a)| {
+                let params: String = a
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| {
+                        let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                        format!("<param name=\"{k}\">{}", v.replace('&', "&amp;"))
+                    })
+                    .collect();
+                format!("<function name=\"{n}\">{params}</function>")
+            })
+            .collect(),
         "mistral" => {
             let arr: Vec<Value> = calls
                 .iter()
@@ -558,7 +597,18 @@ async fn chat(
     let text_format = d
         .get("text")
         .cloned()
-        .or_else(|| (!tools_in_request).then(|| "hermes".to_owned()));
+        .or_else(|| (!tools_in_request).then(|| "hermes".to_owned()))
+        // Told its call could not be read, it writes it right.
+        .map(|f| {
+            let told = messages
+                .iter()
+                .any(|m| content_text(m).contains("could not be read"));
+            if f == "xml-unclosed" && told {
+                "xml-attrs".to_owned()
+            } else {
+                f
+            }
+        });
     let model = req["model"].as_str().unwrap_or("mock-model").to_owned();
     let (content, calls) = match (&text_format, reply.calls.is_empty()) {
         (Some(fmt), false) => (Some(calls_as_text(fmt, &reply.calls)), Vec::new()),

@@ -36,6 +36,9 @@ pub struct Call {
     pub name: String,
     /// The arguments as JSON text, as in OpenAI's format.
     pub arguments: String,
+    /// Why a call parsed out of text could not be read: it is not run, and
+    /// the model is told (see `toolgate_toolcall::ParsedCall::unreadable`).
+    pub unreadable: Option<String>,
 }
 
 impl Call {
@@ -52,6 +55,7 @@ impl Call {
                 .and_then(Value::as_str)
                 .unwrap_or("{}")
                 .to_owned(),
+            unreadable: None,
         }
     }
 
@@ -65,6 +69,7 @@ impl Call {
             id: format!("call_{}", uuid::Uuid::new_v4().simple()),
             name: p.name,
             arguments: p.arguments.to_string(),
+            unreadable: p.unreadable,
         }
     }
 }

@@ -72,10 +72,7 @@ pub(super) fn classify<'v>(v: &'v Value, tools: &Tools) -> Option<Vec<Elem<'v>>>
     for e in list {
         let (name, args) = call_shape(e)?;
         out.push(match tools.resolve(&name) {
-            Some(name) => Elem::Call(ParsedCall {
-                name,
-                arguments: Value::Object(args),
-            }),
+            Some(name) => Elem::Call(ParsedCall::new(name, Value::Object(args))),
             None => Elem::Unoffered(e),
         });
     }

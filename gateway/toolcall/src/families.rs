@@ -83,6 +83,11 @@ const WRAPPERS: &[Wrapper] = &[
         glm: false,
     },
     Wrapper {
+        open: "<minimax:tool_call>",
+        closes: &["</minimax:tool_call>"],
+        glm: false,
+    },
+    Wrapper {
         open: "<seed:tool_call>",
         closes: &["</seed:tool_call>"],
         glm: false,
@@ -347,6 +352,10 @@ fn item(src: &Input, q: usize, ctx: Ctx, after_first: bool) -> Outcome<Block> {
                     Outcome::No => {}
                     other => return other,
                 }
+                match invoke_item(src, q) {
+                    Outcome::No => {}
+                    other => return other,
+                }
             }
             if ctx.nest > 0 {
                 return tag_block(src, q, ctx.nest - 1);
@@ -496,6 +505,24 @@ fn attrs(s: &str) -> Vec<(&str, &str)> {
     out
 }
 
+/// The `>` that ends the tag whose attributes start at `from`, skipping
+/// quoted attribute values (`value="a > b"`); `None` when the input has
+/// none before `limit`.
+fn tag_end(src: &Input, from: usize, limit: usize) -> Option<usize> {
+    let mut quote = None;
+    let mut i = from;
+    while i < limit {
+        match (src.at(i)?, quote) {
+            (b'"' | b'\'', None) => quote = src.at(i),
+            (c, Some(q)) if c == q => quote = None,
+            (b'>', None) => return Some(i),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Strip one leading and one trailing newline (the XML value layout).
 fn strip_nl(v: &str) -> &str {
     let v = v
@@ -506,6 +533,47 @@ fn strip_nl(v: &str) -> &str {
         .or_else(|| v.strip_suffix('\n'))
         .unwrap_or(v)
 }
+
+/// An XML value as the model meant it: a CDATA section's text as it is,
+/// otherwise with its entities decoded (`S&amp;P` is `S&P`). A value
+/// holding `markup`, the item tags of its own format, is not a value (the
+/// model forgot a closer, or wrote one item inside another): `Err` says
+/// which, and the call is not run but told about.
+fn xml_value(key: &str, raw: &str, markup: &[&str]) -> Result<String, String> {
+    let trimmed = raw.trim();
+    if let Some(inner) = trimmed
+        .strip_prefix("<![CDATA[")
+        .and_then(|r| r.strip_suffix("]]>"))
+    {
+        return Ok(inner.to_owned());
+    }
+    if let Some(m) = markup.iter().find(|m| raw.contains(**m)) {
+        return Err(format!(
+            "the value of `{key}` holds `{m}`, this format's own markup: a closing tag is missing or misplaced. Write the call again with every parameter closed"
+        ));
+    }
+    Ok(html_escape::decode_html_entities(raw).into_owned())
+}
+
+/// Item tags a value of each XML format cannot hold.
+const PARAMETER_MARKUP: &[&str] = &["<parameter=", "<function=", "</function>"];
+const PARAM_MARKUP: &[&str] = &[
+    "<param ",
+    "<param>",
+    "</param>",
+    "<params>",
+    "</params>",
+    "<function",
+    "</function>",
+];
+const GLM_MARKUP: &[&str] = &[
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "<tool_call>",
+    "</tool_call>",
+];
+const INVOKE_MARKUP: &[&str] = &["<parameter name=", "<invoke", "</invoke>"];
 
 const MAX_NAME: usize = 256;
 
@@ -573,10 +641,7 @@ fn xml_function(src: &Input, s: usize) -> Outcome<Block> {
             Outcome::No => return Outcome::No,
             Outcome::More => return Outcome::More,
         };
-        let call = ParsedCall {
-            name,
-            arguments: Value::Object(m),
-        };
+        let call = ParsedCall::new(name, Value::Object(m));
         let r = src.skip_ws(e);
         if r >= src.len() {
             return if src.eof {
@@ -596,6 +661,7 @@ fn xml_function(src: &Input, s: usize) -> Outcome<Block> {
     };
     let schema = src.tools.schema(&name);
     let mut args = Map::new();
+    let mut unreadable = None;
     let mut cur = p;
     while let Some(k) = src.find("<param", cur).filter(|&k| k < close) {
         if let MarkerMatch::Yes(ks) = src.marker(k, "<parameter=") {
@@ -617,40 +683,144 @@ fn xml_function(src: &Input, s: usize) -> Outcome<Block> {
                 v1 = e;
                 next = e;
             }
-            let value = strip_nl(src.slice(v0, v1));
-            args.insert(
-                key.to_string(),
-                coerce_text(value, prop_schema(schema, key), None),
-            );
+            match xml_value(key, strip_nl(src.slice(v0, v1)), PARAMETER_MARKUP) {
+                Ok(value) => {
+                    args.insert(
+                        key.to_string(),
+                        coerce_text(&value, prop_schema(schema, key), None),
+                    );
+                }
+                Err(why) => unreadable = unreadable.or(Some(why)),
+            }
             cur = next;
         } else if matches!(src.at(k + 6), Some(b' ' | b'\t' | b'>')) {
-            let Some(ke) = src.find(">", k).filter(|&e| e < close) else {
+            let Some(ke) = tag_end(src, k, close) else {
                 break;
             };
-            let a = attrs(src.slice(k + 6, ke));
-            let v0 = ke + 1;
-            let (v1, next) = match src.find("</param>", v0).filter(|&e| e < close) {
-                Some(e) => (e, e + "</param>".len()),
-                None => (close, close),
+            let tag = src.slice(k + 6, ke);
+            let a = attrs(tag);
+            let hint = a.iter().find(|(k, _)| *k == "type").map(|(_, t)| *t);
+            let key = a.iter().find(|(k, _)| *k == "name").map(|(_, n)| *n);
+            // `<param name="k" value="v"/>`: the value is an attribute.
+            let (value, next) = if tag.trim_end().ends_with('/') {
+                let v = a
+                    .iter()
+                    .find(|(k, _)| *k == "value")
+                    .map_or("", |(_, v)| *v);
+                (
+                    Ok(html_escape::decode_html_entities(v).into_owned()),
+                    ke + 1,
+                )
+            } else {
+                let v0 = ke + 1;
+                let (v1, next) = match src.find("</param>", v0).filter(|&e| e < close) {
+                    Some(e) => (e, e + "</param>".len()),
+                    None => (close, close),
+                };
+                let raw = strip_nl(src.slice(v0, v1));
+                (xml_value(key.unwrap_or("?"), raw, PARAM_MARKUP), next)
             };
-            if let Some(&(_, key)) = a.iter().find(|(k, _)| *k == "name") {
-                let hint = a.iter().find(|(k, _)| *k == "type").map(|(_, t)| *t);
-                let value = strip_nl(src.slice(v0, v1));
-                args.insert(
-                    key.to_string(),
-                    coerce_text(value, prop_schema(schema, key), hint),
-                );
+            if let Some(key) = key {
+                match value {
+                    Ok(value) => {
+                        args.insert(
+                            key.to_string(),
+                            coerce_text(&value, prop_schema(schema, key), hint),
+                        );
+                    }
+                    Err(why) => unreadable = unreadable.or(Some(why)),
+                }
             }
             cur = next.max(k + 1);
         } else {
             cur = k + 1;
         }
     }
-    let call = ParsedCall {
-        name,
-        arguments: Value::Object(args),
+    let call = match unreadable {
+        Some(why) => ParsedCall::unreadable(name, why),
+        None => ParsedCall::new(name, Value::Object(args)),
     };
     Outcome::Ok(call_block(call, close + "</function>".len()))
+}
+
+/// MiniMax-M2's item (also Claude's older XML): `<invoke name="f">` with
+/// `<parameter name="k">v</parameter>` children, up to `</invoke>`. A value
+/// may itself hold `</parameter>` (code, vLLM#44060): it ends at the
+/// `</parameter>` that the next parameter or `</invoke>` follows.
+fn invoke_item(src: &Input, s: usize) -> Outcome<Block> {
+    let p = match src.marker(s, "<invoke") {
+        MarkerMatch::Yes(p) => p,
+        MarkerMatch::More => return Outcome::More,
+        MarkerMatch::No => return Outcome::No,
+    };
+    match src.at(p) {
+        None => return src.need(),
+        Some(c) if is_ws(c) => {}
+        Some(_) => return Outcome::No,
+    }
+    let Some(te) = tag_end(src, p, src.len().min(p + 4 * MAX_NAME)) else {
+        return if src.len() - p > 4 * MAX_NAME {
+            Outcome::No
+        } else {
+            src.need()
+        };
+    };
+    let a = attrs(src.slice(p, te));
+    let Some(name) = a
+        .iter()
+        .find(|(k, _)| *k == "name")
+        .and_then(|(_, n)| src.tools.resolve(n))
+    else {
+        return Outcome::No;
+    };
+    let Some(close) = src.find("</invoke>", te) else {
+        return src.need();
+    };
+    let schema = src.tools.schema(&name);
+    let mut args = Map::new();
+    let mut unreadable = None;
+    let mut cur = te + 1;
+    while let Some(k) = src.find("<parameter", cur).filter(|&k| k < close) {
+        let Some(ke) = tag_end(src, k, close) else {
+            break;
+        };
+        let pa = attrs(src.slice(k + "<parameter".len(), ke));
+        let Some(&(_, key)) = pa.iter().find(|(k, _)| *k == "name") else {
+            cur = ke + 1;
+            continue;
+        };
+        let v0 = ke + 1;
+        // The closer the next parameter or the item's end follows.
+        let mut v1 = None;
+        let mut from = v0;
+        while let Some(e) = src.find("</parameter>", from).filter(|&e| e < close) {
+            let after = src.skip_ws(e + "</parameter>".len());
+            if after >= close || src.slice(after, close).starts_with("<parameter") {
+                v1 = Some(e);
+                break;
+            }
+            from = e + 1;
+        }
+        let (v1, next) = match v1 {
+            Some(e) => (e, e + "</parameter>".len()),
+            None => (close, close),
+        };
+        match xml_value(key, strip_nl(src.slice(v0, v1)), INVOKE_MARKUP) {
+            Ok(value) => {
+                args.insert(
+                    key.to_string(),
+                    coerce_text(&value, prop_schema(schema, key), None),
+                );
+            }
+            Err(why) => unreadable = unreadable.or(Some(why)),
+        }
+        cur = next.max(k + 1);
+    }
+    let call = match unreadable {
+        Some(why) => ParsedCall::unreadable(name, why),
+        None => ParsedCall::new(name, Value::Object(args)),
+    };
+    Outcome::Ok(call_block(call, close + "</invoke>".len()))
 }
 
 /// GLM-4 item inside `<tool_call>`: `name` then `<arg_key>`/`<arg_value>`
@@ -672,6 +842,7 @@ fn glm_item(src: &Input, q: usize, closers: &[&str]) -> Outcome<Block> {
     };
     let schema = src.tools.schema(&name);
     let mut args = Map::new();
+    let mut unreadable = None;
     let mut p = j;
     loop {
         let r = src.skip_ws(p);
@@ -696,11 +867,15 @@ fn glm_item(src: &Input, q: usize, closers: &[&str]) -> Outcome<Block> {
                 let Some(ve) = src.find("</arg_value>", v0) else {
                     return src.need();
                 };
-                let value = src.slice(v0, ve);
-                args.insert(
-                    key.to_string(),
-                    coerce_text(value, prop_schema(schema, key), None),
-                );
+                match xml_value(key, src.slice(v0, ve), GLM_MARKUP) {
+                    Ok(value) => {
+                        args.insert(
+                            key.to_string(),
+                            coerce_text(&value, prop_schema(schema, key), None),
+                        );
+                    }
+                    Err(why) => unreadable = unreadable.or(Some(why)),
+                }
                 p = ve + "</arg_value>".len();
             }
             MarkerMatch::More => return Outcome::More,
@@ -708,9 +883,9 @@ fn glm_item(src: &Input, q: usize, closers: &[&str]) -> Outcome<Block> {
                 for c in closers {
                     match src.marker(r, c) {
                         MarkerMatch::Yes(_) => {
-                            let call = ParsedCall {
-                                name,
-                                arguments: Value::Object(args),
+                            let call = match unreadable {
+                                Some(why) => ParsedCall::unreadable(name, why),
+                                None => ParsedCall::new(name, Value::Object(args)),
                             };
                             return Outcome::Ok(call_block(call, p));
                         }
@@ -751,13 +926,7 @@ fn mistral11_item(src: &Input, q: usize) -> Outcome<Block> {
     }
     let p = src.skip_ws(p);
     match json_args(src, p) {
-        Outcome::Ok((m, e)) => Outcome::Ok(call_block(
-            ParsedCall {
-                name,
-                arguments: Value::Object(m),
-            },
-            e,
-        )),
+        Outcome::Ok((m, e)) => Outcome::Ok(call_block(ParsedCall::new(name, Value::Object(m)), e)),
         Outcome::No => Outcome::No,
         Outcome::More => Outcome::More,
     }
@@ -872,10 +1041,7 @@ fn deepseek_item(src: &Input, q: usize) -> Option<ParsedCall> {
     let name = src.tools.resolve(name_raw)?;
     let p = skip_fence_open(src, json_from);
     match json_args(src, p) {
-        Outcome::Ok((m, e)) if only_tail(src, e) => Some(ParsedCall {
-            name,
-            arguments: Value::Object(m),
-        }),
+        Outcome::Ok((m, e)) if only_tail(src, e) => Some(ParsedCall::new(name, Value::Object(m))),
         _ => None,
     }
 }
@@ -948,10 +1114,9 @@ fn kimi_item(src: &Input, q: usize) -> Option<ParsedCall> {
     let name = src.tools.resolve(name_raw)?;
     let p = src.skip_ws(ap + KIMI_ARGS.len());
     match json_args(src, p) {
-        Outcome::Ok((m, e)) if src.skip_ws(e) >= src.len() => Some(ParsedCall {
-            name,
-            arguments: Value::Object(m),
-        }),
+        Outcome::Ok((m, e)) if src.skip_ws(e) >= src.len() => {
+            Some(ParsedCall::new(name, Value::Object(m)))
+        }
         _ => None,
     }
 }

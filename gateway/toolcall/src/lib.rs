@@ -37,8 +37,16 @@
 //! - **XML functions**: `<function=name>` with `<parameter=key>value</parameter>`
 //!   children (Qwen3-Coder, Seed-OSS), `<function=name>{json}</function>`
 //!   (Llama 3.1, Functionary v3.1), `<function name="...">` with
-//!   `<param name="k" type="t">v</param>` children (BFCL), inside a wrapper
-//!   or not.
+//!   `<param name="k" type="t">v</param>` children or attribute-style
+//!   `<param name="k" value="v" type="t"/>` ones (BFCL), inside a wrapper
+//!   or not; MiniMax-M2's `<minimax:tool_call><invoke name="f">` with
+//!   `<parameter name="k">v</parameter>` children (a value may hold
+//!   `</parameter>`: it ends at the closer the next parameter or
+//!   `</invoke>` follows). In every XML family a value's entities are
+//!   decoded (`S&amp;P` is `S&P`) and a CDATA section is taken as written;
+//!   a value holding its format's own item markup (a closer the model
+//!   forgot) makes the call *unreadable* ([`ParsedCall::unreadable`]): not
+//!   an argument, and the gateway tells the model so.
 //! - **Pythonic**: `[get_weather(city="Paris"), add(a=1, b=2)]` (keyword
 //!   arguments, Python literals, nested), bare or in a wrapper
 //!   (`<|python_start|>`, `<function_calls>`, `<TOOLCALL>`); inside a wrapper

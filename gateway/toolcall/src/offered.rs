@@ -21,6 +21,29 @@ pub struct ParsedCall {
     pub name: String,
     /// Always a JSON object.
     pub arguments: Value,
+    /// Why the call could not be read, when a value held the format's own
+    /// markup (a closer the model forgot, an item inside another): the
+    /// call is not run, and the model is told (its arguments are empty).
+    pub unreadable: Option<String>,
+}
+
+impl ParsedCall {
+    pub fn new(name: String, arguments: Value) -> ParsedCall {
+        ParsedCall {
+            name,
+            arguments,
+            unreadable: None,
+        }
+    }
+
+    /// A call of `name` that could not be read, and why.
+    pub fn unreadable(name: String, why: String) -> ParsedCall {
+        ParsedCall {
+            name,
+            arguments: Value::Object(serde_json::Map::new()),
+            unreadable: Some(why),
+        }
+    }
 }
 
 /// The offered tools, indexed by name.

@@ -98,7 +98,7 @@ pub(super) fn py_call(src: &Input, s: usize) -> Outcome<(ParsedCall, usize)> {
     }
     let schema = src.tools.schema(&name);
     let arguments = Value::Object(coerce::coerce_map(args, schema));
-    Outcome::Ok((ParsedCall { name, arguments }, i))
+    Outcome::Ok((ParsedCall::new(name, arguments), i))
 }
 
 /// A bracketed list of calls `[a(...), b(...)]` at `s`. Every element must

@@ -75,10 +75,7 @@ pub(super) fn check(text: &str, tools: &[OfferedTool]) -> Parsed {
 }
 
 fn call(name: &str, args: Value) -> ParsedCall {
-    ParsedCall {
-        name: name.to_string(),
-        arguments: args,
-    }
+    ParsedCall::new(name.to_string(), args)
 }
 
 #[test]
@@ -587,4 +584,90 @@ fn held_back_prefixes_are_released_when_decided() {
     );
     assert_eq!(p.push(" <tool_"), vec![]);
     assert_eq!(p.finish(), vec![StreamEvent::Content(" <tool_".into())]);
+}
+
+#[test]
+fn attribute_style_xml_params_are_their_value_attributes() {
+    let t = tools(&["get_weather"]);
+    let text = "<function name=\"get_weather\"><params><param name=\"location\" value=\"S&amp;P 500\" type=\"string\"/><param name=\"unit\" value=\"c\" type=\"string\" /></params></function>";
+    let p = check(text, &t);
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "get_weather",
+            json!({"location": "S&P 500", "unit": "c"})
+        )]
+    );
+    assert_eq!(p.content, "");
+    // A `>` inside a quoted value does not end the tag.
+    let p = check(
+        "<function name=\"get_weather\"><params><param name=\"location\" value=\"a > b\"/></params></function>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("get_weather", json!({"location": "a > b"}))]
+    );
+}
+
+#[test]
+fn xml_values_have_their_entities_decoded_and_cdata_kept_as_written() {
+    let t = tools(&["run"]);
+    let text = "<tool_call>\n<function=run>\n<parameter=code>\nif a &lt; b &amp;&amp; c: pass\n</parameter>\n<parameter=raw><![CDATA[x &amp; <y>]]></parameter>\n</function>\n</tool_call>";
+    let p = check(text, &t);
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "run",
+            json!({"code": "if a < b && c: pass", "raw": "x &amp; <y>"})
+        )]
+    );
+    let glm = check(
+        "<tool_call>run\n<arg_key>code</arg_key>\n<arg_value>1 &gt; 0</arg_value>\n</tool_call>",
+        &t,
+    );
+    assert_eq!(glm.calls, vec![call("run", json!({"code": "1 > 0"}))]);
+}
+
+#[test]
+fn a_value_holding_its_format_s_markup_is_an_unreadable_call_not_an_argument() {
+    let t = tools(&["f"]);
+    for text in [
+        // A `</param>` forgotten: the next item would be the value.
+        "<function name=\"f\"><param name=\"a\">1<param name=\"b\">2</param></function>",
+        // GLM: a value closer forgotten.
+        "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1 <arg_key>b</arg_key></arg_value>\n</tool_call>",
+        // MiniMax: a parameter inside another.
+        "<minimax:tool_call><invoke name=\"f\"><parameter name=\"a\">1 <parameter name=\"b\">2</parameter></invoke></minimax:tool_call>",
+    ] {
+        let p = check(text, &t);
+        assert_eq!(p.calls.len(), 1, "{text}");
+        let c = &p.calls[0];
+        assert_eq!(c.name, "f");
+        assert_eq!(c.arguments, json!({}), "{text}");
+        assert!(
+            c.unreadable
+                .as_deref()
+                .is_some_and(|w| w.contains("markup")),
+            "{text}: {c:?}"
+        );
+    }
+}
+
+#[test]
+fn minimax_invoke_items_and_a_parameter_closer_inside_a_value() {
+    let t = tools(&["get_weather", "write_file"]);
+    let text = "Checking.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n</invoke>\n<invoke name=\"write_file\">\n<parameter name=\"content\"><parameter>x</parameter> in XML</parameter>\n<parameter name=\"path\">a.xml</parameter>\n</invoke>\n</minimax:tool_call>";
+    let p = check(text, &t);
+    assert_eq!(
+        p.calls,
+        vec![
+            call("get_weather", json!({"city": "Paris"})),
+            call(
+                "write_file",
+                json!({"content": "<parameter>x</parameter> in XML", "path": "a.xml"})
+            ),
+        ]
+    );
+    assert_eq!(p.content, "Checking.");
 }

@@ -92,9 +92,11 @@ fn load() -> Option<Vec<Sample>> {
         let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("line {}: {e}", i + 1));
         let expected = v["expected_calls"].as_array().map(|a| {
             a.iter()
-                .map(|c| ParsedCall {
-                    name: c["name"].as_str().unwrap_or("").to_string(),
-                    arguments: c["arguments"].clone(),
+                .map(|c| {
+                    ParsedCall::new(
+                        c["name"].as_str().unwrap_or("").to_string(),
+                        c["arguments"].clone(),
+                    )
                 })
                 .collect()
         });

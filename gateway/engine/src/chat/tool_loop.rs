@@ -468,13 +468,16 @@ impl Run {
             .chain(deferred)
             .map(DeferredTools::name_of)
             .collect();
+        // A call that could not be read is the loop's to answer, whoever's
+        // tool it names: the model is told and writes it again.
+        let unreadable = turn.calls.iter().any(|c| c.unreadable.is_some());
         let client: Vec<Call> = turn
             .calls
             .iter()
             .filter(|c| client_names.contains(c.name.as_str()))
             .cloned()
             .collect();
-        if !client.is_empty() {
+        if !client.is_empty() && !unreadable {
             return Next::ClientCalls(client);
         }
         // After the last call, gateway calls are not run.
@@ -509,6 +512,32 @@ impl Run {
             } else {
                 serde_json::from_str::<Value>(&c.arguments)
             };
+            if let Some(why) = &c.unreadable {
+                parsed.push(Err(ToolResult::failure(
+                    ToolError::InvalidArguments(vec![crate::tool::ArgError {
+                        path: "/".into(),
+                        rule: "markup".into(),
+                        message: format!("the call could not be read: {why}"),
+                    }]),
+                    Instant::now(),
+                )));
+                continue;
+            }
+            // A client's call in a turn with one that could not be read:
+            // not made, so that the turn is written again whole.
+            if !self.l.gateway_tools.contains(&c.name)
+                && !self.is_deferred_search(&c.name)
+                && calls.iter().any(|o| o.unreadable.is_some())
+            {
+                parsed.push(Err(ToolResult::failure(
+                    ToolError::Failed(
+                        "not made: another call of this turn could not be read; make both again"
+                            .into(),
+                    ),
+                    Instant::now(),
+                )));
+                continue;
+            }
             parsed.push(match args {
                 Ok(arguments)
                     if self.l.gateway_tools.contains(&c.name)
@@ -950,6 +979,7 @@ fn merge_call_deltas(calls: &mut Vec<Call>, deltas: &[Value], max: usize) -> Res
                 id: String::new(),
                 name: String::new(),
                 arguments: String::new(),
+                unreadable: None,
             });
         }
         let p = &mut calls[idx];

@@ -335,6 +335,7 @@ mod tests {
                 id: "call_a".into(),
                 name: "calculator".into(),
                 arguments: r#"{"expression":"<b>6*7</b>"}"#.into(),
+                unreadable: None,
             }),
             Event::ToolProgress(Box::new(CallProgress {
                 call_id: "call_a".into(),
@@ -353,11 +354,13 @@ mod tests {
                 id: String::new(),
                 name: "calculator".into(),
                 arguments: "{}".into(),
+                unreadable: None,
             }),
             Event::ToolCallStarted(Call {
                 id: String::new(),
                 name: "calculator".into(),
                 arguments: "{}".into(),
+                unreadable: None,
             }),
             Event::ToolCallDone(Box::new(record("", true))),
             Event::ToolCallDone(Box::new(record("", true))),
