@@ -8,5 +8,5 @@ pub mod span;
 
 pub use diag::{ConfigErrors, Diagnostic, Severity};
 pub use format::{GatewayFile, ToolDecl, ToolFile, ToolSetFile};
-pub use load::{Fetch, RawConfig, load_dir, load_dir_with};
+pub use load::{RawConfig, load_dir};
 pub use span::Pos;

@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-use indexmap::IndexMap;
 use serde::de::DeserializeOwned;
 
 use super::diag::Diagnostic;
@@ -50,28 +49,14 @@ pub const GATEWAY_FILE: &str = "toolgate.yaml";
 pub const TOOLS_DIR: &str = "tools.d";
 pub const SETS_DIR: &str = "tool-sets";
 
-/// How a URL the configuration names (an `openapi:` spec) is read: its
-/// text, or why not. The loader does no I/O beyond the folder itself; the
-/// caller brings the network (with its own size cap and timeout).
-pub type Fetch<'a> = &'a dyn Fn(&str) -> Result<String, String>;
-
 /// Reads and parses every file of the folder. Parse errors are appended to
-/// `diags`; the files that failed are left out of the result. URLs are
-/// refused (see [`load_dir_with`]).
+/// `diags`; the files that failed are left out of the result. The
+/// `openapi:` entries of tool files are read as declarations: importing
+/// them is the catalog builder's (see [`RawConfig::add_imported`]).
 pub fn load_dir(dir: &Path, diags: &mut Vec<Diagnostic>) -> RawConfig {
-    load_dir_with(dir, &no_fetch, diags)
-}
-
-/// The fetch of a loader that reads no URLs.
-fn no_fetch(_: &str) -> Result<String, String> {
-    Err("this loader fetches no URLs".to_owned())
-}
-
-/// [`load_dir`], reading URLs with `fetch`.
-pub fn load_dir_with(dir: &Path, fetch: Fetch<'_>, diags: &mut Vec<Diagnostic>) -> RawConfig {
     let gateway_path = dir.join(GATEWAY_FILE);
     let gateway = if gateway_path.exists() {
-        parse_file(dir, fetch, &gateway_path, diags)
+        parse_file(dir, &gateway_path, diags)
     } else {
         None
     }
@@ -84,11 +69,11 @@ pub fn load_dir_with(dir: &Path, fetch: Fetch<'_>, diags: &mut Vec<Diagnostic>) 
     let tool_count = tool_paths.len();
     let tool_files: Vec<Loaded<RawToolFile>> = tool_paths
         .into_iter()
-        .filter_map(|p| parse_file(dir, fetch, &p, diags))
+        .filter_map(|p| parse_file(dir, &p, diags))
         .collect();
     let set_files = yaml_files(dir, SETS_DIR, diags)
         .into_iter()
-        .filter_map(|p| parse_file(dir, fetch, &p, diags))
+        .filter_map(|p| parse_file(dir, &p, diags))
         .collect();
     RawConfig {
         dir: dir.to_owned(),
@@ -139,7 +124,6 @@ fn display_path(dir: &Path, path: &Path) -> String {
 
 fn parse_file<T: FromYaml>(
     dir: &Path,
-    fetch: Fetch<'_>,
     path: &Path,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Loaded<T>> {
@@ -156,23 +140,12 @@ fn parse_file<T: FromYaml>(
             return None;
         }
     };
-    parse_text_with(dir, fetch, &file, &text, diags)
+    parse_text(&file, &text, diags)
 }
 
 /// Parses one file's text: YAML syntax first, then the typed form, so that
 /// type errors carry the exact path and position of the offending value.
 pub fn parse_text<T: FromYaml>(
-    dir: &Path,
-    file: &str,
-    text: &str,
-    diags: &mut Vec<Diagnostic>,
-) -> Option<Loaded<T>> {
-    parse_text_with(dir, &no_fetch, file, text, diags)
-}
-
-fn parse_text_with<T: FromYaml>(
-    dir: &Path,
-    fetch: Fetch<'_>,
     file: &str,
     text: &str,
     diags: &mut Vec<Diagnostic>,
@@ -203,8 +176,6 @@ fn parse_text_with<T: FromYaml>(
         }
     };
     let mut ctx = Ctx {
-        dir,
-        fetch,
         file,
         spans: SpanIndex::new(text),
         diags,
@@ -219,10 +190,6 @@ fn parse_text_with<T: FromYaml>(
 
 /// What a typed conversion needs to report errors.
 pub struct Ctx<'a> {
-    /// The configuration folder (paths in files are relative to it).
-    dir: &'a Path,
-    /// How URLs are read.
-    fetch: Fetch<'a>,
     file: &'a str,
     spans: SpanIndex,
     diags: &'a mut Vec<Diagnostic>,
@@ -284,7 +251,7 @@ impl FromYaml for RawToolFile {
     fn from_yaml(value: serde_yaml::Value, ctx: &mut Ctx<'_>) -> Option<Self> {
         let outer: ToolFile<serde_yaml::Value, serde_yaml::Value, serde_yaml::Value> =
             ctx.typed(value, "")?;
-        let mut tools: Vec<Option<ToolDecl>> = outer
+        let tools: Vec<Option<ToolDecl>> = outer
             .tools
             .into_iter()
             .enumerate()
@@ -296,19 +263,14 @@ impl FromYaml for RawToolFile {
             .enumerate()
             .map(|(i, v)| ctx.typed(v, &format!("mcp_servers[{i}]")))
             .collect();
-        let mut env = outer.env;
         let openapi = outer
             .openapi
             .into_iter()
             .enumerate()
-            .map(|(j, v)| {
-                let decl: OpenApiDecl = ctx.typed(v, &format!("openapi[{j}]"))?;
-                import_openapi(ctx, j, &decl, &mut tools, &mut env);
-                Some(decl)
-            })
+            .map(|(j, v)| ctx.typed(v, &format!("openapi[{j}]")))
             .collect();
         Some(ToolFile {
-            env,
+            env: outer.env,
             tools,
             mcp_servers,
             openapi,
@@ -316,83 +278,40 @@ impl FromYaml for RawToolFile {
     }
 }
 
-/// Appends the tools of the OpenAPI description `decl` (entry `j` of the
-/// file's `openapi`) to `tools`, each positioned at the entry, and declares
-/// the variables they read as `optional` unless `env` declares them.
-fn import_openapi(
-    ctx: &mut Ctx<'_>,
-    j: usize,
-    decl: &OpenApiDecl,
-    tools: &mut Vec<Option<ToolDecl>>,
-    env: &mut IndexMap<String, EnvNeed>,
-) {
-    let at = format!("openapi[{j}]");
-    let options = toolgate_openapi::Options {
-        include: decl.include.clone(),
-        exclude: decl.exclude.clone(),
-        prefix: decl.prefix.clone(),
-        server: decl.server.clone(),
-        auth_env: decl.auth_env.clone(),
-    };
-    let is_url = decl.spec.starts_with("https://") || decl.spec.starts_with("http://");
-    let imported = if is_url {
-        (ctx.fetch)(&decl.spec).and_then(|text| {
-            toolgate_openapi::import_text(&text, &options).map_err(|e| e.to_string())
-        })
-    } else if decl.spec.contains("://") {
-        Err("only http(s) URLs and files are read".to_owned())
-    } else {
-        toolgate_openapi::import_file(&ctx.dir.join(&decl.spec), &options).map_err(|e| {
-            // Paths in the message relative to the folder, as in every
-            // other diagnostic.
-            e.to_string()
-                .replace(&format!("{}/", ctx.dir.display()), "")
-        })
-    };
-    let imported = match imported {
-        Ok(imported) => imported,
-        Err(e) => {
-            ctx.diags.push(Diagnostic::error(
-                ctx.file,
-                ctx.spans.find(&format!("{at}.spec")),
-                format!("cannot import `{}`: {e}", decl.spec),
-                "give the path of an OpenAPI 3.x or Swagger 2.0 file, relative to the configuration folder, or its http(s) URL",
-            ));
+impl RawConfig {
+    /// Adds the tool declarations imported from entry `entry` of the
+    /// `openapi:` list of tool file `file` (an index of `tool_files`):
+    /// each is read like a declared tool, positioned at the entry (so its
+    /// errors point there), and the variables they read are declared
+    /// `optional` unless the file declares them.
+    pub fn add_imported(
+        &mut self,
+        file: usize,
+        entry: usize,
+        tools: Vec<serde_yaml::Mapping>,
+        env: impl IntoIterator<Item = String>,
+        diags: &mut Vec<Diagnostic>,
+    ) {
+        let Some(loaded) = self.tool_files.get_mut(file) else {
             return;
+        };
+        for name in env {
+            loaded.value.env.entry(name).or_insert(EnvNeed::Optional);
         }
-    };
-    for (name, _) in imported.env {
-        env.entry(name).or_insert(EnvNeed::Optional);
-    }
-    if !imported.skipped.is_empty() {
-        let shown: Vec<&str> = imported
-            .skipped
-            .iter()
-            .take(3)
-            .map(String::as_str)
-            .collect();
-        ctx.diags.push(Diagnostic::warning(
-            ctx.file,
-            ctx.spans.find(&at),
-            format!(
-                "{} operations of `{}` are not tools: {}{}",
-                imported.skipped.len(),
-                decl.spec,
-                shown.join("; "),
-                if imported.skipped.len() > shown.len() {
-                    "; …"
-                } else {
-                    ""
-                }
-            ),
-            format!("`toolgate import openapi {}` lists them all", decl.spec),
-        ));
-    }
-    for tool in imported.tools {
-        let path = format!("tools[{}]", tools.len());
-        ctx.spans.alias(&path, &at);
-        let decl = ctx.typed(serde_yaml::Value::Mapping(tool.decl), &path);
-        tools.push(decl);
+        let at = format!("openapi[{entry}]");
+        let mut ctx = Ctx {
+            file: &loaded.file,
+            spans: std::mem::take(&mut loaded.spans),
+            diags,
+        };
+        for tool in tools {
+            let path = format!("tools[{}]", loaded.value.tools.len());
+            ctx.spans.alias(&path, &at);
+            let decl: Option<ToolDecl> = ctx.typed(serde_yaml::Value::Mapping(tool), &path);
+            self.tools_incomplete |= decl.is_none();
+            loaded.value.tools.push(decl);
+        }
+        loaded.spans = ctx.spans;
     }
 }
 

@@ -60,7 +60,6 @@ pub fn otlp_settings(dir: &Path) -> Option<OtlpDecl> {
     let declared = file
         .and_then(|text| {
             toolgate_config::load::parse_text::<GatewayFile>(
-                dir,
                 "toolgate.yaml",
                 &text,
                 &mut Vec::new(),

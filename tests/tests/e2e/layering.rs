@@ -17,8 +17,14 @@ use toolgate_tests::repo_root;
 /// The layers, lowest first: a crate may depend on crates of lower layers
 /// only (dev-dependencies aside).
 const LAYERS: &[&[&str]] = &[
-    &["toolgate-toolcall", "toolgate-openapi", "tool-macros"],
-    &["toolgate-config"],
+    // Pure: configuration knows only its YAML (the catalog builder
+    // expands `openapi:` entries), parsers know only their input.
+    &[
+        "toolgate-toolcall",
+        "toolgate-openapi",
+        "tool-macros",
+        "toolgate-config",
+    ],
     &["toolgate"],
     &["toolgate-builtins"],
     &["toolgate-engine"],

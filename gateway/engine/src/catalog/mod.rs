@@ -14,6 +14,7 @@ mod http_tools;
 mod keys;
 mod mcp;
 mod natives;
+mod openapi;
 mod search;
 mod settings;
 mod toolset;
@@ -118,7 +119,8 @@ impl Catalog {
         natives: &[NativeTool],
     ) -> Result<Catalog, ConfigErrors> {
         let mut diags = Vec::new();
-        let raw = toolgate_config::load_dir_with(dir, &fetch::fetch, &mut diags);
+        let mut raw = toolgate_config::load_dir(dir, &mut diags);
+        openapi::expand(&mut raw, &fetch::fetch, &mut diags);
         build::build(raw, env, natives, diags)
     }
 
