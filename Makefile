@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: run setup deb cargo-deny test check lint fmt bench fuzz demo schema screenshots clean
+.PHONY: book mdbook run setup deb cargo-deny test check lint fmt bench fuzz demo schema screenshots clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -35,6 +35,7 @@ AGENTS_NODE := tests/agents/node_modules/.installed
 OPENRESPONSES_NODE := tests/openresponses/node_modules/.installed
 
 CARGO_DENY_VERSION := 0.20.2
+MDBOOK_VERSION := 0.5.4
 
 ## setup: what the tests need besides Rust: a Python venv with the official
 ## openai SDK (tests/python/requirements.txt), the MCP servers of the MCP
@@ -43,9 +44,10 @@ CARGO_DENY_VERSION := 0.20.2
 ## the real API descriptions and the Prism mock server of the OpenAPI import
 ## tests (tests/openapi/package.json), the coding agents run against the
 ## gateway (Claude Code and Codex, tests/agents/package.json), the Open
-## Responses compliance suite's runtime (tests/openresponses/package.json), cargo-deny
+## Responses compliance suite's runtime (tests/openresponses/package.json),
+## mdBook (built from crates.io once, when missing, for the docs/ book), cargo-deny
 ## (built from crates.io once, when missing) and the Debian packages of `deb`
-setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) $(OPENRESPONSES_NODE) cargo-deny deb
+setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) $(OPENRESPONSES_NODE) cargo-deny mdbook deb
 
 $(OPENAPI_NODE): tests/openapi/package.json tests/openapi/package-lock.json
 	cd tests/openapi && npm ci --no-audit --no-fund --loglevel=error
@@ -84,6 +86,14 @@ deb:
 cargo-deny:
 	@cargo-deny --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deny --version $(CARGO_DENY_VERSION)
 
+mdbook:
+	@mdbook --version 2>/dev/null | grep -q "v$(MDBOOK_VERSION)" || $(CARGO) install --locked mdbook --no-default-features --version $(MDBOOK_VERSION)
+
+## book: the reference in docs/ as a book (target/book/index.html); its
+## links are checked by tests/python/test_docs.py
+book: mdbook
+	mdbook build docs
+
 $(MCP_NODE): tests/mcp/package.json tests/mcp/package-lock.json
 	cd tests/mcp && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
@@ -101,6 +111,7 @@ $(VENV)/.installed: tests/python/requirements.txt
 ## ran and were skipped.
 test: export TOOLGATE_TESTS_REQUIRE_ALL = 1
 test: setup lint
+	mdbook build docs
 	$(CARGO) build --workspace --all-targets
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --workspace --no-fail-fast; \

@@ -36,3 +36,12 @@ def test_every_link_resolves():
 def test_the_readme_is_read_in_minutes():
     lines = (ROOT / "README.md").read_text().count("\n")
     assert lines < 250, f"the README has {lines} lines: the reference belongs in docs/"
+
+
+def test_the_book_has_every_page_of_docs():
+    # docs/ is an mdBook (`make book`; `make test` builds it): a page left
+    # out of its SUMMARY.md would be missing from the book.
+    summary = (ROOT / "docs" / "SUMMARY.md").read_text()
+    listed = set(re.findall(r"\]\(([^)]+\.md)\)", summary))
+    pages = {p for p in os.listdir(ROOT / "docs") if p.endswith(".md") and p != "SUMMARY.md"}
+    assert pages == listed, (pages - listed, listed - pages)
