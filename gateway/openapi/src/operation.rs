@@ -60,7 +60,12 @@ enum BodyKind {
     Text(String),
 }
 
-/// The tool of `operation`, or why it cannot be one.
+/// A request body: its document, schema, encoding and whether required.
+type Body = (DocId, Value, BodyKind, bool);
+
+/// The tool of `operation`, or why it cannot be one: its parameters (path,
+/// query, header and cookie ones, then the body's), then the request that
+/// sends them where the spec says, with the API's credentials.
 pub fn build(
     conv: &mut Converter<'_>,
     operation: &Operation<'_>,
@@ -68,207 +73,190 @@ pub fn build(
     description: String,
     auth: &Auth,
 ) -> Result<Mapping, String> {
-    let mut props = Map::new();
-    let mut required: Vec<String> = Vec::new();
-    let placeholders = placeholders(operation.path);
-    let mut path_args: IndexMap<String, String> = IndexMap::new();
-    let mut query: IndexMap<String, String> = IndexMap::new();
-    let mut headers: IndexMap<String, String> = IndexMap::new();
-    let mut cookies: Vec<(String, String)> = Vec::new();
-
-    // Parameters: the path item's, then the operation's (which win).
-    let mut params: IndexMap<(String, String), (DocId, Value)> = IndexMap::new();
-    let mut form_params: Vec<(DocId, Value)> = Vec::new();
-    let mut body: Option<(DocId, Value, BodyKind, bool)> = None;
-    for list in [
-        operation.item.get("parameters"),
-        operation.op.get("parameters"),
-    ] {
-        for p in list.and_then(Value::as_array).into_iter().flatten() {
-            let (doc, p) = conv.deref(operation.doc, p);
-            let (Some(n), Some(i)) = (
-                p.get("name").and_then(Value::as_str),
-                p.get("in").and_then(Value::as_str),
-            ) else {
-                continue;
-            };
-            params.insert((n.to_string(), i.to_string()), (doc, p.clone()));
-        }
-    }
-    for ((pname, location), (doc, p)) in &params {
-        let schema = match operation.dialect {
-            Dialect::OpenApi3 => p
-                .get("schema")
-                .or_else(|| {
-                    p.get("content")
-                        .and_then(Value::as_object)
-                        .and_then(|c| c.values().next())
-                        .and_then(|m| m.get("schema"))
-                })
-                .cloned()
-                .unwrap_or_else(|| json!({})),
-            Dialect::Swagger2 => swagger_param_schema(p),
-        };
-        match location.as_str() {
-            "body" => {
-                let schema = p.get("schema").cloned().unwrap_or_else(|| json!({}));
-                let required = p.get("required") == Some(&Value::Bool(true));
-                body = Some((*doc, schema, BodyKind::Json, required));
-                continue;
-            }
-            "formData" => {
-                if p.get("type").and_then(Value::as_str) == Some("file") {
-                    return Err(format!(
-                        "its form parameter `{pname}` is a file upload, which an HTTP tool cannot send"
-                    ));
-                }
-                form_params.push((*doc, p.clone()));
-                continue;
-            }
-            _ => {}
-        }
-        let Some(at) = In::parse(location) else {
-            continue;
-        };
-        // OpenAPI: these header parameters are ignored.
-        if at == In::Header
-            && ["accept", "content-type", "authorization"]
-                .contains(&pname.to_ascii_lowercase().as_str())
-        {
-            continue;
-        }
-        let mut schema = conv.convert(*doc, &schema);
-        annotate(&mut schema, p);
-        let arg = unique(&props, &ident(pname), at.word());
-        let is_required = at == In::Path || p.get("required") == Some(&Value::Bool(true));
-        let value = value_template(&arg, &schema);
-        match at {
-            In::Path => {
-                if !placeholders.contains(pname) {
-                    continue;
-                }
-                path_args.insert(pname.clone(), arg.clone());
-            }
-            In::Query => {
-                query.insert(pname.clone(), value);
-            }
-            In::Header => {
-                headers.insert(pname.clone(), value);
-            }
-            In::Cookie if !is_cookie_name(pname) => {
-                return Err(format!(
-                    "its cookie parameter {pname:?} is not a valid cookie name"
-                ));
-            }
-            In::Cookie => cookies.push((pname.clone(), arg.clone())),
-        }
-        if is_required {
-            required.push(arg.clone());
-        }
-        props.insert(arg, schema);
-    }
-    // The URL path, with a required string for a template the parameters
-    // do not declare.
-    let mut path = String::new();
-    let mut rest = operation.path;
-    while let Some(start) = rest.find('{') {
-        let Some(len) = rest[start..].find('}') else {
-            break;
-        };
-        let pname = &rest[start + 1..start + len];
-        let arg = match path_args.get(pname) {
-            Some(arg) => arg.clone(),
-            None => {
-                let arg = unique(&props, &ident(pname), "path");
-                props.insert(arg.clone(), json!({"type": "string"}));
-                required.push(arg.clone());
-                path_args.insert(pname.to_string(), arg.clone());
-                arg
-            }
-        };
-        path.push_str(&rest[..start]);
-        path.push_str(&format!("{{{{ args.{arg} }}}}"));
-        rest = &rest[start + len + 1..];
-    }
-    path.push_str(rest);
-
-    if operation.dialect == Dialect::OpenApi3
-        && let Some(request_body) = operation.op.get("requestBody")
-    {
-        let (doc, rb) = conv.deref(operation.doc, request_body);
-        let is_required = rb.get("required") == Some(&Value::Bool(true));
-        let content = rb
-            .get("content")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        let chosen = pick_media(&content);
-        match chosen {
-            Some((kind, media)) => {
-                let schema = media.get("schema").cloned().unwrap_or_else(|| json!({}));
-                body = Some((doc, schema, kind, is_required));
-            }
-            None if content.is_empty() => {}
-            None => {
-                let types: Vec<&str> = content.keys().map(String::as_str).collect();
-                if is_required {
-                    return Err(format!(
-                        "its request body ({}) cannot be sent by an HTTP tool",
-                        types.join(", ")
-                    ));
-                }
-                conv.notes.push(format!(
-                    "its optional request body ({}) is left out",
-                    types.join(", ")
-                ));
-            }
-        }
+    let mut tool = Tool::default();
+    let (form_params, mut body) = tool.parameters(conv, operation)?;
+    let path = tool.path(operation.path);
+    if let Some(b) = request_body(conv, operation)? {
+        body = Some(b);
     }
     if !form_params.is_empty() {
-        if operation
-            .consumes
-            .iter()
-            .any(|c| c.starts_with("multipart/"))
-            && !operation
-                .consumes
-                .iter()
-                .any(|c| c == "application/x-www-form-urlencoded")
-        {
-            return Err("its form body is multipart, which an HTTP tool cannot send".into());
+        body = Some(form_body(conv, operation, &form_params)?);
+    }
+    let body_decl = match body {
+        Some(body) => Some(tool.body(conv, body)?),
+        None => None,
+    };
+    tool.credentials(auth);
+    Ok(tool.into_mapping(operation, &path, body_decl, name, description))
+}
+
+/// A tool being built: its arguments and where each goes.
+#[derive(Default)]
+struct Tool {
+    props: Map<String, Value>,
+    required: Vec<String>,
+    /// Path template name → argument.
+    path_args: IndexMap<String, String>,
+    query: IndexMap<String, String>,
+    headers: IndexMap<String, String>,
+    /// Cookie name → argument.
+    cookies: Vec<(String, String)>,
+}
+
+/// The operation's parameters as the spec lists them: the path item's,
+/// then the operation's (which win), keyed by name and location.
+type Params = IndexMap<(String, String), (DocId, Value)>;
+
+/// Swagger 2.0's `formData` parameters.
+type FormParams = Vec<(DocId, Value)>;
+
+impl Tool {
+    /// The path, query, header and cookie parameters as arguments; returns
+    /// Swagger's form parameters and its `body` parameter.
+    fn parameters(
+        &mut self,
+        conv: &mut Converter<'_>,
+        operation: &Operation<'_>,
+    ) -> Result<(FormParams, Option<Body>), String> {
+        let placeholders = placeholders(operation.path);
+        let mut params: Params = IndexMap::new();
+        let mut form_params: FormParams = Vec::new();
+        let mut body = None;
+        for list in [
+            operation.item.get("parameters"),
+            operation.op.get("parameters"),
+        ] {
+            for p in list.and_then(Value::as_array).into_iter().flatten() {
+                let (doc, p) = conv.deref(operation.doc, p);
+                let (Some(n), Some(i)) = (
+                    p.get("name").and_then(Value::as_str),
+                    p.get("in").and_then(Value::as_str),
+                ) else {
+                    continue;
+                };
+                params.insert((n.to_string(), i.to_string()), (doc, p.clone()));
+            }
         }
-        let mut schema = json!({"type": "object", "properties": {}});
-        let mut req = Vec::new();
-        for (doc, p) in &form_params {
-            let Some(n) = p.get("name").and_then(Value::as_str) else {
+        for ((pname, location), (doc, p)) in &params {
+            let schema = match operation.dialect {
+                Dialect::OpenApi3 => p
+                    .get("schema")
+                    .or_else(|| {
+                        p.get("content")
+                            .and_then(Value::as_object)
+                            .and_then(|c| c.values().next())
+                            .and_then(|m| m.get("schema"))
+                    })
+                    .cloned()
+                    .unwrap_or_else(|| json!({})),
+                Dialect::Swagger2 => swagger_param_schema(p),
+            };
+            match location.as_str() {
+                "body" => {
+                    let schema = p.get("schema").cloned().unwrap_or_else(|| json!({}));
+                    let required = p.get("required") == Some(&Value::Bool(true));
+                    body = Some((*doc, schema, BodyKind::Json, required));
+                    continue;
+                }
+                "formData" => {
+                    if p.get("type").and_then(Value::as_str) == Some("file") {
+                        return Err(format!(
+                            "its form parameter `{pname}` is a file upload, which an HTTP tool cannot send"
+                        ));
+                    }
+                    form_params.push((*doc, p.clone()));
+                    continue;
+                }
+                _ => {}
+            }
+            let Some(at) = In::parse(location) else {
                 continue;
             };
-            let mut s = conv.convert(*doc, &swagger_param_schema(p));
-            annotate(&mut s, p);
-            schema["properties"][n] = s;
-            if p.get("required") == Some(&Value::Bool(true)) {
-                req.push(json!(n));
+            // OpenAPI: these header parameters are ignored.
+            if at == In::Header
+                && ["accept", "content-type", "authorization"]
+                    .contains(&pname.to_ascii_lowercase().as_str())
+            {
+                continue;
             }
+            let mut schema = conv.convert(*doc, &schema);
+            annotate(&mut schema, p);
+            let arg = unique(&self.props, &ident(pname), at.word());
+            let is_required = at == In::Path || p.get("required") == Some(&Value::Bool(true));
+            let value = value_template(&arg, &schema);
+            match at {
+                In::Path => {
+                    if !placeholders.contains(pname) {
+                        continue;
+                    }
+                    self.path_args.insert(pname.clone(), arg.clone());
+                }
+                In::Query => {
+                    self.query.insert(pname.clone(), value);
+                }
+                In::Header => {
+                    self.headers.insert(pname.clone(), value);
+                }
+                In::Cookie if !is_cookie_name(pname) => {
+                    return Err(format!(
+                        "its cookie parameter {pname:?} is not a valid cookie name"
+                    ));
+                }
+                In::Cookie => self.cookies.push((pname.clone(), arg.clone())),
+            }
+            if is_required {
+                self.required.push(arg.clone());
+            }
+            self.props.insert(arg, schema);
         }
-        if !req.is_empty() {
-            schema["required"] = Value::Array(req);
-        }
-        body = Some((operation.doc, schema, BodyKind::Form, true));
+        Ok((form_params, body))
     }
 
-    let mut body_decl: Option<Value> = None;
-    if let Some((doc, schema, kind, is_required)) = body {
+    /// The URL path as a template, with a required string for a template
+    /// the parameters do not declare.
+    fn path(&mut self, template: &str) -> String {
+        let mut path = String::new();
+        let mut rest = template;
+        while let Some(start) = rest.find('{') {
+            let Some(len) = rest[start..].find('}') else {
+                break;
+            };
+            let pname = &rest[start + 1..start + len];
+            let arg = match self.path_args.get(pname) {
+                Some(arg) => arg.clone(),
+                None => {
+                    let arg = unique(&self.props, &ident(pname), "path");
+                    self.props.insert(arg.clone(), json!({"type": "string"}));
+                    self.required.push(arg.clone());
+                    self.path_args.insert(pname.to_string(), arg.clone());
+                    arg
+                }
+            };
+            path.push_str(&rest[..start]);
+            path.push_str(&format!("{{{{ args.{arg} }}}}"));
+            rest = &rest[start + len + 1..];
+        }
+        path.push_str(rest);
+        path
+    }
+
+    /// The body's arguments (its properties, when it is an object whose
+    /// names are free; else one argument), and how the request sends them.
+    fn body(&mut self, conv: &mut Converter<'_>, body: Body) -> Result<Value, String> {
+        let (doc, schema, kind, is_required) = body;
         let mut schema = conv.convert(doc, &schema);
         if let BodyKind::Text(content_type) = &kind {
-            let arg = unique(&props, "body", "body");
+            let arg = unique(&self.props, "body", "body");
             schema = json!({"type": "string", "description": format!("The request body ({content_type}).")});
-            body_decl = Some(
+            if is_required {
+                self.required.push(arg.clone());
+            }
+            self.props.insert(arg.clone(), schema);
+            return Ok(
                 json!({"text": format!("{{{{ args.{arg} }}}}"), "content_type": content_type}),
             );
-            if is_required {
-                required.push(arg.clone());
-            }
-            props.insert(arg, schema);
-        } else if let Some(fields) = mergeable(&schema, &props) {
+        }
+        if let Some(fields) = mergeable(&schema, &self.props) {
             // The body's properties become arguments of their own.
             let body_required: Vec<&str> = schema
                 .get("required")
@@ -279,81 +267,172 @@ pub fn build(
             let mut form = String::new();
             for (field, s) in fields {
                 if is_required && body_required.contains(&field.as_str()) {
-                    required.push(field.clone());
+                    self.required.push(field.clone());
                 }
                 json_body.insert(field.clone(), json!(format!("{{{{ args.{field} }}}}")));
                 form.push_str(&format!(
                     "{{% if args.{field} is defined %}}{field}={{{{ args.{field} }}}}&{{% endif %}}"
                 ));
-                props.insert(field, s);
+                self.props.insert(field, s);
             }
-            body_decl = Some(match kind {
+            return Ok(match kind {
                 BodyKind::Form => {
                     json!({"text": form, "content_type": "application/x-www-form-urlencoded"})
                 }
                 _ => json!({"json": Value::Object(json_body)}),
             });
-        } else if matches!(kind, BodyKind::Form) {
+        }
+        if matches!(kind, BodyKind::Form) {
             return Err("its form body is not a flat object, which a form cannot send".into());
-        } else {
-            let arg = unique(&props, "body", "request");
-            if let Value::Object(m) = &mut schema
-                && !m.contains_key("description")
-            {
-                m.insert("description".into(), json!("The request body."));
-            }
-            body_decl = Some(json!({"json": format!("{{{{ args.{arg} }}}}")}));
-            if is_required {
-                required.push(arg.clone());
-            }
-            props.insert(arg, schema);
+        }
+        let arg = unique(&self.props, "body", "request");
+        if let Value::Object(m) = &mut schema
+            && !m.contains_key("description")
+        {
+            m.insert("description".into(), json!("The request body."));
+        }
+        if is_required {
+            self.required.push(arg.clone());
+        }
+        self.props.insert(arg.clone(), schema);
+        Ok(json!({"json": format!("{{{{ args.{arg} }}}}")}))
+    }
+
+    /// The API's credentials, and the cookie parameters, in the request.
+    fn credentials(&mut self, auth: &Auth) {
+        for (header, template) in &auth.headers {
+            self.headers.insert(header.clone(), template.clone());
+        }
+        for (key, template) in &auth.query {
+            self.query.insert(key.clone(), template.clone());
+        }
+        let mut cookie = String::new();
+        for (cname, template) in &auth.cookies {
+            cookie.push_str(&format!("{cname}={template}; "));
+        }
+        for (cname, arg) in &self.cookies {
+            cookie.push_str(&format!(
+                "{{% if args.{arg} is defined %}}{cname}={{{{ args.{arg} }}}}; {{% endif %}}"
+            ));
+        }
+        if !cookie.is_empty() {
+            self.headers.insert("Cookie".into(), cookie);
         }
     }
 
-    for (header, template) in &auth.headers {
-        headers.insert(header.clone(), template.clone());
+    /// The tool's declaration, as `tools.d` holds one.
+    fn into_mapping(
+        self,
+        operation: &Operation<'_>,
+        path: &str,
+        body: Option<Value>,
+        name: &str,
+        description: String,
+    ) -> Mapping {
+        let mut parameters = json!({"type": "object", "properties": Value::Object(self.props)});
+        if !self.required.is_empty() {
+            parameters["required"] = json!(self.required);
+        }
+        let mut http = Mapping::new();
+        http.insert(
+            "method".into(),
+            operation.method.to_ascii_uppercase().into(),
+        );
+        http.insert("url".into(), format!("{}{}", operation.server, path).into());
+        if !self.query.is_empty() {
+            http.insert("query".into(), to_yaml(&json!(self.query)));
+        }
+        if !self.headers.is_empty() {
+            http.insert("headers".into(), to_yaml(&json!(self.headers)));
+        }
+        if let Some(b) = body {
+            http.insert("body".into(), to_yaml(&b));
+        }
+        let mut tool = Mapping::new();
+        tool.insert("name".into(), name.into());
+        tool.insert("description".into(), description.into());
+        tool.insert("parameters".into(), to_yaml(&parameters));
+        tool.insert("http".into(), serde_yaml::Value::Mapping(http));
+        tool
     }
-    for (key, template) in &auth.query {
-        query.insert(key.clone(), template.clone());
-    }
-    let mut cookie = String::new();
-    for (cname, template) in &auth.cookies {
-        cookie.push_str(&format!("{cname}={template}; "));
-    }
-    for (cname, arg) in &cookies {
-        cookie.push_str(&format!(
-            "{{% if args.{arg} is defined %}}{cname}={{{{ args.{arg} }}}}; {{% endif %}}"
-        ));
-    }
-    if !cookie.is_empty() {
-        headers.insert("Cookie".into(), cookie);
-    }
+}
 
-    let mut parameters = json!({"type": "object", "properties": Value::Object(props)});
-    if !required.is_empty() {
-        parameters["required"] = json!(required);
+/// OpenAPI 3's `requestBody`, in the first media type an HTTP tool can
+/// send; an optional body it cannot send is left out (with a note).
+fn request_body(
+    conv: &mut Converter<'_>,
+    operation: &Operation<'_>,
+) -> Result<Option<Body>, String> {
+    if operation.dialect != Dialect::OpenApi3 {
+        return Ok(None);
     }
-    let mut http = Mapping::new();
-    http.insert(
-        "method".into(),
-        operation.method.to_ascii_uppercase().into(),
-    );
-    http.insert("url".into(), format!("{}{}", operation.server, path).into());
-    if !query.is_empty() {
-        http.insert("query".into(), to_yaml(&json!(query)));
+    let Some(request_body) = operation.op.get("requestBody") else {
+        return Ok(None);
+    };
+    let (doc, rb) = conv.deref(operation.doc, request_body);
+    let is_required = rb.get("required") == Some(&Value::Bool(true));
+    let content = rb
+        .get("content")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    match pick_media(&content) {
+        Some((kind, media)) => {
+            let schema = media.get("schema").cloned().unwrap_or_else(|| json!({}));
+            Ok(Some((doc, schema, kind, is_required)))
+        }
+        None if content.is_empty() => Ok(None),
+        None => {
+            let types: Vec<&str> = content.keys().map(String::as_str).collect();
+            if is_required {
+                return Err(format!(
+                    "its request body ({}) cannot be sent by an HTTP tool",
+                    types.join(", ")
+                ));
+            }
+            conv.notes.push(format!(
+                "its optional request body ({}) is left out",
+                types.join(", ")
+            ));
+            Ok(None)
+        }
     }
-    if !headers.is_empty() {
-        http.insert("headers".into(), to_yaml(&json!(headers)));
+}
+
+/// Swagger 2.0's `formData` parameters as one form body.
+fn form_body(
+    conv: &mut Converter<'_>,
+    operation: &Operation<'_>,
+    form_params: &[(DocId, Value)],
+) -> Result<Body, String> {
+    if operation
+        .consumes
+        .iter()
+        .any(|c| c.starts_with("multipart/"))
+        && !operation
+            .consumes
+            .iter()
+            .any(|c| c == "application/x-www-form-urlencoded")
+    {
+        return Err("its form body is multipart, which an HTTP tool cannot send".into());
     }
-    if let Some(b) = body_decl {
-        http.insert("body".into(), to_yaml(&b));
+    let mut schema = json!({"type": "object", "properties": {}});
+    let mut req = Vec::new();
+    for (doc, p) in form_params {
+        let Some(n) = p.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let mut s = conv.convert(*doc, &swagger_param_schema(p));
+        annotate(&mut s, p);
+        schema["properties"][n] = s;
+        if p.get("required") == Some(&Value::Bool(true)) {
+            req.push(json!(n));
+        }
     }
-    let mut tool = Mapping::new();
-    tool.insert("name".into(), name.into());
-    tool.insert("description".into(), description.into());
-    tool.insert("parameters".into(), to_yaml(&parameters));
-    tool.insert("http".into(), serde_yaml::Value::Mapping(http));
-    Ok(tool)
+    if !req.is_empty() {
+        schema["required"] = Value::Array(req);
+    }
+    Ok((operation.doc, schema, BodyKind::Form, true))
 }
 
 /// `value` as YAML, each object's keys in a reading order: `type`,

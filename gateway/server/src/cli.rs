@@ -221,150 +221,31 @@ pub fn main_with(tools: Vec<NativeTool>) -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let dir = &cli.config;
     match cli.command {
-        Command::Check { connect: false } => Ok(check(&cli.config)),
-        Command::Check { connect: true } => Ok(check_connect(&cli.config).await),
-        Command::Import(Import::Openapi {
-            spec,
-            include,
-            exclude,
-            prefix,
-            server,
-            auth_env,
-            out,
-        }) => {
-            let options = toolgate_openapi::Options {
-                include,
-                exclude,
-                prefix,
-                server,
-                auth_env,
-            };
-            let imported = toolgate_openapi::import_file(&spec, &options)?;
-            let yaml = toolgate_openapi::to_yaml(&imported, &spec.display().to_string())?;
-            match &out {
-                Some(path) => std::fs::write(path, &yaml)
-                    .with_context(|| format!("cannot write {}", path.display()))?,
-                None => print!("{yaml}"),
-            }
-            eprintln!(
-                "{} tools from {} operations{}{}",
-                imported.tools.len(),
-                imported.operations,
-                if imported.skipped.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; {} not imported (listed in the header)",
-                        imported.skipped.len()
-                    )
-                },
-                if imported.env.is_empty() {
-                    String::new()
-                } else {
-                    let names: Vec<&str> = imported.env.iter().map(|(n, _)| n.as_str()).collect();
-                    format!("; credentials from {}", names.join(", "))
-                },
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Schema { kind } => {
-            let mut all = json_schemas();
-            let value = match kind {
-                SchemaKind::All => serde_json::to_value(&all)?,
-                SchemaKind::Gateway => all.remove("toolgate.yaml").unwrap_or_default(),
-                SchemaKind::Tools => all.remove("tools.d/*.yaml").unwrap_or_default(),
-                SchemaKind::ToolSet => all.remove("tool-sets/*.yaml").unwrap_or_default(),
-            };
-            println!("{}", serde_json::to_string_pretty(&value)?);
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Check { connect: false } => Ok(check(dir)),
+        Command::Check { connect: true } => Ok(check_connect(dir).await),
+        Command::Import(import) => import_openapi(import),
+        Command::Schema { kind } => print_schema(kind),
         Command::Tools { tool_set } => {
-            let catalog = load(&cli.config)?;
+            let catalog = load(dir)?;
             catalog.mcp().start().await;
             let listed = list_tools(&catalog, tool_set.as_deref());
             catalog.mcp().shutdown().await;
             listed
         }
-        Command::Call { name, args } => {
-            let catalog = load(&cli.config)?;
-            catalog.mcp().start().await;
-            let arguments: serde_json::Value =
-                serde_json::from_str(&args).context("--args is not valid JSON")?;
-            let executor = Executor::new(http_client()?);
-            let result = executor
-                .run(
-                    &catalog,
-                    &ToolCall {
-                        id: "cli".into(),
-                        name,
-                        arguments,
-                    },
-                    &CallContext::new(),
-                )
-                .await;
-            catalog.mcp().shutdown().await;
-            match (&result.data, &result.error) {
-                (_, Some(e)) => {
-                    eprintln!("error ({}): {e}", e.code());
-                    Ok(ExitCode::FAILURE)
-                }
-                (Some(serde_json::Value::String(s)), None) => {
-                    println!("{s}");
-                    Ok(ExitCode::SUCCESS)
-                }
-                (data, None) => {
-                    println!("{}", serde_json::to_string_pretty(data)?);
-                    Ok(ExitCode::SUCCESS)
-                }
-            }
-        }
+        Command::Call { name, args } => call_tool(dir, name, &args).await,
         Command::Mcp {
             action: Some(McpAction::Login { server }),
             ..
-        } => {
-            let catalog = load(&cli.config)?;
-            let (url, oauth) = catalog
-                .mcp()
-                .oauth_of(&server)
-                .map_err(anyhow::Error::msg)?;
-            let saved = toolgate_engine::tool::mcp::oauth::login(&url, &oauth, |at| {
-                println!("Open this URL to authorize toolgate at `{server}`:\n\n  {at}\n");
-                println!("Waiting for the redirect (5 minutes)...");
-            })
-            .await
-            .map_err(anyhow::Error::msg)?;
-            println!("Authorized: the token is kept in {}", saved.display());
-            Ok(ExitCode::SUCCESS)
-        }
+        } => mcp_login(dir, &server).await,
         Command::Mcp {
             action: None,
             tool_set,
             discovery,
-        } => {
-            let catalog = load(&cli.config)?;
-            let Some(set) = tool_set.or_else(|| catalog.default_set().map(|s| s.name.clone()))
-            else {
-                anyhow::bail!(
-                    "the configuration has no default tool set: name one with --tool-set"
-                );
-            };
-            let loader: crate::reload::Loader = Arc::new(|dir: &Path| load_catalog(dir));
-            crate::server::stdio(
-                catalog,
-                set,
-                discovery.map(DiscoveryArg::into_config),
-                crate::server::Options {
-                    dir: cli.config.clone(),
-                    loader,
-                    signals: false,
-                },
-            )
-            .await?;
-            Ok(ExitCode::SUCCESS)
-        }
+        } => serve_mcp_stdio(dir, tool_set, discovery).await,
         Command::Serve { listen } => {
-            let catalog = load(&cli.config)?;
+            let catalog = load(dir)?;
             let addr = match listen {
                 Some(a) => a,
                 None => catalog
@@ -375,10 +256,141 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .parse()
                     .context("invalid listen address")?,
             };
-            serve(catalog, addr, &cli.config).await?;
+            serve(catalog, addr, dir).await?;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `toolgate import openapi`: the tools file of a description, written or
+/// printed, with a summary on stderr.
+fn import_openapi(import: Import) -> anyhow::Result<ExitCode> {
+    let Import::Openapi {
+        spec,
+        include,
+        exclude,
+        prefix,
+        server,
+        auth_env,
+        out,
+    } = import;
+    let options = toolgate_openapi::Options {
+        include,
+        exclude,
+        prefix,
+        server,
+        auth_env,
+    };
+    let imported = toolgate_openapi::import_file(&spec, &options)?;
+    let yaml = toolgate_openapi::to_yaml(&imported, &spec.display().to_string())?;
+    match &out {
+        Some(path) => std::fs::write(path, &yaml)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{yaml}"),
+    }
+    let skipped = if imported.skipped.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; {} not imported (listed in the header)",
+            imported.skipped.len()
+        )
+    };
+    let credentials = if imported.env.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = imported.env.iter().map(|(n, _)| n.as_str()).collect();
+        format!("; credentials from {}", names.join(", "))
+    };
+    eprintln!(
+        "{} tools from {} operations{skipped}{credentials}",
+        imported.tools.len(),
+        imported.operations,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolgate schema`: the JSON Schemas of the configuration files.
+fn print_schema(kind: SchemaKind) -> anyhow::Result<ExitCode> {
+    let mut all = json_schemas();
+    let value = match kind {
+        SchemaKind::All => serde_json::to_value(&all)?,
+        SchemaKind::Gateway => all.remove("toolgate.yaml").unwrap_or_default(),
+        SchemaKind::Tools => all.remove("tools.d/*.yaml").unwrap_or_default(),
+        SchemaKind::ToolSet => all.remove("tool-sets/*.yaml").unwrap_or_default(),
+    };
+    println!("{}", serde_json::to_string_pretty(&value)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolgate call`: one tool run without the server, its result printed.
+async fn call_tool(dir: &Path, name: String, args: &str) -> anyhow::Result<ExitCode> {
+    let catalog = load(dir)?;
+    catalog.mcp().start().await;
+    let arguments: serde_json::Value =
+        serde_json::from_str(args).context("--args is not valid JSON")?;
+    let executor = Executor::new(http_client()?);
+    let call = ToolCall {
+        id: "cli".into(),
+        name,
+        arguments,
+    };
+    let result = executor.run(&catalog, &call, &CallContext::new()).await;
+    catalog.mcp().shutdown().await;
+    match (&result.data, &result.error) {
+        (_, Some(e)) => {
+            eprintln!("error ({}): {e}", e.code());
+            Ok(ExitCode::FAILURE)
+        }
+        (Some(serde_json::Value::String(s)), None) => {
+            println!("{s}");
+            Ok(ExitCode::SUCCESS)
+        }
+        (data, None) => {
+            println!("{}", serde_json::to_string_pretty(data)?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `toolgate mcp login`: an MCP server's OAuth authorization, its token
+/// kept for the gateway.
+async fn mcp_login(dir: &Path, server: &str) -> anyhow::Result<ExitCode> {
+    let catalog = load(dir)?;
+    let (url, oauth) = catalog.mcp().oauth_of(server).map_err(anyhow::Error::msg)?;
+    let saved = toolgate_engine::tool::mcp::oauth::login(&url, &oauth, |at| {
+        println!("Open this URL to authorize toolgate at `{server}`:\n\n  {at}\n");
+        println!("Waiting for the redirect (5 minutes)...");
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    println!("Authorized: the token is kept in {}", saved.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `toolgate mcp`: one tool set as an MCP server on stdin/stdout.
+async fn serve_mcp_stdio(
+    dir: &Path,
+    tool_set: Option<String>,
+    discovery: Option<DiscoveryArg>,
+) -> anyhow::Result<ExitCode> {
+    let catalog = load(dir)?;
+    let Some(set) = tool_set.or_else(|| catalog.default_set().map(|s| s.name.clone())) else {
+        anyhow::bail!("the configuration has no default tool set: name one with --tool-set");
+    };
+    let loader: crate::reload::Loader = Arc::new(|dir: &Path| load_catalog(dir));
+    crate::server::stdio(
+        catalog,
+        set,
+        discovery.map(DiscoveryArg::into_config),
+        crate::server::Options {
+            dir: dir.to_path_buf(),
+            loader,
+            signals: false,
+        },
+    )
+    .await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Loads the catalog, printing every diagnostic on failure and warnings on

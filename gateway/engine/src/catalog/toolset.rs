@@ -79,65 +79,13 @@ pub fn resolve(
     mcp: &dyn Fn(&str) -> Vec<String>,
     diags: &mut Vec<Diagnostic>,
 ) -> IndexMap<String, ToolSet> {
-    // First pass: each set's own entries, and its place.
-    let mut by_name: HashMap<&str, usize> = HashMap::new();
-    let mut own: Vec<Option<IndexSet<String>>> = Vec::with_capacity(files.len());
-    let mut own_mcp: Vec<Vec<McpPattern>> = vec![Vec::new(); files.len()];
-    for (i, file) in files.iter().enumerate() {
-        let set = &file.value;
-        if !is_valid_name(&set.name) {
-            diags.push(Diagnostic::error(
-                &file.file,
-                file.pos("name"),
-                format!("tool set name {:?} is invalid", set.name),
-                "use 1-64 letters, digits, `_` or `-`",
-            ));
-            own.push(None);
-            continue;
-        }
-        if let Some(&first) = by_name.get(set.name.as_str()) {
-            let other = &files[first];
-            let p = other.pos("name");
-            diags.push(Diagnostic::error(
-                &file.file,
-                file.pos("name"),
-                format!(
-                    "tool set `{}` is also declared at {}:{}:{}",
-                    set.name, other.file, p.line, p.column
-                ),
-                "rename one of the two sets",
-            ));
-            own.push(None);
-            continue;
-        }
-        by_name.insert(&set.name, i);
-        let (names, patterns) = expand_entries(file, declared, complete, mcp, diags);
-        own.push(Some(names));
-        own_mcp[i] = patterns;
-    }
-
-    // Includes must name sets.
-    for (i, file) in files.iter().enumerate() {
-        if own[i].is_none() {
-            continue;
-        }
-        for (j, inc) in file.value.include.iter().enumerate() {
-            if !by_name.contains_key(inc.as_str()) {
-                diags.push(Diagnostic::error(
-                    &file.file,
-                    file.pos(&format!("include[{j}]")),
-                    format!("included tool set `{inc}` does not exist"),
-                    format!("name one of: {}", sorted_names(&by_name)),
-                ));
-            }
-        }
-    }
-
-    // Second pass: follow includes depth first, reporting cycles once.
+    let own = Own::of(files, declared, complete, mcp, diags);
+    own.check_includes(files, diags);
+    // Follow includes depth first, reporting cycles once.
     let mut out = IndexMap::new();
     let mut reported_cycles: HashSet<Vec<usize>> = HashSet::new();
     for (i, file) in files.iter().enumerate() {
-        if own[i].is_none() {
+        if own.names[i].is_none() {
             continue;
         }
         let mut tools = IndexSet::new();
@@ -145,91 +93,181 @@ pub fn resolve(
         collect(
             i,
             files,
-            &own,
-            &by_name,
+            &own.names,
+            &own.by_name,
             &mut stack,
             &mut tools,
             &mut |cycle| {
                 let mut key = cycle.to_vec();
                 key.sort_unstable();
                 if reported_cycles.insert(key) {
-                    let names: Vec<&str> = cycle
-                        .iter()
-                        .map(|&k| files[k].value.name.as_str())
-                        .collect();
-                    let start = &files[cycle[0]];
-                    diags.push(Diagnostic::error(
-                        &start.file,
-                        start.pos("include"),
-                        format!(
-                            "tool sets include each other in a cycle: {} -> {}",
-                            names.join(" -> "),
-                            names[0]
-                        ),
-                        "remove one of the includes",
-                    ));
+                    diags.push(cycle_error(files, cycle));
                 }
             },
         );
-        let (usable_tools, unusable): (Vec<String>, Vec<String>) =
-            tools.into_iter().partition(|t| usable(t));
-        if usable_tools
-            .iter()
-            .chain(&unusable)
-            .any(|t| t == discovery::FIND_TOOLS)
-        {
-            diags.push(Diagnostic::error(
-                &file.file,
-                file.pos("tools"),
-                format!(
-                    "tool set `{}` has a tool named `{}`, the name of every set's tool search",
-                    file.value.name,
-                    discovery::FIND_TOOLS
-                ),
-                "rename that tool",
-            ));
-        }
-        let Some(discovery) = resolve_discovery(file, diags) else {
-            continue;
-        };
-        let search_tool =
-            match discovery::search_tool(&file.value.name, file.value.description.as_deref()) {
-                Ok(t) => Arc::new(t),
-                Err(e) => {
-                    diags.push(Diagnostic::error(
-                        &file.file,
-                        file.pos("name"),
-                        format!("the set's find_tools cannot be built: {e}"),
-                        "report this as a bug",
-                    ));
-                    continue;
-                }
-            };
         let mut patterns = Vec::new();
         collect_mcp(
             i,
             files,
-            &own_mcp,
-            &by_name,
+            &own.mcp,
+            &own.by_name,
             &mut HashSet::new(),
             &mut patterns,
         );
-        out.insert(
-            file.value.name.clone(),
-            ToolSet {
-                name: file.value.name.clone(),
-                description: file.value.description.clone(),
-                tools: usable_tools,
-                unavailable: unusable,
-                origin: file.file.clone(),
-                mcp: patterns,
-                discovery,
-                search_tool,
-                index: Arc::default(),
-            },
-        );
+        if let Some(set) = tool_set(file, tools, patterns, usable, diags) {
+            out.insert(file.value.name.clone(), set);
+        }
     }
     out
+}
+
+/// Each set's own entries (before includes), by its place in `files`;
+/// `None` for a set that is invalid or declared twice.
+struct Own<'a> {
+    by_name: HashMap<&'a str, usize>,
+    names: Vec<Option<IndexSet<String>>>,
+    mcp: Vec<Vec<McpPattern>>,
+}
+
+impl<'a> Own<'a> {
+    fn of(
+        files: &'a [Loaded<ToolSetFile>],
+        declared: &[String],
+        complete: bool,
+        mcp: &dyn Fn(&str) -> Vec<String>,
+        diags: &mut Vec<Diagnostic>,
+    ) -> Own<'a> {
+        let mut own = Own {
+            by_name: HashMap::new(),
+            names: Vec::with_capacity(files.len()),
+            mcp: vec![Vec::new(); files.len()],
+        };
+        for (i, file) in files.iter().enumerate() {
+            let set = &file.value;
+            if !is_valid_name(&set.name) {
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    file.pos("name"),
+                    format!("tool set name {:?} is invalid", set.name),
+                    "use 1-64 letters, digits, `_` or `-`",
+                ));
+                own.names.push(None);
+                continue;
+            }
+            if let Some(&first) = own.by_name.get(set.name.as_str()) {
+                let other = &files[first];
+                let p = other.pos("name");
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    file.pos("name"),
+                    format!(
+                        "tool set `{}` is also declared at {}:{}:{}",
+                        set.name, other.file, p.line, p.column
+                    ),
+                    "rename one of the two sets",
+                ));
+                own.names.push(None);
+                continue;
+            }
+            own.by_name.insert(&set.name, i);
+            let (names, patterns) = expand_entries(file, declared, complete, mcp, diags);
+            own.names.push(Some(names));
+            own.mcp[i] = patterns;
+        }
+        own
+    }
+
+    /// Includes must name sets.
+    fn check_includes(&self, files: &[Loaded<ToolSetFile>], diags: &mut Vec<Diagnostic>) {
+        for (i, file) in files.iter().enumerate() {
+            if self.names[i].is_none() {
+                continue;
+            }
+            for (j, inc) in file.value.include.iter().enumerate() {
+                if !self.by_name.contains_key(inc.as_str()) {
+                    diags.push(Diagnostic::error(
+                        &file.file,
+                        file.pos(&format!("include[{j}]")),
+                        format!("included tool set `{inc}` does not exist"),
+                        format!("name one of: {}", sorted_names(&self.by_name)),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The error for sets that include each other in `cycle`.
+fn cycle_error(files: &[Loaded<ToolSetFile>], cycle: &[usize]) -> Diagnostic {
+    let names: Vec<&str> = cycle
+        .iter()
+        .map(|&k| files[k].value.name.as_str())
+        .collect();
+    let start = &files[cycle[0]];
+    Diagnostic::error(
+        &start.file,
+        start.pos("include"),
+        format!(
+            "tool sets include each other in a cycle: {} -> {}",
+            names.join(" -> "),
+            names[0]
+        ),
+        "remove one of the includes",
+    )
+}
+
+/// The set of `file` with its `tools` (own and included) and MCP
+/// `patterns`; `None` when its discovery settings are wrong.
+fn tool_set(
+    file: &Loaded<ToolSetFile>,
+    tools: IndexSet<String>,
+    patterns: Vec<McpPattern>,
+    usable: &dyn Fn(&str) -> bool,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<ToolSet> {
+    let (usable_tools, unusable): (Vec<String>, Vec<String>) =
+        tools.into_iter().partition(|t| usable(t));
+    if usable_tools
+        .iter()
+        .chain(&unusable)
+        .any(|t| t == discovery::FIND_TOOLS)
+    {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("tools"),
+            format!(
+                "tool set `{}` has a tool named `{}`, the name of every set's tool search",
+                file.value.name,
+                discovery::FIND_TOOLS
+            ),
+            "rename that tool",
+        ));
+    }
+    let discovery = resolve_discovery(file, diags)?;
+    let search_tool =
+        match discovery::search_tool(&file.value.name, file.value.description.as_deref()) {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    file.pos("name"),
+                    format!("the set's find_tools cannot be built: {e}"),
+                    "report this as a bug",
+                ));
+                return None;
+            }
+        };
+    Some(ToolSet {
+        name: file.value.name.clone(),
+        description: file.value.description.clone(),
+        tools: usable_tools,
+        unavailable: unusable,
+        origin: file.file.clone(),
+        mcp: patterns,
+        discovery,
+        search_tool,
+        index: Arc::default(),
+    })
 }
 
 /// A set's `discovery` and `max_tools_in_prompt`, checked together.

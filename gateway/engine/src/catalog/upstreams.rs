@@ -20,174 +20,16 @@ pub(super) fn build_upstreams(
     let s = &file.value;
     let mut list: Vec<Arc<Upstream>> = Vec::new();
     if s.upstreams.is_empty() {
-        let base = env("OPENAI_BASE_URL").filter(|v| !v.is_empty());
-        let key = env("OPENAI_API_KEY").filter(|v| !v.is_empty());
-        if base.is_some() || key.is_some() {
-            let base = base.unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
-            if url::Url::parse(&base).is_err() {
-                diags.push(Diagnostic::error(
-                    &file.file,
-                    Pos { line: 1, column: 1 },
-                    format!("OPENAI_BASE_URL {base:?} is not a URL"),
-                    "set it to the server's base URL, e.g. http://127.0.0.1:8000/v1",
-                ));
-            }
-            let retry = toolgate_config::format::RetryDecl::default();
-            let timeouts = Timeouts {
-                connect: Duration::from_secs(5),
-                read: Duration::from_secs(120),
-                total: toolgate_config::format::default_total_timeout(),
-            };
-            match Upstream::new("default".into(), &base, key, timeouts, retry) {
-                Ok(u) => list.push(Arc::new(u)),
-                Err(e) => diags.push(Diagnostic::error(
-                    &file.file,
-                    Pos { line: 1, column: 1 },
-                    e,
-                    "check OPENAI_BASE_URL and the machine's TLS setup",
-                )),
-            }
-        }
+        list.extend(from_environment(file, env, diags));
     }
     let mut seen = std::collections::HashSet::new();
     for (i, u) in s.upstreams.iter().enumerate() {
-        let at = |p: &str| file.pos(&format!("upstreams[{i}]{p}"));
-        let mut ok = true;
-        if !is_valid_name(&u.name) {
-            diags.push(Diagnostic::error(
-                &file.file,
-                at(".name"),
-                format!("upstream name {:?} is invalid", u.name),
-                "use 1-64 letters, digits, `_` or `-`",
-            ));
-            ok = false;
-        } else if !seen.insert(u.name.as_str()) {
-            diags.push(Diagnostic::error(
-                &file.file,
-                at(".name"),
-                format!("upstream `{}` is declared twice", u.name),
-                "rename one of them",
-            ));
-            ok = false;
-        }
-        match url::Url::parse(&u.base_url) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
-            _ => {
-                diags.push(Diagnostic::error(
-                    &file.file,
-                    at(".base_url"),
-                    format!("base_url {:?} is not an http(s) URL", u.base_url),
-                    "write it like https://api.openai.com/v1",
-                ));
-                ok = false;
-            }
-        }
-        let key = match &u.api_key_env {
-            None => None,
-            Some(var) => {
-                match env(var).filter(|v| !v.is_empty()) {
-                    Some(k) => Some(k),
-                    None => {
-                        diags.push(Diagnostic::error(&file.file, at(".api_key_env"), format!("environment variable {var} (the API key of upstream `{}`) is not set", u.name), "set it, or remove `api_key_env` for an upstream without a key"));
-                        ok = false;
-                        None
-                    }
-                }
-            }
-        };
-        if u.retries.max_attempts == 0 {
-            diags.push(Diagnostic::error(
-                &file.file,
-                at(".retries.max_attempts"),
-                "max_attempts must be at least 1",
-                "1 means no retry",
-            ));
-            ok = false;
-        }
-        if u.timeout.is_zero() {
-            diags.push(Diagnostic::error(
-                &file.file,
-                at(".timeout"),
-                "the total timeout is zero",
-                "give the longest a model call may take, e.g. `600s`",
-            ));
-            ok = false;
-        }
-        if ok {
-            let timeouts = Timeouts {
-                connect: u.connect_timeout,
-                read: u.read_timeout,
-                total: u.timeout,
-            };
-            match Upstream::new(
-                u.name.clone(),
-                &u.base_url,
-                key,
-                timeouts,
-                u.retries.clone(),
-            ) {
-                Ok(up) => list.push(Arc::new(up)),
-                Err(e) => diags.push(Diagnostic::error(
-                    &file.file,
-                    at(""),
-                    e,
-                    "check the machine's TLS setup",
-                )),
-            }
-        }
+        let fresh = seen.insert(u.name.as_str());
+        list.extend(declared(file, i, u, fresh, env, diags));
     }
     let mut upstreams = Upstreams::new(list.clone());
     for (i, r) in s.models.iter().enumerate() {
-        let at = |p: &str| file.pos(&format!("models[{i}]{p}"));
-        let Some(up) = list.iter().find(|u| u.name == r.upstream) else {
-            let names: Vec<&str> = list.iter().map(|u| u.name.as_str()).collect();
-            diags.push(Diagnostic::error(
-                &file.file,
-                at(".upstream"),
-                format!("upstream `{}` does not exist", r.upstream),
-                format!(
-                    "name one of: {}",
-                    if names.is_empty() {
-                        "(none declared)".to_owned()
-                    } else {
-                        names.join(", ")
-                    }
-                ),
-            ));
-            continue;
-        };
-        let template = match &r.template {
-            None => None,
-            Some(path) => match std::fs::read_to_string(dir.join(path))
-                .map_err(|e| format!("cannot read {path}: {e}"))
-                .and_then(crate::prompt::PromptTemplate::new)
-            {
-                Ok(t) => Some(Arc::new(t)),
-                Err(e) => {
-                    diags.push(Diagnostic::error(
-                        &file.file,
-                        at(".template"),
-                        format!("the structured-prompt template is unusable: {e}"),
-                        "fix the file (the shipped gateway/templates/structured_prompt.jinja is a starting point)",
-                    ));
-                    continue;
-                }
-            },
-        };
-        if let Err(e) = upstreams.add_route(
-            &r.model,
-            Arc::clone(up),
-            r.upstream_model.clone(),
-            r.formatter,
-            template,
-        ) {
-            diags.push(Diagnostic::error(
-                &file.file,
-                at(".model"),
-                format!("the pattern `{}` is invalid: {e}", r.model),
-                "use `*` for any characters and `?` for one",
-            ));
-        }
+        add_route(dir, file, i, r, &list, &mut upstreams, diags);
     }
     if s.models.is_empty()
         && let Some(first) = list.first()
@@ -196,4 +38,203 @@ pub(super) fn build_upstreams(
         let _ = upstreams.add_route("*", Arc::clone(first), None, Default::default(), None);
     }
     upstreams
+}
+
+/// Without declared upstreams: `OPENAI_BASE_URL` / `OPENAI_API_KEY` make
+/// one named `default`, when either is set.
+fn from_environment(
+    file: &Loaded<toolgate_config::GatewayFile>,
+    env: &dyn Fn(&str) -> Option<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Arc<Upstream>> {
+    let base = env("OPENAI_BASE_URL").filter(|v| !v.is_empty());
+    let key = env("OPENAI_API_KEY").filter(|v| !v.is_empty());
+    if base.is_none() && key.is_none() {
+        return None;
+    }
+    let base = base.unwrap_or_else(|| "https://api.openai.com/v1".to_owned());
+    if url::Url::parse(&base).is_err() {
+        diags.push(Diagnostic::error(
+            &file.file,
+            Pos { line: 1, column: 1 },
+            format!("OPENAI_BASE_URL {base:?} is not a URL"),
+            "set it to the server's base URL, e.g. http://127.0.0.1:8000/v1",
+        ));
+    }
+    let retry = toolgate_config::format::RetryDecl::default();
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(5),
+        read: Duration::from_secs(120),
+        total: toolgate_config::format::default_total_timeout(),
+    };
+    match Upstream::new("default".into(), &base, key, timeouts, retry) {
+        Ok(u) => Some(Arc::new(u)),
+        Err(e) => {
+            diags.push(Diagnostic::error(
+                &file.file,
+                Pos { line: 1, column: 1 },
+                e,
+                "check OPENAI_BASE_URL and the machine's TLS setup",
+            ));
+            None
+        }
+    }
+}
+
+/// Upstream `i` of the file (`fresh` when no earlier one has its name), or
+/// `None` with its errors reported.
+fn declared(
+    file: &Loaded<toolgate_config::GatewayFile>,
+    i: usize,
+    u: &toolgate_config::format::UpstreamDecl,
+    fresh: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Arc<Upstream>> {
+    let at = |p: &str| file.pos(&format!("upstreams[{i}]{p}"));
+    let mut ok = true;
+    let mut error = |path: &str, message: String, hint: &str| {
+        diags.push(Diagnostic::error(&file.file, at(path), message, hint));
+        ok = false;
+    };
+    if !is_valid_name(&u.name) {
+        error(
+            ".name",
+            format!("upstream name {:?} is invalid", u.name),
+            "use 1-64 letters, digits, `_` or `-`",
+        );
+    } else if !fresh {
+        error(
+            ".name",
+            format!("upstream `{}` is declared twice", u.name),
+            "rename one of them",
+        );
+    }
+    if !url::Url::parse(&u.base_url).is_ok_and(|url| matches!(url.scheme(), "http" | "https")) {
+        error(
+            ".base_url",
+            format!("base_url {:?} is not an http(s) URL", u.base_url),
+            "write it like https://api.openai.com/v1",
+        );
+    }
+    let key = match &u.api_key_env {
+        None => None,
+        Some(var) => {
+            let key = env(var).filter(|v| !v.is_empty());
+            if key.is_none() {
+                error(
+                    ".api_key_env",
+                    format!(
+                        "environment variable {var} (the API key of upstream `{}`) is not set",
+                        u.name
+                    ),
+                    "set it, or remove `api_key_env` for an upstream without a key",
+                );
+            }
+            key
+        }
+    };
+    if u.retries.max_attempts == 0 {
+        error(
+            ".retries.max_attempts",
+            "max_attempts must be at least 1".into(),
+            "1 means no retry",
+        );
+    }
+    if u.timeout.is_zero() {
+        error(
+            ".timeout",
+            "the total timeout is zero".into(),
+            "give the longest a model call may take, e.g. `600s`",
+        );
+    }
+    if !ok {
+        return None;
+    }
+    let timeouts = Timeouts {
+        connect: u.connect_timeout,
+        read: u.read_timeout,
+        total: u.timeout,
+    };
+    match Upstream::new(
+        u.name.clone(),
+        &u.base_url,
+        key,
+        timeouts,
+        u.retries.clone(),
+    ) {
+        Ok(up) => Some(Arc::new(up)),
+        Err(e) => {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(""),
+                e,
+                "check the machine's TLS setup",
+            ));
+            None
+        }
+    }
+}
+
+/// Route `i` of `models:` (a model pattern to an upstream, with its
+/// formatter and template), added to `upstreams`, or its error reported.
+fn add_route(
+    dir: &std::path::Path,
+    file: &Loaded<toolgate_config::GatewayFile>,
+    i: usize,
+    r: &toolgate_config::format::ModelRoute,
+    list: &[Arc<Upstream>],
+    upstreams: &mut Upstreams,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let at = |p: &str| file.pos(&format!("models[{i}]{p}"));
+    let Some(up) = list.iter().find(|u| u.name == r.upstream) else {
+        let names: Vec<&str> = list.iter().map(|u| u.name.as_str()).collect();
+        diags.push(Diagnostic::error(
+            &file.file,
+            at(".upstream"),
+            format!("upstream `{}` does not exist", r.upstream),
+            format!(
+                "name one of: {}",
+                if names.is_empty() {
+                    "(none declared)".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            ),
+        ));
+        return;
+    };
+    let template = match &r.template {
+        None => None,
+        Some(path) => match std::fs::read_to_string(dir.join(path))
+            .map_err(|e| format!("cannot read {path}: {e}"))
+            .and_then(crate::prompt::PromptTemplate::new)
+        {
+            Ok(t) => Some(Arc::new(t)),
+            Err(e) => {
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    at(".template"),
+                    format!("the structured-prompt template is unusable: {e}"),
+                    "fix the file (the shipped gateway/templates/structured_prompt.jinja is a starting point)",
+                ));
+                return;
+            }
+        },
+    };
+    if let Err(e) = upstreams.add_route(
+        &r.model,
+        Arc::clone(up),
+        r.upstream_model.clone(),
+        r.formatter,
+        template,
+    ) {
+        diags.push(Diagnostic::error(
+            &file.file,
+            at(".model"),
+            format!("the pattern `{}` is invalid: {e}", r.model),
+            "use `*` for any characters and `?` for one",
+        ));
+    }
 }

@@ -600,6 +600,83 @@ fn to_chat_request(
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?;
     out.insert("model".into(), json!(model));
+    let (mut functions, deferred) = translate_tools(obj, offered, earlier, &mut notices);
+    let mut messages = Vec::new();
+    if let Some(instructions) = obj.get("instructions").and_then(Value::as_str) {
+        messages.push(json!({"role": "system", "content": instructions}));
+    }
+    messages.extend(earlier.iter().cloned());
+    match obj.get("input") {
+        Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                translate_item(item, &mut messages, &mut notices).map_err(|e| {
+                    ApiError::bad_request(format!("input[{i}]: {e}")).param("input")
+                })?;
+            }
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "`input` is required: a string or an array of items",
+            )
+            .param("input"));
+        }
+    }
+    if !earlier.is_empty() {
+        check_outputs_answer_calls(&messages)?;
+    }
+    out.insert("messages".into(), Value::Array(messages));
+    if let Some(choice) = tool_choice(obj, offered, &mut functions, &mut notices) {
+        out.insert("tool_choice".into(), choice);
+    }
+    if !functions.is_empty() {
+        out.insert("tools".into(), Value::Array(functions));
+    }
+    if let Some(effort) = obj.get("reasoning").and_then(|r| r["effort"].as_str()) {
+        out.insert("reasoning_effort".into(), json!(effort));
+    }
+    if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
+        match format["type"].as_str() {
+            Some("json_schema") => {
+                let mut schema = json!({"name": format["name"], "schema": format["schema"]});
+                if let Some(s) = format.get("strict").filter(|s| !s.is_null()) {
+                    schema["strict"] = s.clone();
+                }
+                out.insert(
+                    "response_format".into(),
+                    json!({"type": "json_schema", "json_schema": schema}),
+                );
+            }
+            Some("json_object") => {
+                out.insert("response_format".into(), json!({"type": "json_object"}));
+            }
+            _ => {}
+        }
+    }
+    Ok(Translated {
+        fields: common::chat_request(
+            obj,
+            out,
+            &[
+                ("max_output_tokens", "max_tokens"),
+                ("parallel_tool_calls", "parallel_tool_calls"),
+            ],
+        ),
+        notices,
+        deferred,
+    })
+}
+
+/// The request's tools as chat functions (namespaced ones flattened,
+/// those the input loaded included), and its deferred ones with the
+/// gateway's search over them; hosted tools are left out unless the tool
+/// set serves them.
+fn translate_tools(
+    obj: &Map<String, Value>,
+    offered: &mut Offered,
+    earlier: &[Value],
+    notices: &mut Notices,
+) -> (Vec<Value>, Option<Box<DeferredTools>>) {
     // What the input loads: tools it called or a search loaded.
     let mut loaded = Vec::new();
     if let Some(items) = obj.get("input").and_then(Value::as_array) {
@@ -710,63 +787,26 @@ fn to_chat_request(
         })),
         _ => None,
     };
-    let mut messages = Vec::new();
-    if let Some(instructions) = obj.get("instructions").and_then(Value::as_str) {
-        messages.push(json!({"role": "system", "content": instructions}));
-    }
-    messages.extend(earlier.iter().cloned());
-    match obj.get("input") {
-        Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
-        Some(Value::Array(items)) => {
-            for (i, item) in items.iter().enumerate() {
-                translate_item(item, &mut messages, &mut notices).map_err(|e| {
-                    ApiError::bad_request(format!("input[{i}]: {e}")).param("input")
-                })?;
-            }
-        }
-        _ => {
-            return Err(ApiError::bad_request(
-                "`input` is required: a string or an array of items",
-            )
-            .param("input"));
-        }
-    }
-    // Continuing a response, a tool output answers one of its calls (or
-    // of the input's): one that answers none is a mistake the model must
-    // not be shown.
-    if !earlier.is_empty() {
-        let calls: std::collections::HashSet<&str> = messages
-            .iter()
-            .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
-            .filter_map(|c| c["id"].as_str())
-            .collect();
-        if let Some(orphan) = messages
-            .iter()
-            .filter(|m| m["role"] == "tool")
-            .filter_map(|m| m["tool_call_id"].as_str())
-            .find(|id| !calls.contains(id))
-        {
-            return Err(ApiError::bad_request(format!(
-                "no tool call found for function call output with call_id `{orphan}`"
-            ))
-            .param("input"));
-        }
-    }
-    out.insert("messages".into(), Value::Array(messages));
+    (functions, deferred)
+}
+
+/// `tool_choice` as chat completions has it; `allowed_tools` also keeps
+/// `functions` to the listed ones.
+fn tool_choice(
+    obj: &Map<String, Value>,
+    offered: &Offered,
+    functions: &mut Vec<Value>,
+    notices: &mut Notices,
+) -> Option<Value> {
     match obj.get("tool_choice") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(s)) => {
-            out.insert("tool_choice".into(), json!(s));
-        }
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(json!(s)),
         Some(c) if c["type"] == "function" => {
             let name = match c["namespace"].as_str() {
                 Some(ns) => Offered::flat(ns, c["name"].as_str().unwrap_or_default()),
                 None => c["name"].as_str().unwrap_or_default().to_owned(),
             };
-            out.insert(
-                "tool_choice".into(),
-                json!({"type": "function", "function": {"name": name}}),
-            );
+            Some(json!({"type": "function", "function": {"name": name}}))
         }
         Some(c) if c["type"] == "allowed_tools" => {
             // Only the listed tools, called as `mode` says.
@@ -781,52 +821,39 @@ fn to_chat_request(
                 let (_, name) = offered.split(flat);
                 allowed.iter().any(|a| a == flat || a == name)
             });
-            let mode = c["mode"].as_str().unwrap_or("auto");
-            out.insert("tool_choice".into(), json!(mode));
+            Some(json!(c["mode"].as_str().unwrap_or("auto")))
         }
         Some(c) => {
             notices.add(format!(
                 "`tool_choice` of type `{}` names a tool this gateway does not run; `auto` instead",
                 c["type"].as_str().unwrap_or("?")
             ));
+            None
         }
     }
-    if !functions.is_empty() {
-        out.insert("tools".into(), Value::Array(functions));
+}
+
+/// Continuing a response, a tool output answers one of its calls (or of
+/// the input's): one that answers none is a mistake the model must not be
+/// shown.
+fn check_outputs_answer_calls(messages: &[Value]) -> Result<(), ApiError> {
+    let calls: std::collections::HashSet<&str> = messages
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    match messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["tool_call_id"].as_str())
+        .find(|id| !calls.contains(id))
+    {
+        Some(orphan) => Err(ApiError::bad_request(format!(
+            "no tool call found for function call output with call_id `{orphan}`"
+        ))
+        .param("input")),
+        None => Ok(()),
     }
-    if let Some(effort) = obj.get("reasoning").and_then(|r| r["effort"].as_str()) {
-        out.insert("reasoning_effort".into(), json!(effort));
-    }
-    if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
-        match format["type"].as_str() {
-            Some("json_schema") => {
-                let mut schema = json!({"name": format["name"], "schema": format["schema"]});
-                if let Some(s) = format.get("strict").filter(|s| !s.is_null()) {
-                    schema["strict"] = s.clone();
-                }
-                out.insert(
-                    "response_format".into(),
-                    json!({"type": "json_schema", "json_schema": schema}),
-                );
-            }
-            Some("json_object") => {
-                out.insert("response_format".into(), json!({"type": "json_object"}));
-            }
-            _ => {}
-        }
-    }
-    Ok(Translated {
-        fields: common::chat_request(
-            obj,
-            out,
-            &[
-                ("max_output_tokens", "max_tokens"),
-                ("parallel_tool_calls", "parallel_tool_calls"),
-            ],
-        ),
-        notices,
-        deferred,
-    })
 }
 
 /// Content parts (`input_text`, `output_text`, `input_image`,
