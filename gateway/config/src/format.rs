@@ -51,6 +51,10 @@ pub struct GatewayFile {
     /// Stopping the gateway (SIGTERM, SIGINT).
     #[serde(default)]
     pub shutdown: ShutdownDecl,
+    /// Checks on what tools return (and on what goes out to them), for
+    /// every call from every face.
+    #[serde(default)]
+    pub guards: GuardsDecl,
     /// The MCP endpoint: every tool set served as an MCP server at
     /// `/mcp/{tool_set}` (and the caller's default set at `/mcp`).
     #[serde(default)]
@@ -439,6 +443,50 @@ impl Default for ReloadDecl {
             debounce: Duration::from_millis(300),
         }
     }
+}
+
+/// `guards`: checks on every tool result before the model (or an MCP
+/// client) sees it, and on every call's arguments before they leave.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuardsDecl {
+    /// Secrets in a result (API keys and tokens of the common formats:
+    /// AWS, GitHub, Slack, OpenAI, Anthropic, Google, Stripe, private
+    /// keys): `redact` by default.
+    pub secrets: GuardAction,
+    /// Secrets in a call's arguments, going out to an API or server: `log`
+    /// by default (an agent sending the user's own token is often the
+    /// point).
+    pub secrets_in_arguments: GuardAction,
+    /// Text in a result that reads like instructions to the model ("ignore
+    /// previous instructions", a forged system turn): `mark` by default.
+    pub injection: GuardAction,
+}
+
+impl Default for GuardsDecl {
+    fn default() -> Self {
+        GuardsDecl {
+            secrets: GuardAction::Redact,
+            secrets_in_arguments: GuardAction::Log,
+            injection: GuardAction::Mark,
+        }
+    }
+}
+
+/// What a guard does with what it finds.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardAction {
+    /// The call fails with a message saying why (nothing of it is passed on).
+    Block,
+    /// Each finding is replaced by a placeholder naming its kind.
+    Redact,
+    /// The result is passed on with a note first, which the model reads.
+    Mark,
+    /// The result is passed on unchanged; the finding is logged.
+    Log,
+    /// No check.
+    Off,
 }
 
 /// `shutdown`: how the gateway stops.

@@ -77,6 +77,10 @@ pub struct ToolResult {
     /// than `limits.max_response_bytes` (then only `data` remains).
     #[serde(skip)]
     pub mcp_result: Option<Arc<Value>>,
+    /// What the guards say about the result, for the model to read first
+    /// (`guards.*: mark`).
+    #[serde(rename = "guard_notes", skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl ToolResult {
@@ -91,17 +95,23 @@ impl ToolResult {
             cached: false,
             truncated: false,
             mcp_result: None,
+            notes: Vec::new(),
         }
     }
 
-    /// The result as the text a model reads in a tool message.
+    /// The result as the text a model reads in a tool message (the guards'
+    /// notes first).
     pub fn to_model_text(&self) -> String {
-        match (&self.data, &self.error) {
+        let text = match (&self.data, &self.error) {
             (_, Some(e)) => format!("Error ({}): {e}", e.code()),
             (Some(Value::String(s)), None) => s.clone(),
             (Some(v), None) => v.to_string(),
             (None, None) => String::new(),
+        };
+        if self.notes.is_empty() {
+            return text;
         }
+        format!("[{}]\n{text}", self.notes.join("] ["))
     }
 }
 
@@ -360,9 +370,14 @@ impl Executor {
                 started,
             );
         }
-        let arguments = tool.normalize_arguments(&call.arguments);
+        let mut arguments = tool.normalize_arguments(&call.arguments);
         if let Err(errors) = tool.validate(&arguments) {
             return ToolResult::failure(ToolError::InvalidArguments(errors), started);
+        }
+        if let Err(e) =
+            crate::guards::check_arguments(&catalog.settings.guards, &call.name, &mut arguments)
+        {
+            return ToolResult::failure(e, started);
         }
         if let Err(error) = self.spend_tool_call(catalog, ctx).await {
             return ToolResult::failure(error, started);
@@ -386,7 +401,7 @@ impl Executor {
         if let (Some(cache), Some(key)) = (&tool.cache, &cache_key)
             && let Some(output) = self.cached(&tool, cache, key).await
         {
-            let mut result = self.finish_output(Ok(output), catalog, started);
+            let mut result = self.finish_output(&call.name, Ok(output), catalog, started);
             result.cached = true;
             return result;
         }
@@ -430,7 +445,7 @@ impl Executor {
                 },
             );
         }
-        self.finish_output(outcome, catalog, started)
+        self.finish_output(&call.name, outcome, catalog, started)
     }
 
     /// A cached result: this replica's, else the shared state's (not copied
@@ -483,23 +498,39 @@ impl Executor {
     /// for tools run outside the executor (sub-agents).
     pub fn finish(
         &self,
+        tool: &str,
         outcome: Result<Value, ToolError>,
         catalog: &Catalog,
         started: Instant,
     ) -> ToolResult {
-        self.finish_output(outcome.map(Output::from), catalog, started)
+        self.finish_output(tool, outcome.map(Output::from), catalog, started)
     }
 
+    /// The result of `tool`'s outcome: output capped, guards applied,
+    /// duration measured.
     fn finish_output(
         &self,
+        tool: &str,
         outcome: Result<Output, ToolError>,
         catalog: &Catalog,
         started: Instant,
     ) -> ToolResult {
         match outcome {
-            Ok(Output { data, mcp_result }) => {
-                let (data, truncated) =
+            Ok(Output {
+                data,
+                mut mcp_result,
+            }) => {
+                let (mut data, truncated) =
                     cap_output(data, catalog.settings.defaults.max_output_chars);
+                let notes = match crate::guards::check_result(
+                    &catalog.settings.guards,
+                    tool,
+                    &mut data,
+                    &mut mcp_result,
+                ) {
+                    Ok(notes) => notes,
+                    Err(e) => return ToolResult::failure(e, started),
+                };
                 ToolResult {
                     success: true,
                     data: Some(data),
@@ -509,6 +540,7 @@ impl Executor {
                     cached: false,
                     truncated,
                     mcp_result,
+                    notes,
                 }
             }
             Err(e) => ToolResult::failure(e, started),

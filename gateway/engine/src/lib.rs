@@ -24,6 +24,7 @@ pub mod conversations;
 pub mod discovery;
 pub mod executor;
 pub mod formatter;
+pub mod guards;
 pub mod jwt;
 pub mod limits;
 pub mod metrics;

@@ -35,6 +35,8 @@ pub struct Metrics {
     pub tool_duration: HistogramVec,
     /// Tool results answered from the cache, by tool.
     pub cache_hits: IntCounterVec,
+    /// Guard findings, by guard setting and action taken.
+    pub guard_findings: IntCounterVec,
     /// Model round trips per finished tool loop.
     pub loop_iterations: Histogram,
     /// Tool loops finished, by finish reason.
@@ -146,6 +148,11 @@ impl Metrics {
                 "Tool results answered from the cache, by tool.",
                 &["tool"],
             )?,
+            guard_findings: counter(
+                "toolgate_guard_findings_total",
+                "Guard findings in tool results and arguments, by guard and action.",
+                &["guard", "action"],
+            )?,
             loop_iterations,
             loops: counter(
                 "toolgate_tool_loops_total",
@@ -196,6 +203,13 @@ impl Metrics {
         if cached {
             self.cache_hits.with_label_values(&[tool]).inc();
         }
+    }
+
+    /// Records a guard's finding and what was done with it.
+    pub fn guard_finding(&self, guard: &str, action: &str) {
+        self.guard_findings
+            .with_label_values(&[guard, action])
+            .inc();
     }
 
     /// Records one finished tool loop.

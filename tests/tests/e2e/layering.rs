@@ -290,7 +290,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
                 "template",
                 "jwt",
             ],
-            &["auth", "prompt", "shared", "audit"],
+            &["auth", "prompt", "shared", "audit", "guards"],
             &["limits", "tool", "formatter", "upstream", "conversations"],
             &["discovery"],
             &["catalog"],

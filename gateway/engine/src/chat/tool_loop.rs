@@ -705,7 +705,9 @@ impl Run {
         } else {
             json!({"tools": tools})
         };
-        self.l.executor.finish(Ok(data), &self.l.catalog, started)
+        self.l
+            .executor
+            .finish(&call.name, Ok(data), &self.l.catalog, started)
     }
 
     /// After a search of the client's deferred tools: what it found is
@@ -803,7 +805,10 @@ impl Run {
                     },
                 },
             };
-            let result = self.l.executor.finish(outcome, &self.l.catalog, started);
+            let result = self
+                .l
+                .executor
+                .finish(&call.name, outcome, &self.l.catalog, started);
             self.l
                 .executor
                 .record(&self.l.catalog, call, &self.l.context, &result)

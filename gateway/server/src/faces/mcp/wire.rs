@@ -92,6 +92,19 @@ pub fn result(result: &ToolResult) -> Result<CallToolResult, serde_json::Error> 
 }
 
 fn result_json(result: &ToolResult) -> Value {
+    let mut wire = content_json(result);
+    // The guards' notes, read before the content (`guards.*: mark`).
+    if !result.notes.is_empty()
+        && let Some(content) = wire.get_mut("content").and_then(Value::as_array_mut)
+    {
+        for (i, note) in result.notes.iter().enumerate() {
+            content.insert(i, json!({"type": "text", "text": format!("[{note}]")}));
+        }
+    }
+    wire
+}
+
+fn content_json(result: &ToolResult) -> Value {
     if let Some(error) = &result.error {
         return json!({
             "resultType": "complete",
