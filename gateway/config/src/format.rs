@@ -1052,6 +1052,27 @@ pub struct McpServerDecl {
     /// is down.
     #[serde(default)]
     pub required: bool,
+    /// What happens when the server changes a tool's definition (its
+    /// description, schemas or annotations) after the gateway first saw it
+    /// (a "rug pull"): `keep_old` (default) keeps serving the definition
+    /// first seen, `disable` takes the tool out, `accept` takes the new one.
+    /// Either way the change is logged.
+    #[serde(default)]
+    pub on_change: OnChange,
+}
+
+/// What a changed MCP tool definition does (`on_change`).
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnChange {
+    /// The definition first seen stays in service.
+    #[default]
+    KeepOld,
+    /// The tool is unavailable, with the reason, until the gateway
+    /// restarts (and trusts what it sees then).
+    Disable,
+    /// The new definition is taken.
+    Accept,
 }
 
 /// How the gateway is authorized at an MCP server (OAuth 2.1, as MCP's

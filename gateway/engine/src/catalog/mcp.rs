@@ -65,6 +65,7 @@ impl McpChecker {
             startup_timeout: decl.startup_timeout.unwrap_or(DEFAULT_STARTUP_TIMEOUT),
             cache_ttl: decl.cache.as_ref().map(|c| c.ttl),
             required: decl.required,
+            on_change: decl.on_change,
             file: s.file.file.clone(),
             pos: s.at(""),
             disabled,

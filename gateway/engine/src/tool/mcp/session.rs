@@ -74,6 +74,17 @@ pub(crate) struct Server {
     owners: Mutex<Vec<Weak<Registry>>>,
     /// Its supervisor has been spawned.
     supervised: AtomicBool,
+    /// Each tool's definition as first seen (by the server's name for it):
+    /// its fingerprint and the tool made of it (`on_change`).
+    pins: Mutex<HashMap<String, Pin>>,
+}
+
+/// A tool definition the gateway trusts: the first it saw.
+struct Pin {
+    fingerprint: String,
+    tool: Result<Arc<Tool>, String>,
+    /// The fingerprint of a change already reported.
+    reported: Option<String>,
 }
 
 /// Where a server stands.
@@ -188,6 +199,7 @@ impl Server {
             stop: CancellationToken::new(),
             owners: Mutex::new(Vec::new()),
             supervised: AtomicBool::new(false),
+            pins: Mutex::new(HashMap::new()),
         }
     }
 
@@ -872,13 +884,82 @@ fn build_tools(server: &Arc<Server>, tools: Vec<rmcp::model::Tool>) -> Vec<Liste
                 )),
             ),
             Ok(name) => {
-                let tool = make_tool(server, &name, &remote, &t);
+                let tool = pinned(server, &remote, &t, make_tool(server, &name, &remote, &t));
                 (name, tool)
             }
         };
         out.push(Listed { remote, name, tool });
     }
     out
+}
+
+/// What a tool's definition is, for telling a change: its name, title,
+/// description, schemas and annotations, hashed.
+fn fingerprint(t: &rmcp::model::Tool) -> String {
+    use sha2::Digest;
+    let definition = serde_json::json!({
+        "name": t.name, "title": t.title, "description": t.description,
+        "inputSchema": t.input_schema, "outputSchema": t.output_schema,
+        "annotations": t.annotations,
+    });
+    let digest = sha2::Sha256::digest(definition.to_string().as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The tool to offer for `t` as the server lists it now: the definition
+/// first seen is pinned; a changed one is kept out, taken or ignored as
+/// `on_change` says, and reported once.
+fn pinned(
+    server: &Server,
+    remote: &str,
+    t: &rmcp::model::Tool,
+    fresh: Result<Arc<Tool>, String>,
+) -> Result<Arc<Tool>, String> {
+    use toolgate_config::format::OnChange;
+    let spec = &server.spec;
+    let now = fingerprint(t);
+    let mut pins = server.pins.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(pin) = pins.get_mut(remote) else {
+        pins.insert(
+            remote.to_owned(),
+            Pin {
+                fingerprint: now,
+                tool: fresh.clone(),
+                reported: None,
+            },
+        );
+        return fresh;
+    };
+    if pin.fingerprint == now {
+        return pin.tool.clone();
+    }
+    let first_report = pin.reported.as_deref() != Some(now.as_str());
+    pin.reported = Some(now.clone());
+    match spec.on_change {
+        OnChange::Accept => {
+            if first_report {
+                tracing::warn!(mcp_server = %spec.name, tool = remote, "MCP server `{}` changed the definition of `{remote}`; accepted (on_change: accept)", spec.name);
+            }
+            pin.fingerprint = now;
+            pin.tool = fresh.clone();
+            fresh
+        }
+        OnChange::KeepOld => {
+            if first_report {
+                tracing::warn!(mcp_server = %spec.name, tool = remote, "MCP server `{}` changed the definition of `{remote}` after the gateway first saw it; the first definition stays in service (on_change: keep_old)", spec.name);
+            }
+            pin.tool.clone()
+        }
+        OnChange::Disable => {
+            if first_report {
+                tracing::warn!(mcp_server = %spec.name, tool = remote, "MCP server `{}` changed the definition of `{remote}` after the gateway first saw it; the tool is out of service (on_change: disable)", spec.name);
+            }
+            Err(format!(
+                "MCP server `{}` changed this tool's definition (description, schemas or annotations) after the gateway first saw it; it is out of service until the gateway restarts (`on_change: disable`; `keep_old` would keep serving the first definition, `accept` would take the new one)",
+                spec.name
+            ))
+        }
+    }
 }
 
 fn make_tool(

@@ -24,6 +24,8 @@ pub struct ServerSpec {
     pub cache_ttl: Option<Duration>,
     /// The gateway is not ready while this server is down.
     pub required: bool,
+    /// What a changed tool definition does.
+    pub on_change: toolgate_config::format::OnChange,
     /// The file declaring it, and where.
     pub file: String,
     pub pos: Pos,
@@ -78,6 +80,7 @@ impl ServerSpec {
             && self.timeout == other.timeout
             && self.startup_timeout == other.startup_timeout
             && self.cache_ttl == other.cache_ttl
+            && self.on_change == other.on_change
             && self.disabled == other.disabled
     }
 }
