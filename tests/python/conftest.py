@@ -128,6 +128,12 @@ models:
     formatter: structured_prompt
   - model: "mock-*"
     upstream: mock
+policies:
+  - name: no-forbidden-words
+    tools: [lookup]
+    when: 'args.q.contains("forbidden")'
+    action: deny
+    reason: that word is not looked up here
 """
 
 TOOLS_YAML = """

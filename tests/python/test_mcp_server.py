@@ -57,6 +57,12 @@ reload:
   debounce: 50ms
 mcp:
   session_secret_env: MCP_SECRET
+policies:
+  - name: no-forbidden-words
+    tools: [lookup]
+    when: 'args.q.contains("forbidden") && caller.tool_set != "web"'
+    action: deny
+    reason: that word is not looked up here
 """
 
 MCP_YAML = """
@@ -730,3 +736,22 @@ def test_a_tool_whose_server_changes_it_after_listing_is_held(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_policy_refuses_a_call_in_one_context_and_not_another(mcp_gateway):
+    # `policies` in toolgate.yaml: `lookup` of a forbidden word is refused,
+    # except in the `web` set.
+    url, _ = mcp_gateway
+
+    async def go():
+        async with client(url + "/mcp/small") as c:
+            refused = await c.call_tool("lookup", {"q": "a forbidden word"})
+            assert refused.is_error
+            assert "refused by policy `no-forbidden-words`: that word is not looked up here" in refused.content[0].text
+            fine = await c.call_tool("lookup", {"q": "a word"})
+            assert not fine.is_error
+        async with client(url + "/mcp/web") as c:
+            allowed = await c.call_tool("lookup", {"q": "a forbidden word"})
+            assert not allowed.is_error and allowed.content[0].text == "a forbidden word"
+
+    run(go)

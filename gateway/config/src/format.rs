@@ -55,6 +55,10 @@ pub struct GatewayFile {
     /// every call from every face.
     #[serde(default)]
     pub guards: GuardsDecl,
+    /// Rules over the caller, the tool and its arguments, checked for
+    /// every call from every face (the first that matches decides).
+    #[serde(default)]
+    pub policies: Vec<PolicyDecl>,
     /// The MCP endpoint: every tool set served as an MCP server at
     /// `/mcp/{tool_set}` (and the caller's default set at `/mcp`).
     #[serde(default)]
@@ -443,6 +447,40 @@ impl Default for ReloadDecl {
             debounce: Duration::from_millis(300),
         }
     }
+}
+
+/// One rule of `policies`: when its expression holds for a call, the call
+/// is allowed or denied (the first rule that matches decides; a call no
+/// rule matches is allowed).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyDecl {
+    /// Names the rule in refusals, logs and metrics.
+    pub name: String,
+    /// The tools it applies to: names or globs (`file_*`); all when empty.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// A CEL expression over `tool` (its name), `args` (the arguments, a
+    /// map) and `caller` (`key`: the API key's name or null, `project`,
+    /// `tool_set`), e.g. `has(args.path) && args.path.startsWith("/etc")`.
+    /// An expression that cannot be evaluated for a call (a missing key)
+    /// refuses the call.
+    #[serde(rename = "when")]
+    pub condition: String,
+    pub action: PolicyAction,
+    /// What the model (or client) is told when the rule denies a call.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What a matching policy does.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyAction {
+    /// The call goes on (later rules are not checked).
+    Allow,
+    /// The call is refused, with the rule's reason.
+    Deny,
 }
 
 /// `guards`: checks on every tool result before the model (or an MCP

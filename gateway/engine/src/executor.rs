@@ -374,6 +374,15 @@ impl Executor {
         if let Err(errors) = tool.validate(&arguments) {
             return ToolResult::failure(ToolError::InvalidArguments(errors), started);
         }
+        let caller = crate::policy::Caller {
+            key: ctx.key.as_deref(),
+            project: ctx.project(),
+            tool_set: ctx.tool_set.as_deref(),
+        };
+        if let Err(reason) = crate::policy::check(&catalog.policies, &call.name, &arguments, caller)
+        {
+            return ToolResult::failure(ToolError::Refused(reason), started);
+        }
         if let Err(e) =
             crate::guards::check_arguments(&catalog.settings.guards, &call.name, &mut arguments)
         {

@@ -29,6 +29,7 @@ pub mod jwt;
 pub mod limits;
 pub mod metrics;
 pub mod openai;
+pub mod policy;
 pub mod prompt;
 pub mod secrets;
 pub mod shared;

@@ -37,6 +37,8 @@ pub struct Metrics {
     pub cache_hits: IntCounterVec,
     /// Guard findings, by guard setting and action taken.
     pub guard_findings: IntCounterVec,
+    /// Calls a policy decided, by policy and action.
+    pub policy_decisions: IntCounterVec,
     /// Model round trips per finished tool loop.
     pub loop_iterations: Histogram,
     /// Tool loops finished, by finish reason.
@@ -153,6 +155,11 @@ impl Metrics {
                 "Guard findings in tool results and arguments, by guard and action.",
                 &["guard", "action"],
             )?,
+            policy_decisions: counter(
+                "toolgate_policy_decisions_total",
+                "Tool calls a policy decided, by policy and action.",
+                &["policy", "action"],
+            )?,
             loop_iterations,
             loops: counter(
                 "toolgate_tool_loops_total",
@@ -209,6 +216,13 @@ impl Metrics {
     pub fn guard_finding(&self, guard: &str, action: &str) {
         self.guard_findings
             .with_label_values(&[guard, action])
+            .inc();
+    }
+
+    /// Records a call a policy decided.
+    pub fn policy_decision(&self, policy: &str, action: &str) {
+        self.policy_decisions
+            .with_label_values(&[policy, action])
             .inc();
     }
 

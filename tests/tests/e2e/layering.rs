@@ -290,7 +290,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
                 "template",
                 "jwt",
             ],
-            &["auth", "prompt", "shared", "audit", "guards"],
+            &["auth", "prompt", "shared", "audit", "guards", "policy"],
             &["limits", "tool", "formatter", "upstream", "conversations"],
             &["discovery"],
             &["catalog"],

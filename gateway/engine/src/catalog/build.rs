@@ -82,6 +82,7 @@ pub(super) fn build(
     super::settings::check_audit(&raw.gateway, &mut diags);
     super::settings::check_console(&raw.gateway, &mut diags);
     let browsers = super::browsers::check(&raw.gateway, &mut diags);
+    let policies = compile_policies(&raw.gateway, &mut diags);
     super::settings::check_telemetry(&raw.gateway, &mut diags);
     let keys = super::keys::check(
         &raw.gateway,
@@ -118,6 +119,7 @@ pub(super) fn build(
         mcp_session_secret,
         redis_url,
         browsers,
+        policies,
     };
     // Sets that search get their index built now, on a thread of its own
     // so the load does not wait for it (a search that comes first waits
@@ -129,6 +131,50 @@ pub(super) fn build(
         }
     }
     Ok(catalog)
+}
+
+/// `policies`, compiled: a rule that cannot be is an error at its field
+/// (with the place in the expression, when the parser gives one).
+fn compile_policies(
+    file: &toolgate_config::load::Loaded<toolgate_config::GatewayFile>,
+    diags: &mut Vec<Diagnostic>,
+) -> Vec<crate::policy::Policy> {
+    let mut names = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for (i, decl) in file.value.policies.iter().enumerate() {
+        if !names.insert(decl.name.as_str()) {
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos(&format!("policies[{i}].name")),
+                format!("policy `{}` is declared twice", decl.name),
+                "rename one of them",
+            ));
+            continue;
+        }
+        match crate::policy::Policy::compile(decl) {
+            Ok(p) => out.push(p),
+            Err(e) => {
+                let at = match e.at {
+                    Some((line, column)) => {
+                        format!(" (at line {line}, column {column} of the expression)")
+                    }
+                    None => String::new(),
+                };
+                let hint = if e.field == "when" {
+                    "write a CEL expression over `tool`, `args` and `caller` that is true or false, e.g. `has(args.path) && args.path.startsWith(\"/etc\")`"
+                } else {
+                    "use `*` for any characters and `?` for one"
+                };
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    file.pos(&format!("policies[{i}].{}", e.field)),
+                    format!("policy `{}`: {}{at}", decl.name, e.message),
+                    hint,
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// The YAML-declared HTTP tools, checked: those ready to build, those

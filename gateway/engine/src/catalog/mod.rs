@@ -61,6 +61,8 @@ pub struct Catalog {
     pub redis_url: Option<Secret>,
     /// What the HTTP endpoints accept from web browsers (`http`).
     pub browsers: BrowserRules,
+    /// The rules every call is checked against (`policies`), in order.
+    pub policies: Vec<crate::policy::Policy>,
 }
 
 /// A declared tool that cannot be used, and why.

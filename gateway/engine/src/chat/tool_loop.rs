@@ -780,8 +780,26 @@ impl Run {
             let started = std::time::Instant::now();
             let outcome = match self.l.catalog.tool(subagent::SPAWN) {
                 None => Err(ToolError::UnknownTool(call.name.clone())),
-                Some(tool) => match tool.validate(&call.arguments) {
-                    Err(errors) => Err(ToolError::InvalidArguments(errors)),
+                Some(tool) => match tool
+                    .validate(&call.arguments)
+                    .map_err(ToolError::InvalidArguments)
+                    .and_then(|()| {
+                        // Checked against the policies like any call.
+                        let ctx = &self.l.context;
+                        let caller = crate::policy::Caller {
+                            key: ctx.key.as_deref(),
+                            project: ctx.project(),
+                            tool_set: ctx.tool_set.as_deref(),
+                        };
+                        crate::policy::check(
+                            &self.l.catalog.policies,
+                            &call.name,
+                            &call.arguments,
+                            caller,
+                        )
+                        .map_err(ToolError::Refused)
+                    }) {
+                    Err(e) => Err(e),
                     // A `spawn` is a tool call like any other: it spends one
                     // of the key's tool calls per minute.
                     Ok(()) => match self
