@@ -63,3 +63,51 @@ def test_the_websocket_mode_takes_a_key_and_no_other_site(shipped_gateway):
     # even with the key (a browser would send its cookies, not a key, but
     # the rule does not depend on that).
     assert " 403 " in upgrade(shipped_gateway, {"Authorization": f"Bearer {KEY}", "Origin": "http://evil.example"})
+
+
+def test_each_websocket_turn_spends_one_of_the_key_s_requests(tmp_path, model):
+    # A key allowed 3 requests a minute: the upgrade is one, each
+    # `response.create` another; the third turn is refused in the WS error
+    # envelope and the connection stays usable for reading it.
+    import subprocess
+
+    import websockets.sync.client as ws
+
+    from conftest import binary, read_until
+
+    (tmp_path / "toolgate.yaml").write_text(
+        f"""
+upstreams:
+  - name: mock
+    base_url: {model}
+auth:
+  keys:
+    - name: tight
+      key_env: TIGHT_KEY
+      limits: {{ requests_per_minute: 3 }}
+"""
+    )
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(tmp_path)],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1", "TIGHT_KEY": "tight-key-0123456789abcdef"},
+    )
+    try:
+        base = read_until(proc.stderr, "listening on http://").split("listening on http://")[1].strip()
+        with ws.connect(f"ws://{base}/v1/responses", additional_headers={"Authorization": "Bearer tight-key-0123456789abcdef"}) as conn:
+
+            def turn():
+                conn.send(json.dumps({"type": "response.create", "model": "mock-model", "input": "hi", "store": False}))
+                while True:
+                    event = json.loads(conn.recv(timeout=30))
+                    if event["type"] in ("response.completed", "error", "response.failed"):
+                        return event
+
+            assert turn()["type"] == "response.completed"
+            assert turn()["type"] == "response.completed"
+            refused = turn()
+            assert refused["type"] == "error" and refused["status"] == 429, refused
+            assert refused["error"]["code"] == "rate_limited"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -362,6 +362,13 @@ async fn websocket_turn(
         .param("type");
         return send(socket, ws_error(&e)).await;
     }
+    // Each turn is a request: it spends one of the key's requests per
+    // minute, as an HTTP request does.
+    if let Some(key) = &caller.key
+        && let Err(e) = crate::http::spend_request(state, key).await
+    {
+        return send(socket, ws_error(&e)).await;
+    }
     let continues = event["previous_response_id"].as_str().map(str::to_owned);
     let owner = caller.key_name();
     // A failed continuation forgets what it continued.

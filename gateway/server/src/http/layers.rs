@@ -333,38 +333,7 @@ pub async fn identify(
                 }
             },
         };
-        if let Some(per_minute) = key.requests_per_minute
-            && let Err(refused) = state
-                .guards
-                .rates
-                .check(&key.name, Rate::Requests, per_minute)
-                .await
-        {
-            let mut err = match refused {
-                Refused::Limited(wait) => {
-                    toolgate_engine::metrics::record(|m| m.reject("rate_limited"));
-                    tracing::info!(key = %key.name, "request rate limit reached");
-                    let mut err = ApiError::new(
-                        StatusCode::TOO_MANY_REQUESTS,
-                        "rate_limited",
-                        format!(
-                            "API key `{}` may make {per_minute} requests per minute; retry after the time in Retry-After",
-                            key.name
-                        ),
-                    );
-                    err.retry_after = Some(retry_after_secs(wait));
-                    err
-                }
-                Refused::Unavailable => {
-                    toolgate_engine::metrics::record(|m| m.reject("shared_state_unavailable"));
-                    ApiError::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "shared_state_unavailable",
-                        "the rate limit of this API key cannot be checked: the shared state (Redis) is unavailable and `state.redis.on_unavailable` is `closed`; retry shortly",
-                    )
-                }
-            };
-            err.retry_after = err.retry_after.or(Some(1));
+        if let Err(err) = spend_request(state, &key).await {
             return Err(err.into_shaped(shape));
         }
         Some(key)
@@ -374,6 +343,46 @@ pub async fn identify(
     req.headers.remove(AUTHORIZATION);
     req.headers.remove(X_API_KEY);
     Ok(Caller { request_id, key })
+}
+
+/// Spends one of `key`'s requests per minute (`limits.requests_per_minute`):
+/// every HTTP request does, and every `response.create` of a WebSocket.
+pub async fn spend_request(state: &AppState, key: &ApiKey) -> Result<(), ApiError> {
+    if let Some(per_minute) = key.requests_per_minute
+        && let Err(refused) = state
+            .guards
+            .rates
+            .check(&key.name, Rate::Requests, per_minute)
+            .await
+    {
+        let mut err = match refused {
+            Refused::Limited(wait) => {
+                toolgate_engine::metrics::record(|m| m.reject("rate_limited"));
+                tracing::info!(key = %key.name, "request rate limit reached");
+                let mut err = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!(
+                        "API key `{}` may make {per_minute} requests per minute; retry after the time in Retry-After",
+                        key.name
+                    ),
+                );
+                err.retry_after = Some(retry_after_secs(wait));
+                err
+            }
+            Refused::Unavailable => {
+                toolgate_engine::metrics::record(|m| m.reject("shared_state_unavailable"));
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "shared_state_unavailable",
+                    "the rate limit of this API key cannot be checked: the shared state (Redis) is unavailable and `state.redis.on_unavailable` is `closed`; retry shortly",
+                )
+            }
+        };
+        err.retry_after = err.retry_after.or(Some(1));
+        return Err(err);
+    }
+    Ok(())
 }
 
 /// Paths that answer to any `Host`: probes and scrapes address the
