@@ -135,7 +135,7 @@ fn to_chat_request(req: &Value) -> Result<Translated, ApiError> {
             ApiError::bad_request("`messages` is required and must be a non-empty array")
                 .param("messages")
         })?;
-    let mut referenced = Vec::new();
+    let mut referenced = std::collections::HashSet::new();
     for (i, m) in input.iter().enumerate() {
         // A system message that clears at the next user message is gone
         // once one follows it.
@@ -180,7 +180,7 @@ fn to_chat_request(req: &Value) -> Result<Translated, ApiError> {
             // A deferred tool is offered once a `tool_reference` (or a
             // call of it) loaded it; until then a search finds it.
             let name = t["name"].as_str().unwrap_or_default();
-            if t["defer_loading"] == json!(true) && !referenced.iter().any(|r| r == name) {
+            if t["defer_loading"] == json!(true) && !referenced.contains(name) {
                 deferred.push(function);
                 continue;
             }
@@ -315,7 +315,7 @@ fn search_result_text(b: &Value) -> String {
 /// user message).
 fn tool_result_content(
     content: &Value,
-    referenced: &mut Vec<String>,
+    referenced: &mut std::collections::HashSet<String>,
     notices: &mut Notices,
 ) -> Result<(String, Vec<Value>), String> {
     let blocks = match content {
@@ -345,7 +345,7 @@ fn tool_result_content(
             Some("search_result") => text.push(search_result_text(b)),
             Some("tool_reference") => {
                 if let Some(name) = b["tool_name"].as_str() {
-                    referenced.push(name.to_owned());
+                    referenced.insert(name.to_owned());
                     text.push(format!("Tool `{name}` is now available."));
                 }
             }
@@ -373,7 +373,7 @@ fn tool_result_content(
 fn translate_message(
     m: &Value,
     out: &mut Vec<Value>,
-    referenced: &mut Vec<String>,
+    referenced: &mut std::collections::HashSet<String>,
     notices: &mut Notices,
 ) -> Result<(), String> {
     let role = m["role"].as_str().ok_or("`role` is required")?;
@@ -410,7 +410,7 @@ fn translate_message(
             // A tool the model called is loaded from then on.
             Some("tool_use") if role == "assistant" => {
                 if let Some(name) = b["name"].as_str() {
-                    referenced.push(name.to_owned());
+                    referenced.insert(name.to_owned());
                 }
                 pending.calls.push(json!({
                     "id": b["id"],

@@ -698,7 +698,9 @@ fn translate_tools(
             }
         }
     }
-    let is_loaded = |flat: &str| loaded.iter().any(|(n, _)| n == flat);
+    let loaded_names: std::collections::HashSet<&str> =
+        loaded.iter().map(|(n, _)| n.as_str()).collect();
+    let is_loaded = |flat: &str| loaded_names.contains(flat);
     let tools = obj.get("tools").and_then(Value::as_array);
     let search = tools
         .into_iter()
@@ -767,11 +769,13 @@ fn translate_tools(
         }
     }
     // Tools a client's search loaded that the request no longer lists.
+    let mut listed: std::collections::HashSet<String> = functions
+        .iter()
+        .filter_map(|f| f["function"]["name"].as_str().map(str::to_owned))
+        .collect();
     for (flat, definition) in &loaded {
         if let Some(d) = definition
-            && !functions
-                .iter()
-                .any(|f| f["function"]["name"] == json!(flat))
+            && listed.insert(flat.clone())
         {
             functions.push(function_tool(d, flat));
         }
