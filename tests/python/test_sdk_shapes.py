@@ -1,7 +1,8 @@
 """Every request shape the official SDKs' types allow, generated from the
 types themselves (not picked by hand): each member of the Anthropic SDK's
-content-block and tool unions, and of the OpenAI SDK's Responses input-item
-and tool unions, built with its required fields and sent through the face.
+content-block and tool unions, of the OpenAI SDK's Responses input-item and
+tool unions, and of its chat-completions message, content-part and tool
+unions, built with its required fields and sent through the face.
 None may be refused: the face serves it, translates it, or leaves it out
 with a notice (`X-Toolgate-Notice`), and answers 200.
 """
@@ -18,6 +19,11 @@ import typing_extensions
 from typing_extensions import is_typeddict
 
 from anthropic.types.beta import BetaContentBlockParam, BetaToolUnionParam
+from openai.types.chat import (
+    ChatCompletionContentPartParam,
+    ChatCompletionMessageParam,
+    ChatCompletionToolUnionParam,
+)
 from openai.types.responses import ResponseInputItemParam, ToolParam
 
 
@@ -94,12 +100,16 @@ BLOCKS = members(BetaContentBlockParam)
 ANTHROPIC_TOOLS = members(BetaToolUnionParam)
 ITEMS = members(ResponseInputItemParam)
 OPENAI_TOOLS = members(ToolParam)
+CHAT_MESSAGES = members(ChatCompletionMessageParam)
+CHAT_PARTS = members(ChatCompletionContentPartParam)
+CHAT_TOOLS = members(ChatCompletionToolUnionParam)
 
 
 def test_the_unions_are_read():
     # The generator sees the SDKs' unions whole (counts of the pinned SDKs).
     assert len(BLOCKS) >= 20 and len(ANTHROPIC_TOOLS) >= 20
     assert len(ITEMS) >= 30 and len(OPENAI_TOOLS) >= 15
+    assert len(CHAT_MESSAGES) >= 6 and len(CHAT_PARTS) >= 4 and len(CHAT_TOOLS) >= 2
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda t: t.__name__)
@@ -132,4 +142,35 @@ def test_every_responses_input_item_is_served_or_left_out(gateway, item):
 def test_every_responses_tool_is_served_or_left_out(gateway, tool):
     body = {"model": "mock-model", "input": "hi", "tools": [build(tool)], "store": False}
     status, answer, _ = post(gateway, "/v1/responses", body)
+    assert status == 200, (tool.__name__, build(tool), answer)
+
+
+# Chat completions in tool mode (the default set's tools): the gateway owns
+# `messages` and `tools`; what it does not read goes to the upstream as sent.
+
+
+@pytest.mark.parametrize("message", CHAT_MESSAGES, ids=lambda t: t.__name__)
+def test_every_chat_message_is_served(gateway, message):
+    built = build(message)
+    messages = [{"role": "user", "content": "start"}, built, {"role": "user", "content": "go on"}]
+    if built.get("role") == "tool":
+        # A tool message answers a call of the assistant message before it.
+        call = {"id": built["tool_call_id"], "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+        messages.insert(1, {"role": "assistant", "content": None, "tool_calls": [call]})
+    status, body, _ = post(gateway, "/v1/chat/completions", {"model": "mock-model", "messages": messages})
+    assert status == 200, (message.__name__, built, body)
+
+
+@pytest.mark.parametrize("part", CHAT_PARTS, ids=lambda t: t.__name__)
+def test_every_chat_content_part_is_served(gateway, part):
+    content = [{"type": "text", "text": "hi"}, build(part)]
+    body = {"model": "mock-model", "messages": [{"role": "user", "content": content}]}
+    status, answer, _ = post(gateway, "/v1/chat/completions", body)
+    assert status == 200, (part.__name__, build(part), answer)
+
+
+@pytest.mark.parametrize("tool", CHAT_TOOLS, ids=lambda t: t.__name__)
+def test_every_chat_tool_is_served(gateway, tool):
+    body = {"model": "mock-model", "messages": [{"role": "user", "content": "hi"}], "tools": [build(tool)]}
+    status, answer, _ = post(gateway, "/v1/chat/completions", body)
     assert status == 200, (tool.__name__, build(tool), answer)
