@@ -412,11 +412,7 @@ fn translate_message(
                 if let Some(name) = b["name"].as_str() {
                     referenced.insert(name.to_owned());
                 }
-                pending.calls.push(json!({
-                    "id": b["id"],
-                    "type": "function",
-                    "function": {"name": b["name"], "arguments": b["input"].to_string()},
-                }));
+                pending.calls.push(call_of(b));
             }
             // The gateway's search of deferred tools, as it showed it.
             Some("server_tool_use")
@@ -425,11 +421,7 @@ fn translate_message(
                         .as_str()
                         .is_some_and(|n| n.starts_with("tool_search_tool")) =>
             {
-                pending.calls.push(json!({
-                    "id": b["id"],
-                    "type": "function",
-                    "function": {"name": b["name"], "arguments": b["input"].to_string()},
-                }));
+                pending.calls.push(call_of(b));
             }
             Some("tool_search_tool_result") if role == "assistant" => {
                 pending.flush("assistant", out);
@@ -448,11 +440,7 @@ fn translate_message(
                 out.push(json!({"role": "tool", "tool_call_id": b["tool_use_id"], "content": text}));
             }
             Some("mcp_tool_use") if role == "assistant" && b["server_name"] == SERVER_NAME => {
-                pending.calls.push(json!({
-                    "id": b["id"],
-                    "type": "function",
-                    "function": {"name": b["name"], "arguments": b["input"].to_string()},
-                }));
+                pending.calls.push(call_of(b));
             }
             Some("mcp_tool_result") if role == "assistant" => {
                 // The gateway's call and its result: the assistant message so
@@ -501,6 +489,15 @@ fn translate_message(
     }
     pending.flush(chat_role, out);
     Ok(())
+}
+
+/// A `tool_use`-shaped block (`id`, `name`, `input`) as a chat tool call.
+fn call_of(b: &Value) -> Value {
+    json!({
+        "id": b["id"],
+        "type": "function",
+        "function": {"name": b["name"], "arguments": b["input"].to_string()},
+    })
 }
 
 /// The text of a string or of an array of text blocks.

@@ -522,6 +522,16 @@ impl Offered {
         format!("{namespace}__{name}")
     }
 
+    /// The name the model knows a call (or `tool_choice`) by: its `name`,
+    /// flattened with its `namespace` when it has one.
+    fn flat_name_of(item: &Value) -> String {
+        let name = item["name"].as_str().unwrap_or_default();
+        match item["namespace"].as_str() {
+            Some(ns) => Offered::flat(ns, name),
+            None => name.to_owned(),
+        }
+    }
+
     /// A call's `namespace` and `name` as the client offered them.
     fn split<'a>(&'a self, flat: &'a str) -> (Option<&'a str>, &'a str) {
         match self.namespaces.get(flat) {
@@ -541,11 +551,7 @@ impl Offered {
 fn loaded_by(item: &Value, out: &mut Vec<(String, Option<Value>)>) {
     match item["type"].as_str() {
         Some("function_call") => {
-            let name = item["name"].as_str().unwrap_or_default();
-            let flat = match item["namespace"].as_str() {
-                Some(ns) => Offered::flat(ns, name),
-                None => name.to_owned(),
-            };
+            let flat = Offered::flat_name_of(item);
             out.push((flat, None));
         }
         Some("tool_search_output") => {
@@ -813,10 +819,7 @@ fn tool_choice(
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(json!(s)),
         Some(c) if c["type"] == "function" => {
-            let name = match c["namespace"].as_str() {
-                Some(ns) => Offered::flat(ns, c["name"].as_str().unwrap_or_default()),
-                None => c["name"].as_str().unwrap_or_default().to_owned(),
-            };
+            let name = Offered::flat_name_of(c);
             Some(json!({"type": "function", "function": {"name": name}}))
         }
         Some(c) if c["type"] == "allowed_tools" => {
@@ -945,10 +948,7 @@ fn translate_item(item: &Value, out: &mut Vec<Value>, notices: &mut Notices) -> 
             out.push(json!({"role": role, "content": content}));
         }
         Some("function_call") => {
-            let name = match item["namespace"].as_str() {
-                Some(ns) => Offered::flat(ns, item["name"].as_str().unwrap_or_default()),
-                None => item["name"].as_str().unwrap_or_default().to_owned(),
-            };
+            let name = Offered::flat_name_of(item);
             let call = json!({
                 "id": item["call_id"],
                 "type": "function",
@@ -1133,10 +1133,7 @@ impl Keep {
                     }
                 }
                 Some("function_call") => {
-                    let name = match item["namespace"].as_str() {
-                        Some(ns) => Offered::flat(ns, item["name"].as_str().unwrap_or_default()),
-                        None => item["name"].as_str().unwrap_or_default().to_owned(),
-                    };
+                    let name = Offered::flat_name_of(item);
                     calls.push(json!({"id": item["call_id"], "type": "function",
                         "function": {"name": name, "arguments": item["arguments"]}}));
                 }
