@@ -42,6 +42,16 @@ def echo(message: str) -> str:
     return message
 
 
+@server.tool(
+    description="Delete a note by its title.",
+    annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True),
+    structured_output=False,
+)
+def delete_note(title: str) -> str:
+    stats["calls"] += 1
+    return f"deleted {title}"
+
+
 @server.tool(description="Add two numbers.", annotations=READ_ONLY)
 def add(a: float, b: float) -> float:
     stats["calls"] += 1

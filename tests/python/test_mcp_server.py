@@ -16,6 +16,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import anyio
@@ -684,6 +685,7 @@ def test_a_tool_whose_server_changes_it_after_listing_is_held(tmp_path):
 
     (tmp_path / "tools.d").mkdir()
     (tmp_path / "tools.d" / "m.yaml").write_text(RUG_PULL_YAML.format(python=PYTHON, test_server=TEST_SERVER))
+    (tmp_path / "toolgate.yaml").write_text("console:\n  enabled: true\n")
     proc = subprocess.Popen(
         [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(tmp_path)],
         stderr=subprocess.PIPE,
@@ -733,6 +735,32 @@ def test_a_tool_whose_server_changes_it_after_listing_is_held(tmp_path):
         assert "changed this tool's definition" in unavailable["off_echo"]
         assert "off_echo" not in described
         assert "id_rsa" in described["take_echo"], "accept: the new definition"
+
+        # The console shows what changed, and a person accepts it there.
+        def console(path, form=None):
+            req = urllib.request.Request(
+                base + path,
+                data=urllib.parse.urlencode(form).encode() if form else None,
+                headers={"HX-Request": "true"},
+            )
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.read().decode()
+
+        page = console("/console/ui/review")
+        for server in ("keep", "off"):
+            assert f'data-tool="echo"' in page and f"MCP server <code>{server}</code>" in page, page
+        assert "take</code>" not in page, "accepted changes are not held"
+        assert '<span class="diff-del">-   &quot;description&quot;: &quot;Echo a message back.&quot;' in page, page
+        assert "diff-add" in page and "id_rsa" in page
+        off = page[page.index("MCP server <code>off</code>") :]
+        fingerprint = off.split('name="fingerprint" value="')[1].split('"')[0]
+        done = console("/console/ui/changes/off/echo", {"fingerprint": fingerprint})
+        assert "Accepted the new definition of `echo` of MCP server `off`" in done
+        deadline = time.time() + 30
+        while "id_rsa" not in tools()[0].get("off_echo", ""):
+            assert time.time() < deadline, tools()
+            time.sleep(0.2)
+        assert tools()[0]["keep_echo"] == first, "another server's change stays held"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -755,3 +783,69 @@ def test_a_policy_refuses_a_call_in_one_context_and_not_another(mcp_gateway):
             assert not allowed.is_error and allowed.content[0].text == "a forbidden word"
 
     run(go)
+
+
+PINNED_YAML = """
+mcp_servers:
+  - name: pinned
+    transport: stdio
+    command: {python}
+    args: [{test_server}, stdio]
+    tools: {{ include: [echo, add], prefix: pin_ }}
+    pins: pins.json
+"""
+
+
+def test_a_pin_file_decides_which_definitions_are_trusted(tmp_path):
+    # `toolgate pin SERVER` writes the fingerprints of what the server lists
+    # now; with them in `pins`, only those definitions are served.
+    from conftest import binary
+
+    (tmp_path / "tools.d").mkdir()
+    (tmp_path / "tools.d" / "m.yaml").write_text(PINNED_YAML.format(python=PYTHON, test_server=TEST_SERVER))
+    toolgate = [str(binary("toolgate"))]
+    env = {**os.environ, "NO_COLOR": "1"}
+
+    (tmp_path / "pins.json").write_text('{"echo": "not a digest"}')
+    bad = subprocess.run([*toolgate, "check", "--config", str(tmp_path)], capture_output=True, text=True, env=env)
+    assert bad.returncode == 1 and "gives `echo` the fingerprint" in bad.stdout + bad.stderr
+    (tmp_path / "pins.json").write_text('{"echo": ')
+    bad = subprocess.run([*toolgate, "check", "--config", str(tmp_path)], capture_output=True, text=True, env=env)
+    assert bad.returncode == 1 and f"{tmp_path / 'pins.json'}:1:" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+
+    # A definition the file does not trust is out of service from the start.
+    (tmp_path / "pins.json").write_text(json.dumps({"echo": "0" * 64}))
+    written = subprocess.run(
+        [*toolgate, "pin", "pinned", "--config", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert written.returncode == 0, written.stderr
+    pins = json.loads(written.stdout)
+    assert set(pins) == {"echo", "add"} and all(len(v) == 64 for v in pins.values())
+
+    def listing():
+        proc = subprocess.Popen(
+            [*toolgate, "serve", "--listen", "127.0.0.1:0", "--config", str(tmp_path)],
+            stderr=subprocess.PIPE,
+            env={**env, "TOOLGATE_LOG": "info"},
+        )
+        try:
+            base = "http://" + read_until(proc.stderr, "listening on http://").split("listening on http://")[1].strip()
+            deadline = time.time() + 60
+            while True:
+                with urllib.request.urlopen(base + "/v1/tools", timeout=10) as r:
+                    got = json.loads(r.read())
+                names = {t["function"]["name"] for t in got["data"]} | {u["name"] for u in got["unavailable"]}
+                if {"pin_echo", "pin_add"} <= names:
+                    return {t["function"]["name"] for t in got["data"]}, {u["name"]: u["reason"] for u in got["unavailable"]}
+                assert time.time() < deadline, got
+                time.sleep(0.2)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+    served, unavailable = listing()
+    assert "pin_add" in served, "a tool the file does not name is trusted as first seen"
+    assert "pin file does not trust" in unavailable["pin_echo"]
+    (tmp_path / "pins.json").write_text(written.stdout)
+    served, unavailable = listing()
+    assert {"pin_echo", "pin_add"} <= served and not unavailable

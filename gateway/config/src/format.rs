@@ -59,6 +59,11 @@ pub struct GatewayFile {
     /// every call from every face (the first that matches decides).
     #[serde(default)]
     pub policies: Vec<PolicyDecl>,
+    /// Calls held until a person approves them (policies with `action:
+    /// approve`, and destructive tools when `destructive` is set): how long
+    /// they wait, how many may, and who may decide.
+    #[serde(default)]
+    pub approvals: ApprovalsDecl,
     /// The MCP endpoint: every tool set served as an MCP server at
     /// `/mcp/{tool_set}` (and the caller's default set at `/mcp`).
     #[serde(default)]
@@ -372,6 +377,10 @@ pub struct ApiKeyDecl {
     /// Whether the key may use the console (`none`, `own`, `all`).
     #[serde(default)]
     pub console: ConsoleAccess,
+    /// The key may approve or refuse calls that wait for approval (through
+    /// `/v1/approvals` and the console).
+    #[serde(default)]
+    pub approver: bool,
 }
 
 fn all_sets() -> Vec<String> {
@@ -481,6 +490,50 @@ pub enum PolicyAction {
     Allow,
     /// The call is refused, with the rule's reason.
     Deny,
+    /// The call is held until a person with an `approver` key approves
+    /// this exact call (same caller, tool and arguments); refused, or left
+    /// unanswered past `approvals.wait`, it does not run. Later rules are
+    /// not checked.
+    Approve,
+    /// The call's arguments are written to the audit log (and the
+    /// console's recent calls) as a SHA-256 digest only. Decides nothing:
+    /// the rules after it are checked as if it were not there.
+    Redact,
+}
+
+/// `approvals`: calls held for a person's decision.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalsDecl {
+    /// How long a held call waits for a decision before the model is told
+    /// it was not run (the request stays open meanwhile).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub wait: Duration,
+    /// How long a request for approval stays open: an approval given after
+    /// the call stopped waiting lets the same call (same caller, tool,
+    /// arguments and policies) run once, if it comes again within this time.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub valid_for: Duration,
+    /// The most calls waiting for approval at once, over every caller;
+    /// beyond, a call that needs one is refused.
+    pub max_pending: usize,
+    /// Tools whose MCP annotations say `destructiveHint: true` need an
+    /// approval for every call (checked after the policies: an `allow` rule
+    /// does not lift it).
+    pub destructive: bool,
+}
+
+impl Default for ApprovalsDecl {
+    fn default() -> Self {
+        ApprovalsDecl {
+            wait: Duration::from_secs(120),
+            valid_for: Duration::from_secs(15 * 60),
+            max_pending: 100,
+            destructive: false,
+        }
+    }
 }
 
 /// `guards`: checks on every tool result before the model (or an MCP
@@ -1094,9 +1147,17 @@ pub struct McpServerDecl {
     /// description, schemas or annotations) after the gateway first saw it
     /// (a "rug pull"): `keep_old` (default) keeps serving the definition
     /// first seen, `disable` takes the tool out, `accept` takes the new one.
-    /// Either way the change is logged.
+    /// Either way the change is logged, and held in the console for a
+    /// person to accept.
     #[serde(default)]
     pub on_change: OnChange,
+    /// A pin file (JSON, relative to the configuration's folder): the
+    /// fingerprint of each tool's trusted definition, by the server's name
+    /// for it, as `toolgate pin SERVER` writes it. A tool the file names
+    /// is trusted only in that definition, from the first listing on; a
+    /// tool it does not name is trusted as first seen.
+    #[serde(default)]
+    pub pins: Option<String>,
 }
 
 /// What a changed MCP tool definition does (`on_change`).
@@ -1106,8 +1167,9 @@ pub enum OnChange {
     /// The definition first seen stays in service.
     #[default]
     KeepOld,
-    /// The tool is unavailable, with the reason, until the gateway
-    /// restarts (and trusts what it sees then).
+    /// The tool is unavailable, with the reason, until a person accepts
+    /// the change in the console (or the gateway restarts, and trusts what
+    /// it sees then).
     Disable,
     /// The new definition is taken.
     Accept,

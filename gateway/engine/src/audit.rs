@@ -312,7 +312,7 @@ async fn write_lines(mut rx: mpsc::Receiver<Msg>, mut sink: Sink) {
     let _ = sink.flush(true).await;
 }
 
-fn sha256_hex(text: &str) -> String {
+pub(crate) fn sha256_hex(text: &str) -> String {
     Sha256::digest(text.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -36,6 +36,8 @@ pub struct ApiKey {
     pub claimed: Arc<BTreeSet<String>>,
     /// What the key may do with the console.
     pub console: toolgate_config::format::ConsoleAccess,
+    /// It may decide calls waiting for approval.
+    pub approver: bool,
 }
 
 impl ApiKey {

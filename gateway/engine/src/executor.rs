@@ -25,9 +25,11 @@ use tracing::Instrument;
 /// The shared HTTP client an [`Executor`] is built with.
 pub use crate::tool::http::client as http_client;
 
+use crate::approvals::{Approvals, Ask, Binding, Outcome};
 use crate::audit::{AuditEntry, AuditLog, Recent};
 use crate::catalog::Catalog;
 use crate::limits::{Rate, RateLimits, Refused};
+use crate::policy::Verdict;
 use crate::shared::{self, Redis};
 use crate::tool::context::{CallContext, ToolContext};
 use crate::tool::{Output, Progress, ProgressSink, ResultCache, Tool, ToolError, ToolKind};
@@ -128,6 +130,7 @@ pub struct Executor {
     recent: Option<Arc<Recent>>,
     rates: Option<Arc<RateLimits>>,
     shared: Option<Arc<Redis>>,
+    approvals: Arc<Approvals>,
 }
 
 impl Executor {
@@ -138,6 +141,74 @@ impl Executor {
             recent: None,
             rates: None,
             shared: None,
+            approvals: Arc::new(Approvals::new()),
+        }
+    }
+
+    /// The calls waiting for (or given) a person's approval.
+    pub fn approvals(&self) -> &Arc<Approvals> {
+        &self.approvals
+    }
+
+    /// What the policies and the approvals say of a call about to run
+    /// (`tool`, when the catalog has it, for its annotations): `Ok` to run
+    /// it. A call that needs an approval waits here for one, up to
+    /// `approvals.wait`.
+    pub async fn authorize(
+        &self,
+        catalog: &Catalog,
+        tool: Option<&Tool>,
+        name: &str,
+        arguments: &Value,
+        ctx: &CallContext,
+    ) -> Result<(), ToolError> {
+        let caller = crate::policy::Caller {
+            key: ctx.key.as_deref(),
+            project: ctx.project(),
+            tool_set: ctx.tool_set.as_deref(),
+        };
+        let verdict = crate::policy::check(&catalog.policies, name, arguments, caller)
+            .map_err(ToolError::Refused)?;
+        let settings = &catalog.settings.approvals;
+        let why = match verdict {
+            Verdict::Approve { policy, reason } => match reason {
+                Some(reason) => format!("policy `{policy}`: {reason}"),
+                None => format!("policy `{policy}`"),
+            },
+            Verdict::Allow
+                if settings.destructive
+                    && tool.is_some_and(|t| t.annotations.destructive_hint == Some(true)) =>
+            {
+                "the tool says it is destructive (approvals.destructive)".to_owned()
+            }
+            Verdict::Allow => return Ok(()),
+        };
+        let shown = if crate::policy::redacts(&catalog.policies, name, arguments, caller) {
+            None
+        } else {
+            let mode = self
+                .audit
+                .as_ref()
+                .map_or(AuditArguments::Redacted, AuditLog::arguments_mode);
+            crate::audit::render_arguments(mode, tool.map(|t| &t.parameters), arguments).0
+        };
+        let binding = Binding {
+            key: ctx.key.clone(),
+            project: ctx.project().map(str::to_owned),
+            tool: name.to_owned(),
+            arguments_sha256: crate::audit::sha256_hex(&canonical_json(arguments)),
+            policy_version: catalog.policy_version.clone(),
+        };
+        match self.approvals.ask(binding, shown, why, settings) {
+            Err(reason) => Err(ToolError::Refused(reason)),
+            Ok(Ask::Run { .. }) => Ok(()),
+            Ok(Ask::Wait { id, decision }) => {
+                match self.approvals.wait(&id, decision, settings.wait).await {
+                    Outcome::Run { .. } => Ok(()),
+                    Outcome::Refused(reason) => Err(ToolError::Refused(reason)),
+                    Outcome::NotYet(reason) => Err(ToolError::Unapproved(reason)),
+                }
+            }
         }
     }
 
@@ -301,10 +372,20 @@ impl Executor {
         if self.audit.is_none() && self.recent.is_none() {
             return;
         }
-        let mode = self
+        let mut mode = self
             .audit
             .as_ref()
             .map_or(AuditArguments::Redacted, AuditLog::arguments_mode);
+        let caller = crate::policy::Caller {
+            key: ctx.key.as_deref(),
+            project: ctx.project(),
+            tool_set: ctx.tool_set.as_deref(),
+        };
+        if mode == AuditArguments::Redacted
+            && crate::policy::redacts(&catalog.policies, &call.name, &call.arguments, caller)
+        {
+            mode = AuditArguments::Digest;
+        }
         let (arguments, arguments_sha256) = crate::audit::render_arguments(
             mode,
             tool.as_ref().map(|t| &t.parameters),
@@ -374,14 +455,11 @@ impl Executor {
         if let Err(errors) = tool.validate(&arguments) {
             return ToolResult::failure(ToolError::InvalidArguments(errors), started);
         }
-        let caller = crate::policy::Caller {
-            key: ctx.key.as_deref(),
-            project: ctx.project(),
-            tool_set: ctx.tool_set.as_deref(),
-        };
-        if let Err(reason) = crate::policy::check(&catalog.policies, &call.name, &arguments, caller)
+        if let Err(e) = self
+            .authorize(catalog, Some(&tool), &call.name, &arguments, ctx)
+            .await
         {
-            return ToolResult::failure(ToolError::Refused(reason), started);
+            return ToolResult::failure(e, started);
         }
         if let Err(e) =
             crate::guards::check_arguments(&catalog.settings.guards, &call.name, &mut arguments)

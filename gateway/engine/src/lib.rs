@@ -16,6 +16,7 @@
 //! [`secrets`] keeps configured secrets out of what clients see, and
 //! [`template`] renders HTTP tools' requests.
 
+pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod catalog;

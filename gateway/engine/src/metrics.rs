@@ -39,6 +39,8 @@ pub struct Metrics {
     pub guard_findings: IntCounterVec,
     /// Calls a policy decided, by policy and action.
     pub policy_decisions: IntCounterVec,
+    /// Requests for approval, by event (`requested`, `approved`, `refused`).
+    pub approvals: IntCounterVec,
     /// Model round trips per finished tool loop.
     pub loop_iterations: Histogram,
     /// Tool loops finished, by finish reason.
@@ -160,6 +162,11 @@ impl Metrics {
                 "Tool calls a policy decided, by policy and action.",
                 &["policy", "action"],
             )?,
+            approvals: counter(
+                "toolgate_approvals_total",
+                "Requests for approval of tool calls, by event (requested, approved, refused).",
+                &["event"],
+            )?,
             loop_iterations,
             loops: counter(
                 "toolgate_tool_loops_total",
@@ -224,6 +231,11 @@ impl Metrics {
         self.policy_decisions
             .with_label_values(&[policy, action])
             .inc();
+    }
+
+    /// Records an event of a request for approval.
+    pub fn approval(&self, event: &str) {
+        self.approvals.with_label_values(&[event]).inc();
     }
 
     /// Records one finished tool loop.

@@ -2,7 +2,10 @@
 //! arguments, in CEL (the `cel-interpreter` crate), compiled when the
 //! configuration loads and checked by the executor for every call from
 //! every face. The first rule that matches decides: `allow` lets the call
-//! go on, `deny` refuses it with the rule's reason (which the model reads).
+//! go on, `deny` refuses it with the rule's reason (which the model reads),
+//! `approve` holds it for a person ([`crate::approvals`]). `redact` rules
+//! decide nothing; they make the audit log keep only a digest of the
+//! call's arguments.
 
 use cel_interpreter::{Context, Program, Value as Cel};
 use globset::{Glob, GlobMatcher};
@@ -106,17 +109,71 @@ pub struct Caller<'a> {
     pub tool_set: Option<&'a str>,
 }
 
+/// What the rules decide for a call they let through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It may run.
+    Allow,
+    /// It may run once a person approves it; the rule's name and reason.
+    Approve {
+        policy: String,
+        reason: Option<String>,
+    },
+}
+
 /// The rules' verdict on a call: `Err` with the reason the caller reads
-/// when one denies it (or cannot be evaluated for it).
+/// when one denies it (or cannot be evaluated for it). `redact` rules
+/// decide nothing here (see [`redacts`]).
 pub fn check(
     policies: &[Policy],
     tool: &str,
     args: &Value,
     caller: Caller<'_>,
-) -> Result<(), String> {
-    let rules: Vec<&Policy> = policies.iter().filter(|p| p.applies_to(tool)).collect();
-    if rules.is_empty() {
-        return Ok(());
+) -> Result<Verdict, String> {
+    let rules = policies
+        .iter()
+        .filter(|p| p.action != PolicyAction::Redact && p.applies_to(tool));
+    let Some(rule) = first_holding(rules, tool, args, caller)? else {
+        return Ok(Verdict::Allow);
+    };
+    crate::metrics::record(|m| m.policy_decision(&rule.name, action_label(rule.action)));
+    match rule.action {
+        PolicyAction::Allow | PolicyAction::Redact => Ok(Verdict::Allow),
+        PolicyAction::Approve => Ok(Verdict::Approve {
+            policy: rule.name.clone(),
+            reason: rule.reason.clone(),
+        }),
+        PolicyAction::Deny => Err(match &rule.reason {
+            Some(reason) => format!("refused by policy `{}`: {reason}", rule.name),
+            None => format!("refused by policy `{}`", rule.name),
+        }),
+    }
+}
+
+/// `true` when a `redact` rule holds for the call: its arguments are
+/// audited as a digest only. A rule that cannot be evaluated redacts (the
+/// safe side).
+pub fn redacts(policies: &[Policy], tool: &str, args: &Value, caller: Caller<'_>) -> bool {
+    let mut rules = policies
+        .iter()
+        .filter(|p| p.action == PolicyAction::Redact && p.applies_to(tool))
+        .peekable();
+    if rules.peek().is_none() {
+        return false;
+    }
+    !matches!(first_holding(rules, tool, args, caller), Ok(None))
+}
+
+/// The first of `rules` whose expression holds for the call.
+fn first_holding<'p>(
+    rules: impl Iterator<Item = &'p Policy>,
+    tool: &str,
+    args: &Value,
+    caller: Caller<'_>,
+) -> Result<Option<&'p Policy>, String> {
+    let mut rules = rules.peekable();
+    if rules.peek().is_none() {
+        return Ok(None);
     }
     let mut context = Context::default();
     let variables = [
@@ -147,8 +204,9 @@ pub fn check(
                 rule.name
             ));
         };
-        let holds = match outcome {
-            Ok(Cel::Bool(b)) => b,
+        match outcome {
+            Ok(Cel::Bool(true)) => return Ok(Some(rule)),
+            Ok(Cel::Bool(false)) => {}
             Ok(other) => {
                 return Err(format!(
                     "policy `{}` gave {other:?}, not true or false, for this call; it is refused",
@@ -161,26 +219,26 @@ pub fn check(
                     rule.name
                 ));
             }
-        };
-        if !holds {
-            continue;
         }
-        crate::metrics::record(|m| m.policy_decision(&rule.name, action_label(rule.action)));
-        return match rule.action {
-            PolicyAction::Allow => Ok(()),
-            PolicyAction::Deny => Err(match &rule.reason {
-                Some(reason) => format!("refused by policy `{}`: {reason}", rule.name),
-                None => format!("refused by policy `{}`", rule.name),
-            }),
-        };
     }
-    Ok(())
+    Ok(None)
+}
+
+/// A digest of the rules as they are, for binding an approval to them: a
+/// changed rule set asks again.
+pub fn version(decls: &[toolgate_config::format::PolicyDecl], destructive: bool) -> String {
+    use sha2::Digest;
+    let text = serde_json::to_string(&(decls, destructive)).unwrap_or_default();
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 fn action_label(action: PolicyAction) -> &'static str {
     match action {
         PolicyAction::Allow => "allow",
         PolicyAction::Deny => "deny",
+        PolicyAction::Approve => "approve",
+        PolicyAction::Redact => "redact",
     }
 }
 
@@ -260,5 +318,54 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.field, "when");
         assert!(e.message.contains("does not parse"), "{}", e.message);
+    }
+
+    #[test]
+    fn approve_holds_and_redact_decides_nothing() {
+        let rules = [
+            rule("hidden", &["post_*"], "true", PolicyAction::Redact),
+            rule(
+                "big",
+                &["post_*"],
+                "has(args.amount) && args.amount > 100",
+                PolicyAction::Approve,
+            ),
+            rule("posts", &["post_*"], "true", PolicyAction::Deny),
+        ];
+        let big = json!({"amount": 500});
+        assert_eq!(
+            check(&rules, "post_payment", &big, NOBODY),
+            Ok(Verdict::Approve {
+                policy: "big".into(),
+                reason: Some("no".into())
+            })
+        );
+        // The redact rule does not stop the deny rule after it.
+        assert!(check(&rules, "post_payment", &json!({"amount": 5}), NOBODY).is_err());
+        assert!(redacts(&rules, "post_payment", &big, NOBODY));
+        assert!(!redacts(&rules, "lookup", &big, NOBODY));
+        let broken = [rule("b", &[], "args.x > 1", PolicyAction::Redact)];
+        assert!(
+            redacts(&broken, "t", &json!({}), NOBODY),
+            "unevaluable redacts"
+        );
+    }
+
+    #[test]
+    fn the_version_follows_the_rules() {
+        let a = PolicyDecl {
+            name: "a".into(),
+            tools: vec![],
+            condition: "true".into(),
+            action: PolicyAction::Approve,
+            reason: None,
+        };
+        let mut b = a.clone();
+        b.condition = "false".into();
+        let one = std::slice::from_ref(&a);
+        assert_ne!(version(one, false), version(&[b], false));
+        assert_ne!(version(one, false), version(one, true));
+        let same = a.clone();
+        assert_eq!(version(one, false), version(&[same], false));
     }
 }

@@ -34,6 +34,10 @@ pub enum ToolError {
     Failed(String),
     #[error("the tool crashed: {0}")]
     Panicked(String),
+    /// The call needs a person's approval, which has not come (yet): it
+    /// was not run.
+    #[error("{0}")]
+    Unapproved(String),
     /// The caller's API key used up its tool calls per minute.
     #[error(
         "the tool-call rate limit of this API key is reached; retry in {} s",
@@ -62,6 +66,7 @@ impl ToolError {
             ToolError::Failed(_) => "tool_error",
             ToolError::Panicked(_) => "tool_crashed",
             ToolError::RateLimited(_) => "rate_limited",
+            ToolError::Unapproved(_) => "approval_pending",
         }
     }
 }

@@ -84,6 +84,13 @@ enum Command {
         #[arg(long, value_enum)]
         discovery: Option<DiscoveryArg>,
     },
+    /// Start one MCP server, and print the fingerprints of the tool
+    /// definitions it lists now as a pin file (JSON) for its `pins`: what
+    /// you review now is what the gateway trusts from then on.
+    Pin {
+        /// The MCP server's `name`.
+        server: String,
+    },
     /// Write tools from an API description, for review and a `tools.d`
     /// file.
     #[command(subcommand)]
@@ -225,6 +232,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Check { connect: false } => Ok(check(dir)),
         Command::Check { connect: true } => Ok(check_connect(dir).await),
+        Command::Pin { server } => pin(dir, &server).await,
         Command::Import(import) => import_openapi(import),
         Command::Schema { kind } => print_schema(kind),
         Command::Tools { tool_set } => {
@@ -430,6 +438,26 @@ fn check(dir: &Path) -> ExitCode {
 /// `check --connect`: the configuration check, then every MCP server
 /// started, its tools listed, and stopped. Exit 1 when the configuration is
 /// invalid, a server does not start, or one of its tools cannot be offered.
+/// `toolgate pin SERVER`: the server's tools' fingerprints, as a pin file.
+async fn pin(dir: &Path, server: &str) -> anyhow::Result<ExitCode> {
+    let catalog = load(dir)?;
+    let mcp = catalog.mcp();
+    if !mcp.reports().iter().any(|r| r.name == server) {
+        anyhow::bail!("no MCP server `{server}` is declared (see `toolgate check`)");
+    }
+    mcp.start().await;
+    let reports = mcp.reports();
+    mcp.shutdown().await;
+    let Some(report) = reports.into_iter().find(|r| r.name == server) else {
+        anyhow::bail!("no MCP server `{server}` is declared");
+    };
+    if let Some(reason) = &report.reason {
+        anyhow::bail!("MCP server `{server}` did not start: {reason}");
+    }
+    println!("{}", serde_json::to_string_pretty(&report.fingerprints)?);
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn check_connect(dir: &Path) -> ExitCode {
     let Ok(catalog) = load_catalog(dir) else {
         return check(dir);

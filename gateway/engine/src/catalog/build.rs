@@ -83,6 +83,7 @@ pub(super) fn build(
     super::settings::check_console(&raw.gateway, &mut diags);
     let browsers = super::browsers::check(&raw.gateway, &mut diags);
     let policies = compile_policies(&raw.gateway, &mut diags);
+    super::settings::check_approvals(&raw.gateway, &mut diags);
     super::settings::check_telemetry(&raw.gateway, &mut diags);
     let keys = super::keys::check(
         &raw.gateway,
@@ -105,6 +106,10 @@ pub(super) fn build(
         tools.insert(tool.name.clone(), tool);
     }
 
+    let policy_version = crate::policy::version(
+        &raw.gateway.value.policies,
+        raw.gateway.value.approvals.destructive,
+    );
     let catalog = Catalog {
         mcp: super::mcp::registry(mcp_specs, &tools, &sets),
         extensions,
@@ -120,6 +125,7 @@ pub(super) fn build(
         redis_url,
         browsers,
         policies,
+        policy_version,
     };
     // Sets that search get their index built now, on a thread of its own
     // so the load does not wait for it (a search that comes first waits

@@ -149,6 +149,7 @@ pub(crate) fn check(
             projects: decl.projects.clone(),
             claimed: std::sync::Arc::clone(&claimed),
             console: decl.console,
+            approver: decl.approver,
         });
         if let Some(other) = keys.insert(digest, key) {
             diags.push(Diagnostic::error(

@@ -46,6 +46,7 @@ impl McpChecker {
         };
         let filter = s.check_tools();
         s.check_durations();
+        let pins = s.read_pins();
         if s.errors() != before {
             return;
         }
@@ -66,6 +67,7 @@ impl McpChecker {
             cache_ttl: decl.cache.as_ref().map(|c| c.ttl),
             required: decl.required,
             on_change: decl.on_change,
+            pins,
             file: s.file.file.clone(),
             pos: s.at(""),
             disabled,
@@ -170,6 +172,55 @@ impl ServerCheck<'_> {
         let at = self.at(p);
         self.diags
             .push(Diagnostic::error(&self.file.file, at, message, hint));
+    }
+
+    /// The pin file's fingerprints (`pins`), checked: a map of tool names
+    /// to SHA-256 hex digests.
+    fn read_pins(&mut self) -> BTreeMap<String, String> {
+        let Some(path) = self.decl.pins.clone() else {
+            return BTreeMap::new();
+        };
+        const HINT: &str = "write it with `toolgate pin SERVER > FILE`: a JSON object of tool names to fingerprints (64 hex digits)";
+        let full = self.dir.join(&path);
+        let text = match std::fs::read_to_string(&full) {
+            Ok(text) => text,
+            Err(e) => {
+                self.err(
+                    ".pins",
+                    format!("the pin file {path:?} cannot be read: {e}"),
+                    HINT,
+                );
+                return BTreeMap::new();
+            }
+        };
+        let pins: BTreeMap<String, String> = match serde_json::from_str(&text) {
+            Ok(pins) => pins,
+            Err(e) => {
+                self.diags.push(Diagnostic::error(
+                    &full.to_string_lossy(),
+                    toolgate_config::Pos {
+                        line: e.line(),
+                        column: e.column(),
+                    },
+                    format!(
+                        "the pin file of MCP server `{}` is not valid: {e}",
+                        self.decl.name
+                    ),
+                    HINT,
+                ));
+                return BTreeMap::new();
+            }
+        };
+        for (tool, digest) in &pins {
+            if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+                self.err(
+                    ".pins",
+                    format!("the pin file {path:?} gives `{tool}` the fingerprint {digest:?}, not 64 hex digits"),
+                    HINT,
+                );
+            }
+        }
+        pins
     }
 
     fn errors(&self) -> usize {

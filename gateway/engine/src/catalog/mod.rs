@@ -63,6 +63,9 @@ pub struct Catalog {
     pub browsers: BrowserRules,
     /// The rules every call is checked against (`policies`), in order.
     pub policies: Vec<crate::policy::Policy>,
+    /// A digest of `policies` and `approvals.destructive`, which binds
+    /// approvals to the rules they were given under.
+    pub policy_version: String,
 }
 
 /// A declared tool that cannot be used, and why.

@@ -133,6 +133,41 @@ pub(crate) fn check_console(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnost
     }
 }
 
+/// The most calls `approvals.max_pending` may hold.
+pub const MAX_PENDING_APPROVALS: usize = 10_000;
+
+/// Checks the `approvals` section.
+pub(crate) fn check_approvals(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
+    let approvals = &file.value.approvals;
+    if approvals.wait.is_zero() || approvals.wait > std::time::Duration::from_secs(3600) {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("approvals.wait"),
+            "`approvals.wait` must be more than 0 and at most 1h".to_owned(),
+            "give how long a held call waits for a person, e.g. `2m` (the default); the client's own request timeout must be longer",
+        ));
+    }
+    if approvals.valid_for < approvals.wait {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("approvals.valid_for"),
+            "`approvals.valid_for` is shorter than `approvals.wait`".to_owned(),
+            "a request for approval must stay open at least as long as its call waits: give e.g. `15m` (the default)",
+        ));
+    }
+    if !(1..=MAX_PENDING_APPROVALS).contains(&approvals.max_pending) {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("approvals.max_pending"),
+            format!(
+                "`approvals.max_pending` is {}, not from 1 to {MAX_PENDING_APPROVALS}",
+                approvals.max_pending
+            ),
+            "give how many calls may wait for approval at once, e.g. 100 (the default)",
+        ));
+    }
+}
+
 /// Checks the `audit` section.
 pub(crate) fn check_audit(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
     let Some(audit) = &file.value.audit else {

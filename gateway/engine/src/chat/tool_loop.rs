@@ -772,57 +772,49 @@ impl Run {
         self.found.drain(..over);
     }
 
+    /// One `spawn` call: validated, authorized (policies, approvals) and
+    /// counted like any call, then its tasks run as sub-agents.
+    async fn run_spawn(&self, call: &ToolCall) -> Result<Value, ToolError> {
+        let tool = self
+            .l
+            .catalog
+            .tool(subagent::SPAWN)
+            .ok_or_else(|| ToolError::UnknownTool(call.name.clone()))?;
+        tool.validate(&call.arguments)
+            .map_err(ToolError::InvalidArguments)?;
+        let executor = &self.l.executor;
+        executor
+            .authorize(
+                &self.l.catalog,
+                Some(&tool),
+                &call.name,
+                &call.arguments,
+                &self.l.context,
+            )
+            .await?;
+        // A `spawn` is a tool call like any other: it spends one of the
+        // key's tool calls per minute.
+        executor
+            .spend_tool_call(&self.l.catalog, &self.l.context)
+            .await?;
+        let tasks: Vec<String> = call.arguments["tasks"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        subagent::run(&self.l, tasks, |child: Loop| child.run()).await
+    }
+
     /// Runs `spawn` calls: validated like any call, then each call's tasks
     /// as sub-agents.
     async fn run_spawns(&self, calls: &[ToolCall]) -> Vec<ToolResult> {
         let mut out = Vec::with_capacity(calls.len());
         for call in calls {
             let started = std::time::Instant::now();
-            let outcome = match self.l.catalog.tool(subagent::SPAWN) {
-                None => Err(ToolError::UnknownTool(call.name.clone())),
-                Some(tool) => match tool
-                    .validate(&call.arguments)
-                    .map_err(ToolError::InvalidArguments)
-                    .and_then(|()| {
-                        // Checked against the policies like any call.
-                        let ctx = &self.l.context;
-                        let caller = crate::policy::Caller {
-                            key: ctx.key.as_deref(),
-                            project: ctx.project(),
-                            tool_set: ctx.tool_set.as_deref(),
-                        };
-                        crate::policy::check(
-                            &self.l.catalog.policies,
-                            &call.name,
-                            &call.arguments,
-                            caller,
-                        )
-                        .map_err(ToolError::Refused)
-                    }) {
-                    Err(e) => Err(e),
-                    // A `spawn` is a tool call like any other: it spends one
-                    // of the key's tool calls per minute.
-                    Ok(()) => match self
-                        .l
-                        .executor
-                        .spend_tool_call(&self.l.catalog, &self.l.context)
-                        .await
-                    {
-                        Err(refused) => Err(refused),
-                        Ok(()) => {
-                            let tasks: Vec<String> = call.arguments["tasks"]
-                                .as_array()
-                                .map(|t| {
-                                    t.iter()
-                                        .filter_map(|v| v.as_str().map(str::to_owned))
-                                        .collect()
-                                })
-                                .unwrap_or_default();
-                            subagent::run(&self.l, tasks, |child: Loop| child.run()).await
-                        }
-                    },
-                },
-            };
+            let outcome = self.run_spawn(call).await;
             let result = self
                 .l
                 .executor

@@ -4,9 +4,10 @@
 //! caps, running the loop); [`chat`] is OpenAI's chat completions,
 //! [`responses`] OpenAI's Responses, [`messages`] Anthropic's Messages,
 //! [`models`] the model list, [`tools`] the tool API, [`mcp`] the tool sets
-//! as MCP servers (streamable HTTP and stdio), [`console`] the pages for
-//! people.
+//! as MCP servers (streamable HTTP and stdio), [`approvals`] the calls
+//! held for a person's decision, [`console`] the pages for people.
 
+pub mod approvals;
 pub mod chat;
 pub mod common;
 pub mod console;

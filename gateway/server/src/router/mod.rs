@@ -14,7 +14,7 @@ use axum::routing::{any, get, post};
 
 pub use direct::Gateway;
 
-use crate::faces::{chat, console, mcp, messages, models, responses, tools};
+use crate::faces::{approvals, chat, console, mcp, messages, models, responses, tools};
 use crate::http::{self, ApiError, AppState, ErrorShape, Paths};
 use crate::ops;
 
@@ -62,6 +62,8 @@ pub const ENDPOINTS: &[&str] = &[
     "GET /v1/tools",
     "GET /v1/tool-sets",
     "POST /v1/tools/{name}/invoke",
+    "GET /v1/approvals",
+    "GET|POST /v1/approvals/{id}",
     "POST|GET|DELETE /mcp/{tool_set}",
     "POST|GET|DELETE /mcp",
     "GET /.well-known/oauth-protected-resource",
@@ -128,6 +130,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools", get(tools::list_tools))
         .route("/v1/tool-sets", get(tools::list_sets))
         .route("/v1/tools/{name}/invoke", post(tools::invoke))
+        .route("/v1/approvals", get(approvals::list))
+        .route(
+            "/v1/approvals/{id}",
+            get(approvals::get).post(approvals::post),
+        )
         .route("/v1/models", get(models::list_models))
         .route("/v1/chat/completions", post(chat::completions))
         .route(

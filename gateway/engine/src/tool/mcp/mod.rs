@@ -1006,9 +1006,32 @@ impl McpRegistry {
                 server_info: state.server_info.clone(),
                 tools,
                 problems,
+                fingerprints: server.listed_fingerprints(),
             });
         }
         reports
+    }
+
+    /// The tool definitions changed upstream and held for review, by
+    /// server.
+    pub fn changes(&self) -> Vec<session::ToolChange> {
+        self.inner
+            .servers
+            .iter()
+            .flat_map(|s| s.changes())
+            .collect()
+    }
+
+    /// Accepts the held change of `server`'s `tool` to the definition
+    /// `fingerprint`: the server lists its tools again, and takes that
+    /// definition only if it still lists exactly it.
+    pub fn accept_change(&self, server: &str, tool: &str, fingerprint: &str) -> Result<(), String> {
+        self.inner
+            .servers
+            .iter()
+            .find(|s| s.spec.name == server)
+            .ok_or_else(|| format!("no MCP server `{server}`"))?
+            .accept_change(tool, fingerprint)
     }
 }
 
@@ -1029,6 +1052,9 @@ pub struct ServerReport {
     pub tools: Vec<(String, String, String)>,
     /// Tools it lists that cannot be used, and set entries it does not offer.
     pub problems: Vec<String>,
+    /// The fingerprint of each tool's definition as listed, by the
+    /// server's name for it.
+    pub fingerprints: std::collections::BTreeMap<String, String>,
 }
 
 impl ServerReport {

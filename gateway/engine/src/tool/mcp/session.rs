@@ -77,14 +77,139 @@ pub(crate) struct Server {
     /// Each tool's definition as first seen (by the server's name for it):
     /// its fingerprint and the tool made of it (`on_change`).
     pins: Mutex<HashMap<String, Pin>>,
+    /// A person accepted a change: the next listing is built again even
+    /// when it lists what the last one did.
+    rebuild: AtomicBool,
 }
 
-/// A tool definition the gateway trusts: the first it saw.
+/// A tool definition the gateway trusts: the first it saw (or the pin
+/// file's, or the last change a person accepted).
 struct Pin {
     fingerprint: String,
+    /// The trusted definition, for showing a change against (`None` when
+    /// only a pin file's fingerprint is known).
+    definition: Option<Value>,
     tool: Result<Arc<Tool>, String>,
-    /// The fingerprint of a change already reported.
-    reported: Option<String>,
+    /// The definition the server lists now, when it differs.
+    changed: Option<Changed>,
+    /// A change a person accepted: taken at the next listing if the
+    /// server still lists exactly it.
+    accept: Option<String>,
+}
+
+impl Pin {
+    /// `definition` (of fingerprint `fingerprint`) trusted, as `tool`.
+    fn trusted(fingerprint: String, definition: Value, tool: Result<Arc<Tool>, String>) -> Pin {
+        Pin {
+            fingerprint,
+            definition: Some(definition),
+            tool,
+            changed: None,
+            accept: None,
+        }
+    }
+}
+
+/// A changed definition, held.
+#[derive(Debug, Clone)]
+struct Changed {
+    fingerprint: String,
+    definition: Value,
+    /// When it was first seen (RFC 3339).
+    since: String,
+}
+
+/// A tool whose server changed its definition after the gateway pinned
+/// it, as a person reviewing it sees it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ToolChange {
+    pub server: String,
+    /// The server's name for the tool.
+    pub tool: String,
+    /// `keep_old`, `disable` (`accept` takes changes, so has none held).
+    pub on_change: &'static str,
+    pub pinned_fingerprint: String,
+    /// The trusted definition (absent when a pin file gave only its
+    /// fingerprint).
+    pub pinned: Option<Value>,
+    pub fingerprint: String,
+    pub now: Value,
+    pub since: String,
+}
+
+impl Server {
+    /// The changes held for review.
+    pub fn changes(&self) -> Vec<ToolChange> {
+        let pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<ToolChange> = pins
+            .iter()
+            .filter_map(|(tool, pin)| {
+                let changed = pin.changed.as_ref()?;
+                Some(ToolChange {
+                    server: self.spec.name.clone(),
+                    tool: tool.clone(),
+                    on_change: on_change_label(self.spec.on_change),
+                    pinned_fingerprint: pin.fingerprint.clone(),
+                    pinned: pin.definition.clone(),
+                    fingerprint: changed.fingerprint.clone(),
+                    now: changed.definition.clone(),
+                    since: changed.since.clone(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.tool.cmp(&b.tool));
+        out
+    }
+
+    /// The fingerprint of each tool's definition as the server lists it
+    /// now, by the server's name for it (what `toolgate pin` writes).
+    pub fn listed_fingerprints(&self) -> std::collections::BTreeMap<String, String> {
+        let pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        pins.iter()
+            .map(|(tool, pin)| {
+                let now = pin
+                    .changed
+                    .as_ref()
+                    .map_or(&pin.fingerprint, |c| &c.fingerprint);
+                (tool.clone(), now.clone())
+            })
+            .collect()
+    }
+
+    /// Accepts the change of `tool` to the definition `fingerprint`: the
+    /// tools are listed again, and that definition (only it) is pinned.
+    pub fn accept_change(&self, tool: &str, fingerprint: &str) -> Result<(), String> {
+        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let pin = pins
+            .get_mut(tool)
+            .filter(|p| p.changed.is_some())
+            .ok_or_else(|| {
+                format!(
+                    "MCP server `{}` has no held change of `{tool}`",
+                    self.spec.name
+                )
+            })?;
+        if pin.changed.as_ref().map(|c| c.fingerprint.as_str()) != Some(fingerprint) {
+            return Err(format!(
+                "the definition of `{tool}` changed again since it was shown; review it again"
+            ));
+        }
+        pin.accept = Some(fingerprint.to_owned());
+        drop(pins);
+        self.rebuild.store(true, Ordering::SeqCst);
+        tracing::info!(mcp_server = %self.spec.name, tool, "a changed tool definition is accepted");
+        self.list_changed.notify_one();
+        Ok(())
+    }
+}
+
+fn on_change_label(on_change: toolgate_config::format::OnChange) -> &'static str {
+    use toolgate_config::format::OnChange;
+    match on_change {
+        OnChange::Accept => "accept",
+        OnChange::KeepOld => "keep_old",
+        OnChange::Disable => "disable",
+    }
 }
 
 /// Where a server stands.
@@ -200,6 +325,7 @@ impl Server {
             owners: Mutex::new(Vec::new()),
             supervised: AtomicBool::new(false),
             pins: Mutex::new(HashMap::new()),
+            rebuild: AtomicBool::new(false),
         }
     }
 
@@ -499,7 +625,7 @@ async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionE
                     Ok(Ok((tools, fresh_for))) => {
                         ttl = fresh_for;
                         stale = stale_after(ttl);
-                        if tools == last {
+                        if tools == last && !server.rebuild.swap(false, Ordering::SeqCst) {
                             tracing::debug!(mcp_server = %spec.name, "MCP server `{}` listed the same tools", spec.name);
                             continue;
                         }
@@ -894,54 +1020,91 @@ fn build_tools(server: &Arc<Server>, tools: Vec<rmcp::model::Tool>) -> Vec<Liste
 }
 
 /// What a tool's definition is, for telling a change: its name, title,
-/// description, schemas and annotations, hashed.
-fn fingerprint(t: &rmcp::model::Tool) -> String {
-    use sha2::Digest;
-    let definition = serde_json::json!({
+/// description, schemas and annotations.
+fn definition(t: &rmcp::model::Tool) -> Value {
+    serde_json::json!({
         "name": t.name, "title": t.title, "description": t.description,
         "inputSchema": t.input_schema, "outputSchema": t.output_schema,
         "annotations": t.annotations,
-    });
+    })
+}
+
+/// A definition's fingerprint: the SHA-256 of its JSON.
+pub fn fingerprint(definition: &Value) -> String {
+    use sha2::Digest;
     let digest = sha2::Sha256::digest(definition.to_string().as_bytes());
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The tool to offer for `t` as the server lists it now: the definition
-/// first seen is pinned; a changed one is kept out, taken or ignored as
-/// `on_change` says, and reported once.
+/// first seen (or the pin file's) is pinned; a changed one is kept out,
+/// taken or ignored as `on_change` says, reported once, and held for a
+/// person to accept.
 fn pinned(
     server: &Server,
     remote: &str,
     t: &rmcp::model::Tool,
     fresh: Result<Arc<Tool>, String>,
 ) -> Result<Arc<Tool>, String> {
-    use toolgate_config::format::OnChange;
     let spec = &server.spec;
-    let now = fingerprint(t);
+    let seen = definition(t);
+    let now = fingerprint(&seen);
     let mut pins = server.pins.lock().unwrap_or_else(|p| p.into_inner());
     let Some(pin) = pins.get_mut(remote) else {
-        pins.insert(
-            remote.to_owned(),
-            Pin {
-                fingerprint: now,
-                tool: fresh.clone(),
-                reported: None,
-            },
-        );
-        return fresh;
+        let filed = spec.pins.get(remote);
+        if filed.is_none_or(|f| *f == now) {
+            pins.insert(remote.to_owned(), Pin::trusted(now, seen, fresh.clone()));
+            return fresh;
+        }
+        // The pin file trusts another definition than the one listed.
+        let pin = pins.entry(remote.to_owned()).or_insert(Pin {
+            fingerprint: filed.cloned().unwrap_or_default(),
+            definition: None,
+            tool: Err(format!(
+                "MCP server `{}` lists a definition of this tool that its pin file does not trust; it is out of service until someone accepts it in the console or the pin file is updated",
+                spec.name
+            )),
+            changed: None,
+            accept: None,
+        });
+        return held(spec, remote, pin, seen, now, fresh, spec.on_change);
     };
     if pin.fingerprint == now {
+        pin.changed = None;
         return pin.tool.clone();
     }
-    let first_report = pin.reported.as_deref() != Some(now.as_str());
-    pin.reported = Some(now.clone());
-    match spec.on_change {
+    if pin.accept.as_deref() == Some(now.as_str()) {
+        *pin = Pin::trusted(now, seen, fresh.clone());
+        return fresh;
+    }
+    held(spec, remote, pin, seen, now, fresh, spec.on_change)
+}
+
+/// A changed definition of `remote`, under `on_change`.
+fn held(
+    spec: &super::spec::ServerSpec,
+    remote: &str,
+    pin: &mut Pin,
+    seen: Value,
+    now: String,
+    fresh: Result<Arc<Tool>, String>,
+    on_change: toolgate_config::format::OnChange,
+) -> Result<Arc<Tool>, String> {
+    use toolgate_config::format::OnChange;
+    let first_report = pin.changed.as_ref().map(|c| c.fingerprint.as_str()) != Some(now.as_str());
+    if first_report {
+        pin.changed = Some(Changed {
+            fingerprint: now.clone(),
+            definition: seen.clone(),
+            since: crate::audit::now_rfc3339(),
+        });
+    }
+    match on_change {
         OnChange::Accept => {
             if first_report {
                 tracing::warn!(mcp_server = %spec.name, tool = remote, "MCP server `{}` changed the definition of `{remote}`; accepted (on_change: accept)", spec.name);
             }
-            pin.fingerprint = now;
-            pin.tool = fresh.clone();
+            *pin = Pin::trusted(now, seen, fresh.clone());
             fresh
         }
         OnChange::KeepOld => {
@@ -955,7 +1118,7 @@ fn pinned(
                 tracing::warn!(mcp_server = %spec.name, tool = remote, "MCP server `{}` changed the definition of `{remote}` after the gateway first saw it; the tool is out of service (on_change: disable)", spec.name);
             }
             Err(format!(
-                "MCP server `{}` changed this tool's definition (description, schemas or annotations) after the gateway first saw it; it is out of service until the gateway restarts (`on_change: disable`; `keep_old` would keep serving the first definition, `accept` would take the new one)",
+                "MCP server `{}` changed this tool's definition (description, schemas or annotations) after the gateway trusted it; it is out of service until a person accepts the change in the console (`on_change: disable`; `keep_old` would keep serving the trusted definition, `accept` would take the new one)",
                 spec.name
             ))
         }

@@ -26,6 +26,9 @@ pub struct ServerSpec {
     pub required: bool,
     /// What a changed tool definition does.
     pub on_change: toolgate_config::format::OnChange,
+    /// The pin file's fingerprints, by the server's tool name (empty
+    /// without one).
+    pub pins: std::collections::BTreeMap<String, String>,
     /// The file declaring it, and where.
     pub file: String,
     pub pos: Pos,
@@ -81,6 +84,7 @@ impl ServerSpec {
             && self.startup_timeout == other.startup_timeout
             && self.cache_ttl == other.cache_ttl
             && self.on_change == other.on_change
+            && self.pins == other.pins
             && self.disabled == other.disabled
     }
 }

@@ -20,6 +20,7 @@
 mod form;
 mod pages;
 mod play;
+mod review;
 
 use std::sync::LazyLock;
 
@@ -43,6 +44,9 @@ pub fn routes() -> Router<AppState> {
             get(pages::tool).post(pages::try_tool),
         )
         .route("/console/ui/activity", get(pages::activity))
+        .route("/console/ui/review", get(review::page))
+        .route("/console/ui/approvals/{id}", post(review::decide))
+        .route("/console/ui/changes/{server}/{tool}", post(review::accept))
         .route("/console/ui/playground", get(play::page))
         .route("/console/ui/play", post(play::play))
 }
@@ -80,6 +84,10 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
         (
             "playground.html",
             include_str!("../../../console/templates/playground.html"),
+        ),
+        (
+            "review.html",
+            include_str!("../../../console/templates/review.html"),
         ),
         (
             "card.html",
