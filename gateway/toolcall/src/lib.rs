@@ -68,7 +68,8 @@
 //! - **Arguments are required.** A call-shaped object must have an
 //!   `arguments`/`parameters` member (an object, a JSON string holding an
 //!   object, which is decoded, or null for none). `{"name": "x"}` alone is
-//!   content.
+//!   content, and so is a tool's definition (a `description` beside
+//!   `parameters` that is a JSON Schema with `type` and `properties`).
 //! - **JSON that follows prose is accepted.** A bare JSON value (or bare
 //!   pythonic list) anywhere in the text is a call when it is call-shaped,
 //!   names an offered tool and has arguments — at the start or after prose

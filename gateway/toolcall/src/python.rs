@@ -62,11 +62,13 @@ pub(super) fn py_call(src: &Input, s: usize) -> Outcome<(ParsedCall, usize)> {
                 i += 1;
                 break;
             }
-            Some(c) if is_ident_start(c) => {}
+            Some(c) if is_ident_start(c) || c >= 0x80 => {}
             Some(_) => return Outcome::No,
         }
+        // Python's identifiers may hold letters beyond ASCII (`año=2024`):
+        // a byte of a multi-byte character is taken as part of the name.
         let k0 = i;
-        while src.at(i).is_some_and(is_ident_char) {
+        while src.at(i).is_some_and(|c| is_ident_char(c) || c >= 0x80) {
             i += 1;
         }
         let key = src.slice(k0, i).to_string();

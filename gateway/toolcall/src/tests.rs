@@ -671,3 +671,40 @@ fn minimax_invoke_items_and_a_parameter_closer_inside_a_value() {
     );
     assert_eq!(p.content, "Checking.");
 }
+
+#[test]
+fn a_tool_definition_is_not_a_call() {
+    // Text that shows a tool's definition (BFCL's live_irrelevance has
+    // one as a user's message) is content, bare or in OpenAI's shape.
+    let t = tools(&["record"]);
+    let definition = r#"{"name": "record", "description": "Records queries.", "parameters": {"type": "dict", "properties": {"q": {"type": "list"}}}}"#;
+    let p = check(definition, &t);
+    assert!(p.calls.is_empty(), "{:?}", p.calls);
+    assert_eq!(p.content, definition);
+    let openai = format!(r#"{{"type": "function", "function": {definition}}}"#);
+    assert!(check(&openai, &t).calls.is_empty());
+    // A call whose arguments happen to hold `type` and `properties` is
+    // still a call when no description stands beside them.
+    let p = check(
+        r#"{"name": "record", "parameters": {"type": "x", "properties": {}}}"#,
+        &t,
+    );
+    assert_eq!(p.calls.len(), 1);
+}
+
+#[test]
+fn pythonic_keyword_names_may_hold_letters_beyond_ascii() {
+    // BFCL's live_simple_67: a Spanish API's `año_vehiculo`.
+    let t = tools(&["obtener_cotizacion"]);
+    let p = check(
+        "[obtener_cotizacion(año_vehiculo=2024, producto=\"auto\")]",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "obtener_cotizacion",
+            json!({"año_vehiculo": 2024, "producto": "auto"})
+        )]
+    );
+}

@@ -24,6 +24,7 @@ mod native_faults;
 mod native_registry;
 mod openapi;
 mod ops;
+mod parser_bfcl;
 mod scale;
 mod serve;
 mod structured;
