@@ -538,7 +538,7 @@ impl Default for ApprovalsDecl {
 
 /// `guards`: checks on every tool result before the model (or an MCP
 /// client) sees it, and on every call's arguments before they leave.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct GuardsDecl {
     /// Secrets in a result (API keys and tokens of the common formats:
@@ -552,6 +552,9 @@ pub struct GuardsDecl {
     /// Text in a result that reads like instructions to the model ("ignore
     /// previous instructions", a forged system turn): `mark` by default.
     pub injection: GuardAction,
+    /// A prompt-injection classifier served over HTTP, asked about every
+    /// successful result besides the built-in heuristics. Off unless set.
+    pub classifier: Option<ClassifierDecl>,
 }
 
 impl Default for GuardsDecl {
@@ -560,8 +563,70 @@ impl Default for GuardsDecl {
             secrets: GuardAction::Redact,
             secrets_in_arguments: GuardAction::Log,
             injection: GuardAction::Mark,
+            classifier: None,
         }
     }
+}
+
+/// `guards.classifier`: a text-classification endpoint in the shape of
+/// Hugging Face's (Text Embeddings Inference `/predict`, the Inference API):
+/// `POST {"inputs": ["text", ...]}` answered with, for each text, a list
+/// of `{"label", "score"}`. A result is sent cut in pieces of 2,000
+/// characters (at most 16 pieces; beyond, the rest is not classified and
+/// that is logged).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifierDecl {
+    /// The endpoint, e.g. `http://127.0.0.1:8088/predict`.
+    pub url: String,
+    /// The label that means an injection (compared without case).
+    #[serde(default = "injection_label")]
+    pub label: String,
+    /// The score of `label`, in any piece, from which a result is flagged.
+    #[serde(default = "half")]
+    pub threshold: f64,
+    /// How long one classification may take.
+    #[serde(default = "two_seconds", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub timeout: Duration,
+    /// What a flagged result gets: `mark` (default), `block` or `log`.
+    #[serde(default = "mark")]
+    pub action: GuardAction,
+    /// A classifier that fails (unreachable, an error, an answer of
+    /// another shape, too slow): `pass` lets the result through with a
+    /// warning in the log (default), `block` fails the call.
+    #[serde(default)]
+    pub on_error: ClassifierFailure,
+    /// Environment variable holding a bearer token for the endpoint.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+fn injection_label() -> String {
+    "INJECTION".to_owned()
+}
+
+fn half() -> f64 {
+    0.5
+}
+
+fn two_seconds() -> Duration {
+    Duration::from_secs(2)
+}
+
+fn mark() -> GuardAction {
+    GuardAction::Mark
+}
+
+/// What a failing classifier does to a result.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ClassifierFailure {
+    /// The result goes on; the failure is logged.
+    #[default]
+    Pass,
+    /// The call fails, saying the result could not be checked.
+    Block,
 }
 
 /// What a guard does with what it finds.

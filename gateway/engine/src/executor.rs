@@ -490,7 +490,7 @@ impl Executor {
         {
             let mut result = self.finish_output(&call.name, Ok(output), catalog, started);
             result.cached = true;
-            return result;
+            return self.classified(catalog, &call.name, result, started).await;
         }
 
         let timeout = tool
@@ -532,7 +532,38 @@ impl Executor {
                 },
             );
         }
-        self.finish_output(&call.name, outcome, catalog, started)
+        let result = self.finish_output(&call.name, outcome, catalog, started);
+        self.classified(catalog, &call.name, result, started).await
+    }
+
+    /// `result`, when it succeeded, checked by `guards.classifier` (if
+    /// set): marked, or replaced by the failure that blocks it.
+    async fn classified(
+        &self,
+        catalog: &Catalog,
+        tool: &str,
+        mut result: ToolResult,
+        started: Instant,
+    ) -> ToolResult {
+        let Some(classifier) = &catalog.settings.guards.classifier else {
+            return result;
+        };
+        if !result.success {
+            return result;
+        }
+        let text = match &result.data {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+            None => return result,
+        };
+        match crate::guards::check_with_classifier(&self.http, classifier, tool, &text).await {
+            Ok(None) => result,
+            Ok(Some(note)) => {
+                result.notes.push(note);
+                result
+            }
+            Err(e) => ToolResult::failure(e, started),
+        }
     }
 
     /// A cached result: this replica's, else the shared state's (not copied

@@ -8,6 +8,11 @@ use toolgate_tests::mock_llm::MockLlm;
 use toolgate_tests::{ConfigDir, Gateway, load_catalog};
 
 async fn setup() -> (MockLlm, Gateway, ConfigDir) {
+    setup_with("").await
+}
+
+/// The gateway, with `extra` YAML appended to its `toolgate.yaml`.
+async fn setup_with(extra: &str) -> (MockLlm, Gateway, ConfigDir) {
     let model = MockLlm::start().await;
     let gateway_yaml = format!(
         "
@@ -19,7 +24,7 @@ upstreams:
 builtins:
   enabled: [calculator, spawn]
   spawn: {{ max_tasks: 3, concurrency: 2, max_iterations: 3 }}
-",
+{extra}",
         model.base_url()
     );
     let dir = ConfigDir::new(&[
@@ -205,4 +210,75 @@ auth:
     assert!(spawn["result"].to_string().contains("rate"), "{body}");
     // The request's own two model calls, and no sub-agent's.
     assert_eq!(model.requests().len() - before, 2);
+}
+
+#[tokio::test]
+async fn a_sub_agent_s_calls_meet_the_policies_and_wait_for_approval() {
+    let (_model, gateway, _dir) = setup_with(
+        r#"
+approvals: { wait: 20s }
+policies:
+  - name: no-division
+    tools: [calculator]
+    when: 'args.expression.contains("/")'
+    action: deny
+    reason: no dividing here
+  - name: products
+    tools: [calculator]
+    when: 'args.expression.contains("*")'
+    action: approve
+"#,
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let approvals = gateway.url("/v1/approvals");
+    let approver = async {
+        loop {
+            let listing: Value = http
+                .get(&approvals)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if let Some(request) = listing["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["status"] == "pending")
+            {
+                assert_eq!(request["tool"], "calculator");
+                assert_eq!(request["why"], "policy `products`");
+                let decided = http
+                    .post(format!("{approvals}/{}", request["id"].as_str().unwrap()))
+                    .json(&json!({"decision": "approve"}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(decided.status(), 200);
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    let script = spawn_script(&[
+        r#"call calculator {"expression": "2*3"}"#,
+        r#"call calculator {"expression": "6/2"}"#,
+    ]);
+    let asking = chat(&gateway, &script);
+    let (body, ()) = tokio::join!(asking, approver);
+    let answers = body["toolgate"]["tool_calls"][0]["result"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        answers[0]["answer"], "Tool results: [calculator] 6",
+        "approved: it ran"
+    );
+    let refused = answers[1]["answer"].as_str().unwrap();
+    assert!(
+        refused.contains("refused by policy `no-division`: no dividing here"),
+        "{refused}"
+    );
 }

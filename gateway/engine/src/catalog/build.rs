@@ -84,6 +84,7 @@ pub(super) fn build(
     let browsers = super::browsers::check(&raw.gateway, &mut diags);
     let policies = compile_policies(&raw.gateway, &mut diags);
     super::settings::check_approvals(&raw.gateway, &mut diags);
+    super::settings::check_classifier(&raw.gateway, env, &mut diags);
     super::settings::check_telemetry(&raw.gateway, &mut diags);
     let keys = super::keys::check(
         &raw.gateway,

@@ -168,6 +168,63 @@ pub(crate) fn check_approvals(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagno
     }
 }
 
+/// Checks `guards.classifier`.
+pub(crate) fn check_classifier(
+    file: &Loaded<GatewayFile>,
+    env: &dyn Fn(&str) -> Option<String>,
+    diags: &mut Vec<Diagnostic>,
+) {
+    use toolgate_config::format::GuardAction;
+    let Some(c) = &file.value.guards.classifier else {
+        return;
+    };
+    let mut err = |path: &str, message: String, hint: &str| {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos(&format!("guards.classifier.{path}")),
+            message,
+            hint,
+        ));
+    };
+    if !url::Url::parse(&c.url).is_ok_and(|u| matches!(u.scheme(), "http" | "https")) {
+        err(
+            "url",
+            format!("{:?} is not an http(s) URL", c.url),
+            "give the classifier's endpoint, e.g. http://127.0.0.1:8088/predict",
+        );
+    }
+    if !(0.0..=1.0).contains(&c.threshold) {
+        err(
+            "threshold",
+            format!("the threshold {} is not a score from 0 to 1", c.threshold),
+            "give the score from which a result is flagged, e.g. 0.5 (the default)",
+        );
+    }
+    if c.timeout.is_zero() || c.timeout > std::time::Duration::from_secs(60) {
+        err(
+            "timeout",
+            "the timeout must be more than 0 and at most 60s".to_owned(),
+            "give how long one classification may take, e.g. `2s` (the default)",
+        );
+    }
+    if matches!(c.action, GuardAction::Redact | GuardAction::Off) {
+        err(
+            "action",
+            "a classifier's finding cannot be redacted (it says nothing of where it is), and `off` is no classifier".to_owned(),
+            "use `mark`, `block` or `log`, or remove `classifier`",
+        );
+    }
+    if let Some(name) = &c.api_key_env
+        && env(name).is_none()
+    {
+        err(
+            "api_key_env",
+            format!("the environment variable `{name}` is not set"),
+            "set it to the classifier's token, or remove `api_key_env`",
+        );
+    }
+}
+
 /// Checks the `audit` section.
 pub(crate) fn check_audit(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
     let Some(audit) = &file.value.audit else {

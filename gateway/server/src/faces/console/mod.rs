@@ -261,7 +261,7 @@ mod tests {
         let names: Vec<&str> = TEMPLATES.templates().map(|(name, _)| name).collect();
         assert_eq!(
             names.len(),
-            9,
+            10,
             "a template failed to compile: only {names:?}"
         );
     }
