@@ -58,12 +58,19 @@ reload:
   debounce: 50ms
 mcp:
   session_secret_env: MCP_SECRET
+audit:
+  path: {audit}
 policies:
   - name: no-forbidden-words
     tools: [lookup]
     when: 'args.q.contains("forbidden") && caller.tool_set != "web"'
     action: deny
     reason: that word is not looked up here
+  - name: no-contractors
+    tools: [lookup]
+    when: 'has(caller.claims.role) && caller.claims.role == "contractor"'
+    action: deny
+    reason: contractors do not look things up
 """
 
 MCP_YAML = """
@@ -115,7 +122,7 @@ def token(key=None, kid="issuer-1", **claims) -> str:
 def configure(root: pathlib.Path, backend: str) -> pathlib.Path:
     for sub in ("tools.d", "tool-sets"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    (root / "toolgate.yaml").write_text(GATEWAY_YAML.format())
+    (root / "toolgate.yaml").write_text(GATEWAY_YAML.format(audit=root / "audit.jsonl"))
     (root / "jwks.json").write_text(jwks())
     # The HTTP tools of the other end-to-end tests, and two MCP servers.
     (root / "tools.d" / "t.yaml").write_text(
@@ -428,6 +435,50 @@ def test_tokens_of_the_authorization_server_act_as_the_key_they_name(mcp_gateway
             assert [t.name for t in (await c.list_tools()).tools] == ["lookup"]
 
     run(go)
+
+
+def test_a_token_s_subject_and_claims_are_the_caller_everywhere(mcp_gateway):
+    # One caller: a token acts as the key it names, and the gateway knows
+    # who calls (its `sub`) and what the token says (its claims). Policies
+    # read the claims; the audit log names the subject.
+    url, config = mcp_gateway
+    carol = token(toolgate_key="full", sub="carol@example.test", role="contractor")
+    dave = token(toolgate_key="full", sub="dave@example.test", role="staff")
+
+    async def go():
+        async with client(url + "/mcp/web", key=carol) as c:
+            refused = await c.call_tool("lookup", {"q": "identity check carol"})
+            assert refused.is_error
+            assert "refused by policy `no-contractors`: contractors do not look things up" in refused.content[0].text
+        async with client(url + "/mcp/web", key=dave) as c:
+            fine = await c.call_tool("lookup", {"q": "identity check dave"})
+            assert not fine.is_error
+
+    run(go)
+    audit = config / "audit.jsonl"
+    deadline = time.time() + 10
+    while True:
+        lines = [json.loads(line) for line in audit.read_text().splitlines()] if audit.exists() else []
+        mine = {e["arguments"]["q"]: e for e in lines if str((e.get("arguments") or {}).get("q", "")).startswith("identity check")}
+        if len(mine) == 2:
+            break
+        assert time.time() < deadline, lines
+        time.sleep(0.1)
+    assert mine["identity check carol"]["subject"] == "carol@example.test"
+    assert mine["identity check carol"]["outcome"] == "refused" and mine["identity check carol"]["key"] == "full"
+    assert mine["identity check dave"]["subject"] == "dave@example.test"
+    # A plain API key is its own subject.
+    async def by_key():
+        async with client(url + "/mcp/web") as c:
+            await c.call_tool("lookup", {"q": "identity check key"})
+
+    run(by_key)
+    deadline = time.time() + 10
+    while "identity check key" not in audit.read_text():
+        assert time.time() < deadline
+        time.sleep(0.1)
+    (line,) = [json.loads(x) for x in audit.read_text().splitlines() if "identity check key" in x]
+    assert line["subject"] == "full" and line["key"] == "full"
 
 
 def test_the_issuers_keys_can_come_from_a_url(tmp_path, backend, servers):
@@ -761,6 +812,14 @@ def test_a_tool_whose_server_changes_it_after_listing_is_held(tmp_path):
             assert time.time() < deadline, tools()
             time.sleep(0.2)
         assert tools()[0]["keep_echo"] == first, "another server's change stays held"
+        # Without API keys no one may decide a held call (the gateway could
+        # not tell a person from a model's tool reaching its API).
+        req = urllib.request.Request(
+            base + "/v1/approvals/apr_0", data=b'{"decision": "approve"}', headers={"Content-Type": "application/json"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=10)
+        assert refused.value.code == 403 and b"not_an_approver" in refused.value.read()
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -2,8 +2,9 @@
 //!
 //! A call that needs one (a policy with `action: approve`, or a
 //! destructive tool under `approvals.destructive`) asks [`Approvals::ask`]:
-//! an approval already given for the same [`Binding`] (caller, tool,
-//! digest of the arguments, version of the policies) lets it run once;
+//! an approval already given for the same [`Binding`] (caller's key and
+//! subject, tool, digest of the arguments, version of the policies) lets it
+//! run once;
 //! otherwise it joins the open request for that binding or opens one, and
 //! waits for a decision up to `approvals.wait`. A person with an
 //! `approver` key decides through `/v1/approvals` or the console
@@ -31,6 +32,9 @@ use toolgate_config::format::ApprovalsDecl;
 pub struct Binding {
     /// The caller's API key (its name), if any.
     pub key: Option<String>,
+    /// Who calls (a token's `sub`, else the key's name): people sharing a
+    /// key do not share approvals.
+    pub subject: Option<String>,
     pub project: Option<String>,
     pub tool: String,
     /// SHA-256 of the call's arguments (canonical JSON, after the
@@ -354,6 +358,7 @@ mod tests {
     fn binding(args: &str) -> Binding {
         Binding {
             key: Some("alice".into()),
+            subject: Some("alice".into()),
             project: None,
             tool: "post_payment".into(),
             arguments_sha256: args.into(),

@@ -38,6 +38,9 @@ pub struct AuditEntry {
     pub request_id: String,
     /// The API key's name, when keys are configured.
     pub key: Option<String>,
+    /// Who called: the bearer token's `sub`, else the key's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     pub tool_set: Option<String>,
     pub tool: String,
     /// The caller's id for the call (the model's `tool_call_id`).
@@ -564,6 +567,7 @@ mod tests {
             ts: now_rfc3339(),
             request_id: "r".into(),
             key: None,
+            subject: None,
             tool_set: Some("s".into()),
             tool: "t".into(),
             call_id: "c".into(),
@@ -588,6 +592,7 @@ mod tests {
             ts: now_rfc3339(),
             request_id: "r".into(),
             key: Some("k".into()),
+            subject: None,
             tool_set: None,
             tool: tool.into(),
             call_id: "c".into(),

@@ -162,11 +162,7 @@ impl Executor {
         arguments: &Value,
         ctx: &CallContext,
     ) -> Result<(), ToolError> {
-        let caller = crate::policy::Caller {
-            key: ctx.key.as_deref(),
-            project: ctx.project(),
-            tool_set: ctx.tool_set.as_deref(),
-        };
+        let caller = crate::policy::Caller::of(ctx);
         let verdict = crate::policy::check(&catalog.policies, name, arguments, caller)
             .map_err(ToolError::Refused)?;
         let settings = &catalog.settings.approvals;
@@ -194,6 +190,7 @@ impl Executor {
         };
         let binding = Binding {
             key: ctx.key.clone(),
+            subject: ctx.subject.clone(),
             project: ctx.project().map(str::to_owned),
             tool: name.to_owned(),
             arguments_sha256: crate::audit::sha256_hex(&canonical_json(arguments)),
@@ -306,7 +303,11 @@ impl Executor {
             "gen_ai.operation.name" = "execute_tool",
             "gen_ai.tool.name" = %call.name,
             "gen_ai.tool.call.id" = %call.id,
+            "enduser.id" = tracing::field::Empty,
         );
+        if let Some(subject) = &ctx.subject {
+            span.record("enduser.id", subject.as_str());
+        }
         let result = self
             .execute(catalog, call, ctx, progress)
             .instrument(span)
@@ -376,11 +377,7 @@ impl Executor {
             .audit
             .as_ref()
             .map_or(AuditArguments::Redacted, AuditLog::arguments_mode);
-        let caller = crate::policy::Caller {
-            key: ctx.key.as_deref(),
-            project: ctx.project(),
-            tool_set: ctx.tool_set.as_deref(),
-        };
+        let caller = crate::policy::Caller::of(ctx);
         if mode == AuditArguments::Redacted
             && crate::policy::redacts(&catalog.policies, &call.name, &call.arguments, caller)
         {
@@ -401,6 +398,7 @@ impl Executor {
             ts: crate::audit::now_rfc3339(),
             request_id: ctx.request_id.clone(),
             key: ctx.key.clone(),
+            subject: ctx.subject.clone(),
             tool_set: ctx.tool_set.clone(),
             tool: call.name.clone(),
             call_id: call.id.clone(),
@@ -478,8 +476,9 @@ impl Executor {
             ),
             // A server told who calls may answer each caller differently.
             ToolKind::Mcp(m) if m.varies_by_caller() => format!(
-                "{}\u{0}{}\u{0}{}",
+                "{}\u{0}{}\u{0}{}\u{0}{}",
                 ctx.key.as_deref().unwrap_or_default(),
+                ctx.subject.as_deref().unwrap_or_default(),
                 ctx.project().unwrap_or_default(),
                 canonical_json(&arguments)
             ),

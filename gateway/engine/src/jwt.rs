@@ -44,6 +44,17 @@ pub enum JwtError {
     Jwks(String),
 }
 
+/// A token that holds: the API key it acts as, who it says calls, and all
+/// its claims.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verified {
+    /// The API key the token's key claim names.
+    pub key: String,
+    /// Its `sub` claim, if a string.
+    pub subject: Option<String>,
+    pub claims: Value,
+}
+
 /// Where the issuer's keys come from.
 enum Source {
     Fixed(JwkSet),
@@ -123,7 +134,7 @@ impl JwtVerifier {
     }
 
     /// The name of the API key `token` acts as, or why it is refused.
-    pub async fn verify(&self, token: &str) -> Result<String, JwtError> {
+    pub async fn verify(&self, token: &str) -> Result<Verified, JwtError> {
         let header =
             jsonwebtoken::decode_header(token).map_err(|e| JwtError::Malformed(e.to_string()))?;
         if matches!(
@@ -140,11 +151,22 @@ impl JwtVerifier {
         validation.validate_nbf = true;
         let data = jsonwebtoken::decode::<Value>(token, &key, &validation)
             .map_err(|e| JwtError::Invalid(e.to_string()))?;
-        data.claims
+        let key = data
+            .claims
             .get(&self.claim)
             .and_then(Value::as_str)
             .map(str::to_owned)
-            .ok_or_else(|| JwtError::NoKeyClaim(self.claim.clone()))
+            .ok_or_else(|| JwtError::NoKeyClaim(self.claim.clone()))?;
+        let subject = data
+            .claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Ok(Verified {
+            key,
+            subject,
+            claims: data.claims,
+        })
     }
 
     /// The decoding key for `kid` (or the only key, when the token names

@@ -107,6 +107,23 @@ pub struct Caller<'a> {
     pub key: Option<&'a str>,
     pub project: Option<&'a str>,
     pub tool_set: Option<&'a str>,
+    /// Who calls (a token's `sub`, else the key's name).
+    pub subject: Option<&'a str>,
+    /// The caller's token's claims, if it came with one.
+    pub claims: Option<&'a Value>,
+}
+
+impl<'a> Caller<'a> {
+    /// The caller of a call made in `ctx`.
+    pub fn of(ctx: &'a toolgate::CallContext) -> Caller<'a> {
+        Caller {
+            key: ctx.key.as_deref(),
+            project: ctx.project(),
+            tool_set: ctx.tool_set.as_deref(),
+            subject: ctx.subject.as_deref(),
+            claims: ctx.claims.as_deref(),
+        }
+    }
 }
 
 /// What the rules decide for a call they let through.
@@ -181,7 +198,10 @@ fn first_holding<'p>(
         ("args", args.clone()),
         (
             "caller",
-            json!({"key": caller.key, "project": caller.project, "tool_set": caller.tool_set}),
+            json!({
+                "key": caller.key, "project": caller.project, "tool_set": caller.tool_set,
+                "subject": caller.subject, "claims": caller.claims.cloned().unwrap_or_else(|| json!({})),
+            }),
         ),
     ];
     for (name, value) in variables {
@@ -261,6 +281,8 @@ mod tests {
         key: None,
         project: None,
         tool_set: None,
+        subject: None,
+        claims: None,
     };
 
     #[test]

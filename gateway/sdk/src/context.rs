@@ -29,6 +29,11 @@ pub struct CallContext {
     /// under `<workspace>/<project>/` when it is set. Always a valid
     /// [project name](is_valid_project).
     project: Option<String>,
+    /// Who calls: the `sub` of a bearer token (JWT), else the API key's
+    /// name; `None` on an open gateway.
+    pub subject: Option<String>,
+    /// The claims of the caller's bearer token (JWT), if it came with one.
+    pub claims: Option<Arc<serde_json::Value>>,
 }
 
 /// A project name that is not a safe folder name.
@@ -46,7 +51,20 @@ impl CallContext {
             tool_set: None,
             key: None,
             project: None,
+            subject: None,
+            claims: None,
         }
+    }
+
+    /// Sets who calls, and the claims of their token.
+    pub fn with_subject(
+        mut self,
+        subject: Option<String>,
+        claims: Option<Arc<serde_json::Value>>,
+    ) -> CallContext {
+        self.subject = subject;
+        self.claims = claims;
+        self
     }
 
     /// Sets the request id (e.g. the one the HTTP layer assigned).
@@ -136,6 +154,8 @@ pub struct ToolContext {
     pub tool_set: Option<String>,
     /// The project the request works for, if any (a safe folder name).
     pub project: Option<String>,
+    /// Who calls (see [`CallContext::subject`]).
+    pub subject: Option<String>,
     extensions: Extensions,
 }
 
@@ -153,6 +173,7 @@ impl ToolContext {
             tool: tool.to_owned(),
             tool_set: call.tool_set.clone(),
             project: call.project.clone(),
+            subject: call.subject.clone(),
             extensions,
         }
     }

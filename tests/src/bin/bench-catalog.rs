@@ -211,6 +211,8 @@ fn policies(dir: &std::path::Path) {
         key: Some("bench"),
         project: None,
         tool_set: Some("default"),
+        subject: Some("bench"),
+        claims: None,
     };
     let time = |f: &dyn Fn()| {
         let mut runs = Vec::new();

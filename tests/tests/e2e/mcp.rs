@@ -265,8 +265,9 @@ mcp_servers:
     assert!(!format!("{catalog:?}").contains("s3cret"));
 }
 
-/// `headers` that read `request.key` / `request.project` are rendered for
-/// each call: an upstream server over HTTP can authorise per caller.
+/// `headers` that read `request.key` / `request.project` /
+/// `request.subject` / `request.claims` are rendered for each call: an
+/// upstream server over HTTP can authorise per caller.
 #[tokio::test]
 async fn headers_can_name_the_caller_per_call() {
     let server = require!(HttpServer::start().await);
@@ -281,6 +282,8 @@ mcp_servers:
       X-Caller-Project: "{{{{ request.project }}}}"
       X-Both: "{{{{ env.STATIC_TOKEN }}}}:{{{{ request.key }}}}"
       X-Static: "{{{{ env.STATIC_TOKEN }}}}"
+      X-Subject: "{{{{ request.subject }}}}"
+      X-Email: "{{{{ request.claims.email }}}}"
     cache: {{ ttl: 1m }}
 "#,
         server.url
@@ -289,11 +292,8 @@ mcp_servers:
     let catalog = load_catalog(dir.path(), &[("STATIC_TOKEN", "tok")]);
     start(&catalog).await;
     let executor = Executor::new(http_client().unwrap());
-    let header = |key: Option<&str>, project: Option<&str>, name: &str| {
-        let ctx = CallContext::new()
-            .with_key(key.map(str::to_owned))
-            .with_project(project.map(str::to_owned))
-            .unwrap();
+    // The header `name` as the server received it from a call in `ctx`.
+    let seen = |ctx: CallContext, name: &str| {
         let call = ToolCall {
             id: "t".into(),
             name: "header".into(),
@@ -302,6 +302,13 @@ mcp_servers:
         let executor = executor.clone();
         let catalog = &catalog;
         async move { text(&executor.run(catalog, &call, &ctx).await) }
+    };
+    let header = |key: Option<&str>, project: Option<&str>, name: &str| {
+        let ctx = CallContext::new()
+            .with_key(key.map(str::to_owned))
+            .with_project(project.map(str::to_owned))
+            .unwrap();
+        seen(ctx, name)
     };
     assert_eq!(header(Some("alice"), None, "x-caller").await, "alice");
     // `header` is read-only and the server's results are cached: per
@@ -317,6 +324,30 @@ mcp_servers:
     assert_eq!(header(Some("bob"), None, "x-static").await, "tok");
     // No key (an open gateway): the header renders empty and is left out.
     assert_eq!(header(None, None, "x-caller").await, "");
+    // Who calls, and their token's claims: per subject, under one key.
+    let as_person = |subject: &str, name: &str| {
+        let ctx = CallContext::new()
+            .with_key(Some("team".into()))
+            .with_subject(
+                Some(subject.to_owned()),
+                Some(std::sync::Arc::new(
+                    json!({"email": format!("{subject}@example.test")}),
+                )),
+            );
+        seen(ctx, name)
+    };
+    assert_eq!(as_person("carol", "x-subject").await, "carol");
+    assert_eq!(
+        as_person("dave", "x-subject").await,
+        "dave",
+        "cached per subject"
+    );
+    assert_eq!(as_person("carol", "x-email").await, "carol@example.test");
+    assert_eq!(
+        header(Some("bob"), None, "x-email").await,
+        "",
+        "no token, no claim"
+    );
     // The server never sees how the headers travel to the HTTP client.
     let ctx = CallContext::new().with_key(Some("alice".into()));
     let call = ToolCall {

@@ -8,11 +8,12 @@ use toolgate_tests::mock_llm::MockLlm;
 use toolgate_tests::{ConfigDir, Gateway, load_catalog};
 
 async fn setup() -> (MockLlm, Gateway, ConfigDir) {
-    setup_with("").await
+    setup_with("", &[]).await
 }
 
-/// The gateway, with `extra` YAML appended to its `toolgate.yaml`.
-async fn setup_with(extra: &str) -> (MockLlm, Gateway, ConfigDir) {
+/// The gateway, with `extra` YAML appended to its `toolgate.yaml` and
+/// `env` as its environment.
+async fn setup_with(extra: &str, env: &[(&str, &str)]) -> (MockLlm, Gateway, ConfigDir) {
     let model = MockLlm::start().await;
     let gateway_yaml = format!(
         "
@@ -34,7 +35,7 @@ builtins:
             "name: agents\ntools: [spawn, calculator]\n",
         ),
     ]);
-    let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
+    let gateway = Gateway::start(load_catalog(dir.path(), env)).await;
     (model, gateway, dir)
 }
 
@@ -216,6 +217,10 @@ auth:
 async fn a_sub_agent_s_calls_meet_the_policies_and_wait_for_approval() {
     let (_model, gateway, _dir) = setup_with(
         r#"
+auth:
+  keys:
+    - { name: agent, key_env: AGENT_KEY }
+    - { name: boss, key_env: BOSS_KEY, approver: true }
 approvals: { wait: 20s }
 policies:
   - name: no-division
@@ -228,6 +233,10 @@ policies:
     when: 'args.expression.contains("*")'
     action: approve
 "#,
+        &[
+            ("AGENT_KEY", "agent-key-0123456789"),
+            ("BOSS_KEY", "boss-key-0123456789"),
+        ],
     )
     .await;
     let http = reqwest::Client::new();
@@ -236,6 +245,7 @@ policies:
         loop {
             let listing: Value = http
                 .get(&approvals)
+                .bearer_auth("boss-key-0123456789")
                 .send()
                 .await
                 .unwrap()
@@ -250,8 +260,10 @@ policies:
             {
                 assert_eq!(request["tool"], "calculator");
                 assert_eq!(request["why"], "policy `products`");
+                assert_eq!(request["key"], "agent");
                 let decided = http
                     .post(format!("{approvals}/{}", request["id"].as_str().unwrap()))
+                    .bearer_auth("boss-key-0123456789")
                     .json(&json!({"decision": "approve"}))
                     .send()
                     .await
@@ -266,7 +278,19 @@ policies:
         r#"call calculator {"expression": "2*3"}"#,
         r#"call calculator {"expression": "6/2"}"#,
     ]);
-    let asking = chat(&gateway, &script);
+    let asking = async {
+        let r = http
+            .post(gateway.url("/v1/chat/completions"))
+            .bearer_auth("agent-key-0123456789")
+            .json(
+                &json!({"model": "mock-model", "messages": [{"role": "user", "content": script}]}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()
+    };
     let (body, ()) = tokio::join!(asking, approver);
     let answers = body["toolgate"]["tool_calls"][0]["result"]
         .as_array()

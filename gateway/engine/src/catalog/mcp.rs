@@ -256,7 +256,12 @@ impl ServerCheck<'_> {
             }
         };
         for var in vars {
-            if per_request && matches!(var.as_str(), "request.key" | "request.project") {
+            if per_request
+                && (matches!(
+                    var.as_str(),
+                    "request.key" | "request.project" | "request.subject" | "request.claims"
+                ) || var.starts_with("request.claims."))
+            {
                 reads_request = true;
                 continue;
             }
@@ -274,7 +279,7 @@ impl ServerCheck<'_> {
                 None if per_request => self.err(
                     p,
                     format!("the template reads `{var}`, which does not exist here"),
-                    "headers of an MCP server may read `env.<variable>`, `request.key` and `request.project`",
+                    "headers of an MCP server may read `env.<variable>`, `request.key`, `request.project`, `request.subject` and `request.claims.<claim>`",
                 ),
                 None => self.err(
                     p,

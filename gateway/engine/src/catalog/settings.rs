@@ -155,6 +155,28 @@ pub(crate) fn check_approvals(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagno
             "a request for approval must stay open at least as long as its call waits: give e.g. `15m` (the default)",
         ));
     }
+    // Calls that need an approval, and no one who may give one.
+    let asks = file
+        .value
+        .policies
+        .iter()
+        .position(|p| p.action == toolgate_config::format::PolicyAction::Approve)
+        .map(|i| format!("policies[{i}].action"))
+        .or_else(|| {
+            approvals
+                .destructive
+                .then(|| "approvals.destructive".to_owned())
+        });
+    if let Some(path) = asks
+        && !file.value.auth.keys.iter().any(|k| k.approver)
+    {
+        diags.push(Diagnostic::warning(
+            &file.file,
+            file.pos(&path),
+            "calls that need an approval will never run: no API key has `approver: true`",
+            "give the person who decides a key with `approver: true` under `auth.keys` (without keys no one may decide)",
+        ));
+    }
     if !(1..=MAX_PENDING_APPROVALS).contains(&approvals.max_pending) {
         diags.push(Diagnostic::error(
             &file.file,

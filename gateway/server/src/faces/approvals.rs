@@ -4,10 +4,11 @@
 //! ([`toolgate_engine::approvals`]). The console's approvals page decides
 //! through [`decide`] too.
 //!
-//! Who may: with API keys, a key with `approver: true` sees and decides
-//! every request; any other key sees only its own calls' requests and
-//! decides none. Without keys (a gateway on a private address), whoever
-//! reaches the API may.
+//! Who may: a key with `approver: true` sees and decides every request;
+//! any other key sees only its own calls' requests and decides none.
+//! Without API keys the requests may be seen but no one may decide: the
+//! gateway cannot tell a person from a model whose tool reaches its API
+//! (a shell, an HTTP tool pointed at it), so held calls are not run.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -20,21 +21,16 @@ use toolgate_engine::approvals::{DecideError, Request};
 
 use crate::http::{ApiError, AppState, Caller};
 
-/// The name a decision is recorded under when the API is open.
-const OPEN_APPROVER: &str = "local";
-
-/// `true` when `caller` may decide requests (and see every one).
-pub fn is_approver(state: &AppState, caller: &Caller) -> bool {
-    match &caller.key {
-        Some(key) => key.approver,
-        None => !state.catalog().keys().required(),
-    }
+/// `true` when `caller` may decide requests.
+pub fn is_approver(caller: &Caller) -> bool {
+    caller.key.as_ref().is_some_and(|k| k.approver)
 }
 
-/// The requests `caller` may see, newest first.
+/// The requests `caller` may see, newest first: every one for an
+/// approver, and on a gateway without keys.
 pub fn visible(state: &AppState, caller: &Caller) -> Vec<Request> {
     let all = state.executor.approvals().list();
-    if is_approver(state, caller) {
+    if is_approver(caller) || !state.catalog().keys().required() {
         return all;
     }
     let own = caller.key_name();
@@ -109,7 +105,7 @@ pub fn decide(
     approve: bool,
     reason: Option<String>,
 ) -> Result<Request, ApiError> {
-    if !is_approver(state, caller) {
+    if !is_approver(caller) {
         toolgate_engine::metrics::record(|m| m.reject("forbidden"));
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -118,13 +114,11 @@ pub fn decide(
                 Some(name) => format!(
                     "API key `{name}` may not decide approvals: give it `approver: true` in toolgate.yaml"
                 ),
-                None => "deciding approvals needs an API key with `approver: true`".to_owned(),
+                None => "deciding approvals needs an API key with `approver: true` (without keys, no one may decide)".to_owned(),
             },
         ));
     }
-    let by = caller
-        .key_name()
-        .unwrap_or_else(|| OPEN_APPROVER.to_owned());
+    let by = caller.key_name().unwrap_or_default();
     let reason = reason
         .map(|r| r.chars().take(MAX_REASON_CHARS).collect::<String>())
         .filter(|r| !r.trim().is_empty());

@@ -48,6 +48,7 @@ pub fn call_context(headers: &HeaderMap, caller: &Caller) -> Result<CallContext,
     CallContext::new()
         .with_request_id(caller.request_id.clone())
         .with_key(caller.key_name())
+        .with_subject(caller.subject(), caller.claims())
         .with_project(project)
         .map_err(|e| ApiError::bad_request(format!("X-Toolgate-Project: {e}")))
 }

@@ -41,6 +41,8 @@ pub struct Caller {
     pub request_id: String,
     /// `None` when the API is open (no keys configured) or for `/healthz`.
     pub key: Option<Arc<ApiKey>>,
+    /// The bearer token's claims, when the caller came with a JWT.
+    pub token: Option<Arc<toolgate_engine::jwt::Verified>>,
 }
 
 impl Caller {
@@ -61,6 +63,20 @@ impl Caller {
     /// The key's name, for contexts and logs.
     pub fn key_name(&self) -> Option<String> {
         self.key.as_ref().map(|k| k.name.clone())
+    }
+
+    /// Who calls: the token's `sub`, else the key's name (the one rule for
+    /// every face's contexts, the audit log and traces).
+    pub fn subject(&self) -> Option<String> {
+        self.token
+            .as_ref()
+            .and_then(|t| t.subject.clone())
+            .or_else(|| self.key_name())
+    }
+
+    /// The token's claims, if the caller came with one.
+    pub fn claims(&self) -> Option<Arc<serde_json::Value>> {
+        self.token.as_ref().map(|t| Arc::new(t.claims.clone()))
     }
 }
 
@@ -272,6 +288,7 @@ pub async fn identify(
     let shape = (paths.error_shape)(req.uri.path());
     refuse_what_pages_send(&catalog, req).map_err(|e| e.into_shaped(shape))?;
     let open = (paths.open)(req.uri.path());
+    let mut verified_token = None;
     let key = if keys.required() && !open {
         // `x-api-key` is how Anthropic's clients send theirs.
         let token = req
@@ -303,9 +320,13 @@ pub async fn identify(
                 // A token of the OAuth authorization server acts as the key
                 // its claim names.
                 Some(jwt) => match jwt.verify(token).await {
-                    Ok(name) => match keys.by_name(&name) {
-                        Some(key) => Arc::clone(key),
+                    Ok(verified) => match keys.by_name(&verified.key) {
+                        Some(key) => {
+                            verified_token = Some(Arc::new(verified));
+                            Arc::clone(key)
+                        }
                         None => {
+                            let name = &verified.key;
                             tracing::warn!(key = %name, "refused a token naming an undeclared API key");
                             return Err(unauthorized(
                                 req,
@@ -342,7 +363,11 @@ pub async fn identify(
     };
     req.headers.remove(AUTHORIZATION);
     req.headers.remove(X_API_KEY);
-    Ok(Caller { request_id, key })
+    Ok(Caller {
+        request_id,
+        key,
+        token: verified_token,
+    })
 }
 
 /// Spends one of `key`'s requests per minute (`limits.requests_per_minute`):

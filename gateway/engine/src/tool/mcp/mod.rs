@@ -185,7 +185,7 @@ impl McpTool {
 }
 
 /// The headers the server's declaration renders for this caller
-/// (`request.key`, `request.project`), in the call's `_meta` for the HTTP
+/// (`request.key`, `request.project`, `request.subject`, `request.claims`), in the call's `_meta` for the HTTP
 /// client to send (see `session::CallerHeaders`).
 fn caller_headers(
     server: &Server,
@@ -199,7 +199,7 @@ fn caller_headers(
         return Ok(());
     };
     let headers = per_request
-        .render(ctx.key.as_deref(), ctx.project())
+        .render(ctx)
         .map_err(|e| ToolError::Refused(format!("MCP server `{}`: {e}", server.spec.name)))?;
     if headers.is_empty() {
         return Ok(());

@@ -153,8 +153,8 @@ pub struct HttpSpec {
     pub url: String,
     /// Headers sent with every request, rendered at load.
     pub headers: Vec<(HeaderName, HeaderValue)>,
-    /// Headers that read the caller (`request.key`, `request.project`),
-    /// rendered for each call.
+    /// Headers that read the caller (`request.key`, `request.project`,
+    /// `request.subject`, `request.claims.*`), rendered for each call.
     pub per_request: Option<PerRequestHeaders>,
     /// How the gateway is authorized at the server, when it is (OAuth).
     pub oauth: Option<OAuthSpec>,
@@ -217,19 +217,24 @@ pub struct PerRequestHeaders {
 }
 
 impl PerRequestHeaders {
-    /// The headers for a call by `key` (the API key's name) in `project`
-    /// (each empty when there is none); a header that renders empty is
-    /// left out.
+    /// The headers for `call`: `request.key` (the API key's name),
+    /// `request.project`, `request.subject` (who calls) and
+    /// `request.claims` (the caller's token's claims), each empty when there
+    /// is none; a header that renders empty is left out.
     pub fn render(
         &self,
-        key: Option<&str>,
-        project: Option<&str>,
+        call: &toolgate::CallContext,
     ) -> Result<Vec<(HeaderName, String)>, String> {
         let ctx = minijinja::context! {
             env => self.env,
             request => minijinja::context! {
-                key => key.unwrap_or_default(),
-                project => project.unwrap_or_default(),
+                key => call.key.as_deref().unwrap_or_default(),
+                project => call.project().unwrap_or_default(),
+                subject => call.subject.as_deref().unwrap_or_default(),
+                claims => match call.claims.as_deref() {
+                    Some(claims) => minijinja::Value::from_serialize(claims),
+                    None => minijinja::Value::from_serialize(serde_json::json!({})),
+                },
             },
         };
         let mut out = Vec::with_capacity(self.headers.len());

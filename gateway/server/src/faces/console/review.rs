@@ -63,7 +63,7 @@ fn review(
         "review.html",
         json!({
             "requests": requests,
-            "approver": approvals::is_approver(state, caller),
+            "approver": approvals::is_approver(caller),
             "operator": operator,
             "changes": changes,
             "notice": notice,

@@ -263,6 +263,7 @@ pub async fn serve_stdio(
     let caller = Caller {
         request_id: "stdio".to_owned(),
         key: None,
+        token: None,
     };
     let server = ToolSetServer::fixed(
         state,
