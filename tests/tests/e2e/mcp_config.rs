@@ -109,7 +109,7 @@ fn headers_may_read_the_caller_and_nothing_else_of_the_request() {
     assert_eq!(
         errors,
         [
-            "tools.d/mcp.yaml:7:15: error: the template reads `request.body`, which does not exist here — headers of an MCP server may read `env.<variable>`, `request.key` and `request.project`",
+            "tools.d/mcp.yaml:7:15: error: the template reads `request.body`, which does not exist here — headers of an MCP server may read `env.<variable>`, `request.key`, `request.project`, `request.subject` and `request.claims.<claim>`",
             "tools.d/mcp.yaml:12:15: error: the template reads `request.key`, which does not exist here — MCP server settings may only read `env.<variable>`",
         ]
     );
