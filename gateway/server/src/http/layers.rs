@@ -41,7 +41,8 @@ pub struct Caller {
     pub request_id: String,
     /// `None` when the API is open (no keys configured) or for `/healthz`.
     pub key: Option<Arc<ApiKey>>,
-    /// The bearer token's claims, when the caller came with a JWT.
+    /// The verified bearer token (JWT) the caller came with, if any: its
+    /// subject and claims.
     pub token: Option<Arc<toolgate_engine::jwt::Verified>>,
 }
 
