@@ -604,7 +604,7 @@ impl Executor {
                 native.call(args, ctx).await.map(Output::from)
             }
             // Dropped on timeout, which tells the server to cancel the call.
-            ToolKind::Mcp(mcp) => mcp.call(&args, ctx, progress).await,
+            ToolKind::Mcp(mcp) => crate::tool::mcp::call(mcp, &args, ctx, progress).await,
             ToolKind::Search => catalog
                 .run_find_tools(ctx.tool_set.as_deref(), &args)
                 .map(Output::from),

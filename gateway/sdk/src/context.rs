@@ -196,6 +196,20 @@ impl ToolContext {
     }
 }
 
+/// One progress report of a running call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// How far it is; grows with every report.
+    pub progress: f64,
+    /// The value `progress` will reach, when known.
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// Where a call's progress goes: the caller that asked for it (an MCP
+/// client). Reports are dropped, never waited for, when it is slow.
+pub type ProgressSink = tokio::sync::mpsc::Sender<Progress>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
         "toolgate-config",
     ],
     &["toolgate"],
-    &["toolgate-builtins"],
+    &["toolgate-builtins", "toolgate-mcp-client"],
     &["toolgate-engine"],
     &["toolgate-server"],
     &["toolgate-tests", "custom-tools"],
@@ -184,6 +184,7 @@ fn the_engine_and_below_link_no_http_server_or_cli() {
     let g = graph();
     for krate in [
         "toolgate-engine",
+        "toolgate-mcp-client",
         "toolgate-builtins",
         "toolgate",
         "toolgate-config",
@@ -275,7 +276,7 @@ fn diagnostics_are_made_only_while_the_catalog_is_built() {
     );
 }
 
-/// The module order inside the two large crates, lowest first: a module
+/// The module order inside the large crates, lowest first: a module
 /// may refer only to modules of lower layers (its own submodules aside).
 /// A new module must be given its layer here.
 const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
@@ -304,6 +305,10 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
             &["executor"],
             &["chat"],
         ],
+    ),
+    (
+        "gateway/mcp-client/src",
+        &[&["spec", "result"], &["oauth"], &["session"]],
     ),
     (
         "gateway/server/src",
@@ -394,7 +399,10 @@ fn modules_refer_only_to_lower_layers() {
                 }
             }
         }
-        assert!(edges > 30, "{src}: only {edges} references read");
+        // The check reads the references it should (the MCP client is a
+        // handful of modules, the engine and the server dozens).
+        let least = if src.contains("mcp-client") { 3 } else { 30 };
+        assert!(edges >= least, "{src}: only {edges} references read");
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }

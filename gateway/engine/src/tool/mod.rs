@@ -4,7 +4,9 @@
 pub mod http;
 pub mod mcp;
 
-pub use toolgate::{ArgError, ToolError, context, is_valid_name, native, strict};
+pub use toolgate::{
+    ArgError, Progress, ProgressSink, ToolError, context, is_valid_name, native, strict,
+};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,20 +72,6 @@ pub struct Output {
     /// clients that read them (the MCP face). Models read `data`.
     pub mcp_result: Option<Arc<Value>>,
 }
-
-/// One progress report of a running call.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Progress {
-    /// How far it is; grows with every report.
-    pub progress: f64,
-    /// The value `progress` will reach, when known.
-    pub total: Option<f64>,
-    pub message: Option<String>,
-}
-
-/// Where a call's progress goes: the caller that asked for it (an MCP
-/// client). Reports are dropped, never waited for, when it is slow.
-pub type ProgressSink = tokio::sync::mpsc::Sender<Progress>;
 
 impl From<Value> for Output {
     fn from(data: Value) -> Self {

@@ -239,8 +239,16 @@ impl PerRequestHeaders {
         };
         let mut out = Vec::with_capacity(self.headers.len());
         for (name, template, _) in &self.headers {
-            let value = crate::template::render(&self.templates, template, ctx.clone())
-                .map_err(|e| format!("header `{name}` does not render: {e}"))?;
+            let value = self
+                .templates
+                .get_template(template)
+                .and_then(|t| t.render(ctx.clone()))
+                .map_err(|e| match e.detail() {
+                    Some(detail) => {
+                        format!("header `{name}` does not render: {}: {detail}", e.kind())
+                    }
+                    None => format!("header `{name}` does not render: {}", e.kind()),
+                })?;
             if value.is_empty() {
                 continue;
             }

@@ -27,8 +27,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::spec::{PASSED_ENV, ServerSpec, StdioSpec, Transport};
-use super::{McpTool, Registry};
-use crate::tool::{Tool, ToolKind, ToolSpec};
+use super::{McpTool, Offer, Registry};
 
 /// First delay before a restart; doubled after each failure.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
@@ -56,9 +55,9 @@ const MAX_LIST_PAGES: usize = 1000;
 /// whose catalog declares it the same way takes it over, session and all.
 /// It stops when the last of them is dropped, or on
 /// [`McpRegistry::shutdown`](super::McpRegistry::shutdown).
-pub(crate) struct Server {
+pub(crate) struct Server<T> {
     pub spec: ServerSpec,
-    state: ArcSwap<ServerState>,
+    state: ArcSwap<ServerState<T>>,
     /// Bumped after every state change.
     changes: watch::Sender<u64>,
     list_changed: Arc<Notify>,
@@ -71,12 +70,12 @@ pub(crate) struct Server {
     pub stop: CancellationToken,
     /// The registries holding this server; each gets its snapshot rebuilt
     /// when the server's state changes.
-    owners: Mutex<Vec<Weak<Registry>>>,
+    owners: Mutex<Vec<Weak<Registry<T>>>>,
     /// Its supervisor has been spawned.
     supervised: AtomicBool,
     /// Each tool's definition as first seen (by the server's name for it):
     /// its fingerprint and the tool made of it (`on_change`).
-    pins: Mutex<HashMap<String, Pin>>,
+    pins: Mutex<HashMap<String, Pin<T>>>,
     /// A person accepted a change: the next listing is built again even
     /// when it lists what the last one did.
     rebuild: AtomicBool,
@@ -84,12 +83,12 @@ pub(crate) struct Server {
 
 /// A tool definition the gateway trusts: the first it saw (or the pin
 /// file's, or the last change a person accepted).
-struct Pin {
+struct Pin<T> {
     fingerprint: String,
     /// The trusted definition, for showing a change against (`None` when
     /// only a pin file's fingerprint is known).
     definition: Option<Value>,
-    tool: Result<Arc<Tool>, String>,
+    tool: Result<Arc<T>, String>,
     /// The definition the server lists now, when it differs.
     changed: Option<Changed>,
     /// A change a person accepted: taken at the next listing if the
@@ -97,9 +96,9 @@ struct Pin {
     accept: Option<String>,
 }
 
-impl Pin {
+impl<T> Pin<T> {
     /// `definition` (of fingerprint `fingerprint`) trusted, as `tool`.
-    fn trusted(fingerprint: String, definition: Value, tool: Result<Arc<Tool>, String>) -> Pin {
+    fn trusted(fingerprint: String, definition: Value, tool: Result<Arc<T>, String>) -> Pin<T> {
         Pin {
             fingerprint,
             definition: Some(definition),
@@ -137,7 +136,7 @@ pub struct ToolChange {
     pub since: String,
 }
 
-impl Server {
+impl<T> Server<T> {
     /// The changes held for review.
     pub fn changes(&self) -> Vec<ToolChange> {
         let pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
@@ -263,14 +262,13 @@ impl Status {
 }
 
 /// A server's state, replaced as a whole on every change.
-#[derive(Default)]
-pub(crate) struct ServerState {
+pub(crate) struct ServerState<T> {
     pub status: Status,
     /// The session, while `Ready`.
     pub peer: Option<Peer<RoleClient>>,
     /// The tools of the last listing (kept while the server is down, so
     /// they can be reported unavailable by name).
-    pub listed: Arc<Vec<Listed>>,
+    pub listed: Arc<Vec<Listed<T>>>,
     /// Sessions attempted so far.
     pub attempts: u32,
     /// `name version` of the server, from `initialize`.
@@ -279,7 +277,20 @@ pub(crate) struct ServerState {
     pub last_error: Option<String>,
 }
 
-impl ServerState {
+impl<T> Default for ServerState<T> {
+    fn default() -> Self {
+        ServerState {
+            status: Status::default(),
+            peer: None,
+            listed: Arc::new(Vec::new()),
+            attempts: 0,
+            server_info: None,
+            last_error: None,
+        }
+    }
+}
+
+impl<T> ServerState<T> {
     /// Why the server's tools cannot be used now.
     pub fn reason(&self, server: &str) -> String {
         match (&self.status, &self.last_error) {
@@ -292,18 +303,18 @@ impl ServerState {
 }
 
 /// One tool of a listing that passed the include/exclude filter.
-pub(crate) struct Listed {
+pub(crate) struct Listed<T> {
     /// The server's name for it.
     pub remote: String,
     /// The gateway's name for it.
     pub name: String,
     /// The usable tool, or why it cannot be used (name too long, schema
     /// unusable).
-    pub tool: Result<Arc<Tool>, String>,
+    pub tool: Result<Arc<T>, String>,
 }
 
-impl Server {
-    pub fn new(spec: ServerSpec) -> Server {
+impl<T> Server<T> {
+    pub fn new(spec: ServerSpec) -> Server<T> {
         let status = match &spec.disabled {
             Some(reason) => Status::Disabled {
                 reason: reason.clone(),
@@ -337,14 +348,14 @@ impl Server {
         self.broken_notify.notify_one();
     }
 
-    fn owners(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Registry>>> {
+    fn owners(&self) -> std::sync::MutexGuard<'_, Vec<Weak<Registry<T>>>> {
         self.owners
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Adds a registry holding this server (once).
-    pub fn add_owner(&self, registry: Weak<Registry>) {
+    pub fn add_owner(&self, registry: Weak<Registry<T>>) {
         let mut owners = self.owners();
         if !owners.iter().any(|w| w.ptr_eq(&registry)) {
             owners.push(registry);
@@ -366,7 +377,7 @@ impl Server {
         !self.supervised.swap(true, Ordering::SeqCst)
     }
 
-    pub fn state(&self) -> arc_swap::Guard<Arc<ServerState>> {
+    pub fn state(&self) -> arc_swap::Guard<Arc<ServerState<T>>> {
         self.state.load()
     }
 
@@ -381,7 +392,7 @@ impl Server {
 
     /// Replaces the state. Watchers are told by [`publish`], once the
     /// registry's snapshot reflects the change.
-    fn update(&self, f: impl FnOnce(&ServerState) -> ServerState) {
+    fn update(&self, f: impl FnOnce(&ServerState<T>) -> ServerState<T>) {
         let old = self.state.load_full();
         self.state.store(Arc::new(f(&old)));
     }
@@ -401,7 +412,7 @@ impl Server {
     }
 
     /// Waits until `done` holds for the server's state.
-    pub async fn wait_until(&self, done: impl Fn(&ServerState) -> bool) {
+    pub async fn wait_until(&self, done: impl Fn(&ServerState<T>) -> bool) {
         let mut rx = self.changes.subscribe();
         loop {
             if done(&self.state.load()) {
@@ -444,7 +455,7 @@ impl ClientHandler for Handler {
 
 /// Runs a server until it is stopped: sessions one after the other, with
 /// backoff.
-pub(crate) async fn supervise(server: Arc<Server>) {
+pub(crate) async fn supervise<T: Offer>(server: Arc<Server<T>>) {
     let stop = server.stop.clone();
     let name = server.spec.name.clone();
     if server.spec.disabled.is_some() {
@@ -505,10 +516,10 @@ pub(crate) async fn supervise(server: Arc<Server>) {
 
 /// Rebuilds the snapshots of the registries holding `server`, then wakes
 /// whoever waits for a change of it (so they see the snapshots up to date).
-fn publish(server: &Server) {
+fn publish<T>(server: &Server<T>) {
     // Upgraded outside the lock: dropping the last reference to a registry
     // runs its `Drop`, which takes the lock.
-    let owners: Vec<Weak<Registry>> = server.owners().clone();
+    let owners: Vec<Weak<Registry<T>>> = server.owners().clone();
     for registry in owners.iter().filter_map(Weak::upgrade) {
         registry.publish();
     }
@@ -527,7 +538,7 @@ enum SessionEnd {
 type Session = RunningService<RoleClient, Handler>;
 
 /// One session: start it, serve calls until it ends or `stop`.
-async fn run_session(server: &Arc<Server>, stop: &CancellationToken) -> SessionEnd {
+async fn run_session<T: Offer>(server: &Arc<Server<T>>, stop: &CancellationToken) -> SessionEnd {
     let spec = &server.spec;
     let startup = async {
         let session = connect(server).await?;
@@ -879,7 +890,7 @@ fn start_failure(e: ClientInitializeError, spec: &ServerSpec) -> StartFailure {
 /// answers `server/discover` with something other than a discovery result
 /// (some answer every unknown method with `{}`) is started again on a new
 /// connection with `initialize` alone.
-async fn connect(server: &Server) -> Result<Session, StartFailure> {
+async fn connect<T>(server: &Server<T>) -> Result<Session, StartFailure> {
     let modern = Arc::new(std::sync::atomic::AtomicBool::new(false));
     match open(server, lifecycle(), &modern).await? {
         Err(ClientInitializeError::ExpectedInitResult(Some(answer))) => {
@@ -903,8 +914,8 @@ async fn connect(server: &Server) -> Result<Session, StartFailure> {
 
 /// Spawns or connects to the server and runs the handshake of `mode`; the
 /// outer `Err` is a failure before any handshake.
-async fn open(
-    server: &Server,
+async fn open<T>(
+    server: &Server<T>,
     mode: ClientLifecycleMode,
     modern: &Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Result<Session, ClientInitializeError>, StartFailure> {
@@ -994,7 +1005,7 @@ async fn forward_stderr(server: String, stderr: tokio::process::ChildStderr) {
 
 /// Turns a listing into gateway tools: filtered, renamed, with their schema
 /// compiled.
-fn build_tools(server: &Arc<Server>, tools: Vec<rmcp::model::Tool>) -> Vec<Listed> {
+fn build_tools<T: Offer>(server: &Arc<Server<T>>, tools: Vec<rmcp::model::Tool>) -> Vec<Listed<T>> {
     let spec = &server.spec;
     let mut out = Vec::new();
     for t in tools {
@@ -1040,12 +1051,12 @@ pub fn fingerprint(definition: &Value) -> String {
 /// first seen (or the pin file's) is pinned; a changed one is kept out,
 /// taken or ignored as `on_change` says, reported once, and held for a
 /// person to accept.
-fn pinned(
-    server: &Server,
+fn pinned<T>(
+    server: &Server<T>,
     remote: &str,
     t: &rmcp::model::Tool,
-    fresh: Result<Arc<Tool>, String>,
-) -> Result<Arc<Tool>, String> {
+    fresh: Result<Arc<T>, String>,
+) -> Result<Arc<T>, String> {
     let spec = &server.spec;
     let seen = definition(t);
     let now = fingerprint(&seen);
@@ -1081,22 +1092,25 @@ fn pinned(
 }
 
 /// A changed definition of `remote`, under `on_change`.
-fn held(
+fn held<T>(
     spec: &super::spec::ServerSpec,
     remote: &str,
-    pin: &mut Pin,
+    pin: &mut Pin<T>,
     seen: Value,
     now: String,
-    fresh: Result<Arc<Tool>, String>,
+    fresh: Result<Arc<T>, String>,
     on_change: toolgate_config::format::OnChange,
-) -> Result<Arc<Tool>, String> {
+) -> Result<Arc<T>, String> {
     use toolgate_config::format::OnChange;
     let first_report = pin.changed.as_ref().map(|c| c.fingerprint.as_str()) != Some(now.as_str());
     if first_report {
         pin.changed = Some(Changed {
             fingerprint: now.clone(),
             definition: seen.clone(),
-            since: crate::audit::now_rfc3339(),
+            since: humantime_serde::re::humantime::format_rfc3339_millis(
+                std::time::SystemTime::now(),
+            )
+            .to_string(),
         });
     }
     match on_change {
@@ -1125,68 +1139,28 @@ fn held(
     }
 }
 
-fn make_tool(
-    server: &Arc<Server>,
+fn make_tool<T: Offer>(
+    server: &Arc<Server<T>>,
     name: &str,
     remote: &str,
     t: &rmcp::model::Tool,
-) -> Result<Arc<Tool>, String> {
+) -> Result<Arc<T>, String> {
     let spec = &server.spec;
-    let mut parameters = Value::Object((*t.input_schema).clone());
-    if let Some(obj) = parameters.as_object_mut() {
-        obj.entry("type").or_insert_with(|| Value::from("object"));
-    }
-    let description = t
-        .description
-        .as_deref()
-        .map(str::to_owned)
-        .or_else(|| t.title.clone())
-        .filter(|d| !d.trim().is_empty())
-        .unwrap_or_else(|| format!("Tool `{remote}` of MCP server `{}`.", spec.name));
     let read_only = t
         .annotations
         .as_ref()
         .and_then(|a| a.read_only_hint)
         .unwrap_or(false);
-    let tool = Tool::new(
-        ToolSpec {
-            name: name.to_owned(),
-            description,
-            category: Some(format!("mcp:{}", spec.name)),
-            parameters,
-            timeout: spec.timeout,
-            cache_ttl: spec.cache_ttl.filter(|_| read_only),
-            annotations: annotations(t),
-            output_schema: t
-                .output_schema
-                .as_ref()
-                .map(|s| Value::Object((**s).clone())),
-            origin: format!("{} (MCP server `{}`)", spec.origin(), spec.name),
-        },
-        ToolKind::Mcp(McpTool {
-            server: Arc::downgrade(server),
-            server_name: spec.name.clone(),
-            remote: remote.to_owned(),
-            read_only,
-        }),
-    )
-    .map_err(|e| format!("its input schema is unusable: {e}"))?;
-    Ok(Arc::new(tool))
+    let handle = McpTool {
+        server: Arc::downgrade(server),
+        server_name: spec.name.clone(),
+        remote: remote.to_owned(),
+        read_only,
+    };
+    T::offer(spec, name, t, handle).map(Arc::new)
 }
 
-/// The server's annotations of a tool, its `title` first.
-fn annotations(t: &rmcp::model::Tool) -> crate::tool::Annotations {
-    let a = t.annotations.as_ref();
-    crate::tool::Annotations {
-        title: t.title.clone().or_else(|| a.and_then(|a| a.title.clone())),
-        read_only_hint: a.and_then(|a| a.read_only_hint),
-        destructive_hint: a.and_then(|a| a.destructive_hint),
-        idempotent_hint: a.and_then(|a| a.idempotent_hint),
-        open_world_hint: a.and_then(|a| a.open_world_hint),
-    }
-}
-
-fn report_listing(server: &Server, listed: &[Listed]) {
+fn report_listing<T>(server: &Server<T>, listed: &[Listed<T>]) {
     let name = &server.spec.name;
     let usable = listed.iter().filter(|l| l.tool.is_ok()).count();
     tracing::info!(mcp_server = %name, "MCP server `{name}` is ready with {usable} tools");

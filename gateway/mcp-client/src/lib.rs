@@ -1,15 +1,22 @@
-//! MCP tools: the tools of declared MCP servers, proxied over one
-//! persistent session per server (official `rmcp` client, stdio or
-//! streamable HTTP).
+//! toolgate's MCP client: the tools of declared MCP servers, proxied over
+//! one persistent session per server (official `rmcp` client, stdio or
+//! streamable HTTP, OAuth).
+//!
+//! The client knows nothing of the gateway's tool type: the registry is
+//! generic over it ([`Offer`]), and the engine makes its tools of the
+//! listings. A call ([`McpTool::call`]) answers with the server's result
+//! mapped for a model and as the server sent it ([`Answer`]).
 //!
 //! - [`spec`]: a validated server declaration and the naming rules;
+//! - [`oauth`]: the gateway authorized at a server (client credentials, or
+//!   a person's login saved to a token file);
 //! - [`session`]: a server's supervisor (start, list, relist on
 //!   `list_changed`, restart with backoff, stderr to the logs);
 //! - [`result`]: an MCP result as the gateway's uniform result.
 //!
 //! Tool names are only known once a server has listed its tools, while the
-//! catalog is validated up front and immutable. The catalog therefore holds
-//! an [`McpRegistry`]: the declared servers (validated with the rest of the
+//! gateway's catalog is validated up front and immutable. The catalog
+//! therefore holds an [`McpRegistry`]: the declared servers (validated with the rest of the
 //! configuration) and a snapshot of their tools that the supervisors replace
 //! as a whole whenever a server starts, stops or changes its tools. Lookups
 //! load the snapshot without a lock.
@@ -29,16 +36,43 @@ use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use serde_json::Value;
 
-use crate::tool::context::CallContext;
-use crate::tool::{Output, Progress, ProgressSink, Tool, ToolError};
 use session::{Server, Status};
 pub use spec::ServerSpec;
 use spec::Transport;
+use toolgate::{CallContext, Progress, ProgressSink, ToolError};
 use toolgate_config::Pos;
 
-/// The tool kind: one tool of an MCP server.
-pub struct McpTool {
-    server: Weak<Server>,
+/// The gateway's tool type, as the registry makes and holds it: one for
+/// each tool a server lists that its declaration admits.
+pub trait Offer: Sized + Send + Sync + 'static {
+    /// The gateway's tool for `listed`, a tool of `spec`'s server, named
+    /// `name` in the gateway and called through `handle`; `Err` says why
+    /// it cannot be offered (e.g. its schema is unusable).
+    fn offer(
+        spec: &ServerSpec,
+        name: &str,
+        listed: &rmcp::model::Tool,
+        handle: McpTool<Self>,
+    ) -> Result<Self, String>;
+
+    /// Its description, for reports.
+    fn description(&self) -> &str;
+}
+
+/// A successful call: the result as a model reads it, and as the server
+/// sent it (for clients that read MCP results whole).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// `structuredContent`, else the content blocks as text (binary data
+    /// summarised): see [`result`].
+    pub data: Value,
+    /// The `CallToolResult` in its wire form.
+    pub wire: Arc<Value>,
+}
+
+/// One tool of an MCP server, as the gateway calls it.
+pub struct McpTool<T> {
+    server: Weak<Server<T>>,
     server_name: String,
     /// The server's name for the tool.
     remote: String,
@@ -46,7 +80,7 @@ pub struct McpTool {
     pub read_only: bool,
 }
 
-impl std::fmt::Debug for McpTool {
+impl<T> std::fmt::Debug for McpTool<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpTool")
             .field("server", &self.server_name)
@@ -56,7 +90,7 @@ impl std::fmt::Debug for McpTool {
     }
 }
 
-impl McpTool {
+impl<T: Offer> McpTool<T> {
     /// The server's name.
     pub fn server(&self) -> &str {
         &self.server_name
@@ -67,12 +101,6 @@ impl McpTool {
         &self.remote
     }
 
-    /// Calls the tool over the server's session. Dropping the future (the
-    /// executor's timeout, a cancelled request) sends
-    /// `notifications/cancelled` to the server.
-    ///
-    /// With `progress`, the call asks the server for progress reports and
-    /// passes each on.
     /// Whether the server is told who calls (headers reading `request.*`):
     /// then its answers may differ per caller, and cached results must too.
     pub fn varies_by_caller(&self) -> bool {
@@ -81,12 +109,21 @@ impl McpTool {
         })
     }
 
+    /// Calls the tool over the server's session. Dropping the future (the
+    /// executor's timeout, a cancelled request) sends
+    /// `notifications/cancelled` to the server.
+    ///
+    /// `trace` holds the call's trace context (`traceparent`,
+    /// `tracestate`), when traces are exported: it is sent in the call's
+    /// `_meta` (MCP's SEP-414), whatever the transport. With `progress`,
+    /// the call asks the server for progress reports and passes each on.
     pub async fn call(
         &self,
         args: &Value,
         ctx: &CallContext,
+        trace: &http::HeaderMap,
         progress: Option<&ProgressSink>,
-    ) -> Result<Output, ToolError> {
+    ) -> Result<Answer, ToolError> {
         let server = self.server.upgrade().ok_or_else(|| {
             ToolError::Backend(format!(
                 "MCP server `{}` has been shut down",
@@ -98,7 +135,7 @@ impl McpTool {
         if let Value::Object(map) = args {
             params = params.with_arguments(map.clone());
         }
-        trace_context(&mut params);
+        trace_context(&mut params, trace);
         caller_headers(&server, ctx, &mut params)?;
         let name = &self.server_name;
         let mut rounds = 0;
@@ -136,9 +173,9 @@ impl McpTool {
                     ))
                 })?;
                 let data = result::map_result(&wire, name)?;
-                Ok(Output {
+                Ok(Answer {
                     data,
-                    mcp_result: Some(Arc::new(wire)),
+                    wire: Arc::new(wire),
                 })
             }
             Ok(_) => Err(ToolError::Failed(format!(
@@ -187,8 +224,8 @@ impl McpTool {
 /// The headers the server's declaration renders for this caller
 /// (`request.key`, `request.project`, `request.subject`, `request.claims`), in the call's `_meta` for the HTTP
 /// client to send (see `session::CallerHeaders`).
-fn caller_headers(
-    server: &Server,
+fn caller_headers<T>(
+    server: &Server<T>,
     ctx: &CallContext,
     params: &mut CallToolRequestParams,
 ) -> Result<(), ToolError> {
@@ -218,14 +255,8 @@ fn caller_headers(
 }
 
 /// The call's trace context in its `_meta` (`traceparent`, `tracestate`:
-/// MCP's SEP-414), when traces are exported: it reaches the server
-/// whatever the transport.
-fn trace_context(params: &mut CallToolRequestParams) {
-    if !crate::telemetry::enabled() {
-        return;
-    }
-    let mut headers = http::HeaderMap::new();
-    crate::telemetry::inject(&mut headers);
+/// MCP's SEP-414): it reaches the server whatever the transport.
+fn trace_context(params: &mut CallToolRequestParams, headers: &http::HeaderMap) {
     let field = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let Some(traceparent) = field("traceparent") else {
         return;
@@ -241,8 +272,8 @@ fn trace_context(params: &mut CallToolRequestParams) {
 /// gives every request a progress token of its own; the reports carrying
 /// it are routed here by the session's dispatcher. A report sent before
 /// the subscription is in place (the first instants of the call) is lost.
-async fn call_reporting(
-    server: &Server,
+async fn call_reporting<T>(
+    server: &Server<T>,
     peer: &rmcp::Peer<rmcp::RoleClient>,
     params: CallToolRequestParams,
     sink: &ProgressSink,
@@ -507,21 +538,29 @@ pub struct Expected {
 }
 
 /// What the gateway currently offers from its MCP servers.
-#[derive(Debug, Default)]
-struct Snapshot {
-    tools: IndexMap<String, Arc<Tool>>,
+struct Snapshot<T> {
+    tools: IndexMap<String, Arc<T>>,
     gaps: IndexMap<String, Gap>,
+}
+
+impl<T> Default for Snapshot<T> {
+    fn default() -> Self {
+        Snapshot {
+            tools: IndexMap::new(),
+            gaps: IndexMap::new(),
+        }
+    }
 }
 
 /// The declared servers and the snapshot of their tools. Dropping it (the
 /// last catalog holding it) stops the servers no newer registry took over.
-pub(crate) struct Registry {
-    servers: Vec<Arc<Server>>,
+pub(crate) struct Registry<T> {
+    servers: Vec<Arc<Server<T>>>,
     /// Names of the catalog's other tools, which win over MCP tools, with
     /// where they are declared.
     reserved: HashMap<String, String>,
     expected: Vec<Expected>,
-    snapshot: ArcSwap<Snapshot>,
+    snapshot: ArcSwap<Snapshot<T>>,
     /// Bumped after every rebuild of the snapshot.
     published: tokio::sync::watch::Sender<u64>,
     /// Serialises the rebuilding of the snapshot.
@@ -529,7 +568,7 @@ pub(crate) struct Registry {
     started: std::sync::atomic::AtomicBool,
 }
 
-impl Drop for Registry {
+impl<T> Drop for Registry<T> {
     fn drop(&mut self) {
         for server in &self.servers {
             server.release();
@@ -537,7 +576,7 @@ impl Drop for Registry {
     }
 }
 
-impl Registry {
+impl<T> Registry<T> {
     /// Rebuilds the snapshot from every server's state, in declaration
     /// order: the first tool to claim a name keeps it (the catalog's own
     /// tools first), later ones are reported as colliding.
@@ -546,7 +585,7 @@ impl Registry {
             .publishing
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut tools: IndexMap<String, Arc<Tool>> = IndexMap::new();
+        let mut tools: IndexMap<String, Arc<T>> = IndexMap::new();
         let mut owner: HashMap<String, String> = HashMap::new();
         let mut gaps: IndexMap<String, Gap> = IndexMap::new();
         for server in &self.servers {
@@ -626,18 +665,25 @@ impl Registry {
         self.published.send_modify(|n| *n += 1);
     }
 
-    fn server(&self, name: &str) -> Option<&Arc<Server>> {
+    fn server(&self, name: &str) -> Option<&Arc<Server<T>>> {
         self.servers.iter().find(|s| s.spec.name == name)
     }
 }
 
 /// The MCP servers of a catalog. Cheap to clone: clones share the servers.
-#[derive(Clone)]
-pub struct McpRegistry {
-    inner: Arc<Registry>,
+pub struct McpRegistry<T> {
+    inner: Arc<Registry<T>>,
 }
 
-impl std::fmt::Debug for McpRegistry {
+impl<T> Clone for McpRegistry<T> {
+    fn clone(&self) -> Self {
+        McpRegistry {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for McpRegistry<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpRegistry")
             .field(
@@ -653,20 +699,20 @@ impl std::fmt::Debug for McpRegistry {
     }
 }
 
-impl Default for McpRegistry {
+impl<T: Offer> Default for McpRegistry<T> {
     fn default() -> Self {
         McpRegistry::new(Vec::new(), HashMap::new(), Vec::new())
     }
 }
 
-impl McpRegistry {
+impl<T: Offer> McpRegistry<T> {
     /// A registry of validated servers, none started. `reserved` maps the
     /// names of the catalog's other tools to where they are declared.
     pub fn new(
         specs: Vec<ServerSpec>,
         reserved: HashMap<String, String>,
         expected: Vec<Expected>,
-    ) -> McpRegistry {
+    ) -> McpRegistry<T> {
         let inner = Arc::new(Registry {
             servers: specs
                 .into_iter()
@@ -689,7 +735,7 @@ impl McpRegistry {
     /// before this registry is cloned or started (the servers learn which
     /// registries hold them when those start). Returns the names of the
     /// servers taken over.
-    pub fn adopt(&mut self, previous: &McpRegistry) -> Vec<String> {
+    pub fn adopt(&mut self, previous: &McpRegistry<T>) -> Vec<String> {
         let Some(inner) = Arc::get_mut(&mut self.inner) else {
             tracing::warn!("MCP sessions cannot be kept: the new catalog is already in use");
             return Vec::new();
@@ -867,12 +913,12 @@ impl McpRegistry {
     }
 
     /// The usable MCP tool called `name`.
-    pub fn tool(&self, name: &str) -> Option<Arc<Tool>> {
+    pub fn tool(&self, name: &str) -> Option<Arc<T>> {
         self.inner.snapshot.load().tools.get(name).cloned()
     }
 
     /// The usable MCP tools whose name `keep` accepts, in order.
-    pub fn tools(&self, keep: &dyn Fn(&str) -> bool) -> Vec<Arc<Tool>> {
+    pub fn tools(&self, keep: &dyn Fn(&str) -> bool) -> Vec<Arc<T>> {
         self.inner
             .snapshot
             .load()
@@ -974,7 +1020,7 @@ impl McpRegistry {
             let mut tools = Vec::new();
             for l in state.listed.iter() {
                 if let Some(t) = snapshot.tools.get(&l.name) {
-                    tools.push((l.name.clone(), l.remote.clone(), t.description.clone()));
+                    tools.push((l.name.clone(), l.remote.clone(), t.description().to_owned()));
                 } else if let Some(g) = snapshot.gaps.get(&l.name) {
                     problems.push(format!("tool `{}` is unavailable: {}", l.remote, g.reason));
                 }

@@ -14,7 +14,7 @@
 
 use serde_json::Value;
 
-use crate::tool::ToolError;
+use toolgate::ToolError;
 
 /// How many characters of an embedded text resource are shown.
 const RESOURCE_PREVIEW_CHARS: usize = 200;
