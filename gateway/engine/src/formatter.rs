@@ -10,6 +10,7 @@
 //!   prompt when the upstream rejects `tools`, remembering the choice per
 //!   model until restart ([`Learned`]).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
@@ -74,6 +75,44 @@ impl Call {
     }
 }
 
+/// One message of the loop's conversation, as the model reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// A message of the client's request, carried as it came: fields the
+    /// gateway does not know reach the model unchanged.
+    Client(Value),
+    /// The model's turn that called gateway tools: its text, and the calls.
+    Calls {
+        content: Option<String>,
+        calls: Vec<Call>,
+    },
+    /// A gateway tool's result, as the model reads it.
+    Result { call_id: String, content: String },
+}
+
+impl Message {
+    /// The message in OpenAI's chat shape.
+    pub fn to_openai(&self) -> Cow<'_, Value> {
+        match self {
+            Message::Client(v) => Cow::Borrowed(v),
+            Message::Calls { content, calls } => Cow::Owned(json!({
+                "role": "assistant",
+                "content": content,
+                "tool_calls": calls.iter().map(Call::to_openai).collect::<Vec<_>>(),
+            })),
+            Message::Result { call_id, content } => {
+                Cow::Owned(json!({"role": "tool", "tool_call_id": call_id, "content": content}))
+            }
+        }
+    }
+}
+
+impl serde::Serialize for Message {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_openai().serialize(s)
+    }
+}
+
 /// The tools offered in a request, as the parser wants them.
 pub fn offered(tools: &[Value]) -> Vec<OfferedTool> {
     tools
@@ -108,7 +147,7 @@ pub fn parse_text(text: &str, tools: &[OfferedTool]) -> Turn {
 /// and tool results become user messages.
 pub fn to_plain_messages(
     template: &PromptTemplate,
-    messages: &[Value],
+    messages: &[Message],
     tools: &[Value],
     tool_choice: &Value,
 ) -> Result<Vec<Value>, String> {
@@ -117,7 +156,7 @@ pub fn to_plain_messages(
     let show_tools = !tools.is_empty() && tool_choice != &json!("none");
     if show_tools {
         let (system, tail) = match messages.first() {
-            Some(m) if m["role"] == "system" || m["role"] == "developer" => {
+            Some(Message::Client(m)) if m["role"] == "system" || m["role"] == "developer" => {
                 (Some(text_of(m)), &messages[1..])
             }
             _ => (None, messages),
@@ -144,33 +183,65 @@ pub fn to_plain_messages(
         Ok(())
     };
     for m in rest {
-        if m["role"] == "tool" {
-            let id = m["tool_call_id"].as_str().unwrap_or_default();
-            let name = names.get(id).cloned().unwrap_or_else(|| "tool".into());
-            pending_results.push(json!({"name": name, "content": text_of(m)}));
-            continue;
-        }
-        flush(&mut pending_results, &mut out)?;
-        match m["tool_calls"].as_array() {
-            Some(calls) if m["role"] == "assistant" && !calls.is_empty() => {
-                let calls: Vec<Call> = calls.iter().map(Call::from_openai).collect();
-                for c in &calls {
+        let (id, text) = match Seen::of(m) {
+            Seen::Result(id, text) => (id, text),
+            Seen::Calls(content, calls) => {
+                flush(&mut pending_results, &mut out)?;
+                for c in calls.iter() {
                     names.insert(c.id.clone(), c.name.clone());
                 }
                 let rendered: Vec<Value> = calls
                     .iter()
                     .map(|c| json!({"name": c.name, "arguments": serde_json::from_str::<Value>(&c.arguments).unwrap_or(json!({}))}))
                     .collect();
-                let content = m["content"].as_str().filter(|c| !c.is_empty());
+                let content = content.filter(|c| !c.is_empty());
                 let text = template
                     .render(json!({"part": "tool_calls", "content": content, "calls": rendered}))?;
                 out.push(json!({"role": "assistant", "content": text.trim_end()}));
+                continue;
             }
-            _ => out.push(m.clone()),
-        }
+            Seen::Other => {
+                flush(&mut pending_results, &mut out)?;
+                out.push(m.to_openai().into_owned());
+                continue;
+            }
+        };
+        let name = names.get(id).cloned().unwrap_or_else(|| "tool".into());
+        pending_results.push(json!({"name": name, "content": text}));
     }
     flush(&mut pending_results, &mut out)?;
     Ok(out)
+}
+
+/// A message as the structured prompt sees it. The client's history carries
+/// earlier calls and results in OpenAI's shape; the loop's own are typed.
+enum Seen<'a> {
+    /// A tool's result: the call's id and the text.
+    Result(&'a str, String),
+    /// A turn's text and its calls.
+    Calls(Option<&'a str>, Cow<'a, [Call]>),
+    Other,
+}
+
+impl<'a> Seen<'a> {
+    fn of(m: &'a Message) -> Seen<'a> {
+        match m {
+            Message::Result { call_id, content } => Seen::Result(call_id, content.clone()),
+            Message::Calls { content, calls } => {
+                Seen::Calls(content.as_deref(), Cow::Borrowed(calls.as_slice()))
+            }
+            Message::Client(m) if m["role"] == "tool" => {
+                Seen::Result(m["tool_call_id"].as_str().unwrap_or_default(), text_of(m))
+            }
+            Message::Client(m) => match m["tool_calls"].as_array() {
+                Some(calls) if m["role"] == "assistant" && !calls.is_empty() => Seen::Calls(
+                    m["content"].as_str(),
+                    Cow::Owned(calls.iter().map(Call::from_openai).collect()),
+                ),
+                _ => Seen::Other,
+            },
+        }
+    }
 }
 
 /// A message's text content (strings, or the text parts of an array).
@@ -295,14 +366,62 @@ mod tests {
         json!({"type": "function", "function": {"name": name, "description": "Does things.", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}})
     }
 
+    fn client(messages: &[Value]) -> Vec<Message> {
+        messages.iter().cloned().map(Message::Client).collect()
+    }
+
+    #[test]
+    fn the_loop_s_typed_messages_read_as_their_openai_shape() {
+        let call = |id: &str, name: &str, x: u32| Call {
+            id: id.into(),
+            name: name.into(),
+            arguments: format!("{{\"x\": {x}}}"),
+            unreadable: None,
+        };
+        let typed = vec![
+            Message::Client(json!({"role": "user", "content": "sum"})),
+            Message::Calls {
+                content: None,
+                calls: vec![call("a", "add", 1), call("b", "mul", 2)],
+            },
+            Message::Result {
+                call_id: "a".into(),
+                content: "1".into(),
+            },
+            Message::Result {
+                call_id: "b".into(),
+                content: "4".into(),
+            },
+        ];
+        let wire: Vec<Value> = typed.iter().map(|m| m.to_openai().into_owned()).collect();
+        assert_eq!(
+            wire[1],
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "add", "arguments": "{\"x\": 1}"}},
+                {"id": "b", "type": "function", "function": {"name": "mul", "arguments": "{\"x\": 2}"}},
+            ]})
+        );
+        assert_eq!(
+            serde_json::to_value(&typed[2]).unwrap(),
+            json!({"role": "tool", "tool_call_id": "a", "content": "1"})
+        );
+        // The structured prompt renders them as it renders the same
+        // conversation coming from a client.
+        let tools = [tool("add"), tool("mul")];
+        assert_eq!(
+            to_plain_messages(&template(), &typed, &tools, &json!("auto")).unwrap(),
+            to_plain_messages(&template(), &client(&wire), &tools, &json!("auto")).unwrap()
+        );
+    }
+
     #[test]
     fn the_system_prompt_lists_tools_and_one_format() {
         let msgs = to_plain_messages(
             &template(),
-            &[
+            &client(&[
                 json!({"role": "system", "content": "Be brief."}),
                 json!({"role": "user", "content": "hi"}),
-            ],
+            ]),
             &[tool("add"), tool("mul")],
             &json!("auto"),
         )
@@ -327,7 +446,7 @@ mod tests {
         let render = |choice: Value| {
             to_plain_messages(
                 &template(),
-                &[json!({"role": "user", "content": "hi"})],
+                &client(&[json!({"role": "user", "content": "hi"})]),
                 &[tool("add")],
                 &choice,
             )
@@ -357,7 +476,7 @@ mod tests {
     fn history_becomes_plain_messages() {
         let msgs = to_plain_messages(
             &template(),
-            &[
+            &client(&[
                 json!({"role": "user", "content": "sum"}),
                 json!({"role": "assistant", "content": null, "tool_calls": [
                     {"id": "a", "type": "function", "function": {"name": "add", "arguments": "{\"x\": 1}"}},
@@ -365,7 +484,7 @@ mod tests {
                 ]}),
                 json!({"role": "tool", "tool_call_id": "a", "content": "1"}),
                 json!({"role": "tool", "tool_call_id": "b", "content": "4"}),
-            ],
+            ]),
             &[tool("add"), tool("mul")],
             &json!("auto"),
         )
@@ -393,7 +512,7 @@ mod tests {
         // What the template teaches is what the parser reads.
         let msgs = to_plain_messages(
             &template(),
-            &[json!({"role": "assistant", "content": "Let me add.", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "add", "arguments": "{\"x\":1}"}}]})],
+            &client(&[json!({"role": "assistant", "content": "Let me add.", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "add", "arguments": "{\"x\":1}"}}]})]),
             &[],
             &json!("auto"),
         )

@@ -265,7 +265,7 @@ impl ChatRequest {
     pub fn upstream_body(
         &self,
         model: &str,
-        messages: &[Value],
+        messages: &[impl serde::Serialize],
         tools: &[Value],
         overrides: &[(&str, Value)],
     ) -> Bytes {

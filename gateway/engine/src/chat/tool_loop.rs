@@ -41,7 +41,7 @@ use crate::discovery::{
     RESULT_DESCRIPTION_CHARS, found_names,
 };
 use crate::executor::{CallProgress, ToolCall, ToolResult};
-use crate::formatter::{self, Call, PromptTemplate, Turn};
+use crate::formatter::{self, Call, Message, PromptTemplate, Turn};
 use crate::openai::add_usage;
 use crate::tool::{Tool, ToolError};
 use crate::upstream::{Reply, UpstreamError};
@@ -96,7 +96,7 @@ enum Next {
 struct Run {
     l: Loop,
     mode: Mode,
-    messages: Vec<Value>,
+    messages: Vec<Message>,
     iterations: u32,
     calls: Vec<CallRecord>,
     usage: Value,
@@ -130,7 +130,12 @@ impl Loop {
         };
         tracing::debug!(formatter = mode.label(), model = %self.request.model, "tool loop");
         Ok(Run {
-            messages: self.request.messages(),
+            messages: self
+                .request
+                .messages()
+                .into_iter()
+                .map(Message::Client)
+                .collect(),
             iterations: 0,
             calls: Vec::new(),
             usage: Value::Null,
@@ -499,11 +504,10 @@ impl Run {
         iteration: u32,
         progress: Option<&tokio::sync::mpsc::Sender<CallProgress>>,
     ) {
-        self.messages.push(json!({
-            "role": "assistant",
-            "content": turn.content,
-            "tool_calls": calls.iter().map(Call::to_openai).collect::<Vec<_>>(),
-        }));
+        self.messages.push(Message::Calls {
+            content: turn.content.clone(),
+            calls: calls.to_vec(),
+        });
         // Arguments that are not JSON are an error result, like any other.
         let mut parsed: Vec<Result<ToolCall, ToolResult>> = Vec::with_capacity(calls.len());
         for c in calls {
@@ -633,9 +637,10 @@ impl Run {
                 self.note_loaded(call, &result);
             }
             self.calls.push(CallRecord::new(call, &result, iteration));
-            self.messages.push(
-                json!({"role": "tool", "tool_call_id": call.id, "content": result.to_model_text()}),
-            );
+            self.messages.push(Message::Result {
+                call_id: call.id.clone(),
+                content: result.to_model_text(),
+            });
         }
         if (self.l.search.is_some() || self.l.deferred.is_some())
             && let Mode::Structured { template, .. } = &self.mode
