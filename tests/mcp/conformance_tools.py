@@ -3,7 +3,9 @@
 with the official Python SDK. toolgate proxies it in a tool set, and the
 suite runs against that set's `/mcp/{tool_set}`: what is checked is what
 the gateway makes of these results (content passed through, errors,
-progress) on its own MCP endpoint.
+progress) on its own MCP endpoint. It also serves the prompts and
+resources the suite reads (`test_simple_prompt`, `test://static-text`...),
+which the gateway offers through the set's `prompts:` and `resources:`.
 
     python conformance_tools.py      # MCP over stdin/stdout
 """
@@ -12,6 +14,7 @@ import base64
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp_types import AudioContent, EmbeddedResource, ImageContent, TextContent, TextResourceContents
 
 server = MCPServer("conformance-tools", log_level="WARNING")
@@ -86,6 +89,54 @@ async def test_tool_with_logging(ctx: Context) -> str:
         await ctx.info(message)
         await anyio.sleep(0.05)
     return "Tool with logging executed successfully"
+
+
+@server.resource("test://static-text", name="static-text", description="A static text resource", mime_type="text/plain")
+def static_text() -> str:
+    return "This is the content of the static text resource."
+
+
+@server.resource("test://static-binary", name="static-binary", description="A static binary resource", mime_type="image/png")
+def static_binary() -> bytes:
+    return base64.b64decode(PNG)
+
+
+@server.resource("test://watched-resource", name="watched-resource", description="A resource clients subscribe to", mime_type="text/plain")
+def watched_resource() -> str:
+    return "Watched resource content."
+
+
+@server.resource("test://template/{id}/data", name="template", description="A resource template", mime_type="application/json")
+def template_data(id: str) -> str:
+    return f'{{"id":"{id}","templateTest":true,"data":"Data for ID: {id}"}}'
+
+
+@server.prompt(description="A simple prompt without arguments")
+def test_simple_prompt() -> list:
+    return [UserMessage("This is a simple prompt for testing.")]
+
+
+@server.prompt(description="A prompt with required arguments")
+def test_prompt_with_arguments(arg1: str, arg2: str) -> list:
+    return [UserMessage(f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'")]
+
+
+@server.prompt(description="A prompt that includes an embedded resource")
+def test_prompt_with_embedded_resource(resourceUri: str) -> list:
+    return [
+        UserMessage(
+            EmbeddedResource(
+                type="resource",
+                resource=TextResourceContents(uri=resourceUri, mimeType="text/plain", text="Embedded resource content for testing."),
+            )
+        ),
+        UserMessage("Please process the embedded resource above."),
+    ]
+
+
+@server.prompt(description="A prompt that includes image content")
+def test_prompt_with_image() -> list:
+    return [UserMessage(ImageContent(type="image", data=PNG, mimeType="image/png")), UserMessage("Please analyze the image above.")]
 
 
 if __name__ == "__main__":

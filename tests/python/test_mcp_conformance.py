@@ -72,6 +72,7 @@ def conformance_gateway(tmp_path_factory):
     (config / "tools.d" / "conformance.yaml").write_text(TOOLS_YAML.format(python=PYTHON, tools=TOOLS))
     (config / "tool-sets" / "conformance.yaml").write_text(
         'name: conformance\ntools: [json_schema_2020_12_tool, "test_*"]\n'
+        'prompts: ["test_*"]\nresources: ["test://*"]\n'
     )
     proc = subprocess.Popen(
         [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],

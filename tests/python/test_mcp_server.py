@@ -26,6 +26,7 @@ import pytest
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from conftest import ROOT, TOOLS_YAML, JsonHandler, binary, missing, read_until
 
@@ -131,6 +132,7 @@ def configure(root: pathlib.Path, backend: str) -> pathlib.Path:
     )
     (root / "tool-sets" / "web.yaml").write_text(
         'name: web\ndescription: Look things up.\ntools: [lookup, slow, "ev_*", "py_*"]\n'
+        'prompts: ["ev_*"]\nresources: ["demo://resource/static/*", "demo://resource/dynamic/text/*"]\n'
     )
     (root / "tool-sets" / "small.yaml").write_text("name: small\ntools: [lookup]\n")
     (root / "tool-sets" / "found.yaml").write_text(
@@ -228,6 +230,57 @@ def test_results_keep_their_shape(mcp_gateway, mode):
             assert not structured.is_error
             assert structured.structured_content is not None
             assert "temperature" in structured.structured_content
+
+    run(go)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_prompts_and_resources_a_set_offers_come_from_its_servers(mcp_gateway, mode):
+    """server-everything's prompts (renamed like its tools), resources and
+    templates reach the client as far as the set offers them; a URI or
+    prompt the set does not offer is invalid params, never fetched."""
+    url, _ = mcp_gateway
+
+    async def go():
+        async with client(url + "/mcp/web", mode=mode) as c:
+            prompts = {p.name: p for p in (await c.list_prompts()).prompts}
+            assert {"ev_simple-prompt", "ev_args-prompt", "ev_completable-prompt"} <= set(prompts), prompts
+            assert [a.name for a in prompts["ev_args-prompt"].arguments] == ["city", "state"]
+            got = await c.get_prompt("ev_args-prompt", {"city": "Lyon", "state": "Rhone"})
+            assert "Lyon" in json.dumps(got.model_dump(mode="json")), got
+
+            uris = [r.uri for r in (await c.list_resources()).resources]
+            assert "demo://resource/static/document/architecture.md" in uris, uris
+            assert all(u.startswith("demo://resource/static/") for u in uris), uris
+            text = await c.read_resource("demo://resource/static/document/architecture.md")
+            assert text.contents[0].text
+
+            templates = [t.uri_template for t in (await c.list_resource_templates()).resource_templates]
+            assert templates == ["demo://resource/dynamic/text/{resourceId}"], templates
+            dynamic = await c.read_resource("demo://resource/dynamic/text/7")
+            assert "7" in dynamic.contents[0].text
+
+            # Outside the set: the blob template, a prompt of another name.
+            for denied in (
+                c.read_resource("demo://resource/dynamic/blob/7"),
+                c.get_prompt("simple-prompt"),
+            ):
+                try:
+                    await denied
+                except MCPError as e:
+                    assert e.error.code == -32602, e
+                else:
+                    raise AssertionError("served what the set does not offer")
+
+            done = await c.complete(
+                types.PromptReference(type="ref/prompt", name="ev_completable-prompt"), {"name": "department", "value": "E"}
+            )
+            assert "Engineering" in done.completion.values, done
+
+        # A set without `prompts:` or `resources:` offers none.
+        async with client(url + "/mcp/small", key=SMALL_KEY, mode=mode) as c:
+            assert (await c.list_prompts()).prompts == []
+            assert (await c.list_resources()).resources == []
 
     run(go)
 

@@ -1511,9 +1511,19 @@ pub struct ToolSetFile {
     /// Tool names and globs (`everything_*`).
     #[serde(default)]
     pub tools: Vec<String>,
-    /// Other sets whose tools this set includes.
+    /// Other sets whose tools (and prompts and resources) this set
+    /// includes.
     #[serde(default)]
     pub include: Vec<String>,
+    /// Prompts of MCP servers the set offers to MCP clients, by the
+    /// gateway's name or glob (`everything_*`); none unless listed.
+    #[serde(default)]
+    pub prompts: Vec<String>,
+    /// Resources and resource templates of MCP servers the set offers to
+    /// MCP clients, by URI or glob (`file:///docs/*`, `ui://*`); none
+    /// unless listed.
+    #[serde(default)]
+    pub resources: Vec<String>,
     /// How a model meets the set's tools: all of them in every request
     /// (`all`, the default), or a `find_tools` search that makes the tools
     /// it finds callable (`search`), for sets too large for a prompt.

@@ -21,6 +21,7 @@
 //! as a whole whenever a server starts, stops or changes its tools. Lookups
 //! load the snapshot without a lock.
 
+pub mod extras;
 pub mod oauth;
 pub mod result;
 pub mod session;
@@ -541,6 +542,13 @@ pub struct Expected {
 struct Snapshot<T> {
     tools: IndexMap<String, Arc<T>>,
     gaps: IndexMap<String, Gap>,
+    /// Prompts by the gateway's name: the server (its index), the
+    /// server's name, and the prompt under the gateway's name.
+    prompts: IndexMap<String, (usize, String, rmcp::model::Prompt)>,
+    /// Resources by URI: the server serving it (the first to list it).
+    resources: IndexMap<String, (usize, rmcp::model::Resource)>,
+    /// Resource templates, the first declared server's first.
+    templates: Vec<(usize, rmcp::model::ResourceTemplate)>,
 }
 
 impl<T> Default for Snapshot<T> {
@@ -548,6 +556,9 @@ impl<T> Default for Snapshot<T> {
         Snapshot {
             tools: IndexMap::new(),
             gaps: IndexMap::new(),
+            prompts: IndexMap::new(),
+            resources: IndexMap::new(),
+            templates: Vec::new(),
         }
     }
 }
@@ -588,7 +599,10 @@ impl<T> Registry<T> {
         let mut tools: IndexMap<String, Arc<T>> = IndexMap::new();
         let mut owner: HashMap<String, String> = HashMap::new();
         let mut gaps: IndexMap<String, Gap> = IndexMap::new();
-        for server in &self.servers {
+        let mut prompts = IndexMap::new();
+        let mut resources = IndexMap::new();
+        let mut templates = Vec::new();
+        for (index, server) in self.servers.iter().enumerate() {
             let spec = &server.spec;
             let state = server.state();
             let origin = spec.origin();
@@ -599,6 +613,14 @@ impl<T> Registry<T> {
                 origin: origin.clone(),
             };
             if state.status == Status::Ready {
+                offer_extras(
+                    index,
+                    spec,
+                    &state.extras,
+                    &mut prompts,
+                    &mut resources,
+                    &mut templates,
+                );
                 for l in state.listed.iter() {
                     let taken = self
                         .reserved
@@ -661,7 +683,13 @@ impl<T> Registry<T> {
                 tracing::warn!(mcp_server = %g.server, "tool `{name}` is unavailable: {}", g.reason);
             }
         }
-        self.snapshot.store(Arc::new(Snapshot { tools, gaps }));
+        self.snapshot.store(Arc::new(Snapshot {
+            tools,
+            gaps,
+            prompts,
+            resources,
+            templates,
+        }));
         self.published.send_modify(|n| *n += 1);
     }
 
@@ -669,6 +697,44 @@ impl<T> Registry<T> {
         self.servers.iter().find(|s| s.spec.name == name)
     }
 }
+
+/// Adds a ready server's prompts (renamed like its tools; the first to
+/// claim a name keeps it), resources (the first to list a URI serves it)
+/// and templates to the snapshot being built.
+fn offer_extras(
+    index: usize,
+    spec: &ServerSpec,
+    extras: &extras::Extras,
+    prompts: &mut IndexMap<String, (usize, String, rmcp::model::Prompt)>,
+    resources: &mut IndexMap<String, (usize, rmcp::model::Resource)>,
+    templates: &mut Vec<(usize, rmcp::model::ResourceTemplate)>,
+) {
+    for p in &extras.prompts {
+        match spec.tools.local_name(&p.name) {
+            Ok(name) if !prompts.contains_key(&name) => {
+                let mut offered = p.clone();
+                offered.name.clone_from(&name);
+                prompts.insert(name, (index, p.name.clone(), offered));
+            }
+            Ok(name) => {
+                tracing::debug!(mcp_server = %spec.name, "prompt `{name}` of MCP server `{}` is served by an earlier server", spec.name)
+            }
+            Err(reason) => {
+                tracing::debug!(mcp_server = %spec.name, "prompt `{}` of MCP server `{}` is not offered: {reason}", p.name, spec.name)
+            }
+        }
+    }
+    for r in &extras.resources {
+        resources
+            .entry(r.uri.clone())
+            .or_insert_with(|| (index, r.clone()));
+    }
+    templates.extend(extras.templates.iter().map(|t| (index, t.clone())));
+}
+
+/// How long a request other than a tool call (`prompts/get`,
+/// `resources/read`...) may take when the server sets no `timeout`.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The MCP servers of a catalog. Cheap to clone: clones share the servers.
 pub struct McpRegistry<T> {
@@ -929,6 +995,174 @@ impl<T: Offer> McpRegistry<T> {
             .collect()
     }
 
+    /// The servers' prompts whose (gateway) name `keep` accepts, in order.
+    pub fn prompts(&self, keep: &dyn Fn(&str) -> bool) -> Vec<rmcp::model::Prompt> {
+        let snapshot = self.inner.snapshot.load();
+        snapshot
+            .prompts
+            .iter()
+            .filter(|(name, _)| keep(name))
+            .map(|(_, (_, _, p))| p.clone())
+            .collect()
+    }
+
+    /// The servers' resources whose URI `keep` accepts, in order.
+    pub fn resources(&self, keep: &dyn Fn(&str) -> bool) -> Vec<rmcp::model::Resource> {
+        let snapshot = self.inner.snapshot.load();
+        snapshot
+            .resources
+            .iter()
+            .filter(|(uri, _)| keep(uri))
+            .map(|(_, (_, r))| r.clone())
+            .collect()
+    }
+
+    /// The servers' resource templates whose URI template `keep` accepts.
+    pub fn resource_templates(
+        &self,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Vec<rmcp::model::ResourceTemplate> {
+        let snapshot = self.inner.snapshot.load();
+        snapshot
+            .templates
+            .iter()
+            .filter(|(_, t)| keep(&t.uri_template))
+            .map(|(_, t)| t.clone())
+            .collect()
+    }
+
+    /// `prompts/get` of the prompt the gateway calls `name`, from the
+    /// server that offers it (under its own name). An unknown name is
+    /// invalid params (-32602); the server's own errors pass through.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<rmcp::model::JsonObject>,
+    ) -> Result<rmcp::model::GetPromptResult, rmcp::ErrorData> {
+        let found = {
+            let snapshot = self.inner.snapshot.load();
+            snapshot
+                .prompts
+                .get(name)
+                .map(|(i, remote, _)| (*i, remote.clone()))
+        };
+        let Some((index, remote)) = found else {
+            return Err(rmcp::ErrorData::invalid_params(
+                format!("no prompt named `{name}` is offered"),
+                Some(serde_json::json!({"name": name})),
+            ));
+        };
+        let mut params = rmcp::model::GetPromptRequestParams::new(remote);
+        params.arguments = arguments;
+        self.ask(index, |peer| async move { peer.get_prompt(params).await })
+            .await
+    }
+
+    /// `resources/read` of `uri`, from the server that lists it or else the
+    /// first whose resource template describes it. A URI no server serves
+    /// is invalid params (-32602) with the URI in its data (SEP-2164).
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+    ) -> Result<rmcp::model::ReadResourceResult, rmcp::ErrorData> {
+        let Some(index) = self.server_of(uri) else {
+            return Err(not_found(uri));
+        };
+        let params = rmcp::model::ReadResourceRequestParams::new(uri);
+        self.ask(
+            index,
+            |peer| async move { peer.read_resource(params).await },
+        )
+        .await
+    }
+
+    /// `completion/complete` for an argument of a prompt (by the gateway's
+    /// name) or a resource template, asked of the server that offers it.
+    /// Nothing to complete (no such prompt or template, a server without
+    /// completions) is an empty completion.
+    pub async fn complete(
+        &self,
+        mut params: rmcp::model::CompleteRequestParams,
+    ) -> Result<rmcp::model::CompleteResult, rmcp::ErrorData> {
+        use rmcp::model::Reference;
+        let index = {
+            let snapshot = self.inner.snapshot.load();
+            match &mut params.r#ref {
+                Reference::Prompt(p) => snapshot.prompts.get(&p.name).map(|(i, remote, _)| {
+                    p.name.clone_from(remote);
+                    *i
+                }),
+                Reference::Resource(r) => snapshot
+                    .templates
+                    .iter()
+                    .find(|(_, t)| t.uri_template == r.uri)
+                    .map(|(i, _)| *i),
+                _ => None,
+            }
+        };
+        let completes = index.is_some_and(|i| {
+            self.inner.servers[i]
+                .peer()
+                .ok()
+                .and_then(|p| {
+                    p.peer_info()
+                        .map(|info| info.capabilities.completions.is_some())
+                })
+                .unwrap_or(false)
+        });
+        match index.filter(|_| completes) {
+            None => Ok(rmcp::model::CompleteResult::default()),
+            Some(i) => {
+                self.ask(i, |peer| async move { peer.complete(params).await })
+                    .await
+            }
+        }
+    }
+
+    /// The server serving `uri`: the one listing it, or the first whose
+    /// template describes it.
+    fn server_of(&self, uri: &str) -> Option<usize> {
+        let snapshot = self.inner.snapshot.load();
+        snapshot.resources.get(uri).map(|(i, _)| *i).or_else(|| {
+            snapshot
+                .templates
+                .iter()
+                .find(|(_, t)| extras::template_matches(&t.uri_template, uri))
+                .map(|(i, _)| *i)
+        })
+    }
+
+    /// Sends one request to server `index`, bounded by its `timeout`; its
+    /// errors in MCP's terms.
+    async fn ask<R, F, Fut>(&self, index: usize, send: F) -> Result<R, rmcp::ErrorData>
+    where
+        F: FnOnce(rmcp::Peer<rmcp::RoleClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<R, ServiceError>>,
+    {
+        let server = &self.inner.servers[index];
+        let spec = &server.spec;
+        let peer = server
+            .peer()
+            .map_err(|reason| rmcp::ErrorData::internal_error(reason, None))?;
+        let bound = spec.timeout.unwrap_or(REQUEST_TIMEOUT);
+        match tokio::time::timeout(bound, send(peer)).await {
+            Err(_) => Err(rmcp::ErrorData::internal_error(
+                format!(
+                    "MCP server `{}` did not answer within {}",
+                    spec.name,
+                    humantime_serde::re::humantime::format_duration(bound)
+                ),
+                None,
+            )),
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(ServiceError::McpError(e))) => Err(e),
+            Ok(Err(e)) => Err(rmcp::ErrorData::internal_error(
+                format!("MCP server `{}`: {}", spec.name, in_words(&e, spec)),
+                None,
+            )),
+        }
+    }
+
     /// Tools that cannot be used now. `keep` accepts a gap by tool name and
     /// server name.
     pub fn gaps(&self, keep: &dyn Fn(&Gap) -> bool) -> Vec<Gap> {
@@ -1079,6 +1313,15 @@ impl<T: Offer> McpRegistry<T> {
             .ok_or_else(|| format!("no MCP server `{server}`"))?
             .accept_change(tool, fingerprint)
     }
+}
+
+/// A URI no server serves, as SEP-2164 asks: invalid params, the URI in
+/// the data.
+fn not_found(uri: &str) -> rmcp::ErrorData {
+    rmcp::ErrorData::invalid_params(
+        format!("no resource `{uri}` is offered"),
+        Some(serde_json::json!({"uri": uri})),
+    )
 }
 
 /// One server's state, for reports.

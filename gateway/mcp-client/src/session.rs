@@ -26,6 +26,7 @@ use tokio::io::AsyncBufReadExt;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::extras::{self, Extras};
 use super::spec::{PASSED_ENV, ServerSpec, StdioSpec, Transport};
 use super::{McpTool, Offer, Registry};
 
@@ -269,6 +270,9 @@ pub(crate) struct ServerState<T> {
     /// The tools of the last listing (kept while the server is down, so
     /// they can be reported unavailable by name).
     pub listed: Arc<Vec<Listed<T>>>,
+    /// Its prompts, resources and resource templates, as last listed
+    /// (kept while it is down, like its tools; served only while ready).
+    pub extras: Arc<Extras>,
     /// Sessions attempted so far.
     pub attempts: u32,
     /// `name version` of the server, from `initialize`.
@@ -283,6 +287,7 @@ impl<T> Default for ServerState<T> {
             status: Status::default(),
             peer: None,
             listed: Arc::new(Vec::new()),
+            extras: Arc::default(),
             attempts: 0,
             server_info: None,
             last_error: None,
@@ -406,6 +411,7 @@ impl<T> Server<T> {
             status,
             peer: None,
             listed: Arc::clone(&old.listed),
+            extras: Arc::clone(&old.extras),
             attempts: old.attempts,
             server_info: old.server_info.clone(),
         });
@@ -444,6 +450,14 @@ impl ClientHandler for Handler {
         self.list_changed.notify_one();
     }
 
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changed.notify_one();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changed.notify_one();
+    }
+
     async fn on_progress(
         &self,
         params: rmcp::model::ProgressNotificationParam,
@@ -467,6 +481,7 @@ pub(crate) async fn supervise<T: Offer>(server: Arc<Server<T>>) {
             status: Status::Starting,
             peer: None,
             listed: Arc::clone(&old.listed),
+            extras: Arc::clone(&old.extras),
             attempts: old.attempts + 1,
             server_info: old.server_info.clone(),
             last_error: old.last_error.clone(),
@@ -571,10 +586,12 @@ async fn run_session<T: Offer>(server: &Arc<Server<T>>, stop: &CancellationToken
     let mut last = tools.clone();
     let listed = build_tools(server, tools);
     report_listing(server, &listed);
+    let mut last_extras = list_extras(&peer, spec).await;
     server.update(|old| ServerState {
         status: Status::Ready,
         peer: Some(peer.clone()),
         listed: Arc::new(listed),
+        extras: Arc::new(last_extras.clone()),
         attempts: old.attempts,
         server_info: info.clone(),
         last_error: None,
@@ -636,18 +653,32 @@ async fn run_session<T: Offer>(server: &Arc<Server<T>>, stop: &CancellationToken
                     Ok(Ok((tools, fresh_for))) => {
                         ttl = fresh_for;
                         stale = stale_after(ttl);
-                        if tools == last && !server.rebuild.swap(false, Ordering::SeqCst) {
+                        let extras = list_extras(&peer, spec).await;
+                        let extras_changed = extras != last_extras;
+                        if extras_changed {
+                            tracing::info!(mcp_server = %spec.name, prompts = extras.prompts.len(), resources = extras.resources.len(), templates = extras.templates.len(), "MCP server `{}` changed its prompts or resources", spec.name);
+                            last_extras = extras;
+                        }
+                        let rebuild = server.rebuild.swap(false, Ordering::SeqCst);
+                        if tools == last && !rebuild && !extras_changed {
                             tracing::debug!(mcp_server = %spec.name, "MCP server `{}` listed the same tools", spec.name);
                             continue;
                         }
-                        last = tools.clone();
-                        let listed = build_tools(server, tools);
-                        tracing::info!(mcp_server = %spec.name, tools = listed.len(), "MCP server `{}` changed its tools", spec.name);
-                        report_listing(server, &listed);
+                        let listed = if tools == last && !rebuild {
+                            Arc::clone(&server.state().listed)
+                        } else {
+                            last = tools.clone();
+                            let listed = build_tools(server, tools);
+                            tracing::info!(mcp_server = %spec.name, tools = listed.len(), "MCP server `{}` changed its tools", spec.name);
+                            report_listing(server, &listed);
+                            Arc::new(listed)
+                        };
+                        let extras = Arc::new(last_extras.clone());
                         server.update(|old| ServerState {
                             status: Status::Ready,
                             peer: Some(peer.clone()),
-                            listed: Arc::new(listed),
+                            listed,
+                            extras,
                             attempts: old.attempts,
                             server_info: old.server_info.clone(),
                             last_error: None,
@@ -665,6 +696,17 @@ async fn run_session<T: Offer>(server: &Arc<Server<T>>, stop: &CancellationToken
             }
         }
     }
+}
+
+/// The server's prompts, resources and templates, listed within its
+/// `startup_timeout` (what is not listed in time is offered empty).
+async fn list_extras(peer: &Peer<RoleClient>, spec: &ServerSpec) -> Extras {
+    tokio::time::timeout(spec.startup_timeout, extras::list(peer, &spec.name))
+        .await
+        .unwrap_or_else(|_| {
+            tracing::warn!(mcp_server = %spec.name, "listing the prompts and resources of MCP server `{}` timed out; they are offered empty", spec.name);
+            Extras::default()
+        })
 }
 
 /// Every page of `tools/list` (at most [`MAX_LIST_PAGES`]), and how long

@@ -308,7 +308,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
     ),
     (
         "gateway/mcp-client/src",
-        &[&["spec", "result"], &["oauth"], &["session"]],
+        &[&["spec", "result", "extras"], &["oauth"], &["session"]],
     ),
     (
         "gateway/server/src",

@@ -37,6 +37,100 @@ pub struct ToolSet {
     /// The search index of the set's tools.
     #[serde(skip)]
     pub index: Arc<SearchIndex>,
+    /// The prompts of MCP servers it offers (MCP clients only), its own
+    /// entries and those of included sets.
+    #[serde(skip)]
+    pub prompts: Offers,
+    /// The resources and resource templates of MCP servers it offers.
+    #[serde(skip)]
+    pub resources: Offers,
+}
+
+/// The prompts (by name) or resources (by URI, or a template's URI
+/// template) a set offers: names and globs. Offers nothing by default.
+#[derive(Debug, Clone, Default)]
+pub struct Offers {
+    entries: Vec<(String, Option<GlobMatcher>)>,
+}
+
+impl Offers {
+    /// `true` when an entry names or matches `name`.
+    pub fn admits(&self, name: &str) -> bool {
+        self.entries.iter().any(|(entry, glob)| match glob {
+            Some(m) => m.is_match(name),
+            None => entry == name,
+        })
+    }
+
+    /// `true` when the set offers none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Adds `file`'s entries under `field`; with `report`, an invalid
+    /// pattern is a diagnostic (an included set's are reported with it).
+    fn add(
+        &mut self,
+        file: &Loaded<ToolSetFile>,
+        field: &str,
+        entries: &[String],
+        report: bool,
+        diags: &mut Vec<Diagnostic>,
+    ) {
+        for (j, entry) in entries.iter().enumerate() {
+            if self.entries.iter().any(|(e, _)| e == entry) {
+                continue;
+            }
+            let glob = if entry.contains(['*', '?', '[']) {
+                match Glob::new(entry) {
+                    Ok(g) => Some(g.compile_matcher()),
+                    Err(e) => {
+                        if report {
+                            diags.push(Diagnostic::error(
+                                &file.file,
+                                file.pos(&format!("{field}[{j}]")),
+                                format!("the pattern `{entry}` is invalid: {}", e.kind()),
+                                "use `*` for any characters and `?` for one",
+                            ));
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            self.entries.push((entry.clone(), glob));
+        }
+    }
+}
+
+/// The prompts and resources set `i` offers: its own entries, then those
+/// of the sets it includes (each once, cycles cut).
+fn offers(
+    i: usize,
+    files: &[Loaded<ToolSetFile>],
+    by_name: &HashMap<&str, usize>,
+    diags: &mut Vec<Diagnostic>,
+) -> (Offers, Offers) {
+    let (mut prompts, mut resources) = (Offers::default(), Offers::default());
+    let mut seen = HashSet::new();
+    let mut todo = vec![i];
+    while let Some(k) = todo.pop() {
+        if !seen.insert(k) {
+            continue;
+        }
+        let f = &files[k];
+        prompts.add(f, "prompts", &f.value.prompts, k == i, diags);
+        resources.add(f, "resources", &f.value.resources, k == i, diags);
+        todo.extend(
+            f.value
+                .include
+                .iter()
+                .rev()
+                .filter_map(|inc| by_name.get(inc.as_str()).copied()),
+        );
+    }
+    (prompts, resources)
 }
 
 /// A tool-set entry (a name or a glob) that MCP servers may satisfy.
@@ -114,7 +208,8 @@ pub fn resolve(
             &mut HashSet::new(),
             &mut patterns,
         );
-        if let Some(set) = tool_set(file, tools, patterns, usable, diags) {
+        let offered = offers(i, files, &own.by_name, diags);
+        if let Some(set) = tool_set(file, tools, patterns, offered, usable, diags) {
             out.insert(file.value.name.clone(), set);
         }
     }
@@ -222,6 +317,7 @@ fn tool_set(
     file: &Loaded<ToolSetFile>,
     tools: IndexSet<String>,
     patterns: Vec<McpPattern>,
+    (prompts, resources): (Offers, Offers),
     usable: &dyn Fn(&str) -> bool,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<ToolSet> {
@@ -267,6 +363,8 @@ fn tool_set(
         discovery,
         search_tool,
         index: Arc::default(),
+        prompts,
+        resources,
     })
 }
 

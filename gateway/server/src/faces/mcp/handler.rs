@@ -29,6 +29,7 @@ use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, ToolSet};
 use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
 use toolgate_engine::tool::context::CallContext;
+use toolgate_engine::tool::mcp::McpRegistry;
 use toolgate_engine::tool::{Progress, ToolError};
 
 /// How often a session's watcher asks whether its client is still there.
@@ -157,10 +158,52 @@ impl ToolSetServer {
             .collect()
     }
 
-    /// A digest of the set's list as a client sees it.
+    /// The set a request is for (checked against its key) and the MCP
+    /// servers offering its prompts and resources; no catalog is held.
+    fn offers(
+        &self,
+        extensions: &rmcp::model::Extensions,
+    ) -> Result<(ToolSet, McpRegistry), McpError> {
+        let target = self.target(extensions)?;
+        let catalog = self.state.catalog();
+        let set = catalog
+            .usable_set(&target.set, target.caller.key.as_deref())
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        Ok((set.clone(), catalog.mcp().clone()))
+    }
+
+    /// A prompt or resource from upstream, refused when it is larger than
+    /// `limits.max_response_bytes`.
+    fn bounded(&self, result: &impl serde::Serialize) -> Result<(), McpError> {
+        let limit = self.state.catalog().settings.limits.max_response_bytes;
+        let size = serde_json::to_vec(result).map_or(usize::MAX, |b| b.len());
+        if size > limit {
+            return Err(McpError::internal_error(
+                format!(
+                    "the upstream answer is {size} bytes, more than limits.max_response_bytes ({limit})"
+                ),
+                None,
+            ));
+        }
+        Ok(())
+    }
+
+    /// A digest of what a client of the set sees: its tools, prompts and
+    /// resources.
     fn fingerprint(&self, target: &Target) -> Option<[u8; 32]> {
-        let tools = self.list(&self.state.catalog(), target).ok()?;
-        let json = serde_json::to_vec(&tools).ok()?;
+        let catalog = self.state.catalog();
+        let tools = self.list(&catalog, target).ok()?;
+        let set = catalog
+            .usable_set(&target.set, target.caller.key.as_deref())
+            .ok()?;
+        let registry = catalog.mcp();
+        let json = serde_json::to_vec(&(
+            tools,
+            registry.prompts(&|n| set.prompts.admits(n)),
+            registry.resources(&|u| set.resources.admits(u)),
+            registry.resource_templates(&|t| set.resources.admits(t)),
+        ))
+        .ok()?;
         Some(Sha256::digest(&json).into())
     }
 
@@ -195,6 +238,24 @@ impl ToolSetServer {
             }
         }
     }
+}
+
+/// `true` when `set` offers `uri`: it names or matches the URI, or a
+/// template it offers describes it.
+fn offers_uri(set: &ToolSet, registry: &McpRegistry, uri: &str) -> bool {
+    set.resources.admits(uri)
+        || registry
+            .resource_templates(&|t| set.resources.admits(t))
+            .iter()
+            .any(|t| toolgate_engine::tool::mcp::extras::template_matches(&t.uri_template, uri))
+}
+
+/// A URI the set does not offer: invalid params with the URI (SEP-2164).
+fn not_offered(uri: &str, set: &str) -> McpError {
+    McpError::invalid_params(
+        format!("no resource `{uri}` in tool set `{set}`"),
+        Some(serde_json::json!({"uri": uri})),
+    )
 }
 
 /// The context of a call from `target` (audit line, rate limits, the
@@ -253,8 +314,12 @@ impl ServerHandler for ToolSetServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_completions()
                 .enable_prompts()
+                .enable_prompts_list_changed()
                 .enable_resources()
+                .enable_resources_list_changed()
+                .enable_resources_subscribe()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
@@ -411,15 +476,16 @@ impl ServerHandler for ToolSetServer {
         encode(&result)
     }
 
-    // The gateway serves tools. Prompts and resources are declared (clients
-    // and the conformance suite ask for them) and empty: lists answer none,
-    // a name or URI is not found.
+    // Prompts and resources of upstream MCP servers, as far as the set
+    // offers them (its `prompts:` and `resources:`; none by default).
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
-        Ok(rmcp::model::ListPromptsResult::with_all_items(Vec::new())
+        let (set, registry) = self.offers(&context.extensions)?;
+        let prompts = registry.prompts(&|name| set.prompts.admits(name));
+        Ok(rmcp::model::ListPromptsResult::with_all_items(prompts)
             .with_ttl_ms(self.list_ttl_ms())
             .with_cache_scope(CacheScope::Public))
     }
@@ -427,9 +493,11 @@ impl ServerHandler for ToolSetServer {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        Ok(rmcp::model::ListResourcesResult::with_all_items(Vec::new())
+        let (set, registry) = self.offers(&context.extensions)?;
+        let resources = registry.resources(&|uri| set.resources.admits(uri));
+        Ok(rmcp::model::ListResourcesResult::with_all_items(resources)
             .with_ttl_ms(self.list_ttl_ms())
             .with_cache_scope(CacheScope::Public))
     }
@@ -437,10 +505,12 @@ impl ServerHandler for ToolSetServer {
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
+        let (set, registry) = self.offers(&context.extensions)?;
+        let templates = registry.resource_templates(&|t| set.resources.admits(t));
         Ok(
-            rmcp::model::ListResourceTemplatesResult::with_all_items(Vec::new())
+            rmcp::model::ListResourceTemplatesResult::with_all_items(templates)
                 .with_ttl_ms(self.list_ttl_ms())
                 .with_cache_scope(CacheScope::Public),
         )
@@ -449,29 +519,88 @@ impl ServerHandler for ToolSetServer {
     async fn get_prompt(
         &self,
         request: rmcp::model::GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
-        Err(McpError::invalid_params(
-            format!(
-                "Unknown prompt: {} (the gateway serves tools only)",
-                request.name
-            ),
-            None,
-        ))
+        let (set, registry) = self.offers(&context.extensions)?;
+        if !set.prompts.admits(&request.name) {
+            return Err(McpError::invalid_params(
+                format!(
+                    "no prompt named `{}` in tool set `{}`",
+                    request.name, set.name
+                ),
+                Some(serde_json::json!({"name": request.name})),
+            ));
+        }
+        let mut result = registry
+            .get_prompt(&request.name, request.arguments)
+            .await?;
+        self.bounded(&result)?;
+        // A server of an older revision leaves it out; rmcp clears it again
+        // for clients of one.
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        Ok(rmcp::model::GetPromptResponse::Complete(result))
     }
 
     async fn read_resource(
         &self,
         request: rmcp::model::ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        Err(McpError::resource_not_found(
-            format!(
-                "Resource not found: {} (the gateway serves tools only)",
-                request.uri
-            ),
-            Some(serde_json::json!({ "uri": request.uri })),
-        ))
+        let (set, registry) = self.offers(&context.extensions)?;
+        if !offers_uri(&set, &registry, &request.uri) {
+            return Err(not_offered(&request.uri, &set.name));
+        }
+        let mut result = registry.read_resource(&request.uri).await?;
+        self.bounded(&result)?;
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        Ok(rmcp::model::ReadResourceResponse::Complete(result))
+    }
+
+    // A subscription to an offered resource is accepted; the upstream
+    // server's change notifications are not relayed (yet), so the client
+    // learns of changes only by reading again.
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let (set, registry) = self.offers(&context.extensions)?;
+        if !offers_uri(&set, &registry, &request.uri) {
+            return Err(not_offered(&request.uri, &set.name));
+        }
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let (set, registry) = self.offers(&context.extensions)?;
+        if !offers_uri(&set, &registry, &request.uri) {
+            return Err(not_offered(&request.uri, &set.name));
+        }
+        Ok(())
+    }
+
+    async fn complete(
+        &self,
+        request: rmcp::model::CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CompleteResult, McpError> {
+        use rmcp::model::Reference;
+        let (set, registry) = self.offers(&context.extensions)?;
+        let offered = match &request.r#ref {
+            Reference::Prompt(p) => set.prompts.admits(&p.name),
+            Reference::Resource(r) => set.resources.admits(&r.uri),
+            _ => false,
+        };
+        if !offered {
+            return Ok(rmcp::model::CompleteResult::default());
+        }
+        let mut result = registry.complete(request).await?;
+        result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+        Ok(result)
     }
 
     /// 2025-11-25 sessions (and stdio): tell the client when the set's
@@ -499,7 +628,11 @@ impl ServerHandler for ToolSetServer {
                 .await
                 .is_some()
             {
-                if peer.notify_tool_list_changed().await.is_err() {
+                // Which list changed is not told apart: a client relists.
+                if peer.notify_tool_list_changed().await.is_err()
+                    || peer.notify_prompt_list_changed().await.is_err()
+                    || peer.notify_resource_list_changed().await.is_err()
+                {
                     break;
                 }
                 tracing::debug!(tool_set = %target.set, "told an MCP client the tool list changed");
@@ -514,6 +647,8 @@ impl ServerHandler for ToolSetServer {
     ) -> Option<SubscriptionFilter> {
         let mut accepted = SubscriptionFilter::new();
         accepted.tools_list_changed = requested.tools_list_changed;
+        accepted.prompts_list_changed = requested.prompts_list_changed;
+        accepted.resources_list_changed = requested.resources_list_changed;
         Some(accepted)
     }
 
@@ -527,11 +662,20 @@ impl ServerHandler for ToolSetServer {
                     if changed.is_none() {
                         return Ok(());
                     }
-                    if context.accepted().tools_list_changed == Some(true) {
-                        let note = ServerNotification::ToolListChangedNotification(
+                    let accepted = context.accepted();
+                    let notes = [
+                        (accepted.tools_list_changed, ServerNotification::ToolListChangedNotification(
                             ToolListChangedNotification::default(),
-                        );
-                        if context.sink().send(note).await.is_err() {
+                        )),
+                        (accepted.prompts_list_changed, ServerNotification::PromptListChangedNotification(
+                            rmcp::model::PromptListChangedNotification::default(),
+                        )),
+                        (accepted.resources_list_changed, ServerNotification::ResourceListChangedNotification(
+                            rmcp::model::ResourceListChangedNotification::default(),
+                        )),
+                    ];
+                    for (wanted, note) in notes {
+                        if wanted == Some(true) && context.sink().send(note).await.is_err() {
                             return Ok(());
                         }
                     }
