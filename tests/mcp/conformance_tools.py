@@ -11,11 +11,19 @@ which the gateway offers through the set's `prompts:` and `resources:`.
 """
 
 import base64
+import json
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
-from mcp_types import AudioContent, EmbeddedResource, ImageContent, TextContent, TextResourceContents
+from mcp_types import (
+    AudioContent,
+    EmbeddedResource,
+    ImageContent,
+    InputRequiredResult,
+    TextContent,
+    TextResourceContents,
+)
 
 server = MCPServer("conformance-tools", log_level="WARNING")
 
@@ -89,6 +97,97 @@ async def test_tool_with_logging(ctx: Context) -> str:
         await ctx.info(message)
         await anyio.sleep(0.05)
     return "Tool with logging executed successfully"
+
+
+# The tools that ask their client something. The gateway speaks 2026-07-28
+# to this server, so they ask in their answer (input_required, SEP-2322) and
+# read the reply when the call comes again; the gateway passes the question
+# to its own client.
+
+
+def asking(ctx: Context, method: str, params: dict):
+    """The client's answer to the question, or the question to ask first."""
+    answers = ctx.input_responses or {}
+    if "ask" in answers:
+        answer = answers["ask"]
+        return answer.model_dump(mode="json", by_alias=True, exclude_none=True) if hasattr(answer, "model_dump") else answer
+    return InputRequiredResult.model_validate({"inputRequests": {"ask": {"method": method, "params": params}}})
+
+
+def asked(answer) -> bool:
+    return isinstance(answer, InputRequiredResult)
+
+
+@server.tool(description="Tests tool that requests LLM sampling from client", structured_output=False)
+async def test_sampling(prompt: str, ctx: Context):
+    answer = asking(
+        ctx,
+        "sampling/createMessage",
+        {"messages": [{"role": "user", "content": {"type": "text", "text": prompt}}], "maxTokens": 100},
+    )
+    if asked(answer):
+        return answer
+    return [TextContent(type="text", text=f"LLM response: {answer.get('content', {}).get('text', '')}")]
+
+
+@server.tool(description="Tests tool that requests user input from client", structured_output=False)
+async def test_elicitation(message: str, ctx: Context):
+    schema = {
+        "type": "object",
+        "properties": {
+            "username": {"type": "string", "description": "User's response"},
+            "email": {"type": "string", "description": "User's email address"},
+        },
+        "required": ["username", "email"],
+    }
+    answer = asking(ctx, "elicitation/create", {"mode": "form", "message": message, "requestedSchema": schema})
+    if asked(answer):
+        return answer
+    return [TextContent(type="text", text=f"User response: {json.dumps(answer)}")]
+
+
+@server.tool(description="Tests elicitation with default values (SEP-1034)", structured_output=False)
+async def test_elicitation_sep1034_defaults(ctx: Context):
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "score": {"type": "number", "default": 95.5},
+            "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+            "verified": {"type": "boolean", "default": True},
+        },
+    }
+    answer = asking(
+        ctx, "elicitation/create", {"mode": "form", "message": "Please review your details", "requestedSchema": schema}
+    )
+    if asked(answer):
+        return answer
+    return [TextContent(type="text", text=f"Elicitation completed: {json.dumps(answer)}")]
+
+
+@server.tool(description="Tests elicitation with enum schemas (SEP-1330)", structured_output=False)
+async def test_elicitation_sep1330_enums(ctx: Context):
+    choices = [{"const": f"value{i}", "title": t} for i, t in ((1, "First Option"), (2, "Second Option"), (3, "Third Option"))]
+    picks = [{"const": f"value{i}", "title": t} for i, t in ((1, "First Choice"), (2, "Second Choice"), (3, "Third Choice"))]
+    schema = {
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+            "titledSingle": {"type": "string", "oneOf": choices},
+            "legacyEnum": {
+                "type": "string",
+                "enum": ["opt1", "opt2", "opt3"],
+                "enumNames": ["Option One", "Option Two", "Option Three"],
+            },
+            "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+            "titledMulti": {"type": "array", "items": {"anyOf": picks}},
+        },
+    }
+    answer = asking(ctx, "elicitation/create", {"mode": "form", "message": "Pick options", "requestedSchema": schema})
+    if asked(answer):
+        return answer
+    return [TextContent(type="text", text=f"Elicitation completed: {json.dumps(answer)}")]
 
 
 @server.resource("test://static-text", name="static-text", description="A static text resource", mime_type="text/plain")

@@ -79,7 +79,7 @@ mcp_servers:
   - name: everything
     transport: stdio
     command: {everything}
-    tools: {{ include: [get-tiny-image, get-structured-content, trigger-long-running-operation], prefix: ev_ }}
+    tools: {{ include: [get-tiny-image, get-structured-content, trigger-long-running-operation, trigger-elicitation-request, trigger-sampling-request], prefix: ev_ }}
   - name: py
     transport: stdio
     command: {python}
@@ -281,6 +281,47 @@ def test_the_prompts_and_resources_a_set_offers_come_from_its_servers(mcp_gatewa
         async with client(url + "/mcp/small", key=SMALL_KEY, mode=mode) as c:
             assert (await c.list_prompts()).prompts == []
             assert (await c.list_resources()).resources == []
+
+    run(go)
+
+
+def test_an_upstream_server_s_questions_reach_the_client_that_can_answer(mcp_gateway):
+    """server-everything asks for a person's input and for a model's
+    answer in the middle of a call: a client that can answer gets the
+    question through the gateway; one that cannot gets the gateway's own
+    answers (declined; a failed call that says why)."""
+    url, _ = mcp_gateway
+    asked = []
+
+    async def elicit(_ctx, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada Lovelace"})
+
+    async def sample(_ctx, params):
+        asked.append(params.messages[0].content.text)
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="Sampled by the client"), model="client-model"
+        )
+
+    async def go():
+        async with client(url + "/mcp/web", elicitation_callback=elicit, sampling_callback=sample) as c:
+            got = await c.call_tool("ev_trigger-elicitation-request", {})
+            text = " ".join(b.text for b in got.content if b.type == "text")
+            assert not got.is_error, text
+            assert "Ada Lovelace" in text, text
+            got = await c.call_tool("ev_trigger-sampling-request", {"prompt": "Say hello"})
+            text = " ".join(b.text for b in got.content if b.type == "text")
+            assert not got.is_error, text
+            assert "Sampled by the client" in text, text
+        assert asked[0].startswith("Please provide inputs"), asked
+        assert "Say hello" in asked[1], asked
+
+        async with client(url + "/mcp/web") as c:
+            got = await c.call_tool("ev_trigger-elicitation-request", {})
+            assert "declined" in " ".join(b.text for b in got.content if b.type == "text")
+            got = await c.call_tool("ev_trigger-sampling-request", {"prompt": "Say hello"})
+            assert got.is_error
+            assert "sampling" in got.content[0].text, got.content[0].text
 
     run(go)
 

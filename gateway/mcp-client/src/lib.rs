@@ -23,6 +23,7 @@
 
 pub mod extras;
 pub mod oauth;
+pub mod relay;
 pub mod result;
 pub mod session;
 pub mod spec;
@@ -139,6 +140,15 @@ impl<T: Offer> McpTool<T> {
         trace_context(&mut params, trace);
         caller_headers(&server, ctx, &mut params)?;
         let name = &self.server_name;
+        let relay = relay::Relay::of(ctx).cloned();
+        #[allow(deprecated)] // logging (SEP-2577), still carried
+        if let Some(level) = relay.as_ref().and_then(|r| r.log_level) {
+            params
+                .meta
+                .get_or_insert_with(Default::default)
+                .set_log_level(level);
+        }
+        let _running = server.running.enter(relay.clone());
         let mut rounds = 0;
         let response = loop {
             let response = match progress {
@@ -157,7 +167,8 @@ impl<T: Offer> McpTool<T> {
                     "MCP server `{name}` still asked for input after {MAX_INPUT_ROUNDS} answers; the gateway gave up the call"
                 )));
             }
-            let (responses, state) = answer_input_requests(name, asked)?;
+            let (responses, state) =
+                answer_input_requests(name, asked, &relay.clone().unwrap_or_default()).await?;
             if responses.is_none() {
                 // Only state to carry: the server is working; ask again
                 // after a pause that grows.
@@ -306,14 +317,15 @@ async fn call_reporting<T>(
 /// before it is given up.
 const MAX_INPUT_ROUNDS: u32 = 8;
 
-/// The gateway's answers to a server's input requests: it has no person to
-/// ask and no model of its own, so an elicitation is declined and the
-/// roots list is empty; a sampling request cannot be answered, and fails
-/// the call with a sentence the model can read. Returns the answers (none
-/// when the server only sent state) and the state to echo unchanged.
-fn answer_input_requests(
+/// The answers to a server's input requests: the call's client answers
+/// what it can (see [`relay`]); without one, an elicitation is declined,
+/// the roots list is empty, and a sampling request fails the call with a
+/// sentence the model can read. Returns the answers (none when the server
+/// only sent state) and the state to echo unchanged.
+async fn answer_input_requests(
     server: &str,
     asked: rmcp::model::InputRequiredResult,
+    relay: &relay::Relay,
 ) -> Result<(Option<rmcp::model::InputResponses>, Option<String>), ToolError> {
     use rmcp::model::InputRequest;
     let requests = asked.input_requests.unwrap_or_default();
@@ -322,16 +334,32 @@ fn answer_input_requests(
             "MCP server `{server}` asked for input without saying what it needs"
         )));
     }
+    if requests.len() > MAX_INPUT_REQUESTS {
+        return Err(ToolError::Failed(format!(
+            "MCP server `{server}` asked for {} inputs at once (at most {MAX_INPUT_REQUESTS} are answered)",
+            requests.len()
+        )));
+    }
+    let failed = |e: rmcp::ErrorData| ToolError::Failed(e.message.to_string());
+    let value = |v: Result<Value, serde_json::Error>| {
+        v.map_err(|e| {
+            ToolError::Failed(format!(
+                "an answer for MCP server `{server}` is unreadable: {e}"
+            ))
+        })
+    };
     let mut answers = rmcp::model::InputResponses::new();
     for (key, request) in requests {
         let answer = match request {
-            InputRequest::Elicitation(_) => serde_json::json!({"action": "decline"}),
-            InputRequest::ListRoots(_) => serde_json::json!({"roots": []}),
-            InputRequest::CreateMessage(_) => {
-                return Err(ToolError::Failed(format!(
-                    "MCP server `{server}` asked the gateway to run a model for it (sampling), which this gateway does not do"
-                )));
+            InputRequest::Elicitation(req) => value(serde_json::to_value(
+                relay.elicit(req.params).await.map_err(failed)?,
+            ))?,
+            InputRequest::ListRoots(_) => {
+                value(serde_json::to_value(relay.roots().await.map_err(failed)?))?
             }
+            InputRequest::CreateMessage(req) => value(serde_json::to_value(
+                relay.sample(req.params, server).await.map_err(failed)?,
+            ))?,
             _ => {
                 return Err(ToolError::Failed(format!(
                     "MCP server `{server}` asked for a kind of input the gateway does not know"
@@ -345,6 +373,9 @@ fn answer_input_requests(
         asked.request_state,
     ))
 }
+
+/// The most input requests of one round that are answered.
+const MAX_INPUT_REQUESTS: usize = 16;
 
 /// Tells the server a request was given up (`notifications/cancelled`)
 /// when dropped before it was answered, as rmcp's own calls do.
@@ -1360,8 +1391,9 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
-    #[test]
-    fn input_requests_are_answered_as_a_gateway_without_a_person_can() {
+    #[tokio::test]
+    async fn input_requests_are_answered_as_a_gateway_without_a_person_can() {
+        let none = relay::Relay::default();
         let elicit = json_rpc(
             "elicitation/create",
             serde_json::json!({
@@ -1377,7 +1409,9 @@ mod tests {
                 "inputRequests": {"confirm": elicit, "where": roots},
                 "requestState": "opaque"
             })),
+            &none,
         )
+        .await
         .unwrap();
         let answers = answers.unwrap();
         assert_eq!(answers["confirm"], serde_json::json!({"action": "decline"}));
@@ -1388,7 +1422,9 @@ mod tests {
         let (answers, state) = answer_input_requests(
             "s",
             asked(serde_json::json!({"resultType": "input_required", "requestState": "x"})),
+            &none,
         )
+        .await
         .unwrap();
         assert!(answers.is_none());
         assert_eq!(state.as_deref(), Some("x"));
@@ -1404,7 +1440,9 @@ mod tests {
         let e = answer_input_requests(
             "s",
             asked(serde_json::json!({"resultType": "input_required", "inputRequests": {"m": sampling}})),
+            &none,
         )
+        .await
         .unwrap_err();
         assert!(e.to_string().contains("sampling"), "{e}");
 
@@ -1412,10 +1450,57 @@ mod tests {
         assert!(
             answer_input_requests(
                 "s",
-                asked(serde_json::json!({"resultType": "input_required", "inputRequests": {}}))
+                asked(serde_json::json!({"resultType": "input_required", "inputRequests": {}})),
+                &none,
             )
+            .await
             .is_err()
         );
+    }
+
+    #[tokio::test]
+    #[allow(deprecated)]
+    async fn a_client_that_can_answer_gets_the_questions() {
+        let relay = relay::Relay {
+            elicit: Some(Arc::new(|_params| {
+                Box::pin(async {
+                    Ok(serde_json::from_value(
+                        serde_json::json!({"action": "accept", "content": {"ok": true}}),
+                    )
+                    .unwrap())
+                })
+            })),
+            sample: Some(Arc::new(|_params| {
+                Box::pin(async {
+                    Ok(serde_json::from_value(serde_json::json!({
+                        "role": "assistant",
+                        "content": {"type": "text", "text": "fine"},
+                        "model": "m"
+                    }))
+                    .unwrap())
+                })
+            })),
+            ..Default::default()
+        };
+        let elicit = json_rpc(
+            "elicitation/create",
+            serde_json::json!({"message": "Confirm?", "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}}}),
+        );
+        let sampling = json_rpc(
+            "sampling/createMessage",
+            serde_json::json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 10}),
+        );
+        let (answers, _) = answer_input_requests(
+            "s",
+            asked(serde_json::json!({"resultType": "input_required", "inputRequests": {"e": elicit, "m": sampling}})),
+            &relay,
+        )
+        .await
+        .unwrap();
+        let answers = answers.unwrap();
+        assert_eq!(answers["e"]["action"], "accept");
+        assert_eq!(answers["e"]["content"]["ok"], true);
+        assert_eq!(answers["m"]["content"]["text"], "fine");
     }
 
     fn json_rpc(method: &str, params: Value) -> Value {

@@ -64,6 +64,9 @@ pub(crate) struct Server<T> {
     list_changed: Arc<Notify>,
     /// Routes the server's progress notifications to the call that asked.
     pub progress: rmcp::handler::client::progress::ProgressDispatcher,
+    /// The calls running on it, with their clients: who a request or log
+    /// message the server sends beside a call belongs to.
+    pub running: Arc<super::relay::Running>,
     /// Why a call found the connection broken, for the session to end on.
     broken: Mutex<Option<String>>,
     broken_notify: Notify,
@@ -335,6 +338,7 @@ impl<T> Server<T> {
             changes: watch::channel(0).0,
             list_changed: Arc::new(Notify::new()),
             progress: Default::default(),
+            running: Arc::default(),
             broken: Mutex::new(None),
             broken_notify: Notify::new(),
             stop: CancellationToken::new(),
@@ -433,14 +437,24 @@ impl<T> Server<T> {
 
 /// Receives the server's notifications on the client side.
 struct Handler {
+    server: String,
     list_changed: Arc<Notify>,
     progress: rmcp::handler::client::progress::ProgressDispatcher,
+    running: Arc<super::relay::Running>,
 }
 
 impl ClientHandler for Handler {
+    /// The gateway answers a server's elicitation (its caller's client,
+    /// or a decline), roots (the client's, or none) and sampling (the
+    /// client's model, or a failed call saying no one can): see `relay`.
+    #[allow(deprecated)] // roots and sampling (SEP-2577), still carried
     fn get_info(&self) -> ClientConfig {
         ClientConfig::new(
-            ClientCapabilities::default(),
+            ClientCapabilities::builder()
+                .enable_roots()
+                .enable_sampling()
+                .enable_elicitation()
+                .build(),
             Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
@@ -464,6 +478,57 @@ impl ClientHandler for Handler {
         _context: NotificationContext<RoleClient>,
     ) {
         self.progress.handle_notification(params).await;
+    }
+
+    // A server of an older revision asks beside the call: the one call
+    // running gets the question (see `relay`), or it is answered as the
+    // gateway alone can.
+    #[allow(deprecated)] // sampling, roots and logging (SEP-2577), still carried
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.running
+            .only()
+            .unwrap_or_default()
+            .elicit(request)
+            .await
+    }
+
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        self.running
+            .only()
+            .unwrap_or_default()
+            .sample(params, &self.server)
+            .await
+    }
+
+    #[allow(deprecated)]
+    async fn list_roots(
+        &self,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, rmcp::ErrorData> {
+        self.running.only().unwrap_or_default().roots().await
+    }
+
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        match self.running.only().and_then(|relay| relay.log) {
+            Some(log) => log(params),
+            None => {
+                tracing::debug!(target: "toolgate::mcp::log", mcp_server = %self.server, level = ?params.level, "{}", params.data)
+            }
+        }
     }
 }
 
@@ -962,8 +1027,10 @@ async fn open<T>(
     modern: &Arc<std::sync::atomic::AtomicBool>,
 ) -> Result<Result<Session, ClientInitializeError>, StartFailure> {
     let handler = Handler {
+        server: server.spec.name.clone(),
         list_changed: Arc::clone(&server.list_changed),
         progress: server.progress.clone(),
+        running: Arc::clone(&server.running),
     };
     Ok(match &server.spec.transport {
         Transport::Stdio(stdio) => {

@@ -34,6 +34,41 @@ pub struct CallContext {
     pub subject: Option<String>,
     /// The claims of the caller's bearer token (JWT), if it came with one.
     pub claims: Option<Arc<serde_json::Value>>,
+    /// A way back to the caller's client while the call runs, when it has
+    /// one (an MCP client of the gateway, which can answer an upstream
+    /// server's questions and receive its log messages).
+    pub client: Option<ClientLink>,
+}
+
+/// A way back to the caller's client, opaque here: the face that made it
+/// and the tool kind that uses it agree on the type inside. Two links are
+/// equal when they are the same link.
+#[derive(Clone)]
+pub struct ClientLink(Arc<dyn Any + Send + Sync>);
+
+impl ClientLink {
+    pub fn new<T: Any + Send + Sync>(value: T) -> ClientLink {
+        ClientLink(Arc::new(value))
+    }
+
+    /// The link's value, when it is a `T`.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl PartialEq for ClientLink {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ClientLink {}
+
+impl fmt::Debug for ClientLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClientLink")
+    }
 }
 
 /// A project name that is not a safe folder name.
@@ -53,6 +88,7 @@ impl CallContext {
             project: None,
             subject: None,
             claims: None,
+            client: None,
         }
     }
 

@@ -308,7 +308,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
     ),
     (
         "gateway/mcp-client/src",
-        &[&["spec", "result", "extras"], &["oauth"], &["session"]],
+        &[&["spec", "result", "extras", "relay"], &["oauth"], &["session"]],
     ),
     (
         "gateway/server/src",

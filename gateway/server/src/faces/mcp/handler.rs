@@ -24,12 +24,16 @@ use sha2::{Digest, Sha256};
 
 use super::wire::{self, CALL_TOOL};
 use crate::http::{AppState, Caller};
+#[allow(deprecated)] // logging (SEP-2577), still carried for older clients
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+use toolgate::ClientLink;
 use toolgate_config::format::Discovery;
 use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, ToolSet};
 use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
 use toolgate_engine::tool::context::CallContext;
 use toolgate_engine::tool::mcp::McpRegistry;
+use toolgate_engine::tool::mcp::relay::Relay;
 use toolgate_engine::tool::{Progress, ToolError};
 
 /// How often a session's watcher asks whether its client is still there.
@@ -92,6 +96,9 @@ pub struct ToolSetServer {
     /// This session's list watcher runs (one per session, however many
     /// `notifications/initialized` a client sends).
     watching: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The lowest level of upstream log messages this session's client
+    /// asked for (`logging/setLevel`); `info` until it asks.
+    log_level: std::sync::Arc<std::sync::atomic::AtomicU8>,
 }
 
 impl ToolSetServer {
@@ -101,6 +108,7 @@ impl ToolSetServer {
             state,
             fixed: None,
             watching: Default::default(),
+            log_level: std::sync::Arc::new(std::sync::atomic::AtomicU8::new(DEFAULT_LOG_LEVEL)),
         }
     }
 
@@ -110,7 +118,60 @@ impl ToolSetServer {
             state,
             fixed: Some(target),
             watching: Default::default(),
+            log_level: std::sync::Arc::new(std::sync::atomic::AtomicU8::new(DEFAULT_LOG_LEVEL)),
         }
+    }
+
+    /// The way back to this session's client for a call's upstream MCP
+    /// server: its questions (elicitation, sampling, roots) go to the
+    /// client when it declared it can answer them, and its log messages at
+    /// or above the level the client set. A session of the 2026-07-28
+    /// revision cannot be asked in the middle of a call: its calls get the
+    /// gateway's own answers.
+    #[allow(deprecated)] // sampling, roots and logging (SEP-2577), still carried
+    fn relay(&self, context: &RequestContext<RoleServer>) -> Option<Relay> {
+        let version = context.protocol_version()?;
+        if version.as_str() >= ProtocolVersion::V_2026_07_28.as_str() {
+            return None;
+        }
+        let caps = context.peer.peer_info()?.capabilities.clone();
+        let peer = context.peer.clone();
+        let mut relay = Relay::default();
+        if caps.elicitation.is_some() {
+            let peer = peer.clone();
+            relay.elicit = Some(std::sync::Arc::new(move |params| {
+                let peer = peer.clone();
+                Box::pin(async move { peer.create_elicitation(params).await.map_err(asked) })
+            }));
+        }
+        if caps.sampling.is_some() {
+            let peer = peer.clone();
+            relay.sample = Some(std::sync::Arc::new(move |params| {
+                let peer = peer.clone();
+                Box::pin(async move { peer.create_message(params).await.map_err(asked) })
+            }));
+        }
+        if caps.roots.is_some() {
+            let peer = peer.clone();
+            relay.roots = Some(std::sync::Arc::new(move |()| {
+                let peer = peer.clone();
+                Box::pin(async move { peer.list_roots().await.map_err(asked) })
+            }));
+        }
+        let level = std::sync::Arc::clone(&self.log_level);
+        relay.log_level = Some(level_of(level.load(std::sync::atomic::Ordering::Relaxed)));
+        relay.log = Some(std::sync::Arc::new(
+            move |message: LoggingMessageNotificationParam| {
+                if severity(message.level) < level.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                let peer = peer.clone();
+                tokio::spawn(async move {
+                    let _ = peer.notify_logging_message(message).await;
+                });
+            },
+        ));
+        Some(relay)
     }
 
     /// `mcp.list_ttl` in milliseconds.
@@ -240,6 +301,48 @@ impl ToolSetServer {
     }
 }
 
+/// The level of upstream log messages a session gets until it sets one.
+#[allow(deprecated)]
+const DEFAULT_LOG_LEVEL: u8 = severity(LoggingLevel::Info);
+
+/// A log level's rank, `debug` lowest.
+#[allow(deprecated)]
+const fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// The log level of a rank.
+#[allow(deprecated)]
+const fn level_of(rank: u8) -> LoggingLevel {
+    match rank {
+        0 => LoggingLevel::Debug,
+        1 => LoggingLevel::Info,
+        2 => LoggingLevel::Notice,
+        3 => LoggingLevel::Warning,
+        4 => LoggingLevel::Error,
+        5 => LoggingLevel::Critical,
+        6 => LoggingLevel::Alert,
+        _ => LoggingLevel::Emergency,
+    }
+}
+
+/// The client's failure to answer, as the upstream server reads it.
+fn asked(e: rmcp::ServiceError) -> McpError {
+    match e {
+        rmcp::ServiceError::McpError(e) => e,
+        other => McpError::internal_error(format!("the client did not answer: {other}"), None),
+    }
+}
+
 /// `true` when `set` offers `uri`: it names or matches the URI, or a
 /// template it offers describes it.
 fn offers_uri(set: &ToolSet, registry: &McpRegistry, uri: &str) -> bool {
@@ -311,10 +414,12 @@ fn in_set(catalog: &Catalog, set: &ToolSet, name: &str) -> bool {
 }
 
 impl ServerHandler for ToolSetServer {
+    #[allow(deprecated)] // logging (SEP-2577), still carried for older clients
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_completions()
+                .enable_logging()
                 .enable_prompts()
                 .enable_prompts_list_changed()
                 .enable_resources()
@@ -440,7 +545,8 @@ impl ServerHandler for ToolSetServer {
             name,
             arguments,
         };
-        let ctx = call_context(&target);
+        let mut ctx = call_context(&target);
+        ctx.client = self.relay(&context).map(ClientLink::new);
         let executor = &self.state.executor;
         let run = async {
             match token {
@@ -554,6 +660,19 @@ impl ServerHandler for ToolSetServer {
         self.bounded(&result)?;
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(rmcp::model::ReadResourceResponse::Complete(result))
+    }
+
+    #[allow(deprecated)] // logging (SEP-2577), still carried for older clients
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.log_level.store(
+            severity(request.level),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(())
     }
 
     // A subscription to an offered resource is accepted; the upstream

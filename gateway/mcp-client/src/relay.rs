@@ -1,0 +1,168 @@
+//! What a server asks during a call — a person's input (elicitation), a
+//! model's answer (sampling), the client's roots — and the log messages it
+//! sends, passed to the client of the call when it has one that can answer
+//! (an MCP client of the gateway). Without one, the gateway answers as it
+//! can alone: an elicitation is declined, the roots are none, a sampling
+//! request fails the call with a sentence the model can read.
+//!
+//! A face puts a [`Relay`] in the call's context
+//! ([`toolgate::ClientLink`]). A server of the 2026-07-28 revision asks in
+//! the call's own answer (`input_required`), so the question reaches that
+//! call's client; one of an older revision sends its own request (or log
+//! message) beside the call, which is passed on only while exactly one call
+//! to that server is running — otherwise no one could tell whose it is,
+//! and it is answered as without a client.
+//!
+//! Sampling, roots and logging are deprecated in the 2026-07-28 revision
+//! (SEP-2577) and still carried, for the servers and clients that use them.
+#![allow(deprecated)]
+
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    ListRootsResult, LoggingMessageNotificationParam,
+};
+
+/// An answer from the client, or why there is none.
+pub type Reply<T> = BoxFuture<'static, Result<T, rmcp::ErrorData>>;
+
+type Ask<P, R> = Arc<dyn Fn(P) -> Reply<R> + Send + Sync>;
+
+/// The client of a call, as far as it can answer. Each part is `None`
+/// when the client cannot do it (it did not declare the capability).
+#[derive(Clone, Default)]
+pub struct Relay {
+    /// Asks the client's person (`elicitation/create`).
+    pub elicit: Option<Ask<ElicitRequestParams, ElicitResult>>,
+    /// Asks the client's model (`sampling/createMessage`).
+    pub sample: Option<Ask<CreateMessageRequestParams, CreateMessageResult>>,
+    /// Asks the client's roots (`roots/list`).
+    pub roots: Option<Ask<(), ListRootsResult>>,
+    /// Hands the client a log message (it filters by the level it set).
+    pub log: Option<Arc<dyn Fn(LoggingMessageNotificationParam) + Send + Sync>>,
+    /// The lowest level of log messages the client wants: a server of the
+    /// 2026-07-28 revision is asked for them with the call.
+    pub log_level: Option<rmcp::model::LoggingLevel>,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("elicit", &self.elicit.is_some())
+            .field("sample", &self.sample.is_some())
+            .field("roots", &self.roots.is_some())
+            .field("log", &self.log.is_some())
+            .field("log_level", &self.log_level)
+            .finish()
+    }
+}
+
+impl Relay {
+    /// The relay of a call's context, if its face gave one.
+    pub fn of(ctx: &toolgate::CallContext) -> Option<&Relay> {
+        ctx.client.as_ref().and_then(|link| link.get::<Relay>())
+    }
+
+    /// Elicitation: the client's person, or declined.
+    pub async fn elicit(
+        &self,
+        params: ElicitRequestParams,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        match &self.elicit {
+            Some(ask) => ask(params).await,
+            None => Ok(ElicitResult::new(rmcp::model::ElicitationAction::Decline)),
+        }
+    }
+
+    /// Sampling: the client's model, or an error saying no one can.
+    pub async fn sample(
+        &self,
+        params: CreateMessageRequestParams,
+        server: &str,
+    ) -> Result<CreateMessageResult, rmcp::ErrorData> {
+        match &self.sample {
+            Some(ask) => ask(params).await,
+            None => Err(rmcp::ErrorData::invalid_request(
+                format!(
+                    "MCP server `{server}` asked for a model's answer (sampling), and the caller's client cannot give one"
+                ),
+                None,
+            )),
+        }
+    }
+
+    /// Roots: the client's, or none.
+    pub async fn roots(&self) -> Result<ListRootsResult, rmcp::ErrorData> {
+        match &self.roots {
+            Some(ask) => ask(()).await,
+            None => Ok(ListRootsResult::default()),
+        }
+    }
+}
+
+/// The calls running on one server, each with its client's relay (or
+/// none): who a request or log message sent beside a call belongs to.
+#[derive(Debug, Default)]
+pub struct Running {
+    calls: Mutex<Vec<(u64, Option<Relay>)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Running {
+    /// Notes a call until the guard is dropped.
+    pub fn enter(self: &Arc<Self>, relay: Option<Relay>) -> RunningCall {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lock().push((id, relay));
+        RunningCall {
+            running: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// The relay of the one call running, when exactly one is and it has
+    /// one.
+    pub fn only(&self) -> Option<Relay> {
+        match self.lock().as_slice() {
+            [(_, relay)] => relay.clone(),
+            _ => None,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Option<Relay>)>> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A running call; dropping it ends it.
+#[derive(Debug)]
+pub struct RunningCall {
+    running: Arc<Running>,
+    id: u64,
+}
+
+impl Drop for RunningCall {
+    fn drop(&mut self) {
+        self.running.lock().retain(|(id, _)| *id != self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_beside_calls_belongs_to_the_only_one_running() {
+        let running = Arc::new(Running::default());
+        assert!(running.only().is_none());
+        let first = running.enter(Some(Relay::default()));
+        assert!(running.only().is_some(), "one call: its relay");
+        let second = running.enter(None);
+        assert!(running.only().is_none(), "two calls: no one's");
+        drop(first);
+        assert!(running.only().is_none(), "the one left has no relay");
+        drop(second);
+        assert!(running.only().is_none());
+    }
+}
