@@ -190,6 +190,23 @@ async def test_elicitation_sep1330_enums(ctx: Context):
     return [TextContent(type="text", text=f"Elicitation completed: {json.dumps(answer)}")]
 
 
+@server.tool(description="Logs while it runs: the stateless scenario checks no log reaches a client that did not ask", structured_output=False)
+async def test_logging_tool(ctx: Context) -> str:
+    await ctx.info("test_logging_tool ran")
+    return "logged"
+
+
+@server.tool(description="Asks for input: the stateless scenario checks only results come back on the call's stream", structured_output=False)
+async def test_streaming_elicitation(ctx: Context):
+    answer = asking(
+        ctx,
+        "elicitation/create",
+        {"mode": "form", "message": "Anything to add?", "requestedSchema": {"type": "object", "properties": {"note": {"type": "string"}}}},
+    )
+    if asked(answer):
+        return answer
+    return [TextContent(type="text", text=f"Elicitation completed: {json.dumps(answer)}")]
+
 @server.resource("test://static-text", name="static-text", description="A static text resource", mime_type="text/plain")
 def static_text() -> str:
     return "This is the content of the static text resource."
