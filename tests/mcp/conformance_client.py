@@ -7,7 +7,9 @@ streamable HTTP, runs `toolgate serve` on it, lists the tools through the
 tool API (`GET /v1/tools`) and invokes each once
 (`POST /v1/tools/{name}/invoke`) with arguments made from its schema, then
 stops the gateway (SIGTERM). The MCP traffic the suite checks is the
-gateway's own.
+gateway's own. In the `elicitation-*` scenarios the server asks a person,
+so the tools are called through the gateway's MCP face by a client whose
+person accepts (`through_mcp`): the question travels through the gateway.
 
 For the `auth/*` scenarios the server is declared with `oauth`:
 `client_credentials` when the suite's context gives a client id and secret
@@ -152,6 +154,31 @@ def http(method: str, url: str, body=None):
         return e.code, json.loads(e.read() or b"null")
 
 
+def through_mcp(url: str, calls: list) -> None:
+    """Each call made by an MCP client of the gateway whose person accepts
+    every elicitation without changing a field."""
+    import anyio
+    import httpx2
+    import mcp_types as types
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def accept(_ctx, params):
+        print(f"asked: {params.message}", flush=True)
+        return types.ElicitResult(action="accept", content={})
+
+    async def go():
+        http_client = httpx2.AsyncClient(timeout=30)
+        async with Client(
+            streamable_http_client(url, http_client=http_client), mode="legacy", elicitation_callback=accept
+        ) as c:
+            for name, args in calls:
+                result = await c.call_tool(name, args)
+                print(f"{name}({json.dumps(args)}) -> {result.model_dump_json()[:500]}", flush=True)
+
+    anyio.run(go)
+
+
 def main() -> int:
     url = sys.argv[-1]
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "?")
@@ -203,15 +230,21 @@ def main() -> int:
                 c["name"]: {k: v for k, v in c.get("arguments", {}).items() if v is not None}
                 for c in context.get("toolCalls", [])
             }
+            calls = []
             for tool in tools:
                 function = tool["function"]
                 args = given.get(function["name"])
                 if args is None:
                     args = example(function.get("parameters") or {"type": "object"})
-                status, result = http(
-                    "POST", f"{base}/v1/tools/{function['name']}/invoke", {"arguments": args}
-                )
-                print(f"{function['name']}({json.dumps(args)}) -> {status} {json.dumps(result)[:500]}", flush=True)
+                calls.append((function["name"], args))
+            if scenario.startswith("elicitation-"):
+                # A server that asks a person: the tools are called by an MCP
+                # client of the gateway that answers (accepting, the fields
+                # left as they are), as an editor's user would.
+                through_mcp(base + "/mcp/scenario", calls)
+            for name, args in [] if scenario.startswith("elicitation-") else calls:
+                status, result = http("POST", f"{base}/v1/tools/{name}/invoke", {"arguments": args})
+                print(f"{name}({json.dumps(args)}) -> {status} {json.dumps(result)[:500]}", flush=True)
         finally:
             gateway.terminate()
             try:

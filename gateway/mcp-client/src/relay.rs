@@ -65,15 +65,23 @@ impl Relay {
         ctx.client.as_ref().and_then(|link| link.get::<Relay>())
     }
 
-    /// Elicitation: the client's person, or declined.
+    /// Elicitation: the client's person, or declined. An accepted answer
+    /// gets the schema's `default` for each field it leaves out (SEP-1034).
     pub async fn elicit(
         &self,
         params: ElicitRequestParams,
     ) -> Result<ElicitResult, rmcp::ErrorData> {
-        match &self.elicit {
-            Some(ask) => ask(params).await,
-            None => Ok(ElicitResult::new(rmcp::model::ElicitationAction::Decline)),
-        }
+        let Some(ask) = &self.elicit else {
+            return Ok(ElicitResult::new(rmcp::model::ElicitationAction::Decline));
+        };
+        let schema = serde_json::to_value(&params)
+            .ok()
+            .and_then(|p| p.get("requestedSchema").cloned());
+        let answer = ask(params).await?;
+        Ok(match schema {
+            Some(schema) => with_defaults(answer, &schema),
+            None => answer,
+        })
     }
 
     /// Sampling: the client's model, or an error saying no one can.
@@ -100,6 +108,34 @@ impl Relay {
             None => Ok(ListRootsResult::default()),
         }
     }
+}
+
+/// `answer` with `schema`'s defaults for the fields an accepted answer
+/// leaves out.
+fn with_defaults(answer: ElicitResult, schema: &serde_json::Value) -> ElicitResult {
+    let Some(properties) = schema.get("properties").and_then(|p| p.as_object()) else {
+        return answer;
+    };
+    let Ok(mut value) = serde_json::to_value(&answer) else {
+        return answer;
+    };
+    if value.get("action").and_then(|a| a.as_str()) != Some("accept") {
+        return answer;
+    }
+    let content = value
+        .as_object_mut()
+        .map(|v| v.entry("content").or_insert_with(|| serde_json::json!({})));
+    let Some(content) = content.and_then(|c| c.as_object_mut()) else {
+        return answer;
+    };
+    for (name, field) in properties {
+        if let Some(default) = field.get("default") {
+            content
+                .entry(name.clone())
+                .or_insert_with(|| default.clone());
+        }
+    }
+    serde_json::from_value(value).unwrap_or(answer)
 }
 
 /// The calls running on one server, each with its client's relay (or
@@ -151,6 +187,27 @@ impl Drop for RunningCall {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_accepted_answer_gets_the_defaults_of_the_fields_it_leaves_out() {
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "note": {"type": "string"},
+        }});
+        let accepted: ElicitResult =
+            serde_json::from_value(serde_json::json!({"action": "accept", "content": {"age": 41}}))
+                .unwrap();
+        let filled = serde_json::to_value(with_defaults(accepted, &schema)).unwrap();
+        assert_eq!(
+            filled["content"],
+            serde_json::json!({"name": "John Doe", "age": 41})
+        );
+        let declined: ElicitResult =
+            serde_json::from_value(serde_json::json!({"action": "decline"})).unwrap();
+        let kept = serde_json::to_value(with_defaults(declined, &schema)).unwrap();
+        assert!(kept.get("content").is_none(), "{kept}");
+    }
 
     #[test]
     fn a_request_beside_calls_belongs_to_the_only_one_running() {

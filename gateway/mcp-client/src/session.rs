@@ -449,12 +449,12 @@ impl ClientHandler for Handler {
     /// client's model, or a failed call saying no one can): see `relay`.
     #[allow(deprecated)] // roots and sampling (SEP-2577), still carried
     fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.roots = Some(Default::default());
+        capabilities.sampling = Some(Default::default());
+        capabilities.elicitation = Some(Default::default());
         ClientConfig::new(
-            ClientCapabilities::builder()
-                .enable_roots()
-                .enable_sampling()
-                .enable_elicitation()
-                .build(),
+            capabilities,
             Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)

@@ -308,7 +308,11 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
     ),
     (
         "gateway/mcp-client/src",
-        &[&["spec", "result", "extras", "relay"], &["oauth"], &["session"]],
+        &[
+            &["spec", "result", "extras", "relay"],
+            &["oauth"],
+            &["session"],
+        ],
     ),
     (
         "gateway/server/src",
