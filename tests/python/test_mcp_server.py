@@ -74,6 +74,20 @@ policies:
     reason: contractors do not look things up
 """
 
+# An HTTP tool that names who calls to its API (`request.*`), cached: the
+# cache must keep callers apart.
+WHOAMI_YAML = """
+  - name: whoami
+    description: Says who the API was told is calling.
+    parameters: {{ type: object, properties: {{}} }}
+    http:
+      url: "{backend}/echo"
+      query: {{ q: "{{{{ request.subject }}}} {{{{ request.claims.role }}}} {{{{ request.key }}}}" }}
+    cache: {{ ttl: 60s }}
+    response:
+      select: /q
+"""
+
 MCP_YAML = """
 mcp_servers:
   - name: everything
@@ -128,10 +142,11 @@ def configure(root: pathlib.Path, backend: str) -> pathlib.Path:
     # The HTTP tools of the other end-to-end tests, and two MCP servers.
     (root / "tools.d" / "t.yaml").write_text(
         TOOLS_YAML.format(backend=backend)
+        + WHOAMI_YAML.format(backend=backend)
         + MCP_YAML.format(everything=EVERYTHING, python=PYTHON, test_server=TEST_SERVER)
     )
     (root / "tool-sets" / "web.yaml").write_text(
-        'name: web\ndescription: Look things up.\ntools: [lookup, slow, "ev_*", "py_*"]\n'
+        'name: web\ndescription: Look things up.\ntools: [lookup, slow, whoami, "ev_*", "py_*"]\n'
         'prompts: ["ev_*"]\nresources: ["demo://resource/static/*", "demo://resource/dynamic/text/*"]\n'
     )
     (root / "tool-sets" / "small.yaml").write_text("name: small\ntools: [lookup]\n")
@@ -573,6 +588,28 @@ def test_a_token_s_subject_and_claims_are_the_caller_everywhere(mcp_gateway):
         time.sleep(0.1)
     (line,) = [json.loads(x) for x in audit.read_text().splitlines() if "identity check key" in x]
     assert line["subject"] == "full" and line["key"] == "full"
+
+
+def test_an_http_tool_tells_its_api_who_calls(mcp_gateway):
+    """`request.subject`, `request.claims.*` and `request.key` in an HTTP
+    tool's templates: each caller's own, also from the cache."""
+    url, _ = mcp_gateway
+    carol = token(toolgate_key="full", sub="carol@example.test", role="contractor")
+    dave = token(toolgate_key="full", sub="dave@example.test", role="staff")
+
+    async def ask(key):
+        async with client(url + "/mcp/web", key=key) as c:
+            result = await c.call_tool("whoami", {})
+            assert not result.is_error, result.content
+            return result.content[0].text
+
+    async def go():
+        for _ in range(2):  # the second time from the cache
+            assert await ask(carol) == "carol@example.test contractor full"
+            assert await ask(dave) == "dave@example.test staff full"
+            assert await ask(FULL_KEY) == "full  full"
+
+    run(go)
 
 
 def test_the_issuers_keys_can_come_from_a_url(tmp_path, backend, servers):

@@ -467,6 +467,15 @@ impl Executor {
         if let Err(error) = self.spend_tool_call(catalog, ctx).await {
             return ToolResult::failure(error, started);
         }
+        let per_caller = || {
+            format!(
+                "{}\u{0}{}\u{0}{}\u{0}{}",
+                ctx.key.as_deref().unwrap_or_default(),
+                ctx.subject.as_deref().unwrap_or_default(),
+                ctx.project().unwrap_or_default(),
+                canonical_json(&arguments)
+            )
+        };
         let cache_key = tool.cache.as_ref().map(|_| match &tool.kind {
             // A tool reading the context may answer differently per project.
             ToolKind::Native(n) if n.takes_context => format!(
@@ -475,13 +484,8 @@ impl Executor {
                 canonical_json(&arguments)
             ),
             // A server told who calls may answer each caller differently.
-            ToolKind::Mcp(m) if m.varies_by_caller() => format!(
-                "{}\u{0}{}\u{0}{}\u{0}{}",
-                ctx.key.as_deref().unwrap_or_default(),
-                ctx.subject.as_deref().unwrap_or_default(),
-                ctx.project().unwrap_or_default(),
-                canonical_json(&arguments)
-            ),
+            ToolKind::Mcp(m) if m.varies_by_caller() => per_caller(),
+            ToolKind::Http(h) if h.reads_caller => per_caller(),
             _ => canonical_json(&arguments),
         });
         if let (Some(cache), Some(key)) = (&tool.cache, &cache_key)
@@ -596,7 +600,7 @@ impl Executor {
     ) -> Result<Output, ToolError> {
         match &tool.kind {
             ToolKind::Http(http) => http
-                .call_traced(&self.http, &args, Some(&ctx.request_id))
+                .call_traced(&self.http, &args, ctx)
                 .await
                 .map(Output::from),
             ToolKind::Native(native) => {

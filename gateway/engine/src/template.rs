@@ -82,6 +82,28 @@ pub fn describe(e: &minijinja::Error) -> String {
     msg
 }
 
+/// `true` for the names a template may read of who calls:
+/// `request.key` (the API key's name), `request.project`,
+/// `request.subject` (a verified token's `sub`, else the key's name) and
+/// `request.claims` or `request.claims.<claim>` (the token's claims).
+pub fn reads_caller(var: &str) -> bool {
+    matches!(
+        var,
+        "request.key" | "request.project" | "request.subject" | "request.claims"
+    ) || var.starts_with("request.claims.")
+}
+
+/// Who calls, as templates read it (`request`): each part empty when there
+/// is none.
+pub fn caller(ctx: &toolgate::CallContext) -> Value {
+    serde_json::json!({
+        "key": ctx.key.as_deref().unwrap_or_default(),
+        "project": ctx.project().unwrap_or_default(),
+        "subject": ctx.subject.as_deref().unwrap_or_default(),
+        "claims": ctx.claims.as_deref().cloned().unwrap_or_else(|| serde_json::json!({})),
+    })
+}
+
 /// `true` when the template source uses template syntax at all.
 pub fn is_template(source: &str) -> bool {
     source.contains("{{") || source.contains("{%")

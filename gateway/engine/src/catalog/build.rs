@@ -346,6 +346,7 @@ fn http_tools(
             output: http.output,
             env: http.env,
             secret_templates: http.secret_templates,
+            reads_caller: http.reads_caller,
             max_response_bytes,
             redirects: http.redirects,
         }));

@@ -63,6 +63,8 @@ pub(super) struct PendingHttp {
     pub(super) env: BTreeMap<String, String>,
     /// Templates that read `env` (what they render is secret).
     pub(super) secret_templates: BTreeSet<String>,
+    /// A template reads who calls (`request.*`).
+    pub(super) reads_caller: bool,
     pub(super) redirects: Option<crate::tool::http::Redirects>,
     /// The parameters schema, compiled once here.
     pub(super) validator: jsonschema::Validator,
@@ -93,6 +95,7 @@ pub(super) fn check_tool(
         env_used: BTreeSet::new(),
         secret_templates: BTreeSet::new(),
         args_templates: BTreeSet::new(),
+        reads_caller: false,
     };
     if decl.description.trim().is_empty() {
         c.err(
@@ -133,6 +136,7 @@ pub(super) fn check_tool(
         env_used: c.env_used,
         env: BTreeMap::new(),
         secret_templates: c.secret_templates,
+        reads_caller: c.reads_caller,
         redirects,
         validator: validator?,
     })
@@ -155,6 +159,8 @@ struct ToolCheck<'a> {
     secret_templates: BTreeSet<String>,
     /// Templates that read `args`.
     args_templates: BTreeSet<String>,
+    /// A template reads who calls (`request.*`).
+    reads_caller: bool,
 }
 
 impl ToolCheck<'_> {
@@ -189,6 +195,8 @@ impl ToolCheck<'_> {
                         self.secret_templates.insert(key.clone());
                     } else if var == "args" || var.starts_with("args.") {
                         self.args_templates.insert(key.clone());
+                    } else if var.starts_with("request.") {
+                        self.reads_caller = true;
                     }
                 }
                 Some(key)
@@ -523,13 +531,18 @@ fn check_variable(var: &str, scope: &Scope<'_>) -> Result<(), (String, String)> 
             "read single variables as `env.NAME`".to_owned(),
         )),
         ("response", _) if scope.response => Ok(()),
+        ("request", _) if crate::template::reads_caller(var) => Ok(()),
+        ("request", _) => Err((
+            format!("the template reads `{var}`, which does not exist"),
+            "who calls is `request.key`, `request.project`, `request.subject` or `request.claims.<claim>`".to_owned(),
+        )),
         (f, _) if TEMPLATE_FUNCTIONS.contains(&f) => Ok(()),
         (other, _) => Err((
             format!("the template reads `{other}`, which does not exist"),
             if scope.response {
-                "use `response`, `args.<parameter>` or `env.<variable>`".to_owned()
+                "use `response`, `args.<parameter>`, `env.<variable>` or `request.<key|project|subject|claims.NAME>`".to_owned()
             } else {
-                "use `args.<parameter>` or `env.<variable>`".to_owned()
+                "use `args.<parameter>`, `env.<variable>` or `request.<key|project|subject|claims.NAME>`".to_owned()
             },
         )),
     }

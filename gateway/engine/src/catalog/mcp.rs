@@ -256,12 +256,7 @@ impl ServerCheck<'_> {
             }
         };
         for var in vars {
-            if per_request
-                && (matches!(
-                    var.as_str(),
-                    "request.key" | "request.project" | "request.subject" | "request.claims"
-                ) || var.starts_with("request.claims."))
-            {
+            if per_request && crate::template::reads_caller(&var) {
                 reads_request = true;
                 continue;
             }

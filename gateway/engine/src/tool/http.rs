@@ -40,6 +40,9 @@ pub struct HttpTool {
     /// Templates that read `env`: what they render is a secret too (a
     /// header `Basic <base64 of user:pass>`), scrubbed from errors.
     pub secret_templates: BTreeSet<String>,
+    /// A template reads who calls (`request.*`): its answers may differ
+    /// per caller, and cached results must too.
+    pub reads_caller: bool,
     pub max_response_bytes: usize,
     /// Redirects followed; `None`: a 3xx answer is an error.
     pub redirects: Option<Redirects>,
@@ -88,23 +91,37 @@ impl HttpTool {
         )
     }
 
-    /// Runs one call with validated `args`.
+    /// Runs one call with validated `args`, for no one in particular.
     pub async fn call(&self, client: &reqwest::Client, args: &Value) -> Result<Value, ToolError> {
-        self.call_traced(client, args, None).await
+        let caller = crate::template::caller(&toolgate::CallContext::default());
+        self.call_inner_scrubbed(client, args, None, &caller).await
     }
 
-    /// Runs one call with validated `args`, sending `request_id` as
+    /// Runs one call with validated `args` for the caller of `ctx` (what
+    /// templates read as `request`), sending its request id as
     /// `X-Request-Id` (unless the tool declares that header itself).
     pub async fn call_traced(
         &self,
         client: &reqwest::Client,
         args: &Value,
+        ctx: &toolgate::CallContext,
+    ) -> Result<Value, ToolError> {
+        let caller = crate::template::caller(ctx);
+        self.call_inner_scrubbed(client, args, Some(&ctx.request_id), &caller)
+            .await
+    }
+
+    async fn call_inner_scrubbed(
+        &self,
+        client: &reqwest::Client,
+        args: &Value,
         request_id: Option<&str>,
+        caller: &Value,
     ) -> Result<Value, ToolError> {
         // What secret-reading templates rendered this call; the scrubber
         // is built only when there is an error to scrub.
         let mut rendered = Vec::new();
-        self.call_inner(client, args, request_id, &mut rendered)
+        self.call_inner(client, args, request_id, caller, &mut rendered)
             .await
             .map_err(|e| {
                 let mut secrets = Scrubber::new(self.env.values().map(String::as_str));
@@ -120,13 +137,22 @@ impl HttpTool {
         client: &reqwest::Client,
         args: &Value,
         request_id: Option<&str>,
+        caller: &Value,
         secrets: &mut Vec<String>,
     ) -> Result<Value, ToolError> {
         let env = minijinja::Value::from_serialize(&self.env);
-        let ctx = minijinja::context! { args => minijinja::Value::from_serialize(args), env => env.clone() };
+        let request = minijinja::Value::from_serialize(caller);
+        let ctx = minijinja::context! {
+            args => minijinja::Value::from_serialize(args),
+            env => env.clone(),
+            request => request,
+        };
+        // Values in a URL are encoded, so no argument (or claim) can add a
+        // path segment, a query parameter or a fragment.
         let url_ctx = minijinja::context! {
             args => minijinja::Value::from_serialize(template::url_encode_strings(args)),
             env => env,
+            request => minijinja::Value::from_serialize(template::url_encode_strings(caller)),
         };
 
         let raw_url = self.render(&self.url, url_ctx, "http.url")?;
@@ -208,6 +234,7 @@ impl HttpTool {
                     let form_ctx = minijinja::context! {
                         args => minijinja::Value::from_serialize(template::form_encode_strings(args)),
                         env => minijinja::Value::from_serialize(&self.env),
+                        request => minijinja::Value::from_serialize(template::form_encode_strings(caller)),
                     };
                     self.render(template, form_ctx, "http.body")?
                 } else {
@@ -260,6 +287,7 @@ impl HttpTool {
             let ctx = minijinja::context! {
                 response => minijinja::Value::from_serialize(&data),
                 args => minijinja::Value::from_serialize(args),
+                request => minijinja::Value::from_serialize(caller),
             };
             data = Value::String(self.render(output, ctx, "response.template")?);
         }
