@@ -34,7 +34,7 @@ use toolgate_config::{ConfigErrors, Diagnostic, GatewayFile};
 pub use crate::secrets::Secret;
 pub use access::{CallRefused, CallScope};
 pub use browsers::{BrowserRefusal, BrowserRequest, BrowserRules};
-pub use toolset::{McpPattern, ToolSet};
+pub use toolset::{McpPattern, Offers, ToolSet};
 
 /// Validated tools and tool sets plus the gateway settings.
 #[derive(Debug)]

@@ -28,7 +28,7 @@ use crate::http::{AppState, Caller};
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use toolgate::ClientLink;
 use toolgate_config::format::Discovery;
-use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, ToolSet};
+use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, Offers, ToolSet};
 use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
 use toolgate_engine::tool::context::CallContext;
@@ -39,8 +39,8 @@ use toolgate_engine::tool::{Progress, ToolError};
 /// How often a session's watcher asks whether its client is still there.
 const GONE_CHECK_EVERY: Duration = Duration::from_secs(30);
 
-/// Progress reports waiting to be sent to a slow client; beyond, they are
-/// dropped (the next one says more).
+/// Progress reports (and upstream log messages) waiting to be sent to a
+/// slow client; beyond, they are dropped (the next one says more).
 const PROGRESS_BACKLOG: usize = 32;
 
 /// Awaits `call`, sending the progress reports it makes meanwhile (and
@@ -160,15 +160,22 @@ impl ToolSetServer {
         }
         let level = std::sync::Arc::clone(&self.log_level);
         relay.log_level = Some(level_of(level.load(std::sync::atomic::Ordering::Relaxed)));
+        // Passed on in order by one task, which ends with the call; a slow
+        // client loses messages rather than holding them without bound.
+        let (queue, mut messages) =
+            tokio::sync::mpsc::channel::<LoggingMessageNotificationParam>(PROGRESS_BACKLOG);
+        tokio::spawn(async move {
+            while let Some(message) = messages.recv().await {
+                if peer.notify_logging_message(message).await.is_err() {
+                    break;
+                }
+            }
+        });
         relay.log = Some(std::sync::Arc::new(
             move |message: LoggingMessageNotificationParam| {
-                if severity(message.level) < level.load(std::sync::atomic::Ordering::Relaxed) {
-                    return;
+                if severity(message.level) >= level.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = queue.try_send(message);
                 }
-                let peer = peer.clone();
-                tokio::spawn(async move {
-                    let _ = peer.notify_logging_message(message).await;
-                });
             },
         ));
         Some(relay)
@@ -219,18 +226,23 @@ impl ToolSetServer {
             .collect()
     }
 
-    /// The set a request is for (checked against its key) and the MCP
-    /// servers offering its prompts and resources; no catalog is held.
+    /// What the set a request is for (checked against its key) offers
+    /// besides tools, and the MCP servers offering it; no catalog is held.
     fn offers(
         &self,
         extensions: &rmcp::model::Extensions,
-    ) -> Result<(ToolSet, McpRegistry), McpError> {
+    ) -> Result<(SetOffers, McpRegistry), McpError> {
         let target = self.target(extensions)?;
         let catalog = self.state.catalog();
         let set = catalog
             .usable_set(&target.set, target.caller.key.as_deref())
             .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
-        Ok((set.clone(), catalog.mcp().clone()))
+        let offers = SetOffers {
+            name: set.name.clone(),
+            prompts: set.prompts.clone(),
+            resources: set.resources.clone(),
+        };
+        Ok((offers, catalog.mcp().clone()))
     }
 
     /// A prompt or resource from upstream, refused when it is larger than
@@ -343,9 +355,16 @@ fn asked(e: rmcp::ServiceError) -> McpError {
     }
 }
 
+/// The prompts and resources a set offers, apart from its catalog.
+struct SetOffers {
+    name: String,
+    prompts: Offers,
+    resources: Offers,
+}
+
 /// `true` when `set` offers `uri`: it names or matches the URI, or a
 /// template it offers describes it.
-fn offers_uri(set: &ToolSet, registry: &McpRegistry, uri: &str) -> bool {
+fn offers_uri(set: &SetOffers, registry: &McpRegistry, uri: &str) -> bool {
     set.resources.admits(uri)
         || registry
             .resource_templates(&|t| set.resources.admits(t))
