@@ -12,14 +12,18 @@
 //!   a person's login saved to a token file);
 //! - [`session`]: a server's supervisor (start, list, relist on
 //!   `list_changed`, restart with backoff, stderr to the logs);
+//! - [`extras`]: a server's prompts, resources and resource templates;
+//! - [`relay`]: what a server asks during a call, passed to the call's
+//!   client when it can answer;
 //! - [`result`]: an MCP result as the gateway's uniform result.
 //!
 //! Tool names are only known once a server has listed its tools, while the
 //! gateway's catalog is validated up front and immutable. The catalog
-//! therefore holds an [`McpRegistry`]: the declared servers (validated with the rest of the
-//! configuration) and a snapshot of their tools that the supervisors replace
-//! as a whole whenever a server starts, stops or changes its tools. Lookups
-//! load the snapshot without a lock.
+//! therefore holds an [`McpRegistry`]: the declared servers (validated with
+//! the rest of the configuration) and a snapshot of their tools, prompts
+//! and resources that the supervisors replace as a whole whenever a server
+//! starts, stops or changes its lists. Lookups load the snapshot without a
+//! lock.
 
 pub mod extras;
 pub mod oauth;
