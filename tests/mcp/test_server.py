@@ -101,6 +101,20 @@ def document() -> list:
 
 
 @server.tool(
+    description="A dashboard: an MCP App whose interface is the ui:// resource its _meta names.",
+    structured_output=False,
+    meta={"ui": {"resourceUri": "ui://py/dashboard.html"}},
+)
+def dashboard() -> str:
+    return "3 open issues"
+
+
+@server.resource("ui://py/dashboard.html", name="dashboard", mime_type="text/html;profile=mcp-app")
+def dashboard_ui() -> str:
+    return "<!doctype html><title>Dashboard</title><p id=count>3 open issues</p>"
+
+
+@server.tool(
     description="The value of one HTTP request header (HTTP only).",
     structured_output=False,
     annotations=READ_ONLY,

@@ -98,7 +98,7 @@ mcp_servers:
     transport: stdio
     command: {python}
     args: [{test_server}, stdio]
-    tools: {{ include: [sleep, cancelled, echo], prefix: py_ }}
+    tools: {{ include: [sleep, cancelled, echo, dashboard], prefix: py_ }}
 """
 
 
@@ -147,7 +147,7 @@ def configure(root: pathlib.Path, backend: str) -> pathlib.Path:
     )
     (root / "tool-sets" / "web.yaml").write_text(
         'name: web\ndescription: Look things up.\ntools: [lookup, slow, whoami, "ev_*", "py_*"]\n'
-        'prompts: ["ev_*"]\nresources: ["demo://resource/static/*", "demo://resource/dynamic/text/*"]\n'
+        'prompts: ["ev_*"]\nresources: ["demo://resource/static/*", "demo://resource/dynamic/text/*", "ui://*"]\n'
     )
     (root / "tool-sets" / "small.yaml").write_text("name: small\ntools: [lookup]\n")
     (root / "tool-sets" / "found.yaml").write_text(
@@ -266,7 +266,7 @@ def test_the_prompts_and_resources_a_set_offers_come_from_its_servers(mcp_gatewa
 
             uris = [r.uri for r in (await c.list_resources()).resources]
             assert "demo://resource/static/document/architecture.md" in uris, uris
-            assert all(u.startswith("demo://resource/static/") for u in uris), uris
+            assert all(u.startswith(("demo://resource/static/", "ui://")) for u in uris), uris
             text = await c.read_resource("demo://resource/static/document/architecture.md")
             assert text.contents[0].text
 
@@ -296,6 +296,24 @@ def test_the_prompts_and_resources_a_set_offers_come_from_its_servers(mcp_gatewa
         async with client(url + "/mcp/small", key=SMALL_KEY, mode=mode) as c:
             assert (await c.list_prompts()).prompts == []
             assert (await c.list_resources()).resources == []
+
+    run(go)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_mcp_app_s_tool_and_interface_come_through(mcp_gateway, mode):
+    """An upstream tool's `_meta` names its `ui://` interface; both reach
+    the client of a set that offers `ui://*`."""
+    url, _ = mcp_gateway
+
+    async def go():
+        async with client(url + "/mcp/web", mode=mode) as c:
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            meta = tools["py_dashboard"].meta
+            assert meta and meta["ui"]["resourceUri"] == "ui://py/dashboard.html", meta
+            page = await c.read_resource("ui://py/dashboard.html")
+            assert page.contents[0].mime_type == "text/html;profile=mcp-app"
+            assert "3 open issues" in page.contents[0].text
 
     run(go)
 

@@ -84,6 +84,9 @@ pub struct McpTool<T> {
     remote: String,
     /// The server marks it `readOnlyHint`.
     pub read_only: bool,
+    /// The tool's `_meta` as the server listed it (an MCP App names its
+    /// `ui://` resource there), passed to MCP clients unchanged.
+    pub meta: Option<Arc<serde_json::Map<String, Value>>>,
 }
 
 impl<T> std::fmt::Debug for McpTool<T> {

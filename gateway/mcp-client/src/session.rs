@@ -1265,6 +1265,7 @@ fn make_tool<T: Offer>(
         server_name: spec.name.clone(),
         remote: remote.to_owned(),
         read_only,
+        meta: t.meta.as_ref().map(|m| Arc::new(m.0.clone())),
     };
     T::offer(spec, name, t, handle).map(Arc::new)
 }

@@ -17,7 +17,7 @@ use rmcp::model::{CallToolResult, Tool as McpTool};
 use serde_json::{Value, json};
 
 use toolgate_engine::executor::ToolResult;
-use toolgate_engine::tool::{Tool, ToolError};
+use toolgate_engine::tool::{Tool, ToolError, ToolKind};
 
 /// `tool` as an entry of `tools/list`.
 pub fn tool(tool: &Tool) -> Result<McpTool, serde_json::Error> {
@@ -36,6 +36,13 @@ pub fn tool(tool: &Tool) -> Result<McpTool, serde_json::Error> {
         let annotations = serde_json::to_value(&tool.annotations)?;
         if annotations.as_object().is_some_and(|a| !a.is_empty()) {
             obj.insert("annotations".into(), annotations);
+        }
+        // An upstream tool's `_meta` (an MCP App's `ui` resource, among
+        // others) reaches the client as the server listed it.
+        if let ToolKind::Mcp(mcp) = &tool.kind
+            && let Some(meta) = &mcp.meta
+        {
+            obj.insert("_meta".into(), Value::Object((**meta).clone()));
         }
     }
     serde_json::from_value(wire)
