@@ -576,6 +576,21 @@ pub struct Expected {
     pub servers: Vec<String>,
 }
 
+impl Expected {
+    /// The missing name in words, with where the set names it.
+    fn describe(&self) -> String {
+        format!(
+            "{}:{}:{}: tool set `{}` names `{}`, which no MCP server offers ({})",
+            self.file,
+            self.pos.line,
+            self.pos.column,
+            self.set,
+            self.name,
+            self.servers.join(", ")
+        )
+    }
+}
+
 /// What the gateway currently offers from its MCP servers.
 struct Snapshot<T> {
     tools: IndexMap<String, Arc<T>>,
@@ -974,15 +989,7 @@ impl<T: Offer> McpRegistry<T> {
         futures::future::join_all(waits).await;
         if first {
             for e in self.missing_expected() {
-                tracing::warn!(
-                    "{}:{}:{}: tool set `{}` names `{}`, which no MCP server offers ({})",
-                    e.file,
-                    e.pos.line,
-                    e.pos.column,
-                    e.set,
-                    e.name,
-                    e.servers.join(", ")
-                );
+                tracing::warn!("{}", e.describe());
             }
         }
     }
@@ -1299,15 +1306,7 @@ impl<T: Offer> McpRegistry<T> {
             }
             for e in self.missing_expected() {
                 if e.servers.first() == Some(&spec.name) {
-                    problems.push(format!(
-                        "{}:{}:{}: tool set `{}` names `{}`, which no MCP server offers ({})",
-                        e.file,
-                        e.pos.line,
-                        e.pos.column,
-                        e.set,
-                        e.name,
-                        e.servers.join(", ")
-                    ));
+                    problems.push(e.describe());
                 }
             }
             reports.push(ServerReport {

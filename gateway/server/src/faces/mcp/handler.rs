@@ -245,6 +245,24 @@ impl ToolSetServer {
         Ok((offers, catalog.mcp().clone()))
     }
 
+    /// The MCP servers, when the request's set offers `uri`; otherwise
+    /// invalid params with the URI (SEP-2164).
+    fn offering_uri(
+        &self,
+        extensions: &rmcp::model::Extensions,
+        uri: &str,
+    ) -> Result<McpRegistry, McpError> {
+        let (set, registry) = self.offers(extensions)?;
+        if offers_uri(&set, &registry, uri) {
+            Ok(registry)
+        } else {
+            Err(McpError::invalid_params(
+                format!("no resource `{uri}` in tool set `{}`", set.name),
+                Some(serde_json::json!({"uri": uri})),
+            ))
+        }
+    }
+
     /// A prompt or resource from upstream, refused when it is larger than
     /// `limits.max_response_bytes`.
     fn bounded(&self, result: &impl serde::Serialize) -> Result<(), McpError> {
@@ -370,14 +388,6 @@ fn offers_uri(set: &SetOffers, registry: &McpRegistry, uri: &str) -> bool {
             .resource_templates(&|t| set.resources.admits(t))
             .iter()
             .any(|t| toolgate_engine::tool::mcp::extras::template_matches(&t.uri_template, uri))
-}
-
-/// A URI the set does not offer: invalid params with the URI (SEP-2164).
-fn not_offered(uri: &str, set: &str) -> McpError {
-    McpError::invalid_params(
-        format!("no resource `{uri}` in tool set `{set}`"),
-        Some(serde_json::json!({"uri": uri})),
-    )
 }
 
 /// The context of a call from `target` (audit line, rate limits, the
@@ -671,10 +681,7 @@ impl ServerHandler for ToolSetServer {
         request: rmcp::model::ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        let (set, registry) = self.offers(&context.extensions)?;
-        if !offers_uri(&set, &registry, &request.uri) {
-            return Err(not_offered(&request.uri, &set.name));
-        }
+        let registry = self.offering_uri(&context.extensions, &request.uri)?;
         let mut result = registry.read_resource(&request.uri).await?;
         self.bounded(&result)?;
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
@@ -702,10 +709,7 @@ impl ServerHandler for ToolSetServer {
         request: rmcp::model::SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let (set, registry) = self.offers(&context.extensions)?;
-        if !offers_uri(&set, &registry, &request.uri) {
-            return Err(not_offered(&request.uri, &set.name));
-        }
+        self.offering_uri(&context.extensions, &request.uri)?;
         Ok(())
     }
 
@@ -714,10 +718,7 @@ impl ServerHandler for ToolSetServer {
         request: rmcp::model::UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        let (set, registry) = self.offers(&context.extensions)?;
-        if !offers_uri(&set, &registry, &request.uri) {
-            return Err(not_offered(&request.uri, &set.name));
-        }
+        self.offering_uri(&context.extensions, &request.uri)?;
         Ok(())
     }
 
