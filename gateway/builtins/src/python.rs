@@ -1,23 +1,20 @@
-//! `execute_python`: Python code in a separate `python3 -I` process, at one
-//! of the seeds' strictness levels:
+//! `execute_python` at one of three strictness levels:
 //!
-//! | level | timeout | modules | builtins |
+//! | level | timeout | runs on | reaches |
 //! | --- | --- | --- | --- |
-//! | `lenient` | 30 s | any | all |
-//! | `standard` | 10 s | an allow-list (+ `extra_modules.standard`) | `open`, `exec`, `eval`, `compile`, ... removed; dunder attributes refused |
-//! | `strict` | 5 s | pure computation only (+ `extra_modules.strict`) | also `getattr`, `setattr`, ...; every `_` attribute refused |
+//! | `strict` | 5 s | the gateway's interpreter (`toolgate-code`) | nothing outside the program |
+//! | `standard` | 10 s | the gateway's interpreter | nothing outside the program |
+//! | `lenient` | 30 s | CPython (`python.interpreter`), any module | the workspace, inside the children's sandbox |
 //!
-//! Every level runs the code in its own process group with a clean
-//! environment, the workspace as working directory, and memory, CPU-time and
-//! file-size limits (set by the runner before the code starts); on timeout
-//! the whole group is killed.
-//!
-//! **The in-process allow-list is defence in depth, not a security
-//! boundary.** Python can reach almost anything from almost anything; the
-//! runner's checks stop honest mistakes and casual misuse, nothing more.
-//! What bounds the code is the process, its limits, and the rights of the
-//! user running the gateway: run the gateway in a container or under a
-//! dedicated user when the code is untrusted.
+//! `standard` and `strict` run on an interpreter with no OS access: files,
+//! the environment, the network and processes do not exist for the program
+//! (an `open` or `os.getenv` raises `PermissionError`), whatever it imports
+//! or reaches through attributes; its process is confined besides. It
+//! offers a subset of Python and of the standard library
+//! ([`INTERPRETER_MODULES`]). `lenient` is a real CPython in a child process
+//! confined like `exec` (see `process.rs`): a workspace-only view of the
+//! files, no network unless configured, limits, its whole process tree
+//! killed at the end.
 
 use std::time::Duration;
 
@@ -30,103 +27,23 @@ use toolgate::ToolError;
 use toolgate::context::ToolContext;
 use toolgate_config::format::Strictness;
 
-/// The runner script (see its header for the policy).
+/// The runner script of `lenient` (see its header).
 const RUNNER: &str = include_str!("python_runner.py");
 
-/// The runner's exit code when the policy refused the code.
-const REFUSED: i32 = 3;
-
-/// Modules the `standard` level allows.
-pub const STANDARD_MODULES: &[&str] = &[
-    "abc",
-    "array",
-    "base64",
-    "binascii",
-    "bisect",
-    "calendar",
-    "cmath",
+/// The standard modules the interpreter of `standard` and `strict` has.
+pub const INTERPRETER_MODULES: &[&str] = &[
+    "asyncio",
     "collections",
-    "colorsys",
-    "copy",
-    "csv",
     "dataclasses",
     "datetime",
-    "decimal",
-    "difflib",
-    "enum",
-    "fractions",
-    "functools",
-    "hashlib",
-    "heapq",
-    "hmac",
     "itertools",
     "json",
     "math",
-    "numbers",
-    "operator",
-    "pprint",
-    "random",
     "re",
-    "statistics",
-    "string",
-    "textwrap",
-    "time",
+    "sys",
     "typing",
     "unicodedata",
-    "uuid",
-    "zoneinfo",
 ];
-
-/// Modules the `strict` level allows: pure computation.
-pub const STRICT_MODULES: &[&str] = &[
-    "bisect",
-    "cmath",
-    "collections",
-    "copy",
-    "dataclasses",
-    "datetime",
-    "decimal",
-    "enum",
-    "fractions",
-    "functools",
-    "heapq",
-    "itertools",
-    "json",
-    "math",
-    "numbers",
-    "operator",
-    "random",
-    "re",
-    "statistics",
-    "string",
-    "typing",
-];
-
-/// Builtins removed at `standard` (and `strict`).
-const STANDARD_BANNED: &[&str] = &[
-    "open",
-    "exec",
-    "eval",
-    "compile",
-    "input",
-    "breakpoint",
-    "exit",
-    "quit",
-    "help",
-    "globals",
-    "locals",
-    "vars",
-    "memoryview",
-    "copyright",
-    "credits",
-    "license",
-];
-
-/// Builtins also removed at `strict`.
-const STRICT_BANNED: &[&str] = &["getattr", "setattr", "delattr", "dir"];
-
-/// Names the code may not even mention below `lenient`.
-const BANNED_NAMES: &[&str] = &["__builtins__", "__import__", "__loader__", "__spec__"];
 
 /// The timeout of a level.
 pub fn level_timeout(level: Strictness) -> Duration {
@@ -137,22 +54,13 @@ pub fn level_timeout(level: Strictness) -> Duration {
     })
 }
 
-/// `true` for `name` or `package.module` made of Python identifiers.
-pub fn is_module_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.split('.').all(|part| {
-            let mut chars = part.chars();
-            chars
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        })
-}
-
-/// Run Python 3 code in a separate process and return what it printed.
-/// Print the values you want to see. Modules and builtins are restricted by
-/// the gateway's configured strictness; the code runs in the workspace folder
-/// with a timeout and memory limits.
+/// Run Python 3 code and return what it printed (and the value of its last
+/// expression). Print the values you want to see. At the gateway's
+/// `standard` and `strict` levels the code runs on a sandboxed interpreter
+/// with a subset of Python and of its standard library (asyncio,
+/// collections, dataclasses, datetime, itertools, json, math, re, typing,
+/// unicodedata) and no files, network or environment; at `lenient` it is
+/// CPython in the workspace folder.
 #[tool(category = "code")]
 pub async fn execute_python(
     ctx: &ToolContext,
@@ -162,30 +70,15 @@ pub async fn execute_python(
     /// than the gateway's configured level.
     strictness: Option<Strictness>,
 ) -> Result<Value, ToolError> {
-    let settings = &crate::settings(ctx)?.python;
+    let builtins = crate::settings(ctx)?;
+    let settings = &builtins.python;
     // A caller may tighten the level, never loosen it.
     let level = strictness.map_or(settings.strictness, |asked| asked.max(settings.strictness));
     let timeout = level_timeout(level);
-    let (allowed, banned): (Option<Vec<String>>, Vec<&str>) = match level {
-        Strictness::Lenient => (None, Vec::new()),
-        Strictness::Standard => (
-            Some(modules(STANDARD_MODULES, &settings.extra_modules.standard)),
-            STANDARD_BANNED.to_vec(),
-        ),
-        Strictness::Strict => (
-            Some(modules(STRICT_MODULES, &settings.extra_modules.strict)),
-            STANDARD_BANNED
-                .iter()
-                .chain(STRICT_BANNED)
-                .copied()
-                .collect(),
-        ),
-    };
+    if level != Strictness::Lenient {
+        return interpreted(&code, timeout, settings, builtins.sandbox()?).await;
+    }
     let config = json!({
-        "level": level,
-        "allowed": allowed,
-        "banned_builtins": banned,
-        "banned_names": if level == Strictness::Lenient { Vec::new() } else { BANNED_NAMES.to_vec() },
         "memory_bytes": settings.memory_mb.saturating_mul(1024 * 1024),
         "cpu_seconds": timeout.as_secs() + 1,
     });
@@ -198,7 +91,7 @@ pub async fn execute_python(
         env: process::base_env(ws.root()),
         timeout,
         max_chars: settings.max_output_chars,
-        sandbox: crate::settings(ctx)?.sandbox()?.clone(),
+        sandbox: builtins.sandbox()?.clone(),
     })
     .await?;
     if out.timed_out {
@@ -215,7 +108,6 @@ pub async fn execute_python(
             }
             Ok(result)
         }
-        Some(REFUSED) => Err(ToolError::Refused(out.stderr.trim().to_owned())),
         Some(code) => Err(ToolError::Failed(format!(
             "Python exited with code {code}:\n{}{}",
             out.stderr.trim_end(),
@@ -233,45 +125,52 @@ pub async fn execute_python(
     }
 }
 
-fn modules(base: &[&str], extra: &[String]) -> Vec<String> {
-    base.iter()
-        .map(|m| (*m).to_owned())
-        .chain(extra.iter().cloned())
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn module_names() {
-        assert!(is_module_name("numpy"));
-        assert!(is_module_name("os.path"));
-        assert!(is_module_name("_private"));
-        assert!(!is_module_name(""));
-        assert!(!is_module_name("a..b"));
-        assert!(!is_module_name("1abc"));
-        assert!(!is_module_name("a-b"));
-        assert!(!is_module_name("os; import sys"));
+/// `standard` and `strict`: the program on the gateway's interpreter, with
+/// no functions to call.
+async fn interpreted(
+    code: &str,
+    timeout: Duration,
+    settings: &toolgate_config::format::PythonDecl,
+    sandbox: &process::Sandbox,
+) -> Result<Value, ToolError> {
+    let worker = toolgate_code::Worker::current()
+        .map_err(ToolError::Failed)?
+        .as_user(sandbox.user);
+    let limits = toolgate_code::Limits {
+        time: timeout,
+        memory_bytes: settings.memory_mb.saturating_mul(1024 * 1024),
+        max_output: settings.max_output_chars,
+        max_calls: 0,
+        ..toolgate_code::Limits::default()
+    };
+    let outcome = worker
+        .run(code, &[], &limits, |call| async move {
+            Err(format!("`{}` is not a function here", call.name))
+        })
+        .await;
+    let mut result = json!({"stdout": outcome.printed.text});
+    if outcome.printed.dropped > 0 {
+        result["truncated"] = json!(true);
     }
-
-    #[test]
-    fn strict_is_a_subset_of_standard() {
-        for m in STRICT_MODULES {
-            assert!(STANDARD_MODULES.contains(m), "{m}");
+    match outcome.value {
+        Ok(Value::Null) => Ok(result),
+        Ok(value) => {
+            result["result"] = value;
+            Ok(result)
         }
-        for m in [
-            "os",
-            "sys",
-            "subprocess",
-            "socket",
-            "io",
-            "importlib",
-            "shutil",
-            "pathlib",
-        ] {
-            assert!(!STANDARD_MODULES.contains(&m), "{m}");
+        Err(failure) => {
+            let printed = if result["stdout"].as_str().is_some_and(|s| !s.is_empty()) {
+                format!(
+                    "\nprinted before:\n{}",
+                    result["stdout"].as_str().unwrap_or_default()
+                )
+            } else {
+                String::new()
+            };
+            Err(match failure.kind {
+                toolgate_code::FailureKind::Timeout => ToolError::Timeout(timeout),
+                _ => ToolError::Failed(format!("{}{printed}", failure.message.trim_end())),
+            })
         }
     }
 }

@@ -1005,12 +1005,13 @@ impl Default for ExecDecl {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Strictness {
-    /// 30 s, any module, every builtin.
+    /// 30 s, CPython with any module, in the children's sandbox.
     Lenient,
-    /// 10 s, a module allow-list, dangerous builtins removed.
+    /// 10 s, the gateway's interpreter: a Python subset with no file,
+    /// network or process access.
     #[default]
     Standard,
-    /// 5 s, pure computation modules only.
+    /// 5 s, the gateway's interpreter.
     Strict,
 }
 
@@ -1021,9 +1022,10 @@ pub struct PythonDecl {
     /// The interpreter, found on `PATH` unless a path is given.
     pub interpreter: String,
     pub strictness: Strictness,
-    /// Modules allowed on top of a level's allow-list.
+    /// No longer supported: `standard` and `strict` run on the gateway's
+    /// interpreter, which has only its own modules (an error when not empty).
     pub extra_modules: ExtraModules,
-    /// Address-space limit of the child process, in MiB.
+    /// Memory limit of the process running the code, in MiB.
     pub memory_mb: u64,
     /// Output beyond this many characters (stdout and stderr each) is cut.
     pub max_output_chars: usize,
@@ -1041,7 +1043,8 @@ impl Default for PythonDecl {
     }
 }
 
-/// Extra modules per strictness level (`lenient` allows every module).
+/// Extra modules per strictness level: refused (the interpreter of
+/// `standard` and `strict` has only its own; `lenient` allows every module).
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExtraModules {

@@ -195,6 +195,14 @@ pub fn main() -> ExitCode {
 /// `main`. YAML tool sets can name these tools; a name clash with any other
 /// tool is a configuration error.
 pub fn main_with(tools: Vec<NativeTool>) -> ExitCode {
+    // A worker running one program for the interpreter: before any thread
+    // or runtime exists, so its confinement covers the whole process.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == toolgate_code::WORKER_ARG)
+    {
+        return ExitCode::from(u8::try_from(toolgate_code::worker_main()).unwrap_or(2));
+    }
     let _ = EXTRA_TOOLS.set(tools);
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -1115,17 +1115,23 @@ async fn python_strictness_can_only_be_tightened() {
     let dir = attack_config(ws.path(), &model, "");
     let served = Served::start(dir.path(), &[("UPSTREAM_KEY", UPSTREAM_KEY)]).await;
     let base = served.url("");
-    let code = "import os\nprint('imported')";
+    let code = "import os\nprint(os.getenv('PATH') is not None)";
     let (status, v) = invoke(&base, None, "execute_python", json!({"code": code})).await;
-    assert_eq!(status, 200, "lenient allows os: {v}");
-    let (status, v) = invoke(
+    assert_eq!(status, 200, "lenient reads its environment: {v}");
+    assert_eq!(v["data"]["stdout"], json!("True\n"), "{v}");
+    let (_, v) = invoke(
         &base,
         None,
         "execute_python",
         json!({"code": code, "strictness": "strict"}),
     )
     .await;
-    assert_eq!(status, 422, "strict refuses os: {v}");
+    assert_eq!(
+        v["error"]["code"],
+        json!("tool_error"),
+        "strict has no environment: {v}"
+    );
+    assert!(v.to_string().contains("PermissionError"), "{v}");
     // Configured strict: asking for lenient changes nothing.
     let ws2 = tempfile::tempdir().unwrap();
     let dir = attack_config(ws2.path(), &model, "");
@@ -1143,5 +1149,10 @@ async fn python_strictness_can_only_be_tightened() {
         json!({"code": code, "strictness": "lenient"}),
     )
     .await;
-    assert_eq!(status, 422, "a caller loosened the level: {v}");
+    assert_eq!(
+        v["error"]["code"],
+        json!("tool_error"),
+        "a caller loosened the level: {v}"
+    );
+    assert!(v.to_string().contains("PermissionError"), "{status} {v}");
 }

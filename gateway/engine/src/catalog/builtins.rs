@@ -117,14 +117,15 @@ fn check_settings(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
         ("standard", &decl.python.extra_modules.standard),
         ("strict", &decl.python.extra_modules.strict),
     ] {
-        for (i, m) in modules.iter().enumerate() {
-            if !python::is_module_name(m) {
-                err(
-                    &format!("python.extra_modules.{level}[{i}]"),
-                    format!("{m:?} is not a Python module name"),
-                    "write it as `name` or `package.module`",
-                );
-            }
+        if let Some(m) = modules.first() {
+            err(
+                &format!("python.extra_modules.{level}"),
+                format!(
+                    "`{level}` runs on the gateway's own interpreter, which has no file, network or process access and only its own modules ({}); `{m}` cannot be added to it",
+                    python::INTERPRETER_MODULES.join(", ")
+                ),
+                "remove the list, or use `strictness: lenient` (CPython in the sandbox) for modules such as this one",
+            );
         }
     }
     let runs_code = decl

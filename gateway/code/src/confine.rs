@@ -1,0 +1,155 @@
+//! The worker process confines itself once it has read its program, before
+//! the interpreter runs a line of it:
+//!
+//! - `no_new_privs`, so nothing it could execute gains rights;
+//! - Landlock with every file-system and TCP right handled and none granted,
+//!   and signals and abstract sockets scoped to itself (where the kernel has
+//!   Landlock; reported as best effort);
+//! - a seccomp filter refusing (`EPERM`) the system calls that open files,
+//!   make sockets, start processes or programs, signal other processes,
+//!   trace or read other processes' memory, or change namespaces;
+//! - resource limits: its data segment (memory), CPU seconds, no file
+//!   writes (`RLIMIT_FSIZE` 0), no core dumps, no new descriptors.
+//!
+//! The gateway also starts it with an empty environment, `/` as working
+//! directory, another user when the gateway runs as root, and kills it at
+//! its deadline.
+
+use std::collections::BTreeMap;
+
+use landlock::{ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetStatus, Scope};
+use rlimit::Resource;
+use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+
+use crate::protocol::WorkerLimits;
+
+/// How far the confinement went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Landlock {
+    Full,
+    Partial,
+    Unavailable,
+}
+
+/// Confines the current process for a program with `limits`. Fails when
+/// the seccomp filter or a limit cannot be set: the worker then refuses to
+/// run the program.
+pub fn confine(limits: &WorkerLimits) -> Result<Landlock, String> {
+    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
+    let landlock = landlock().unwrap_or(Landlock::Unavailable);
+    let cpu = limits.time_ms.div_ceil(1000).saturating_add(1);
+    for (resource, value) in [
+        (Resource::DATA, limits.memory_bytes),
+        (Resource::CPU, cpu),
+        (Resource::FSIZE, 0),
+        (Resource::CORE, 0),
+        // The three standard streams are all it has and all it needs.
+        (Resource::NOFILE, 3),
+    ] {
+        resource
+            .set(value, value)
+            .map_err(|e| format!("{resource:?} limit: {e}"))?;
+    }
+    let filter = seccomp_filter()?;
+    seccompiler::apply_filter(&filter).map_err(|e| format!("seccomp: {e}"))?;
+    Ok(landlock)
+}
+
+fn landlock() -> Result<Landlock, landlock::RulesetError> {
+    let abi = ABI::V6;
+    let status = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))?
+        .handle_access(AccessNet::from_all(abi))?
+        .scope(Scope::from_all(abi))?
+        .create()?
+        .restrict_self()?;
+    Ok(match status.ruleset {
+        RulesetStatus::FullyEnforced => Landlock::Full,
+        RulesetStatus::PartiallyEnforced => Landlock::Partial,
+        RulesetStatus::NotEnforced => Landlock::Unavailable,
+    })
+}
+
+/// The system calls a program's process never needs once it runs.
+const DENIED: &[libc::c_long] = &[
+    // files
+    libc::SYS_open,
+    libc::SYS_openat,
+    libc::SYS_openat2,
+    libc::SYS_creat,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_mkdir,
+    libc::SYS_mkdirat,
+    libc::SYS_unlink,
+    libc::SYS_unlinkat,
+    libc::SYS_rename,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    libc::SYS_link,
+    libc::SYS_linkat,
+    libc::SYS_symlink,
+    libc::SYS_symlinkat,
+    libc::SYS_chmod,
+    libc::SYS_fchmodat,
+    libc::SYS_chown,
+    libc::SYS_fchownat,
+    libc::SYS_truncate,
+    libc::SYS_memfd_create,
+    // network
+    libc::SYS_socket,
+    libc::SYS_socketpair,
+    libc::SYS_connect,
+    libc::SYS_bind,
+    libc::SYS_listen,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    // processes and programs
+    libc::SYS_fork,
+    libc::SYS_vfork,
+    libc::SYS_clone,
+    libc::SYS_clone3,
+    libc::SYS_execve,
+    libc::SYS_execveat,
+    libc::SYS_kill,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_pidfd_open,
+    libc::SYS_pidfd_getfd,
+    // the system
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_setns,
+    libc::SYS_unshare,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_userfaultfd,
+    libc::SYS_io_uring_setup,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_setrlimit,
+    libc::SYS_prlimit64,
+];
+
+fn seccomp_filter() -> Result<BpfProgram, String> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|e| format!("seccomp on {}: {e}", std::env::consts::ARCH))?;
+    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
+        DENIED.iter().map(|nr| (*nr, Vec::new())).collect();
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(|e| format!("seccomp filter: {e}"))?;
+    filter
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| format!("seccomp program: {e}"))
+}
