@@ -153,6 +153,7 @@ def configure(root: pathlib.Path, backend: str) -> pathlib.Path:
     (root / "tool-sets" / "found.yaml").write_text(
         'name: found\ntools: [lookup, slow, "ev_*", "py_*"]\ndiscovery: search\n'
     )
+    (root / "tool-sets" / "code.yaml").write_text('name: code\ntools: [lookup, "py_echo"]\nmode: code\n')
     return root
 
 
@@ -357,6 +358,42 @@ def test_an_upstream_server_s_questions_reach_the_client_that_can_answer(mcp_gat
             assert "sampling" in got.content[0].text, got.content[0].text
 
     run(go)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_set_in_code_mode_lists_run_code_whose_programs_call_its_tools(mcp_gateway, mode):
+    url, config = mcp_gateway
+    program = (
+        "words = [lookup(q=w) for w in ['alpha', 'beta']]\n"
+        "echoed = py_echo(message='-'.join(words))\n"
+        "print(len(words), 'looked up')\n"
+        "{'joined': echoed}"
+    )
+
+    async def go():
+        async with client(url + "/mcp/code", mode=mode) as c:
+            listed = (await c.list_tools()).tools
+            assert [t.name for t in listed] == ["run_code"]
+            assert "def lookup(q: str" in listed[0].description
+            assert "def py_echo(message: str" in listed[0].description
+            ran = await c.call_tool("run_code", {"code": program})
+            assert not ran.is_error, ran.content
+            assert ran.structured_content["result"] == {"joined": "alpha-beta"}
+            assert ran.structured_content["printed"] == "2 looked up\n"
+            assert ran.structured_content["calls"] == 3
+            # A tool of the catalog outside the set is not a function.
+            outside = await c.call_tool("run_code", {"code": "calculator(expression='1+1')"})
+            assert outside.is_error and "NameError" in outside.content[0].text
+            # The set's tools are not listed, and run_code exists only here.
+        async with client(url + "/mcp/web", mode=mode) as c:
+            with pytest.raises(MCPError):
+                await c.call_tool("run_code", {"code": "1"})
+
+    run(go)
+    # Every call the program made is audited as itself, in the set.
+    audited = [json.loads(line) for line in (config / "audit.jsonl").read_text().splitlines()]
+    inner = [a for a in audited if a["tool_set"] == "code" and a["tool"] in ("lookup", "py_echo")]
+    assert {a["tool"] for a in inner} == {"lookup", "py_echo"}, audited[-6:]
 
 
 @pytest.mark.parametrize("mode", MODES)

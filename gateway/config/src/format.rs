@@ -1536,6 +1536,24 @@ pub struct ToolSetFile {
     /// at once (the oldest found leave first); default 16.
     #[serde(default)]
     pub max_tools_in_prompt: Option<u32>,
+    /// How a model uses the tools: one call at a time (`direct`, the
+    /// default), or by writing one Python program that calls them as
+    /// functions (`code`: the model is offered `run_code`, and `find_tools`
+    /// with `discovery: search`).
+    #[serde(default)]
+    pub mode: SetMode,
+}
+
+/// How a model uses a tool set's tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SetMode {
+    /// The model calls the tools, one call per tool.
+    #[default]
+    Direct,
+    /// The model writes a program that calls the tools (`run_code`), run
+    /// by the gateway's sandboxed interpreter.
+    Code,
 }
 
 /// How a model meets a tool set's tools.

@@ -612,7 +612,80 @@ impl Executor {
             ToolKind::Search => catalog
                 .run_find_tools(ctx.tool_set.as_deref(), &args)
                 .map(Output::from),
+            ToolKind::Code => self
+                .run_program(catalog, call, ctx, &args)
+                .await
+                .map(Output::from),
         }
+    }
+
+    /// [`run`](Self::run) as a boxed future: a program's calls run inside
+    /// a call, and a future cannot hold itself.
+    fn run_boxed<'a>(
+        &'a self,
+        catalog: &'a Catalog,
+        call: &'a ToolCall,
+        ctx: &'a CallContext,
+    ) -> futures::future::BoxFuture<'a, ToolResult> {
+        Box::pin(self.run(catalog, call, ctx))
+    }
+
+    /// Runs a code-mode program (`run_code`): the set's tools are its
+    /// functions, and each call it makes is a call of this executor, made
+    /// in the set (`Catalog::callable`) with the request's context, so it
+    /// passes every check a direct call passes and is audited as itself.
+    async fn run_program(
+        &self,
+        catalog: &Catalog,
+        call: &ToolCall,
+        ctx: &CallContext,
+        args: &Value,
+    ) -> Result<Value, ToolError> {
+        use crate::catalog::CallScope;
+        let Some(set) = ctx.tool_set.as_deref().and_then(|s| catalog.set(s)) else {
+            return Err(ToolError::Failed(
+                "run_code runs over a tool set, and this call names none".into(),
+            ));
+        };
+        let code = args["code"].as_str().unwrap_or_default();
+        // Function name -> tool name, for the tools a program may call.
+        let functions: std::collections::HashMap<String, String> = catalog
+            .tools_in(set)
+            .filter_map(|t| crate::code::function_name(&t.name).map(|f| (f, t.name.clone())))
+            .collect();
+        let names: Vec<String> = functions.keys().cloned().collect();
+        let worker = toolgate_code::Worker::current()
+            .map_err(ToolError::Failed)?
+            .as_user(catalog.code_user());
+        let mut made = 0u32;
+        let outcome = worker
+            .run(code, &names, &crate::code::limits(), |asked| {
+                made += 1;
+                let inner_id = format!("{}.{made}", call.id);
+                let functions = &functions;
+                async move {
+                    let Some(name) = functions.get(&asked.name) else {
+                        return Err(format!("`{}` is not a tool of this set", asked.name));
+                    };
+                    let tool = catalog
+                        .callable(CallScope::Set(set), name)
+                        .map_err(|e| e.to_string())?;
+                    let arguments = crate::code::arguments(&tool, asked.args, asked.kwargs)?;
+                    let inner = ToolCall {
+                        id: inner_id,
+                        name: name.clone(),
+                        arguments,
+                    };
+                    let result = self.run_boxed(catalog, &inner, ctx).await;
+                    match (result.data, result.error) {
+                        (_, Some(e)) => Err(format!("{name}: {e}")),
+                        (Some(data), None) => Ok(data),
+                        (None, None) => Ok(Value::Null),
+                    }
+                }
+            })
+            .await;
+        crate::code::answer(outcome)
     }
 
     /// The result of an outcome: output capped, duration measured. Public

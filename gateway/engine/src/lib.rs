@@ -21,6 +21,7 @@ pub mod audit;
 pub mod auth;
 pub mod catalog;
 pub mod chat;
+pub mod code;
 pub mod conversations;
 pub mod discovery;
 pub mod executor;

@@ -302,7 +302,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
                 "conversations",
                 "approvals",
             ],
-            &["discovery"],
+            &["discovery", "code"],
             &["catalog"],
             &["executor"],
             &["chat"],

@@ -10,6 +10,7 @@ mod attacks;
 mod builtins;
 mod chat;
 mod cli;
+mod code_mode;
 mod config_errors;
 mod custom_tools;
 mod discovery;

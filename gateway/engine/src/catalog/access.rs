@@ -49,6 +49,12 @@ impl Catalog {
     pub fn callable(&self, scope: CallScope<'_>, name: &str) -> Result<Arc<Tool>, CallRefused> {
         match scope {
             CallScope::Set(set) => {
+                if name == crate::code::RUN_CODE
+                    && set.mode == toolgate_config::format::SetMode::Code
+                    && set.tools.iter().all(|t| t != name)
+                {
+                    return Ok(Arc::clone(&set.code_tool));
+                }
                 if name == FIND_TOOLS && set.tools.iter().all(|t| t != name) {
                     return self
                         .tool_for(name, Some(&set.name))

@@ -135,6 +135,18 @@ impl Catalog {
         &self.extensions
     }
 
+    /// The user a code-mode program's process runs as when the gateway is
+    /// root: the builtins' sandbox user (`nobody` by default).
+    pub fn code_user(&self) -> Option<(u32, u32)> {
+        use toolgate_builtins::process::Sandbox;
+        match self.extensions.get::<toolgate_builtins::BuiltinSettings>() {
+            Some(b) => b.sandbox().ok().and_then(|s| s.user),
+            None => Sandbox::resolve(&toolgate_config::format::SandboxDecl::default())
+                .ok()
+                .and_then(|s| s.user),
+        }
+    }
+
     /// The usable tool called `name`: declared in the configuration, or
     /// offered by a running MCP server.
     pub fn tool(&self, name: &str) -> Option<Arc<Tool>> {
@@ -145,13 +157,19 @@ impl Catalog {
     }
 
     /// The tool a call named `name` runs in the tool set `set`: the set's
-    /// `find_tools`, else [`Catalog::tool`]. (Membership in the set is the
+    /// `find_tools`, its `run_code` in code mode, else [`Catalog::tool`]. (Membership in the set is the
     /// caller's to check.)
     pub fn tool_for(&self, name: &str, set: Option<&str>) -> Option<Arc<Tool>> {
         if name == crate::discovery::FIND_TOOLS
             && let Some(set) = set.and_then(|s| self.sets.get(s))
         {
             return Some(Arc::clone(&set.search_tool));
+        }
+        if name == crate::code::RUN_CODE
+            && let Some(set) = set.and_then(|s| self.sets.get(s))
+            && set.mode == toolgate_config::format::SetMode::Code
+        {
+            return Some(Arc::clone(&set.code_tool));
         }
         self.tool(name)
     }

@@ -33,10 +33,18 @@ impl Catalog {
         let tools: Vec<Value> = found
             .iter()
             .map(|t| {
-                json!({
+                let mut found = json!({
                     "name": t.name,
                     "description": toolgate::truncate_chars(&t.description, RESULT_DESCRIPTION_CHARS),
-                })
+                });
+                // In code mode the model calls it from a program: its
+                // signature says how.
+                if set.mode == toolgate_config::format::SetMode::Code
+                    && let Some(stub) = crate::code::stub(t)
+                {
+                    found["function"] = json!(stub);
+                }
+                found
             })
             .collect();
         Ok(if tools.is_empty() {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::discovery::{self, Discovery, SearchIndex};
 use crate::tool::{Tool, is_valid_name};
+use toolgate_config::format::SetMode;
 use toolgate_config::load::Loaded;
 use toolgate_config::{Diagnostic, Pos, ToolSetFile};
 
@@ -34,6 +35,11 @@ pub struct ToolSet {
     /// clients that ask for the search surface).
     #[serde(skip)]
     pub search_tool: Arc<Tool>,
+    /// How a model uses the tools: one call each, or a program (`code`).
+    pub mode: SetMode,
+    /// The set's `run_code` (offered in code mode).
+    #[serde(skip)]
+    pub code_tool: Arc<Tool>,
     /// The search index of the set's tools.
     #[serde(skip)]
     pub index: Arc<SearchIndex>,
@@ -323,6 +329,24 @@ fn tool_set(
 ) -> Option<ToolSet> {
     let (usable_tools, unusable): (Vec<String>, Vec<String>) =
         tools.into_iter().partition(|t| usable(t));
+    let mode = file.value.mode;
+    if mode == SetMode::Code
+        && usable_tools
+            .iter()
+            .chain(&unusable)
+            .any(|t| t == crate::code::RUN_CODE)
+    {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos("tools"),
+            format!(
+                "tool set `{}` is in code mode and has a tool named `{}`, the name of its program tool",
+                file.value.name,
+                crate::code::RUN_CODE
+            ),
+            "rename that tool, or remove `mode: code`",
+        ));
+    }
     if usable_tools
         .iter()
         .chain(&unusable)
@@ -353,6 +377,18 @@ fn tool_set(
                 return None;
             }
         };
+    let code_tool = match crate::code::run_code_tool(&file.value.name) {
+        Ok(t) => Arc::new(t),
+        Err(e) => {
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos("name"),
+                format!("the set's run_code cannot be built: {e}"),
+                "report this as a bug",
+            ));
+            return None;
+        }
+    };
     Some(ToolSet {
         name: file.value.name.clone(),
         description: file.value.description.clone(),
@@ -362,6 +398,8 @@ fn tool_set(
         mcp: patterns,
         discovery,
         search_tool,
+        mode,
+        code_tool,
         index: Arc::default(),
         prompts,
         resources,

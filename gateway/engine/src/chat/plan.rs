@@ -141,7 +141,10 @@ pub fn plan(
         .map(|s| catalog.tools_in(s).collect())
         .unwrap_or_default();
     let mut gateway_tools: HashSet<String> = gateway.iter().map(|t| t.name.clone()).collect();
-    let search = set.and_then(|s| match s.discovery {
+    // Code mode: the model gets `run_code` (and `find_tools` to find the
+    // functions when the set searches), never the tools themselves.
+    let code = set.is_some_and(|s| s.mode == toolgate_config::format::SetMode::Code);
+    let search = set.filter(|_| !code).and_then(|s| match s.discovery {
         Discovery::All => None,
         Discovery::Search {
             max_tools_in_prompt,
@@ -150,8 +153,13 @@ pub fn plan(
             max_tools_in_prompt,
         }),
     });
-    if search.is_some() {
+    let code_searches =
+        code && set.is_some_and(|s| matches!(s.discovery, Discovery::Search { .. }));
+    if search.is_some() || code_searches {
         gateway_tools.insert(FIND_TOOLS.to_owned());
+    }
+    if code {
+        gateway_tools.insert(crate::code::RUN_CODE.to_owned());
     }
     let deferred = request.deferred.take();
     let deferred_names = deferred.iter().flat_map(|d| {
@@ -177,9 +185,12 @@ pub fn plan(
     {
         return Err(PlanError::ManyChoices);
     }
-    let mut tools: Vec<Value> = match &search {
-        Some(_) => Vec::new(),
-        None => gateway.iter().map(|t| t.to_openai()).collect(),
+    let mut tools: Vec<Value> = match (&search, set) {
+        (_, Some(s)) if code => std::iter::once(crate::code::offer(&gateway, code_searches))
+            .chain(code_searches.then(|| s.search_tool.to_openai()))
+            .collect(),
+        (Some(_), _) => Vec::new(),
+        (None, _) => gateway.iter().map(|t| t.to_openai()).collect(),
     };
     tools.extend(request.client_tools.iter().cloned());
     let settings = &catalog.settings;

@@ -127,7 +127,7 @@ impl ResultCache {
             match &tool.kind {
                 ToolKind::Http(http) => h.update(http.definition().as_bytes()),
                 ToolKind::Mcp(mcp) => h.update(format!("{mcp:?}").as_bytes()),
-                ToolKind::Native(_) | ToolKind::Search => {}
+                ToolKind::Native(_) | ToolKind::Search | ToolKind::Code => {}
             }
             hex(&h.finalize()[..8])
         });
@@ -170,6 +170,9 @@ pub enum ToolKind {
     Mcp(mcp::McpTool),
     /// `find_tools`: a search of the calling request's tool set.
     Search,
+    /// `run_code`: a program over the calling request's tool set (code
+    /// mode).
+    Code,
 }
 
 impl ToolKind {
@@ -180,6 +183,7 @@ impl ToolKind {
             ToolKind::Native(_) => "native",
             ToolKind::Mcp(_) => "mcp",
             ToolKind::Search => "search",
+            ToolKind::Code => "code",
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::http::{AppState, Caller};
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
 use toolgate::ClientLink;
 use toolgate_config::format::Discovery;
+use toolgate_config::format::SetMode;
 use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, Offers, ToolSet};
 use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
@@ -207,6 +208,19 @@ impl ToolSetServer {
         let unlisted = |e: serde_json::Error| {
             McpError::internal_error(format!("the search surface cannot be listed: {e}"), None)
         };
+        // Code mode: the program tool, described with the set's functions
+        // (and `find_tools` to find them when the set searches).
+        if set.mode == SetMode::Code {
+            let searching = matches!(set.discovery, search::Discovery::Search { .. });
+            let tools: Vec<_> = catalog.tools_in(set).collect();
+            let mut run = wire::tool(&set.code_tool).map_err(unlisted)?;
+            run.description = Some(toolgate_engine::code::description(&tools, searching).into());
+            let mut listed = vec![run];
+            if searching {
+                listed.push(wire::tool(&set.search_tool).map_err(unlisted)?);
+            }
+            return Ok(listed);
+        }
         if searches(set, target) {
             return Ok(vec![
                 wire::tool(&set.search_tool).map_err(unlisted)?,
