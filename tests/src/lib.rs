@@ -687,6 +687,17 @@ pub fn user(text: &str) -> Value {
     json!([{"role": "user", "content": text}])
 }
 
+/// The names of the tools a model request offered (OpenAI's shape).
+pub fn offered(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// POSTs JSON; returns the status and the JSON answer.
 pub async fn post_json(url: &str, body: &Value) -> (u16, Value) {
     let r = reqwest::Client::new()

@@ -6,8 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use serde_json::{Value, json};
-use toolgate_tests::{ChatSetup, post_json, user};
+use serde_json::json;
+use toolgate_tests::{ChatSetup, offered, post_json, user};
 
 fn config(extra_set: &str) -> String {
     let mut tools = String::from("tools:\n");
@@ -77,16 +77,6 @@ mode: code
 discovery: search
 {extra_set}"#
     )
-}
-
-fn offered(request: &Value) -> Vec<String> {
-    request["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-        .map(str::to_owned)
-        .collect()
 }
 
 fn script(code: &str) -> String {

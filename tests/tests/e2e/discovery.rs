@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{Value, json};
-use toolgate_tests::{ChatSetup, post_json, post_sse, user};
+use toolgate_tests::{ChatSetup, offered, post_json, post_sse, user};
 
 /// Tools with distinct purposes, and fillers that search must rank below.
 const TOOLS: &[(&str, &str, &str)] = &[
@@ -105,17 +105,6 @@ tools: ["*"]
 
 async fn setup() -> ChatSetup {
     ChatSetup::start(&config()).await
-}
-
-/// The names of the tools a model request offered.
-fn offered(request: &Value) -> Vec<String> {
-    request["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-        .map(str::to_owned)
-        .collect()
 }
 
 const SCRIPT: &str = r#"call find_tools {"query": "convert money into another currency"} then currency_convert {"amount": 12}"#;
