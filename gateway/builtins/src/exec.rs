@@ -45,6 +45,7 @@ pub async fn exec(
         args: vec!["-c".into(), command],
         stdin: None,
         cwd: ws.cwd(),
+        workspace: ws.root().to_path_buf(),
         env: process::base_env(ws.root()),
         timeout,
         max_chars: settings.max_output_chars,

@@ -34,6 +34,10 @@ pub struct Sandbox {
     pub user: Option<(u32, u32)>,
     /// `RLIMIT_NPROC` of the children.
     pub max_processes: u32,
+    /// Children may use the network.
+    pub network: bool,
+    /// Children run even where they cannot be confined.
+    pub allow_unconfined: bool,
 }
 
 impl Sandbox {
@@ -48,14 +52,19 @@ impl Sandbox {
         Ok(Sandbox {
             user,
             max_processes: decl.max_processes,
+            network: decl.network,
+            allow_unconfined: decl.allow_unconfined,
         })
     }
 
     /// No user switch, the default process limit (tests, embedders).
     pub fn unprivileged() -> Sandbox {
+        let decl = toolgate_config::format::SandboxDecl::default();
         Sandbox {
             user: None,
-            max_processes: toolgate_config::format::SandboxDecl::default().max_processes,
+            max_processes: decl.max_processes,
+            network: decl.network,
+            allow_unconfined: decl.allow_unconfined,
         }
     }
 }
@@ -95,9 +104,13 @@ pub fn protect_gateway() {
 /// Whether children can get a PID namespace here, probed once.
 static NAMESPACES: tokio::sync::OnceCell<bool> = tokio::sync::OnceCell::const_new();
 
-/// The `unshare` arguments that give a child its own PID namespace.
-fn unshare_args() -> Vec<&'static str> {
+/// The `unshare` arguments that give a child its own PID namespace, and
+/// an empty network namespace unless it may use the network.
+fn unshare_args(network: bool) -> Vec<&'static str> {
     let mut args = vec!["--pid", "--fork", "--kill-child"];
+    if !network {
+        args.insert(0, "--net");
+    }
     if !nix::unistd::geteuid().is_root() {
         args.splice(0..0, ["--user", "--map-current-user"]);
     }
@@ -108,7 +121,7 @@ async fn namespaces_work() -> bool {
     *NAMESPACES
         .get_or_init(|| async {
             let ok = tokio::process::Command::new("unshare")
-                .args(unshare_args())
+                .args(unshare_args(false))
                 .arg("true")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -126,14 +139,117 @@ async fn namespaces_work() -> bool {
         .await
 }
 
-/// The program and arguments that run `spec` inside the sandbox.
-async fn sandboxed(spec: &ChildSpec) -> (String, Vec<String>) {
+/// Folders every child may read and run programs from (besides the
+/// folders of its `PATH` and its interpreter's): the system's programs and
+/// libraries, and the few files of `/etc` programs read to start.
+const SYSTEM_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/alternatives",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/mime.types",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/dev/urandom",
+    "/dev/random",
+];
+
+/// Devices every child may write.
+const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
+
+/// What a child may read: [`SYSTEM_READ`], its `PATH`'s folders, and the
+/// installation its program lives in (an interpreter under `/opt` or a
+/// home folder: the folder two levels above the program's real path).
+fn readable(spec: &ChildSpec) -> Vec<String> {
+    let mut paths: Vec<String> = SYSTEM_READ.iter().map(|p| (*p).to_owned()).collect();
+    let search = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    paths.extend(
+        search
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(str::to_owned),
+    );
+    let program = std::path::Path::new(&spec.program);
+    let found = if program.is_absolute() {
+        Some(program.to_path_buf())
+    } else {
+        search
+            .split(':')
+            .map(|d| std::path::Path::new(d).join(program))
+            .find(|p| p.is_file())
+    };
+    if let Some(install) = found
+        .and_then(|p| p.canonicalize().ok())
+        .and_then(|p| {
+            p.parent()
+                .and_then(std::path::Path::parent)
+                .map(std::path::Path::to_path_buf)
+        })
+        .filter(|p| p.components().count() > 2)
+    {
+        paths.push(install.to_string_lossy().into_owned());
+    }
+    paths
+}
+
+/// The program and arguments that run `spec` inside the sandbox, or why
+/// it cannot be confined (then it does not run, unless the configuration
+/// allows unconfined children).
+async fn sandboxed(spec: &ChildSpec) -> Result<(String, Vec<String>), ToolError> {
     let mut argv: Vec<String> = Vec::new();
     if namespaces_work().await {
         argv.push("unshare".into());
-        argv.extend(unshare_args().into_iter().map(str::to_owned));
+        argv.extend(
+            unshare_args(spec.sandbox.network)
+                .into_iter()
+                .map(str::to_owned),
+        );
         argv.push("--".into());
+    } else if !spec.sandbox.allow_unconfined {
+        return Err(ToolError::Failed(
+            "code cannot be confined here: no PID and network namespace can be made (`unshare` is missing or not permitted), so what it starts could outlive the call and it would see the network; it was not run. Give the gateway the right to make namespaces, or set builtins.sandbox.allow_unconfined: true to run it anyway".into(),
+        ));
     }
+    // Landlock: the workspace and the system's programs, nothing else.
+    let toolgate = toolgate_code::binary().map_err(ToolError::Failed)?;
+    argv.push(toolgate.to_string_lossy().into_owned());
+    argv.push(toolgate_code::CONFINE_ARG.into());
+    for path in readable(spec) {
+        argv.extend(["--read".into(), path]);
+    }
+    argv.extend([
+        "--write".into(),
+        spec.workspace.to_string_lossy().into_owned(),
+    ]);
+    for device in DEVICES {
+        argv.extend(["--write".into(), (*device).to_owned()]);
+    }
+    if spec.sandbox.network {
+        argv.push("--network".into());
+    }
+    if spec.sandbox.allow_unconfined {
+        argv.push("--allow-unconfined".into());
+    }
+    argv.push("--".into());
     argv.extend([
         "prlimit".into(),
         format!("--nproc={0}:{0}", spec.sandbox.max_processes),
@@ -151,7 +267,7 @@ async fn sandboxed(spec: &ChildSpec) -> (String, Vec<String>) {
     argv.push(spec.program.clone());
     argv.extend(spec.args.iter().cloned());
     let program = argv.remove(0);
-    (program, argv)
+    Ok((program, argv))
 }
 
 /// What to run.
@@ -162,6 +278,8 @@ pub struct ChildSpec {
     /// Written to the child's stdin, which is then closed.
     pub stdin: Option<Vec<u8>>,
     pub cwd: PathBuf,
+    /// The folder it may write in (and read): the workspace.
+    pub workspace: PathBuf,
     /// The whole environment of the child (the gateway's is not inherited,
     /// so its secrets stay out).
     pub env: Vec<(String, String)>,
@@ -247,7 +365,7 @@ pub async fn run(mut spec: ChildSpec) -> Result<ChildOutput, ToolError> {
             spec.program
         )));
     }
-    let (program, args) = sandboxed(&spec).await;
+    let (program, args) = sandboxed(&spec).await?;
     let mut cmd = tokio::process::Command::new(&program);
     cmd.args(&args)
         .current_dir(&spec.cwd)
@@ -323,6 +441,15 @@ pub async fn run(mut spec: ChildSpec) -> Result<ChildOutput, ToolError> {
     let (stderr, cut_err) = text(&err, err_dropped, spec.max_chars);
 
     use std::os::unix::process::ExitStatusExt;
+    // The confinement refused: say why, not as the command's failure.
+    if status.code() == Some(toolgate_code::confine::NOT_CONFINED)
+        && stderr.starts_with("toolgate confine:")
+    {
+        return Err(ToolError::Failed(format!(
+            "the command was not run: {}",
+            stderr.trim_end()
+        )));
+    }
     Ok(ChildOutput {
         exit_code: status.code(),
         signal: status.signal(),
@@ -429,6 +556,7 @@ mod tests {
             ],
             stdin: None,
             cwd: dir.path().to_owned(),
+            workspace: dir.path().to_owned(),
             env: base_env(dir.path()),
             timeout: Duration::from_secs(30),
             max_chars: 1000,
@@ -452,6 +580,7 @@ mod tests {
             args: vec![],
             stdin: None,
             cwd: std::env::temp_dir(),
+            workspace: std::env::temp_dir(),
             env: vec![],
             timeout: Duration::from_secs(5),
             max_chars: 100,

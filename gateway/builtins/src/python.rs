@@ -88,6 +88,7 @@ pub async fn execute_python(
         args: vec!["-I".into(), "-c".into(), RUNNER.into(), config.to_string()],
         stdin: Some(code.into_bytes()),
         cwd: ws.cwd(),
+        workspace: ws.root().to_path_buf(),
         env: process::base_env(ws.root()),
         timeout,
         max_chars: settings.max_output_chars,

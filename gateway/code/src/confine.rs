@@ -153,3 +153,139 @@ fn seccomp_filter() -> Result<BpfProgram, String> {
         .try_into()
         .map_err(|e: seccompiler::BackendError| format!("seccomp program: {e}"))
 }
+
+/// The exit code of `toolgate confine` when it could not confine and was
+/// not allowed to run unconfined.
+pub const NOT_CONFINED: i32 = 125;
+
+/// What `toolgate confine` was asked for.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ChildArgs {
+    read: Vec<String>,
+    write: Vec<String>,
+    network: bool,
+    allow_unconfined: bool,
+    command: Vec<String>,
+}
+
+fn parse_child_args(args: &[String]) -> Result<ChildArgs, String> {
+    let mut out = ChildArgs::default();
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--read" => out
+                .read
+                .push(it.next().ok_or("--read needs a path")?.clone()),
+            "--write" => out
+                .write
+                .push(it.next().ok_or("--write needs a path")?.clone()),
+            "--network" => out.network = true,
+            "--allow-unconfined" => out.allow_unconfined = true,
+            "--" => {
+                out.command = it.cloned().collect();
+                break;
+            }
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    if out.command.is_empty() {
+        return Err("no command after `--`".into());
+    }
+    Ok(out)
+}
+
+/// `toolgate confine [--read P]… [--write P]… [--network]
+/// [--allow-unconfined] -- command…`: confines itself with Landlock —
+/// reading and running only below the `--read` paths, writing only below
+/// the `--write` paths, no TCP unless `--network`, signals and abstract
+/// sockets only within — then becomes `command`. Exits with
+/// [`NOT_CONFINED`] when Landlock is not there, unless allowed to run
+/// unconfined.
+pub fn child_main(args: &[String]) -> i32 {
+    use std::os::unix::process::CommandExt;
+    let args = match parse_child_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("toolgate confine: {e}");
+            return 2;
+        }
+    };
+    match confine_child(&args) {
+        Ok(RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced) => {}
+        Ok(RulesetStatus::NotEnforced) if !args.allow_unconfined => {
+            eprintln!(
+                "toolgate confine: this kernel has no Landlock, so the command cannot be confined to the workspace; set builtins.sandbox.allow_unconfined: true to run it anyway"
+            );
+            return NOT_CONFINED;
+        }
+        Err(e) if !args.allow_unconfined => {
+            eprintln!("toolgate confine: the command cannot be confined: {e}");
+            return NOT_CONFINED;
+        }
+        _ => {}
+    }
+    let e = std::process::Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .exec();
+    eprintln!("toolgate confine: cannot run `{}`: {e}", args.command[0]);
+    127
+}
+
+fn confine_child(args: &ChildArgs) -> Result<RulesetStatus, String> {
+    use landlock::{RulesetCreatedAttr, path_beneath_rules};
+    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
+    let abi = ABI::V6;
+    let fail = |e: landlock::RulesetError| e.to_string();
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(fail)?;
+    if !args.network {
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(abi))
+            .map_err(fail)?;
+    }
+    let status = ruleset
+        .scope(Scope::from_all(abi))
+        .map_err(fail)?
+        .create()
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(&args.read, AccessFs::from_read(abi)))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(&args.write, AccessFs::from_all(abi)))
+        .map_err(fail)?
+        .restrict_self()
+        .map_err(fail)?;
+    Ok(status.ruleset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| (*a).to_owned()).collect()
+    }
+
+    #[test]
+    fn child_arguments_are_read_whole_or_refused() {
+        let a = parse_child_args(&strings(&[
+            "--read",
+            "/usr",
+            "--write",
+            "/ws",
+            "--network",
+            "--",
+            "sh",
+            "-c",
+            "--read",
+        ]))
+        .unwrap();
+        assert_eq!(a.read, ["/usr"]);
+        assert_eq!(a.write, ["/ws"]);
+        assert!(a.network && !a.allow_unconfined);
+        assert_eq!(a.command, ["sh", "-c", "--read"]);
+        assert!(parse_child_args(&strings(&["--read"])).is_err());
+        assert!(parse_child_args(&strings(&["--read", "/usr"])).is_err());
+        assert!(parse_child_args(&strings(&["--bogus", "--", "x"])).is_err());
+    }
+}

@@ -71,6 +71,32 @@ pub struct Failure {
     pub message: String,
 }
 
+/// The `toolgate` binary: this process's, or for a test harness (a binary
+/// in a `deps` folder) the one built beside it; `TOOLGATE_WORKER_BIN`
+/// names another.
+pub fn binary() -> Result<PathBuf, String> {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+                if let Some(bin) = std::env::var_os("TOOLGATE_WORKER_BIN") {
+                    return Ok(PathBuf::from(bin));
+                }
+                let exe = std::env::current_exe()
+                    .map_err(|e| format!("cannot find the gateway's own binary: {e}"))?;
+                match exe.parent() {
+                    Some(dir) if dir.file_name().is_some_and(|n| n == "deps") => dir
+                        .parent()
+                        .map(|up| up.join("toolgate"))
+                        .filter(|bin| bin.is_file())
+                        .ok_or_else(|| {
+                            "no `toolgate` binary beside this test binary: build it first (`cargo build -p toolgate-server`)".to_owned()
+                        }),
+                    _ => Ok(exe),
+                }
+            })
+            .clone()
+}
+
 /// The program a worker process runs: the `toolgate` binary with
 /// [`WORKER_ARG`].
 #[derive(Debug, Clone)]
@@ -91,31 +117,9 @@ impl Worker {
         }
     }
 
-    /// This process's binary as a worker (`toolgate code-worker`). A test
-    /// harness (a binary in a `deps` folder) uses the `toolgate` binary
-    /// built beside it; `TOOLGATE_WORKER_BIN` names another binary.
+    /// This process's binary as a worker (`toolgate code-worker`).
     pub fn current() -> Result<Worker, String> {
-        static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-        let program = BINARY
-            .get_or_init(|| {
-                if let Some(bin) = std::env::var_os("TOOLGATE_WORKER_BIN") {
-                    return Ok(PathBuf::from(bin));
-                }
-                let exe = std::env::current_exe()
-                    .map_err(|e| format!("cannot find the gateway's own binary: {e}"))?;
-                match exe.parent() {
-                    Some(dir) if dir.file_name().is_some_and(|n| n == "deps") => dir
-                        .parent()
-                        .map(|up| up.join("toolgate"))
-                        .filter(|bin| bin.is_file())
-                        .ok_or_else(|| {
-                            "no `toolgate` binary beside this test binary: build it first (`cargo build -p toolgate-server`)".to_owned()
-                        }),
-                    _ => Ok(exe),
-                }
-            })
-            .clone()?;
-        Ok(Worker::new(program, vec![WORKER_ARG.into()], None))
+        Ok(Worker::new(binary()?, vec![WORKER_ARG.into()], None))
     }
 
     /// The same worker, run as `user` (uid, gid).

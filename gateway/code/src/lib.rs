@@ -21,7 +21,7 @@ pub mod protocol;
 pub mod value;
 pub mod worker;
 
-pub use host::{Call, Failure, Limits, Outcome, WORKER_ARG, Worker};
+pub use host::{Call, Failure, Limits, Outcome, WORKER_ARG, Worker, binary};
 pub use protocol::{FailureKind, Printed};
 
 /// The worker process's main: one program from stdin, its calls and
@@ -40,3 +40,7 @@ pub fn worker_main() -> i32 {
         }
     }
 }
+
+/// The argument that makes the `toolgate` binary confine itself and become
+/// a command (`exec`, lenient Python): [`confine::child_main`].
+pub const CONFINE_ARG: &str = "confine";

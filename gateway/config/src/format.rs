@@ -926,6 +926,13 @@ pub struct SandboxDecl {
     /// The most processes the code's user may have at once
     /// (`RLIMIT_NPROC`): a fork bomb stops there.
     pub max_processes: u32,
+    /// Let the code use the network (off: it gets a network namespace of
+    /// its own with nothing in it, and no TCP).
+    pub network: bool,
+    /// Run the code even where it cannot be confined (no PID or network
+    /// namespace, no Landlock): off, so `exec` and lenient Python refuse to
+    /// run rather than run with the gateway's view of the machine.
+    pub allow_unconfined: bool,
 }
 
 impl Default for SandboxDecl {
@@ -933,6 +940,8 @@ impl Default for SandboxDecl {
         SandboxDecl {
             user: "nobody".into(),
             max_processes: 64,
+            network: false,
+            allow_unconfined: false,
         }
     }
 }

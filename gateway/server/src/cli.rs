@@ -203,6 +203,15 @@ pub fn main_with(tools: Vec<NativeTool>) -> ExitCode {
     {
         return ExitCode::from(u8::try_from(toolgate_code::worker_main()).unwrap_or(2));
     }
+    // A command of `exec` or lenient Python, confining itself first.
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == toolgate_code::CONFINE_ARG)
+    {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        let code = toolgate_code::confine::child_main(&args);
+        return ExitCode::from(u8::try_from(code).unwrap_or(2));
+    }
     let _ = EXTRA_TOOLS.set(tools);
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -14,6 +14,7 @@ mod code_mode;
 mod config_errors;
 mod custom_tools;
 mod discovery;
+mod escapes;
 mod http_tools;
 mod layering;
 mod mcp;

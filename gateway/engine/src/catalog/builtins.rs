@@ -159,4 +159,12 @@ fn check_settings(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
             );
         }
     }
+    if runs_code && decl.sandbox.allow_unconfined {
+        diags.push(Diagnostic::warning(
+            &file.file,
+            file.pos("builtins.sandbox.allow_unconfined"),
+            "`exec` and lenient Python will run even where they cannot be confined (no namespaces, no Landlock): code would then see every file and network the gateway's user sees",
+            "remove `allow_unconfined` unless this machine cannot confine and the code is trusted",
+        ));
+    }
 }
