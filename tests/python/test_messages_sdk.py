@@ -350,3 +350,27 @@ def test_a_server_tool_is_served_by_the_tool_set_s_tool_of_its_name(shipped_gate
         model="mock-model", max_tokens=100, messages=user("hi"), tools=tools, extra_body={"tool_set": "default"}
     )
     assert "web_search" in raw.headers["x-toolgate-notice"]
+
+
+@pytest.mark.parametrize("name", ["mock-model", "text-model"])
+def test_code_execution_is_served_by_code_mode_over_the_tool_set(claude, name):
+    import json
+
+    program = "words = [lookup(q=w) for w in ['alpha', 'beta']]\nprint(len(words))\n'-'.join(words)"
+    raw = claude.messages.with_raw_response.create(
+        model=name,
+        max_tokens=300,
+        messages=user("call run_code " + json.dumps({"code": program})),
+        tools=[
+            {"type": "code_execution_20260120", "name": "code_execution"},
+            {**CLOCK, "allowed_callers": ["code_execution_20260120"]},
+        ],
+    )
+    r = raw.parse()
+    call = report(r)["tool_calls"][0]
+    assert call["function"]["name"] == "run_code"
+    assert call["result"]["result"] == "alpha-beta", call
+    assert call["result"]["printed"] == "2\n"
+    assert "[run_code]" in text_of(r)
+    notice = raw.headers["x-toolgate-notice"]
+    assert "code mode" in notice and "`get_time`" in notice, notice

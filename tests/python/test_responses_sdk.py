@@ -342,3 +342,18 @@ def test_a_hosted_tool_is_served_by_the_tool_set_s_tool_of_its_name(shipped_gate
         model="mock-model", input="hi", tools=[{"type": "web_search_preview"}], extra_body={"tool_set": "default"}
     )
     assert "web_search_preview" in raw.headers["x-toolgate-notice"]
+
+
+@pytest.mark.parametrize("name", ["mock-model", "text-model"])
+def test_programmatic_tool_calling_is_served_by_code_mode_over_the_tool_set(client, name):
+    program = "words = [lookup(q=w) for w in ['alpha', 'beta']]\n'-'.join(words)"
+    raw = client.responses.with_raw_response.create(
+        model=name,
+        input="call run_code " + json.dumps({"code": program}),
+        tools=[{**CLOCK, "allowed_callers": ["programmatic"]}],
+    )
+    r = raw.parse()
+    ran = [o for o in r.output if o.type == "mcp_call"]
+    assert [c.name for c in ran] == ["run_code"]
+    assert json.loads(ran[0].output)["result"] == "alpha-beta", ran[0].output
+    assert "`get_time`" in raw.headers["x-toolgate-notice"]

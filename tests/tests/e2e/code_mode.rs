@@ -261,3 +261,43 @@ async fn a_tool_named_run_code_in_a_code_set_is_a_configuration_error() {
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn a_request_may_ask_for_code_mode_on_any_set() {
+    let s = ChatSetup::start(&config("")).await;
+    let program = "get_issue(number=5)['number']";
+    let (status, body) = post_json(
+        &s.url("/v1/chat/completions"),
+        &json!({"model": "m", "tool_set": "direct", "tool_mode": "code", "messages": user(&script(program))}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(offered(&s.model.requests()[0]), ["run_code"]);
+    assert_eq!(
+        body["toolgate"]["tool_calls"][0]["result"]["result"],
+        json!("5"),
+        "{body}"
+    );
+    // And direct calls on a code-mode set.
+    let (status, _) = post_json(
+        &s.url("/v1/chat/completions"),
+        &json!({"model": "m", "tool_mode": "direct", "messages": user("hi")}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        offered(s.model.requests().last().unwrap()),
+        ["list-issues", "get_issue"]
+    );
+    let (status, body) = post_json(
+        &s.url("/v1/chat/completions"),
+        &json!({"model": "m", "tool_mode": "programs", "messages": user("hi")}),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.to_string()
+            .contains("`tool_mode` must be `direct` or `code`"),
+        "{body}"
+    );
+}

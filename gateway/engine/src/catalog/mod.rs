@@ -157,7 +157,7 @@ impl Catalog {
     }
 
     /// The tool a call named `name` runs in the tool set `set`: the set's
-    /// `find_tools`, its `run_code` in code mode, else [`Catalog::tool`]. (Membership in the set is the
+    /// `find_tools`, its `run_code`, else [`Catalog::tool`]. (Membership in the set is the
     /// caller's to check.)
     pub fn tool_for(&self, name: &str, set: Option<&str>) -> Option<Arc<Tool>> {
         if name == crate::discovery::FIND_TOOLS
@@ -165,9 +165,12 @@ impl Catalog {
         {
             return Some(Arc::clone(&set.search_tool));
         }
+        // Any set's program tool (a request may ask for code mode); the
+        // MCP face and the tool API offer it only where the set's mode is
+        // code (`callable`).
         if name == crate::code::RUN_CODE
             && let Some(set) = set.and_then(|s| self.sets.get(s))
-            && set.mode == toolgate_config::format::SetMode::Code
+            && set.tools.iter().all(|t| t != name)
         {
             return Some(Arc::clone(&set.code_tool));
         }

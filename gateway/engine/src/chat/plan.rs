@@ -143,7 +143,9 @@ pub fn plan(
     let mut gateway_tools: HashSet<String> = gateway.iter().map(|t| t.name.clone()).collect();
     // Code mode: the model gets `run_code` (and `find_tools` to find the
     // functions when the set searches), never the tools themselves.
-    let code = set.is_some_and(|s| s.mode == toolgate_config::format::SetMode::Code);
+    let code = set.is_some_and(|s| {
+        request.tool_mode.unwrap_or(s.mode) == toolgate_config::format::SetMode::Code
+    });
     let search = set.filter(|_| !code).and_then(|s| match s.discovery {
         Discovery::All => None,
         Discovery::Search {

@@ -19,6 +19,9 @@ pub struct ChatRequest {
     pub tool_set: Option<String>,
     /// The `max_tool_iterations` extension field.
     pub max_tool_iterations: Option<u32>,
+    /// The `tool_mode` extension field (`direct` or `code`): how the model
+    /// uses the set's tools for this request, whatever the set's `mode`.
+    pub tool_mode: Option<toolgate_config::format::SetMode>,
     /// Tools the client sent itself (OpenAI format).
     pub client_tools: Vec<Value>,
     /// `true` when extension fields were removed (the raw body differs).
@@ -107,6 +110,7 @@ impl RequestError {
 /// Extension fields: read by the gateway, never sent upstream.
 const TOOL_SET: &str = "tool_set";
 const MAX_TOOL_ITERATIONS: &str = "max_tool_iterations";
+const TOOL_MODE: &str = "tool_mode";
 
 impl ChatRequest {
     /// Parses a request body, saying exactly what is wrong when it is not a
@@ -198,6 +202,19 @@ impl ChatRequest {
                 }
             }
         };
+        let tool_mode = match raw.shift_remove(TOOL_MODE) {
+            None => None,
+            Some(v) => {
+                modified = true;
+                match serde_json::from_str::<Option<toolgate_config::format::SetMode>>(v.get()) {
+                    Ok(mode) => mode,
+                    Err(_) => {
+                        return Err(RequestError::new("`tool_mode` must be `direct` or `code`")
+                            .param(TOOL_MODE));
+                    }
+                }
+            }
+        };
         Ok(ChatRequest {
             raw,
             model,
@@ -205,6 +222,7 @@ impl ChatRequest {
             include_usage,
             tool_set,
             max_tool_iterations,
+            tool_mode,
             client_tools,
             modified,
             deferred: None,
@@ -235,6 +253,7 @@ impl ChatRequest {
             include_usage: false,
             tool_set: None,
             max_tool_iterations: None,
+            tool_mode: None,
             client_tools: Vec::new(),
             modified: true,
             deferred: None,

@@ -333,6 +333,31 @@ pub fn chat_request(
 /// request shapes (`tests/fixtures/faces/`, those of Claude Code and Codex)
 /// with random parts replaced by random JSON, which a translation must
 /// answer or refuse, never panic on.
+/// Whether a request asks for programmatic tool calling: a tool whose
+/// `allowed_callers` names a program caller (`is_program`). Programs here
+/// are the gateway's code mode (`run_code` over the request's tool set, on
+/// its own interpreter, for any model): they call the set's tools, not the
+/// client's, so each such client tool stays a tool the model calls
+/// directly, said in a notice.
+pub fn asks_for_programs(
+    tools: Option<&Value>,
+    is_program: impl Fn(&str) -> bool,
+    notices: &mut Notices,
+) -> bool {
+    let mut asked = false;
+    for t in tools.and_then(Value::as_array).into_iter().flatten() {
+        let callers = t["allowed_callers"].as_array();
+        if callers.is_some_and(|c| c.iter().filter_map(Value::as_str).any(&is_program)) {
+            asked = true;
+            let name = t["name"].as_str().unwrap_or("?");
+            notices.add(format!(
+                "tool `{name}` may be called from programs (`allowed_callers`): programs here run on the gateway's interpreter over the tool set's tools (`run_code`), so `{name}`, the client's, is offered to the model to call directly"
+            ));
+        }
+    }
+    asked
+}
+
 #[cfg(test)]
 pub(crate) mod fuzzing {
     use proptest::prelude::*;

@@ -151,6 +151,11 @@ fn to_chat_request(req: &Value) -> Result<Translated, ApiError> {
     out.insert("messages".into(), Value::Array(messages));
     let mut deferred = Vec::new();
     let mut search = None;
+    let mut programs = common::asks_for_programs(
+        obj.get("tools"),
+        |c| c.starts_with("code_execution_"),
+        &mut notices,
+    );
     if let Some(tools) = obj.get("tools").and_then(Value::as_array) {
         let mut functions = Vec::new();
         for t in tools {
@@ -160,6 +165,15 @@ fn to_chat_request(req: &Value) -> Result<Translated, ApiError> {
                 // deferred tools (any model can use it).
                 Some(kind) if kind.starts_with("tool_search_tool_") => {
                     search = Some(t["name"].as_str().unwrap_or(kind).to_owned());
+                    continue;
+                }
+                // Anthropic's code execution: the gateway's code mode over
+                // the request's tool set (`run_code`), for any model.
+                Some(kind) if kind.starts_with("code_execution_") => {
+                    programs = true;
+                    notices.add(format!(
+                        "`{kind}` is served by the gateway's code mode: the model writes Python that calls the tool set's tools (`run_code`) on the gateway's interpreter; there is no shell, file system or container"
+                    ));
                     continue;
                 }
                 // A tool Anthropic runs is served by the tool set's tool of
@@ -199,6 +213,9 @@ fn to_chat_request(req: &Value) -> Result<Translated, ApiError> {
         })),
         _ => None,
     };
+    if programs {
+        out.insert("tool_mode".into(), json!("code"));
+    }
     if obj
         .get("mcp_servers")
         .is_some_and(|s| s.as_array().is_some_and(|a| !a.is_empty()))

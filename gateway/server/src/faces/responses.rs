@@ -614,6 +614,10 @@ fn to_chat_request(
         .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?;
     out.insert("model".into(), json!(model));
     let (mut functions, deferred) = translate_tools(obj, offered, earlier, &mut notices);
+    // Programmatic tool calling: served by code mode over the tool set.
+    if common::asks_for_programs(obj.get("tools"), |c| c == "programmatic", &mut notices) {
+        out.insert("tool_mode".into(), json!("code"));
+    }
     let mut messages = Vec::new();
     if let Some(instructions) = obj.get("instructions").and_then(Value::as_str) {
         messages.push(json!({"role": "system", "content": instructions}));
