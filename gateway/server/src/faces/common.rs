@@ -328,11 +328,6 @@ pub fn chat_request(
     out
 }
 
-/// Structure-aware fuzzing of the faces' request translators (run by
-/// `make test` at proptest's default count, and long by `make fuzz`): real
-/// request shapes (`tests/fixtures/faces/`, those of Claude Code and Codex)
-/// with random parts replaced by random JSON, which a translation must
-/// answer or refuse, never panic on.
 /// Whether a request asks for programmatic tool calling: a tool whose
 /// `allowed_callers` names a program caller (`is_program`). Programs here
 /// are the gateway's code mode (`run_code` over the request's tool set, on
@@ -358,6 +353,11 @@ pub fn asks_for_programs(
     asked
 }
 
+/// Structure-aware fuzzing of the faces' request translators (run by
+/// `make test` at proptest's default count, and long by `make fuzz`): real
+/// request shapes (`tests/fixtures/faces/`, those of Claude Code and Codex)
+/// with random parts replaced by random JSON, which a translation must
+/// answer or refuse, never panic on.
 #[cfg(test)]
 pub(crate) mod fuzzing {
     use proptest::prelude::*;
