@@ -169,6 +169,7 @@ bench: $(MCP_NODE) $(OPENAPI_NODE) deb
 	target/release/bench-parser
 	target/release/bench-mcp
 	target/release/bench-mcp-face
+	TOOLGATE_WORKER_BIN=target/release/toolgate target/release/bench-code
 	tests/bench/proxy.sh
 	target/release/bench-load
 	$(MAKE) bench-guards

@@ -12,6 +12,9 @@
 //! - `then NAME {json}`: once tools have answered, call NAME if it is
 //!   offered by then and has not answered yet (one `then` per turn, in
 //!   order): a model that calls a tool an earlier call told it of.
+//! - `next NAME {json}`: once tools have answered, every `next` call in one
+//!   turn (parallel calls), when all are offered and none has answered:
+//!   a model that makes several calls of what an earlier call found.
 //! - The script is the last user message that is not tool results: a user
 //!   message right after tool messages (what a client sends next to its
 //!   results, e.g. Claude Code's text beside its `tool_result` blocks) is
@@ -158,7 +161,7 @@ fn directives(text: &str) -> HashMap<String, String> {
 /// `(verb, name, arguments)` for every `call|fix|loop|then NAME {json}`.
 fn script(text: &str) -> Vec<(String, String, Value)> {
     let mut out = Vec::new();
-    let words = ["call ", "fix ", "loop ", "then "];
+    let words = ["call ", "fix ", "loop ", "then ", "next "];
     let mut i = 0;
     while i < text.len() {
         let rest = &text[i..];
@@ -323,6 +326,24 @@ fn decide(req: &Value) -> Reply {
         return Reply {
             content: Some(format!("Hello! You said: {}", user_text.trim())),
             calls: Vec::new(),
+        };
+    }
+    // Several calls of tools an earlier result made known, in one turn.
+    let next: Vec<&(String, String, Value)> =
+        steps.iter().filter(|(v, _, _)| v == "next").collect();
+    if !next.is_empty()
+        && !results.is_empty()
+        && next.iter().all(|(_, n, _)| is_offered(n))
+        && !next
+            .iter()
+            .any(|(_, n, _)| results.iter().any(|(r, _)| r == n))
+    {
+        return Reply {
+            content: None,
+            calls: next
+                .iter()
+                .map(|(_, n, a)| (n.clone(), a.clone()))
+                .collect(),
         };
     }
     // Tools an earlier result made known, one per turn.

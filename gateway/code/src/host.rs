@@ -79,7 +79,9 @@ pub fn binary() -> Result<PathBuf, String> {
     BINARY
         .get_or_init(|| {
                 if let Some(bin) = std::env::var_os("TOOLGATE_WORKER_BIN") {
-                    return Ok(PathBuf::from(bin));
+                    // Absolute: workers start in `/`.
+                    return std::path::absolute(PathBuf::from(bin))
+                        .map_err(|e| format!("TOOLGATE_WORKER_BIN: {e}"));
                 }
                 let exe = std::env::current_exe()
                     .map_err(|e| format!("cannot find the gateway's own binary: {e}"))?;
