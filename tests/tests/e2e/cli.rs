@@ -19,7 +19,7 @@ fn check_passes_on_the_shipped_configuration() {
     assert_eq!(code, 0, "{out}");
     let last = out.lines().last().unwrap();
     assert!(
-        last.starts_with("ok: 17 tools (1 unavailable), 3 tool sets, default set: default"),
+        last.starts_with("ok: 17 tools (1 unavailable), 4 tool sets, default set: default"),
         "{out}"
     );
     assert!(
