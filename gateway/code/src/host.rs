@@ -124,8 +124,22 @@ impl Worker {
         Ok(Worker::new(binary()?, vec![WORKER_ARG.into()], None))
     }
 
-    /// The same worker, run as `user` (uid, gid).
+    /// The same worker, run as `user` (uid, gid) — when that user can run
+    /// the binary at all: a binary under a folder only the gateway's user
+    /// may enter (`/root/...`) runs as the gateway's user, confined the
+    /// same way, with a warning logged once.
     pub fn as_user(mut self, user: Option<(u32, u32)>) -> Worker {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        if user.is_some() && !runnable_by_anyone(&self.program) {
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    "the code worker `{}` cannot be run by the sandbox user (a folder above it is closed to others): programs run as the gateway's user, confined",
+                    self.program.display()
+                );
+            });
+            self.user = None;
+            return self;
+        }
         self.user = user;
         self
     }
@@ -256,6 +270,18 @@ impl Worker {
         }
         command.spawn()
     }
+}
+
+/// `true` when any user may run `program`: every folder above it can be
+/// entered by others, and it may be executed by others.
+fn runnable_by_anyone(program: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.permissions().mode());
+    mode(program).is_ok_and(|m| m & 0o001 != 0)
+        && program
+            .ancestors()
+            .skip(1)
+            .all(|dir| dir.as_os_str().is_empty() || mode(dir).is_ok_and(|m| m & 0o001 != 0))
 }
 
 fn worker_failure(message: String, calls: u32) -> Outcome {

@@ -76,7 +76,7 @@ fn tools_lists_a_set() {
         "nope",
     ]);
     assert_eq!(code, 1);
-    assert!(err.contains("available: default, research"), "{err}");
+    assert!(err.contains("available: code, default, research"), "{err}");
 }
 
 #[test]
@@ -145,7 +145,7 @@ async fn serve_answers_the_readme_requests() {
     };
     assert_eq!(get("/healthz").await["status"], "ok");
     let sets = get("/v1/tool-sets").await;
-    assert_eq!(sets["data"].as_array().unwrap().len(), 3);
+    assert_eq!(sets["data"].as_array().unwrap().len(), 4);
     let tools = get("/v1/tools?tool_set=default").await;
     let names: Vec<&str> = tools["data"]
         .as_array()
