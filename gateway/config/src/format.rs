@@ -87,6 +87,127 @@ pub struct GatewayFile {
     /// run the tool loop and read recent calls. Off unless enabled.
     #[serde(default)]
     pub console: ConsoleDecl,
+    /// Upstream accounts of the people who call: tools and MCP servers
+    /// declared with `credentials` act as the calling user, with a token
+    /// the user connected (OAuth authorization code, kept encrypted) or one
+    /// obtained for them by token exchange.
+    #[serde(default)]
+    pub connections: Option<ConnectionsDecl>,
+}
+
+/// `connections`: how users connect their upstream accounts, and where the
+/// gateway keeps their tokens.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionsDecl {
+    /// The gateway's URL as a user's browser reaches it, e.g.
+    /// `https://gateway.example.com`: connect links start there, and the
+    /// authorization servers redirect to `<public_url>/connect/callback`
+    /// (the redirect URI to register).
+    pub public_url: String,
+    /// Environment variable holding the key that encrypts stored tokens
+    /// (32 random bytes, base64 or hex: `openssl rand -base64 32`).
+    pub key_env: String,
+    /// Environment variable holding the key used before the current one:
+    /// tokens it encrypted are still read, and written again under the
+    /// current key (rotation).
+    #[serde(default)]
+    pub previous_key_env: Option<String>,
+    /// Folder of the embedded token store, relative to the configuration
+    /// folder; default `.toolgate/connections`. With `state.redis`, tokens
+    /// are kept in Redis instead, for every replica.
+    #[serde(default)]
+    pub store: Option<String>,
+    /// How long a connect link is valid; default 10 minutes.
+    #[serde(default = "default_link_ttl", with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub link_ttl: Duration,
+    /// Upstream accounts users connect once (OAuth 2.1 authorization code
+    /// with PKCE), by the name `credentials: {per_user: NAME}` uses.
+    #[serde(default)]
+    pub oauth: IndexMap<String, ConnectionDecl>,
+    /// Token exchanges (RFC 8693): the caller's bearer token traded at an
+    /// authorization server for one the upstream accepts, by the name
+    /// `credentials: {token_exchange: NAME}` uses.
+    #[serde(default)]
+    pub exchange: IndexMap<String, ExchangeDecl>,
+}
+
+fn default_link_ttl() -> Duration {
+    Duration::from_secs(600)
+}
+
+/// One upstream account users connect (`connections.oauth.NAME`).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionDecl {
+    /// The authorization server's issuer URL; its endpoints are read from
+    /// its metadata (`/.well-known/oauth-authorization-server`, else
+    /// `/.well-known/openid-configuration`) unless both are given below.
+    pub issuer: String,
+    /// The authorization endpoint, instead of the metadata's.
+    #[serde(default)]
+    pub authorization_endpoint: Option<String>,
+    /// The token endpoint, instead of the metadata's.
+    #[serde(default)]
+    pub token_endpoint: Option<String>,
+    /// The gateway's client id at that server.
+    pub client_id: String,
+    /// Environment variable holding the client's secret (a confidential
+    /// client); without it the gateway is a public client (PKCE only).
+    #[serde(default)]
+    pub client_secret_env: Option<String>,
+    /// Scopes to ask for.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// The resource indicator (RFC 8707) of the upstream the token is for.
+    #[serde(default)]
+    pub resource: Option<String>,
+}
+
+/// One token exchange (`connections.exchange.NAME`).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExchangeDecl {
+    /// The authorization server's issuer URL (its token endpoint is read
+    /// from its metadata) ...
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// ... or its token endpoint.
+    #[serde(default)]
+    pub token_endpoint: Option<String>,
+    /// The gateway's client id at that server.
+    pub client_id: String,
+    /// Environment variable holding the client's secret.
+    #[serde(default)]
+    pub client_secret_env: Option<String>,
+    /// The `audience` to ask for (the upstream's name at that server).
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// The `resource` to ask for (the upstream's URL).
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// Scopes to ask for.
+    #[serde(default)]
+    pub scopes: Vec<String>,
+}
+
+/// Whose credentials a file's HTTP tools use upstream. Without
+/// `credentials`, the gateway's own (what the headers or `auth_env` say),
+/// for every caller.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialsDecl {
+    /// The calling user's own token for the upstream account named in
+    /// `connections.oauth`: each user connects once; a user who has not
+    /// gets an error with a link to connect.
+    PerUser(String),
+    /// A token obtained for the caller by the token exchange named in
+    /// `connections.exchange`, from the bearer token the caller came with.
+    TokenExchange(String),
+    /// The caller's own bearer token (a JWT `auth.jwt` accepted), sent as
+    /// is: only for an upstream that trusts the same issuer.
+    Forward,
 }
 
 /// `http`: one rule for every endpoint about browsers. A web page can send
@@ -1100,6 +1221,13 @@ impl Default for WebFetchDecl {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolFile<T = ToolDecl, M = McpServerDecl, O = OpenApiDecl> {
+    /// Whose credentials this file's HTTP tools (declared and imported
+    /// from OpenAPI) send upstream, as `Authorization: Bearer`:
+    /// `{per_user: NAME}`, `{token_exchange: NAME}` or `forward`; default:
+    /// the gateway's own, as their headers say.
+    #[serde(default, with = "serde_yaml::with::singleton_map")]
+    #[schemars(with = "Option<CredentialsDecl>")]
+    pub credentials: Option<CredentialsDecl>,
     /// Environment variables this file's templates may read as `env.NAME`,
     /// each `optional` (a tool using it is disabled, with a warning, while it
     /// is unset) or `required` (unset is a configuration error).
@@ -1120,6 +1248,7 @@ pub struct ToolFile<T = ToolDecl, M = McpServerDecl, O = OpenApiDecl> {
 impl<T, M, O> Default for ToolFile<T, M, O> {
     fn default() -> Self {
         ToolFile {
+            credentials: None,
             env: IndexMap::new(),
             tools: Vec::new(),
             mcp_servers: Vec::new(),

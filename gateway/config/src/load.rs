@@ -270,6 +270,7 @@ impl FromYaml for RawToolFile {
             .map(|(j, v)| ctx.typed(v, &format!("openapi[{j}]")))
             .collect();
         Some(ToolFile {
+            credentials: outer.credentials,
             env: outer.env,
             tools,
             mcp_servers,

@@ -485,9 +485,20 @@ impl Executor {
             ),
             // A server told who calls may answer each caller differently.
             ToolKind::Mcp(m) if m.varies_by_caller() => per_caller(),
-            ToolKind::Http(h) if h.reads_caller => per_caller(),
+            ToolKind::Http(h) if h.reads_caller || h.credentials.is_some() => per_caller(),
             _ => canonical_json(&arguments),
         });
+        // A tool acting as the caller upstream runs (and answers from the
+        // cache) only while the caller has credentials there.
+        if let ToolKind::Http(http) = &tool.kind
+            && let Some(how) = &http.credentials
+            && let Some(connections) = catalog.connections.as_deref()
+            && let Err(e) = connections
+                .ready(&connections.store(self.shared.as_ref()), how, ctx)
+                .await
+        {
+            return ToolResult::failure(e, started);
+        }
         if let (Some(cache), Some(key)) = (&tool.cache, &cache_key)
             && let Some(output) = self.cached(&tool, cache, key).await
         {
@@ -599,10 +610,13 @@ impl Executor {
         progress: Option<&ProgressSink>,
     ) -> Result<Output, ToolError> {
         match &tool.kind {
-            ToolKind::Http(http) => http
-                .call_traced(&self.http, &args, ctx)
-                .await
-                .map(Output::from),
+            ToolKind::Http(http) => {
+                let connections = catalog.connections.as_deref();
+                let store = connections.map(|c| c.store(self.shared.as_ref()));
+                http.call_traced(&self.http, &args, ctx, connections.zip(store.as_ref()))
+                    .await
+                    .map(Output::from)
+            }
             ToolKind::Native(native) => {
                 let ctx = ToolContext::new(ctx, &call.id, &tool.name, catalog.extensions().clone());
                 native.call(args, ctx).await.map(Output::from)

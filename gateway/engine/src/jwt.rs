@@ -53,6 +53,8 @@ pub struct Verified {
     /// Its `sub` claim, if a string.
     pub subject: Option<String>,
     pub claims: Value,
+    /// The token itself (forwarded or exchanged for upstreams that ask).
+    pub token: toolgate::BearerToken,
 }
 
 /// Where the issuer's keys come from.
@@ -166,6 +168,7 @@ impl JwtVerifier {
             key,
             subject,
             claims: data.claims,
+            token: toolgate::BearerToken::new(token),
         })
     }
 

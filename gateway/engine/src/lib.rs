@@ -13,8 +13,9 @@
 //! ([`jwt`] checks tokens of an OAuth authorization server),
 //! [`limits`] caps concurrency and rates, [`audit`] writes one line per tool
 //! call, [`metrics`] counts everything (a leaf: it knows no other module),
-//! [`secrets`] keeps configured secrets out of what clients see, and
-//! [`template`] renders HTTP tools' requests.
+//! [`secrets`] keeps configured secrets out of what clients see,
+//! [`template`] renders HTTP tools' requests, and [`credentials`] gives HTTP
+//! tools the calling user's own token for their upstream.
 
 pub mod approvals;
 pub mod audit;
@@ -23,6 +24,7 @@ pub mod catalog;
 pub mod chat;
 pub mod code;
 pub mod conversations;
+pub mod credentials;
 pub mod discovery;
 pub mod executor;
 pub mod formatter;

@@ -10,6 +10,8 @@
 //!   a fingerprint of its definition and a hash of the arguments; values
 //!   over `max_value_bytes` stay in the replica's own cache.
 //! - **Learned formatters** are members of one set.
+//! - **Entries** (`entry_*`): bytes kept until deleted, e.g. users'
+//!   sealed upstream tokens.
 //! - **Marks** (`mark`/`marked`): ids under a TTL, e.g. MCP sessions closed
 //!   on one replica, so no other one restores them.
 //!
@@ -335,6 +337,36 @@ impl Redis {
         let key = self.key(&["cache", key]);
         self.run(|mut c| async move { redis::cmd("DEL").arg(key).query_async::<()>(&mut c).await })
             .await
+    }
+
+    /// A kept entry (bytes, no expiry): e.g. a user's sealed token.
+    pub async fn entry_get(&self, parts: &[&str]) -> Result<Option<Vec<u8>>, Down> {
+        let key = self.key(parts);
+        self.run(|mut c| async move { redis::cmd("GET").arg(key).query_async(&mut c).await })
+            .await
+    }
+
+    /// Keeps an entry until it is deleted.
+    pub async fn entry_put(&self, parts: &[&str], bytes: &[u8]) -> Result<(), Down> {
+        let key = self.key(parts);
+        let bytes = bytes.to_vec();
+        self.run(|mut c| async move {
+            redis::cmd("SET")
+                .arg(key)
+                .arg(bytes)
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await
+    }
+
+    /// Deletes an entry; `true` when there was one.
+    pub async fn entry_del(&self, parts: &[&str]) -> Result<bool, Down> {
+        let key = self.key(parts);
+        let n: i64 = self
+            .run(|mut c| async move { redis::cmd("DEL").arg(key).query_async(&mut c).await })
+            .await?;
+        Ok(n > 0)
     }
 
     /// Marks `id` of `kind` (e.g. a closed MCP session) for every replica,

@@ -34,10 +34,34 @@ pub struct CallContext {
     pub subject: Option<String>,
     /// The claims of the caller's bearer token (JWT), if it came with one.
     pub claims: Option<Arc<serde_json::Value>>,
+    /// The caller's bearer token itself (a verified JWT), for upstreams
+    /// that get it forwarded or exchanged; never handed to native tools.
+    pub token: Option<BearerToken>,
     /// A way back to the caller's client while the call runs, when it has
     /// one (an MCP client of the gateway, which can answer an upstream
     /// server's questions and receive its log messages).
     pub client: Option<ClientLink>,
+}
+
+/// A caller's bearer token: its text never shows in `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BearerToken(Arc<str>);
+
+impl BearerToken {
+    pub fn new(token: &str) -> BearerToken {
+        BearerToken(Arc::from(token))
+    }
+
+    /// The token's text, to send upstream.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BearerToken(..)")
+    }
 }
 
 /// A way back to the caller's client, opaque here: the face that made it
@@ -88,8 +112,15 @@ impl CallContext {
             project: None,
             subject: None,
             claims: None,
+            token: None,
             client: None,
         }
+    }
+
+    /// Sets the caller's bearer token.
+    pub fn with_token(mut self, token: Option<BearerToken>) -> CallContext {
+        self.token = token;
+        self
     }
 
     /// Sets who calls, and the claims of their token.

@@ -38,6 +38,11 @@ pub enum ToolError {
     /// was not run.
     #[error("{0}")]
     Unapproved(String),
+    /// The tool acts as the calling user upstream, and the user has no
+    /// usable credentials there (not connected, or the upstream refused
+    /// them): the message says how to connect.
+    #[error("{0}")]
+    NotConnected(String),
     /// The caller's API key used up its tool calls per minute.
     #[error(
         "the tool-call rate limit of this API key is reached; retry in {} s",
@@ -67,6 +72,7 @@ impl ToolError {
             ToolError::Panicked(_) => "tool_crashed",
             ToolError::RateLimited(_) => "rate_limited",
             ToolError::Unapproved(_) => "approval_pending",
+            ToolError::NotConnected(_) => "not_connected",
         }
     }
 }

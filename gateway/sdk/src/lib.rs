@@ -29,7 +29,9 @@ mod json;
 pub mod native;
 pub mod strict;
 
-pub use context::{CallContext, ClientLink, Extensions, Progress, ProgressSink, ToolContext};
+pub use context::{
+    BearerToken, CallContext, ClientLink, Extensions, Progress, ProgressSink, ToolContext,
+};
 pub use error::{ArgError, ToolError, is_valid_name};
 pub use json::{canonical_json, truncate_chars};
 pub use native::NativeTool;

@@ -294,6 +294,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
                 "jwt",
             ],
             &["auth", "prompt", "shared", "audit", "guards", "policy"],
+            &["credentials"],
             &[
                 "limits",
                 "tool",

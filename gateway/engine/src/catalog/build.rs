@@ -96,6 +96,7 @@ pub(super) fn build(
     );
     let mcp_session_secret = super::settings::mcp_session_secret(&raw.gateway, env, &mut diags);
     let redis_url = super::settings::redis_url(&raw.gateway, env, &mut diags);
+    let connections = super::connections::check(&raw, env, &mut diags);
 
     diag::sort(&mut diags);
     if diags.iter().any(Diagnostic::is_error) {
@@ -127,6 +128,7 @@ pub(super) fn build(
         browsers,
         policies,
         policy_version,
+        connections,
     };
     // Sets that search get their index built now, on a thread of its own
     // so the load does not wait for it (a search that comes first waits
@@ -289,6 +291,7 @@ fn declared_tools(
                 },
                 PendingHttp {
                     env: env_for_tool,
+                    credentials: file.value.credentials.clone(),
                     ..http
                 },
             ));
@@ -347,6 +350,7 @@ fn http_tools(
             env: http.env,
             secret_templates: http.secret_templates,
             reads_caller: http.reads_caller,
+            credentials: http.credentials,
             max_response_bytes,
             redirects: http.redirects,
         }));

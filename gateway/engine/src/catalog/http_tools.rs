@@ -65,6 +65,8 @@ pub(super) struct PendingHttp {
     pub(super) secret_templates: BTreeSet<String>,
     /// A template reads who calls (`request.*`).
     pub(super) reads_caller: bool,
+    /// Whose token it sends (its file's `credentials`).
+    pub(super) credentials: Option<toolgate_config::format::CredentialsDecl>,
     pub(super) redirects: Option<crate::tool::http::Redirects>,
     /// The parameters schema, compiled once here.
     pub(super) validator: jsonschema::Validator,
@@ -137,6 +139,7 @@ pub(super) fn check_tool(
         env: BTreeMap::new(),
         secret_templates: c.secret_templates,
         reads_caller: c.reads_caller,
+        credentials: None,
         redirects,
         validator: validator?,
     })

@@ -9,6 +9,7 @@ mod access;
 mod browsers;
 mod build;
 mod builtins;
+mod connections;
 mod fetch;
 mod http_tools;
 mod keys;
@@ -66,6 +67,8 @@ pub struct Catalog {
     /// A digest of `policies` and `approvals.destructive`, which binds
     /// approvals to the rules they were given under.
     pub policy_version: String,
+    /// Users' upstream accounts and token exchanges (`connections`).
+    pub connections: Option<Arc<crate::credentials::Connections>>,
 }
 
 /// A declared tool that cannot be used, and why.

@@ -18,6 +18,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use super::ToolError;
+use crate::credentials::{Connections, CredentialsDecl, Store};
 use crate::secrets::Scrubber;
 use crate::template::{self, JSON_SUFFIX};
 
@@ -43,6 +44,9 @@ pub struct HttpTool {
     /// A template reads who calls (`request.*`): its answers may differ
     /// per caller, and cached results must too.
     pub reads_caller: bool,
+    /// Whose token it sends as `Authorization: Bearer` (its file's
+    /// `credentials`); `None`: what its headers say, for every caller.
+    pub credentials: Option<CredentialsDecl>,
     pub max_response_bytes: usize,
     /// Redirects followed; `None`: a 3xx answer is an error.
     pub redirects: Option<Redirects>,
@@ -94,50 +98,98 @@ impl HttpTool {
     /// Runs one call with validated `args`, for no one in particular.
     pub async fn call(&self, client: &reqwest::Client, args: &Value) -> Result<Value, ToolError> {
         let caller = crate::template::caller(&toolgate::CallContext::default());
-        self.call_inner_scrubbed(client, args, None, &caller).await
+        let mut refused = false;
+        self.call_inner_scrubbed(client, args, None, &caller, None, &mut refused)
+            .await
     }
 
     /// Runs one call with validated `args` for the caller of `ctx` (what
     /// templates read as `request`), sending its request id as
-    /// `X-Request-Id` (unless the tool declares that header itself).
+    /// `X-Request-Id` (unless the tool declares that header itself). A tool
+    /// with `credentials` sends the caller's token from `connections`; when
+    /// the upstream refuses it (401), once more with a renewed one.
     pub async fn call_traced(
         &self,
         client: &reqwest::Client,
         args: &Value,
         ctx: &toolgate::CallContext,
+        connections: Option<(&Connections, &Store)>,
     ) -> Result<Value, ToolError> {
         let caller = crate::template::caller(ctx);
-        self.call_inner_scrubbed(client, args, Some(&ctx.request_id), &caller)
-            .await
+        let id = Some(ctx.request_id.as_str());
+        let mut refused = false;
+        let Some(how) = &self.credentials else {
+            return self
+                .call_inner_scrubbed(client, args, id, &caller, None, &mut refused)
+                .await;
+        };
+        let Some((connections, store)) = connections else {
+            return Err(ToolError::Failed(
+                "this tool acts as the calling user, and the gateway has no `connections`".into(),
+            ));
+        };
+        let token = connections.bearer(store, how, ctx).await?;
+        let result = self
+            .call_inner_scrubbed(client, args, id, &caller, Some(&token), &mut refused)
+            .await;
+        if !refused {
+            return result;
+        }
+        let Some(again) = connections.refused(store, how, ctx, &token).await? else {
+            return result;
+        };
+        refused = false;
+        let result = self
+            .call_inner_scrubbed(client, args, id, &caller, Some(&again), &mut refused)
+            .await;
+        if refused {
+            return Err(connections.drop_refused(store, how, ctx).await);
+        }
+        result
     }
 
+    /// One request; `refused` is set when it carried `bearer` and the
+    /// upstream answered 401.
     async fn call_inner_scrubbed(
         &self,
         client: &reqwest::Client,
         args: &Value,
         request_id: Option<&str>,
         caller: &Value,
+        bearer: Option<&str>,
+        refused: &mut bool,
     ) -> Result<Value, ToolError> {
         // What secret-reading templates rendered this call; the scrubber
         // is built only when there is an error to scrub.
         let mut rendered = Vec::new();
-        self.call_inner(client, args, request_id, caller, &mut rendered)
-            .await
-            .map_err(|e| {
-                let mut secrets = Scrubber::new(self.env.values().map(String::as_str));
-                for r in &rendered {
-                    secrets.add(r);
-                }
-                redact_error(e, &secrets)
-            })
+        self.call_inner(
+            client,
+            args,
+            request_id,
+            caller,
+            bearer,
+            refused,
+            &mut rendered,
+        )
+        .await
+        .map_err(|e| {
+            let mut secrets = Scrubber::new(self.env.values().map(String::as_str));
+            for r in rendered.iter().map(String::as_str).chain(bearer) {
+                secrets.add(r);
+            }
+            redact_error(e, &secrets)
+        })
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn call_inner(
         &self,
         client: &reqwest::Client,
         args: &Value,
         request_id: Option<&str>,
         caller: &Value,
+        bearer: Option<&str>,
+        refused: &mut bool,
         secrets: &mut Vec<String>,
     ) -> Result<Value, ToolError> {
         let env = minijinja::Value::from_serialize(&self.env);
@@ -247,11 +299,20 @@ impl HttpTool {
             }
         }
 
-        let request = request.build().map_err(|e| {
+        let mut request = request.build().map_err(|e| {
             ToolError::Failed(format!("cannot build the request: {}", describe_reqwest(e)))
         })?;
+        if let Some(token) = bearer {
+            let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                ToolError::Failed("the caller's token holds characters a header cannot".into())
+            })?;
+            request
+                .headers_mut()
+                .insert(reqwest::header::AUTHORIZATION, value);
+        }
         let response = self.send(client, request).await?;
         let status = response.status();
+        *refused = bearer.is_some() && status == reqwest::StatusCode::UNAUTHORIZED;
         let is_json = response
             .headers()
             .get(CONTENT_TYPE)

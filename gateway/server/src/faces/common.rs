@@ -49,6 +49,7 @@ pub fn call_context(headers: &HeaderMap, caller: &Caller) -> Result<CallContext,
         .with_request_id(caller.request_id.clone())
         .with_key(caller.key_name())
         .with_subject(caller.subject(), caller.claims())
+        .with_token(caller.bearer())
         .with_project(project)
         .map_err(|e| ApiError::bad_request(format!("X-Toolgate-Project: {e}")))
 }

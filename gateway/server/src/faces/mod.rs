@@ -10,6 +10,7 @@
 pub mod approvals;
 pub mod chat;
 pub mod common;
+pub mod connections;
 pub mod console;
 pub mod mcp;
 pub mod messages;

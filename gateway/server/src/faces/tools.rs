@@ -227,7 +227,7 @@ fn error_for(e: &ToolError) -> ApiError {
             StatusCode::BAD_GATEWAY
         }
         ToolError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-        ToolError::Unapproved(_) => StatusCode::FORBIDDEN,
+        ToolError::Unapproved(_) | ToolError::NotConnected(_) => StatusCode::FORBIDDEN,
     };
     let mut err = ApiError::new(status, e.code(), e.to_string());
     match e {

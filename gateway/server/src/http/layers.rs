@@ -75,6 +75,11 @@ impl Caller {
             .or_else(|| self.key_name())
     }
 
+    /// The token itself, if the caller came with one.
+    pub fn bearer(&self) -> Option<toolgate_engine::tool::context::BearerToken> {
+        self.token.as_ref().map(|t| t.token.clone())
+    }
+
     /// The token's claims, if the caller came with one.
     pub fn claims(&self) -> Option<Arc<serde_json::Value>> {
         self.token.as_ref().map(|t| Arc::new(t.claims.clone()))

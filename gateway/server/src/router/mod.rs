@@ -14,7 +14,9 @@ use axum::routing::{any, get, post};
 
 pub use direct::Gateway;
 
-use crate::faces::{approvals, chat, console, mcp, messages, models, responses, tools};
+use crate::faces::{
+    approvals, chat, connections, console, mcp, messages, models, responses, tools,
+};
 use crate::http::{self, ApiError, AppState, ErrorShape, Paths};
 use crate::ops;
 
@@ -36,10 +38,13 @@ fn error_shape(path: &str) -> ErrorShape {
 }
 
 /// Paths that need no key: health and readiness, the console's page and
-/// assets (which hold no data), the protected-resource metadata.
+/// assets (which hold no data), the protected-resource metadata, and the
+/// connect pages a user's browser opens (a sealed ticket or state names
+/// the user).
 fn is_open(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz")
         || console::is_open(path)
+        || path.starts_with("/connect/")
         || path.starts_with("/.well-known/oauth-protected-resource")
 }
 
@@ -64,6 +69,11 @@ pub const ENDPOINTS: &[&str] = &[
     "POST /v1/tools/{name}/invoke",
     "GET /v1/approvals",
     "GET|POST /v1/approvals/{id}",
+    "GET /v1/connections",
+    "POST /v1/connections/{name}/link",
+    "DELETE /v1/connections/{name}",
+    "GET /connect/{name}",
+    "GET /connect/callback",
     "POST|GET|DELETE /mcp/{tool_set}",
     "POST|GET|DELETE /mcp",
     "GET /.well-known/oauth-protected-resource",
@@ -135,6 +145,14 @@ pub fn router(state: AppState) -> Router {
             "/v1/approvals/{id}",
             get(approvals::get).post(approvals::post),
         )
+        .route("/v1/connections", get(connections::list))
+        .route(
+            "/v1/connections/{name}",
+            axum::routing::delete(connections::disconnect),
+        )
+        .route("/v1/connections/{name}/link", post(connections::link))
+        .route("/connect/callback", get(connections::callback))
+        .route("/connect/{name}", get(connections::start))
         .route("/v1/models", get(models::list_models))
         .route("/v1/chat/completions", post(chat::completions))
         .route(
