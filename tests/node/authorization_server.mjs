@@ -7,7 +7,8 @@
 // Environment: AS_PORT (where it listens), GATEWAY_REDIRECT_URI (the
 // gateway's /connect/callback), GATEWAY_RESOURCE (the audience of tokens
 // that call the gateway), API_RESOURCE (the API users connect to),
-// SHORT_RESOURCE (a second such API), EXCHANGE_RESOURCE (the API reached
+// SHORT_RESOURCE (a second such API), MCP_RESOURCE (an MCP server users
+// connect to), EXCHANGE_RESOURCE (the API reached
 // by token exchange), API_TOKEN_TTL (seconds an API token lives). Prints "ready <issuer>" when listening.
 // GET /test/stats answers how many grants of each type it issued and
 // how many tokens were revoked.
@@ -21,6 +22,7 @@ const gateway = process.env.GATEWAY_RESOURCE;
 const api = process.env.API_RESOURCE;
 const exchangeTarget = process.env.EXCHANGE_RESOURCE;
 const short = process.env.SHORT_RESOURCE;
+const mcp = process.env.MCP_RESOURCE;
 const apiTtl = Number(process.env.API_TOKEN_TTL || 3600);
 
 const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
@@ -37,7 +39,7 @@ const provider = new Provider(issuer, {
       client_id: 'toolgate',
       client_secret: 'toolgate-secret',
       redirect_uris: [process.env.GATEWAY_REDIRECT_URI],
-      grant_types: ['authorization_code', 'refresh_token', TOKEN_EXCHANGE],
+      grant_types: ['authorization_code', 'refresh_token', 'client_credentials', TOKEN_EXCHANGE],
       response_types: ['code'],
       token_endpoint_auth_method: 'client_secret_basic',
     },
@@ -57,12 +59,13 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: true },
     revocation: { enabled: true },
+    clientCredentials: { enabled: true },
     resourceIndicators: {
       enabled: true,
       defaultResource: () => undefined,
       useGrantedResource: () => true,
       getResourceServerInfo: (ctx, resource) => {
-        if (![gateway, api, short, exchangeTarget].includes(resource)) {
+        if (![gateway, api, short, mcp, exchangeTarget].includes(resource)) {
           throw new errors.InvalidTarget();
         }
         return {

@@ -19,7 +19,9 @@ import pathlib
 import re
 import socket
 import subprocess
+import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -32,6 +34,7 @@ from conftest import ROOT, JsonHandler, binary, missing, read_until, require_mod
 NODE_DIR = ROOT / "tests" / "node"
 NODE = NODE_DIR / "node_modules" / ".bin" / "node"
 SERVER = NODE_DIR / "authorization_server.mjs"
+USER_MCP_SERVER = ROOT / "tests" / "mcp" / "user_server.py"
 # PKCE of the test's own sign-ins.
 VERIFIER = "a-verifier-of-the-tests-own-sign-ins-0123456789"
 CHALLENGE = base64.urlsafe_b64encode(hashlib.sha256(VERIFIER.encode()).digest()).rstrip(b"=").decode()
@@ -87,6 +90,18 @@ class Browser:
 
     def delete(self, url, **kw):
         return self.request("DELETE", url, **kw)
+
+
+def wait_for_port(port, proc):
+    """Waits until something listens on `port` (the child `proc` started)."""
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server on port {port} exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
 
 
 def free_port() -> int:
@@ -184,6 +199,8 @@ def world(tmp_path_factory, model):
     issuer = f"http://127.0.0.1:{as_port}"
     gateway = f"http://127.0.0.1:{gw_port}"
     resources = {name: f"http://127.0.0.1:{free_port()}/" for name in ("api", "short", "exchange")}
+    mcp_port = free_port()
+    mcp_url = f"http://127.0.0.1:{mcp_port}/mcp"
     # Tokens for the gateway: the audience `auth.jwt` checks, which the
     # `forward` API trusts too.
     gateway_resource = f"http://127.0.0.1:{free_port()}/"
@@ -195,11 +212,27 @@ def world(tmp_path_factory, model):
         "API_RESOURCE": resources["api"],
         "SHORT_RESOURCE": resources["short"],
         "EXCHANGE_RESOURCE": resources["exchange"],
+        "MCP_RESOURCE": mcp_url,
     }
     auth = subprocess.Popen([NODE, SERVER], cwd=NODE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     read_until(auth.stdout, "ready ")
     apis = {name: api_server(issuer, r) for name, r in resources.items()}
     apis["forward"] = api_server(issuer, gateway_resource)
+    mcp_server = subprocess.Popen(
+        [sys.executable, USER_MCP_SERVER, str(mcp_port), issuer],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(mcp_port, mcp_server)
+    # The gateway's own token at the MCP server (client credentials): its
+    # session lists the tools.
+    r = Browser().post(
+        f"{issuer}/token",
+        auth=("toolgate", "toolgate-secret"),
+        data={"grant_type": "client_credentials", "scope": "api", "resource": mcp_url},
+    )
+    assert r.status_code == 200, r.text
+    service_token = r.json()["access_token"]
 
     config = tmp_path_factory.mktemp("connections")
     (config / "tools.d").mkdir()
@@ -236,6 +269,12 @@ connections:
       client_secret_env: TG_CLIENT_SECRET
       scopes: [api]
       resource: {resources["short"]}
+    tasks:
+      issuer: {issuer}
+      client_id: toolgate
+      client_secret_env: TG_CLIENT_SECRET
+      scopes: [api]
+      resource: {mcp_url}
   exchange:
     corp:
       issuer: {issuer}
@@ -260,7 +299,17 @@ connections:
         if file == "short":  # every call reaches its API
             text = text.replace("    cache: { ttl: 5m }\n", "")
         (config / "tools.d" / f"{file}.yaml").write_text(text)
-    (config / "tool-sets" / "me.yaml").write_text("name: me\ntools: [people_me, short_me, corp_me, forward_me]\n")
+    (config / "tools.d" / "mcp.yaml").write_text(f"""
+env:
+  SERVICE_TOKEN: required
+mcp_servers:
+  - name: tasks
+    transport: http
+    url: {mcp_url}
+    headers: {{ Authorization: "Bearer {{{{ env.SERVICE_TOKEN }}}}" }}
+    credentials: {{ per_user: tasks }}
+""")
+    (config / "tool-sets" / "me.yaml").write_text("name: me\ntools: [people_me, short_me, corp_me, forward_me, whoami]\n")
     genv = {
         **os.environ,
         "NO_COLOR": "1",
@@ -268,6 +317,7 @@ connections:
         "TG_ADMIN_KEY": "admin-key-0123456789abcdef",
         "TG_CONNECTIONS_KEY": CONNECTIONS_KEY,
         "TG_CLIENT_SECRET": "toolgate-secret",
+        "SERVICE_TOKEN": service_token,
     }
     genv.pop("OPENAI_BASE_URL", None)
     gw = subprocess.Popen(
@@ -344,6 +394,8 @@ connections:
     }
     gw.terminate()
     gw.wait(timeout=10)
+    mcp_server.kill()
+    mcp_server.wait()
     auth.kill()
     auth.wait()
     for server, _ in apis.values():
@@ -408,7 +460,7 @@ def test_each_user_connects_once_and_then_calls_as_themselves(world):
     r = world["web"].get(world["gateway"] + "/v1/connections", token=alice)
     assert r.status_code == 200, r.text
     listed = {c["name"]: c["connected"] for c in r.json()["data"]}
-    assert listed == {"people": True, "short": True}
+    assert listed == {"people": True, "short": True, "tasks": False}
     assert "access_token" not in r.text and "eyJ" not in r.text
 
 
@@ -536,3 +588,34 @@ def test_a_forged_or_foreign_link_connects_no_one(world):
     assert r.status_code == 400 and "short" in r.text
     r = web.get(link, follow_redirects=False)
     assert r.status_code == 302 and "code_challenge=" in r.headers["location"]
+
+
+def test_an_mcp_server_gets_each_user_in_a_session_of_their_own(world):
+    alice, bob = world["sign_in"]("alice"), world["sign_in"]("bob")
+    invoke = world["invoke"]
+    # The shared session (the gateway's own token) lists the tools first.
+    for _ in range(100):
+        status, body = invoke(alice, "whoami")
+        if status == 200 or body["error"]["code"] == "not_connected":
+            break
+        time.sleep(0.1)
+    for user, token in (("alice", alice), ("bob", bob)):
+        ensure_connected(world, user, token, "whoami")
+    sessions = {"alice": set(), "bob": set()}
+    for i in range(200):
+        user, token = [("alice", alice), ("bob", bob)][i % 2]
+        status, body = invoke(token, "whoami")
+        assert status == 200, body
+        data = json.loads(body["data"])
+        assert data["sub"] == user, (i, data)
+        # The server saw no other user on the session the call came over.
+        assert data["session_subjects"] == [user], (i, data)
+        sessions[user].add(data["session"])
+    # One session per user, kept across their calls; none shared.
+    assert "" not in sessions["alice"] | sessions["bob"], "calls came over sessions"
+    assert len(sessions["alice"]) == 1 and len(sessions["bob"]) == 1, sessions
+    assert not sessions["alice"] & sessions["bob"]
+    # A caller who has not connected gets the link, not a shared session.
+    carol = world["sign_in"]("carol")
+    status, body = invoke(carol, "whoami")
+    assert status == 403 and body["error"]["code"] == "not_connected", body

@@ -192,9 +192,9 @@ pub struct ExchangeDecl {
     pub scopes: Vec<String>,
 }
 
-/// Whose credentials a file's HTTP tools use upstream. Without
-/// `credentials`, the gateway's own (what the headers or `auth_env` say),
-/// for every caller.
+/// Whose credentials a file's HTTP tools, or an MCP server, use upstream.
+/// Without `credentials`, the gateway's own (what the headers, `oauth` or
+/// `auth_env` say), for every caller.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CredentialsDecl {
@@ -1328,6 +1328,15 @@ pub struct McpServerDecl {
     /// the token).
     #[serde(default)]
     pub oauth: Option<McpOAuthDecl>,
+    /// http: whose token calls are made with, as `Authorization: Bearer`:
+    /// `{per_user: NAME}`, `{token_exchange: NAME}` or `forward` (see
+    /// `connections`). Each caller then gets a session of their own
+    /// (bounded in number and idle time); the gateway's own `headers` or
+    /// `oauth` still open the session that lists the tools. Default: every
+    /// call as the gateway.
+    #[serde(default, with = "serde_yaml::with::singleton_map")]
+    #[schemars(with = "Option<CredentialsDecl>")]
+    pub credentials: Option<CredentialsDecl>,
     /// Which tools to offer, and under which names.
     #[serde(default)]
     pub tools: McpToolsDecl,

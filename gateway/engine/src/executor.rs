@@ -490,8 +490,12 @@ impl Executor {
         });
         // A tool acting as the caller upstream runs (and answers from the
         // cache) only while the caller has credentials there.
-        if let ToolKind::Http(http) = &tool.kind
-            && let Some(how) = &http.credentials
+        let credentials = match &tool.kind {
+            ToolKind::Http(http) => http.credentials.clone(),
+            ToolKind::Mcp(mcp) => mcp.credentials(),
+            _ => None,
+        };
+        if let Some(how) = &credentials
             && let Some(connections) = catalog.connections.as_deref()
             && let Err(e) = connections
                 .ready(&connections.store(self.shared.as_ref()), how, ctx)
@@ -622,7 +626,19 @@ impl Executor {
                 native.call(args, ctx).await.map(Output::from)
             }
             // Dropped on timeout, which tells the server to cancel the call.
-            ToolKind::Mcp(mcp) => crate::tool::mcp::call(mcp, &args, ctx, progress).await,
+            ToolKind::Mcp(mcp) => match mcp.credentials() {
+                None => crate::tool::mcp::call(mcp, &args, ctx, progress, None).await,
+                Some(how) => {
+                    let connections = catalog.connections.as_deref().ok_or_else(|| {
+                        ToolError::Failed(
+                            "this MCP server is called as each caller, and the gateway has no `connections`".into(),
+                        )
+                    })?;
+                    let store = connections.store(self.shared.as_ref());
+                    let token = connections.bearer(&store, &how, ctx).await?;
+                    crate::tool::mcp::call(mcp, &args, ctx, progress, Some(&token)).await
+                }
+            },
             ToolKind::Search => catalog
                 .run_find_tools(ctx.tool_set.as_deref(), &args)
                 .map(Output::from),

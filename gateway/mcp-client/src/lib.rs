@@ -38,8 +38,8 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use indexmap::IndexMap;
-use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
+use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
 
 use session::{Server, Status};
@@ -114,8 +114,23 @@ impl<T: Offer> McpTool<T> {
     /// then its answers may differ per caller, and cached results must too.
     pub fn varies_by_caller(&self) -> bool {
         self.server.upgrade().is_some_and(|server| {
-            matches!(&server.spec.transport, Transport::Http(http) if http.per_request.is_some())
+            matches!(&server.spec.transport, Transport::Http(http) if http.per_request.is_some() || http.credentials.is_some())
         })
+    }
+
+    /// Whose token the server is called with (`credentials`), when it is
+    /// called as each caller, over a session of their own:
+    /// [`call`](Self::call) then needs the caller's bearer token.
+    pub fn credentials(&self) -> Option<toolgate_config::format::CredentialsDecl> {
+        let server = self.server.upgrade()?;
+        match &server.spec.transport {
+            Transport::Http(http) => http.credentials.clone(),
+            Transport::Stdio(_) => None,
+        }
+    }
+
+    fn per_user(&self) -> bool {
+        self.credentials().is_some()
     }
 
     /// Calls the tool over the server's session. Dropping the future (the
@@ -126,12 +141,17 @@ impl<T: Offer> McpTool<T> {
     /// `tracestate`), when traces are exported: it is sent in the call's
     /// `_meta` (MCP's SEP-414), whatever the transport. With `progress`,
     /// the call asks the server for progress reports and passes each on.
+    ///
+    /// At a `per_user` server the call goes over the caller's own session,
+    /// with `bearer` (the caller's token for the server, which the gateway
+    /// obtained); a failed call closes that session.
     pub async fn call(
         &self,
         args: &Value,
         ctx: &CallContext,
         trace: &http::HeaderMap,
         progress: Option<&ProgressSink>,
+        bearer: Option<&str>,
     ) -> Result<Answer, ToolError> {
         let server = self.server.upgrade().ok_or_else(|| {
             ToolError::Backend(format!(
@@ -139,13 +159,61 @@ impl<T: Offer> McpTool<T> {
                 self.server_name
             ))
         })?;
-        let peer = server.peer().map_err(ToolError::Backend)?;
+        let caller = match (self.per_user(), ctx.subject.as_deref(), bearer) {
+            (false, _, _) => None,
+            (true, Some(subject), Some(token)) => Some((subject, token)),
+            (true, _, _) => {
+                return Err(ToolError::NotConnected(format!(
+                    "MCP server `{}` is called as each caller, and this call has no caller's token for it",
+                    self.server_name
+                )));
+            }
+        };
+        let peer = match caller {
+            None => server.peer().map_err(ToolError::Backend)?,
+            Some((subject, token)) => server
+                .user_peer(subject, token)
+                .await
+                .map_err(ToolError::Backend)?,
+        };
         let mut params = CallToolRequestParams::new(self.remote.clone());
         if let Value::Object(map) = args {
             params = params.with_arguments(map.clone());
         }
         trace_context(&mut params, trace);
         caller_headers(&server, ctx, &mut params)?;
+        if let Some((_, token)) = caller {
+            // The token as it is now (renewed since the session opened,
+            // perhaps): the session's HTTP client sends it.
+            let meta = params.meta.get_or_insert_with(Default::default);
+            let headers = meta
+                .0
+                .0
+                .entry(session::CALLER_HEADERS_META.to_owned())
+                .or_insert_with(|| Value::Object(Default::default()));
+            if let Value::Object(headers) = headers {
+                headers.insert(
+                    "authorization".into(),
+                    Value::String(format!("Bearer {token}")),
+                );
+            }
+        }
+        let outcome = self.call_on(&server, &peer, params, ctx, progress).await;
+        if let (Err(_), Some((subject, _))) = (&outcome, caller) {
+            server.forget_user(subject);
+        }
+        outcome
+    }
+
+    async fn call_on(
+        &self,
+        server: &Arc<Server<T>>,
+        peer: &Peer<RoleClient>,
+        mut params: CallToolRequestParams,
+        ctx: &CallContext,
+        progress: Option<&ProgressSink>,
+    ) -> Result<Answer, ToolError> {
+        let per_user = self.per_user();
         let name = &self.server_name;
         let relay = relay::Relay::of(ctx).cloned();
         #[allow(deprecated)] // logging (SEP-2577), still carried
@@ -160,7 +228,7 @@ impl<T: Offer> McpTool<T> {
         let response = loop {
             let response = match progress {
                 None => peer.call_tool_once(params.clone()).await,
-                Some(sink) => call_reporting(&server, &peer, params.clone(), sink).await,
+                Some(sink) => call_reporting(server, peer, params.clone(), sink).await,
             };
             // A 2026-07-28 server asking for input (SEP-2322): each request
             // answered as a gateway without a person can, the server's
@@ -199,6 +267,12 @@ impl<T: Offer> McpTool<T> {
             }
             Ok(_) => Err(ToolError::Failed(format!(
                 "MCP server `{name}` started a background task for the call, which the gateway does not support"
+            ))),
+            // The caller's own session: it is closed (by the caller of
+            // this function), the next call opens a new one.
+            Err(e) if per_user => Err(ToolError::Backend(format!(
+                "MCP server `{name}` (the caller's session): {}; the next call opens a new session",
+                in_words(&e, &server.spec)
             ))),
             Err(ServiceError::TransportClosed) => Err(ToolError::Backend(format!(
                 "MCP server `{name}` closed the session during the call; the gateway starts it again (its tools are unavailable until then)"

@@ -83,6 +83,21 @@ pub(crate) struct Server<T> {
     /// A person accepted a change: the next listing is built again even
     /// when it lists what the last one did.
     rebuild: AtomicBool,
+    /// The callers' own sessions (`per_user` servers), by subject.
+    users: Mutex<HashMap<String, Arc<UserSlot>>>,
+}
+
+/// The most callers' sessions kept open per server; the least recently
+/// used is closed to make room.
+pub const MAX_USER_SESSIONS: usize = 1000;
+
+/// A caller's session unused this long is closed.
+pub const USER_SESSION_IDLE: Duration = Duration::from_secs(600);
+
+/// One caller's session at a `per_user` server.
+struct UserSlot {
+    session: tokio::sync::Mutex<Option<Session>>,
+    last_used: Mutex<Instant>,
 }
 
 /// A tool definition the gateway trusts: the first it saw (or the pin
@@ -346,7 +361,71 @@ impl<T> Server<T> {
             supervised: AtomicBool::new(false),
             pins: Mutex::new(HashMap::new()),
             rebuild: AtomicBool::new(false),
+            users: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The session of the caller `subject` (a `per_user` server), opened
+    /// with `token` when they have none yet (or theirs ended). Sessions
+    /// idle for [`USER_SESSION_IDLE`] are closed, and at most
+    /// [`MAX_USER_SESSIONS`] are kept.
+    pub async fn user_peer(&self, subject: &str, token: &str) -> Result<Peer<RoleClient>, String> {
+        let slot = {
+            let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            users.retain(|_, slot| {
+                now.duration_since(*slot.last_used.lock().unwrap_or_else(|p| p.into_inner()))
+                    < USER_SESSION_IDLE
+            });
+            if !users.contains_key(subject) && users.len() >= MAX_USER_SESSIONS {
+                let oldest = users
+                    .iter()
+                    .min_by_key(|(_, slot)| {
+                        *slot.last_used.lock().unwrap_or_else(|p| p.into_inner())
+                    })
+                    .map(|(k, _)| k.clone());
+                if let Some(oldest) = oldest {
+                    users.remove(&oldest);
+                }
+            }
+            let slot = users.entry(subject.to_owned()).or_insert_with(|| {
+                Arc::new(UserSlot {
+                    session: tokio::sync::Mutex::new(None),
+                    last_used: Mutex::new(now),
+                })
+            });
+            *slot.last_used.lock().unwrap_or_else(|p| p.into_inner()) = now;
+            Arc::clone(slot)
+        };
+        let mut session = slot.session.lock().await;
+        if let Some(open) = session.as_ref()
+            && !open.is_closed()
+        {
+            return Ok(open.peer().clone());
+        }
+        let opened = tokio::time::timeout(self.spec.startup_timeout, connect(self, Some(token)))
+            .await
+            .map_err(|_| {
+                format!(
+                    "MCP server `{}` did not open a session for the caller within {}",
+                    self.spec.name,
+                    humantime_serde::re::humantime::format_duration(self.spec.startup_timeout)
+                )
+            })?
+            .map_err(|f| f.reason)?;
+        let peer = opened.peer().clone();
+        *session = Some(opened);
+        tracing::debug!(mcp_server = %self.spec.name, subject, "opened a session for a caller");
+        Ok(peer)
+    }
+
+    /// Closes the session of the caller `subject` (it failed, or their
+    /// token was refused): the next call opens a new one.
+    pub fn forget_user(&self, subject: &str) {
+        self.users
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(subject);
     }
 
     /// A call found the connection broken (the server is unreachable, or
@@ -621,7 +700,7 @@ type Session = RunningService<RoleClient, Handler>;
 async fn run_session<T: Offer>(server: &Arc<Server<T>>, stop: &CancellationToken) -> SessionEnd {
     let spec = &server.spec;
     let startup = async {
-        let session = connect(server).await?;
+        let session = connect(server, None).await?;
         let tools = list_tools(session.peer()).await.map_err(|e| StartFailure {
             reason: format!("`tools/list` failed: {}", super::in_words(&e, spec)),
             needs_token: super::needs_token(&e) && !spec.uses_oauth(),
@@ -997,12 +1076,12 @@ fn start_failure(e: ClientInitializeError, spec: &ServerSpec) -> StartFailure {
 /// answers `server/discover` with something other than a discovery result
 /// (some answer every unknown method with `{}`) is started again on a new
 /// connection with `initialize` alone.
-async fn connect<T>(server: &Server<T>) -> Result<Session, StartFailure> {
+async fn connect<T>(server: &Server<T>, token: Option<&str>) -> Result<Session, StartFailure> {
     let modern = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    match open(server, lifecycle(), &modern).await? {
+    match open(server, lifecycle(), &modern, token).await? {
         Err(ClientInitializeError::ExpectedInitResult(Some(answer))) => {
             tracing::debug!(mcp_server = %server.spec.name, "MCP server `{}` answered `server/discover` with {answer:?}: starting it with `initialize`", server.spec.name);
-            open(server, ClientLifecycleMode::Initialize, &modern).await?
+            open(server, ClientLifecycleMode::Initialize, &modern, token).await?
         }
         // It answered `server/discover` after `initialize` was sent: it
         // speaks 2026-07-28, and is asked only that on a new connection
@@ -1012,7 +1091,7 @@ async fn connect<T>(server: &Server<T>) -> Result<Session, StartFailure> {
             let discover = ClientLifecycleMode::Discover {
                 preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             };
-            open(server, discover, &modern).await?
+            open(server, discover, &modern, token).await?
         }
         started => started,
     }
@@ -1020,11 +1099,13 @@ async fn connect<T>(server: &Server<T>) -> Result<Session, StartFailure> {
 }
 
 /// Spawns or connects to the server and runs the handshake of `mode`; the
-/// outer `Err` is a failure before any handshake.
+/// outer `Err` is a failure before any handshake. With `token`, the
+/// session is a caller's, opened with their bearer token.
 async fn open<T>(
     server: &Server<T>,
     mode: ClientLifecycleMode,
     modern: &Arc<std::sync::atomic::AtomicBool>,
+    token: Option<&str>,
 ) -> Result<Result<Session, ClientInitializeError>, StartFailure> {
     let handler = Handler {
         server: server.spec.name.clone(),
@@ -1054,6 +1135,13 @@ async fn open<T>(
             let config = StreamableHttpClientTransportConfig::with_uri(http.url.clone())
                 .custom_headers(headers)
                 .reinit_on_expired_session(false);
+            if let Some(token) = token {
+                let transport = StreamableHttpClientTransport::with_client(
+                    CallerHeaders::default(),
+                    config.auth_header(token.to_owned()),
+                );
+                return Ok(handler.serve_with_lifecycle(transport, mode).await);
+            }
             match &http.oauth {
                 None => {
                     let transport = StreamableHttpClientTransport::with_client(
@@ -1326,6 +1414,18 @@ fn take_caller_headers(
     }
 }
 
+/// A caller's bearer token among a call's headers (a `per_user` server):
+/// sent as the request's token, in place of the one the session was
+/// opened with (it may have been renewed since).
+fn caller_bearer(headers: &mut HashMap<http::HeaderName, http::HeaderValue>) -> Option<String> {
+    let value = headers.remove(&http::header::AUTHORIZATION)?;
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned)
+}
+
 type SseStream = futures::stream::BoxStream<
     'static,
     Result<sse_stream::Sse, rmcp::transport::streamable_http_client::SseError>,
@@ -1345,6 +1445,7 @@ impl StreamableHttpClient for CallerHeaders {
     ) -> Result<rmcp::transport::streamable_http_client::StreamableHttpPostResponse, HttpError>
     {
         take_caller_headers(&mut message, &mut custom_headers);
+        let auth_header = caller_bearer(&mut custom_headers).or(auth_header);
         self.0
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await
@@ -1361,6 +1462,7 @@ impl StreamableHttpClient for CallerHeaders {
     ) -> Result<rmcp::transport::streamable_http_client::StreamableHttpPostResponse, HttpError>
     {
         take_caller_headers(&mut message, &mut custom_headers);
+        let auth_header = caller_bearer(&mut custom_headers).or(auth_header);
         self.0
             .post_message_with_max_sse_event_size(
                 uri,

@@ -69,6 +69,7 @@ impl ServerSpec {
                 a.url == b.url
                     && a.headers == b.headers
                     && a.oauth == b.oauth
+                    && a.credentials == b.credentials
                     && match (&a.per_request, &b.per_request) {
                         (None, None) => true,
                         (Some(x), Some(y)) => x.same_as(y),
@@ -158,6 +159,12 @@ pub struct HttpSpec {
     pub per_request: Option<PerRequestHeaders>,
     /// How the gateway is authorized at the server, when it is (OAuth).
     pub oauth: Option<OAuthSpec>,
+    /// Whose token the server is called with (`credentials`): with one,
+    /// every caller gets a session of their own, opened and used with the
+    /// bearer token the gateway obtains for them ([`crate::McpTool::call`]);
+    /// the shared session (the gateway's own `headers` or `oauth`) lists
+    /// the tools.
+    pub credentials: Option<toolgate_config::format::CredentialsDecl>,
 }
 
 /// `oauth` of an HTTP server, validated. Secrets are never printed.

@@ -194,57 +194,89 @@ fn check_url(diags: &mut Vec<Diagnostic>, raw: &RawConfig, at: &str, value: Opti
     }
 }
 
-/// Every tool file's `credentials` names a declared connection or exchange,
-/// and its tools leave `Authorization` to it.
+/// Every `credentials` (of a tool file or an MCP server) names a declared
+/// connection or exchange; a tool file's tools leave `Authorization` to
+/// it; an MCP server with it is reached over HTTP.
 fn check_uses(raw: &RawConfig, diags: &mut Vec<Diagnostic>) {
-    let decl = raw.gateway.value.connections.as_ref();
     for file in &raw.tool_files {
-        let Some(how) = &file.value.credentials else {
-            continue;
-        };
-        let missing = match how {
-            CredentialsDecl::PerUser(name) => decl
-                .is_none_or(|d| !d.oauth.contains_key(name))
-                .then(|| format!("connections.oauth.{name}")),
-            CredentialsDecl::TokenExchange(name) => decl
-                .is_none_or(|d| !d.exchange.contains_key(name))
-                .then(|| format!("connections.exchange.{name}")),
-            CredentialsDecl::Forward => None,
-        };
-        if let Some(path) = missing {
-            diags.push(Diagnostic::error(
-                &file.file,
-                file.pos("credentials"),
-                format!("`credentials` names `{path}`, which the gateway's configuration does not declare"),
-                "declare it under `connections` in the gateway's configuration, or fix the name",
-            ));
+        if let Some(how) = &file.value.credentials {
+            check_use(raw, file, "credentials", how, diags);
+            for (i, tool) in file.value.tools.iter().enumerate() {
+                let Some(tool) = tool else { continue };
+                if tool
+                    .http
+                    .headers
+                    .keys()
+                    .any(|h| h.eq_ignore_ascii_case("authorization"))
+                {
+                    diags.push(Diagnostic::error(
+                        &file.file,
+                        file.pos(&format!("tools[{i}].http.headers")),
+                        format!(
+                            "tool `{}` sets `Authorization`, and its file's `credentials` sends the caller's token there",
+                            tool.name
+                        ),
+                        "remove the header (or `auth_env` of the OpenAPI import), or move the tool to a file without `credentials`",
+                    ));
+                }
+            }
         }
-        if matches!(how, CredentialsDecl::Forward) && raw.gateway.value.auth.jwt.is_none() {
-            diags.push(Diagnostic::error(
-                &file.file,
-                file.pos("credentials"),
-                "`credentials: forward` sends the caller's token, and the gateway accepts none (`auth.jwt` is not set)",
-                "configure `auth.jwt`, or use `per_user` or `token_exchange`",
-            ));
-        }
-        for (i, tool) in file.value.tools.iter().enumerate() {
-            let Some(tool) = tool else { continue };
-            if tool
-                .http
-                .headers
-                .keys()
-                .any(|h| h.eq_ignore_ascii_case("authorization"))
-            {
+        for (i, server) in file.value.mcp_servers.iter().enumerate() {
+            let Some(server) = server else { continue };
+            let Some(how) = &server.credentials else {
+                continue;
+            };
+            let at = format!("mcp_servers[{i}].credentials");
+            check_use(raw, file, &at, how, diags);
+            if server.transport != toolgate_config::format::McpTransport::Http {
                 diags.push(Diagnostic::error(
                     &file.file,
-                    file.pos(&format!("tools[{i}].http.headers")),
+                    file.pos(&at),
                     format!(
-                        "tool `{}` sets `Authorization`, and its file's `credentials` sends the caller's token there",
-                        tool.name
+                        "MCP server `{}` runs on stdio: there is no request to carry a caller's token",
+                        server.name
                     ),
-                    "remove the header (or `auth_env` of the OpenAPI import), or move the tool to a file without `credentials`",
+                    "use `credentials` with `transport: http` servers only",
                 ));
             }
         }
+    }
+}
+
+/// One `credentials` at `at` of `file`.
+fn check_use(
+    raw: &RawConfig,
+    file: &toolgate_config::load::Loaded<toolgate_config::load::RawToolFile>,
+    at: &str,
+    how: &CredentialsDecl,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let decl = raw.gateway.value.connections.as_ref();
+    let missing = match how {
+        CredentialsDecl::PerUser(name) => decl
+            .is_none_or(|d| !d.oauth.contains_key(name))
+            .then(|| format!("connections.oauth.{name}")),
+        CredentialsDecl::TokenExchange(name) => decl
+            .is_none_or(|d| !d.exchange.contains_key(name))
+            .then(|| format!("connections.exchange.{name}")),
+        CredentialsDecl::Forward => None,
+    };
+    if let Some(path) = missing {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos(at),
+            format!(
+                "`credentials` names `{path}`, which the gateway's configuration does not declare"
+            ),
+            "declare it under `connections` in the gateway's configuration, or fix the name",
+        ));
+    }
+    if matches!(how, CredentialsDecl::Forward) && raw.gateway.value.auth.jwt.is_none() {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos(at),
+            "`credentials: forward` sends the caller's token, and the gateway accepts none (`auth.jwt` is not set)",
+            "configure `auth.jwt`, or use `per_user` or `token_exchange`",
+        ));
     }
 }

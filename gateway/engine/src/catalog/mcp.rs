@@ -732,6 +732,7 @@ impl ServerCheck<'_> {
             headers,
             per_request,
             oauth: self.oauth_spec(),
+            credentials: self.decl.credentials.clone(),
         }))
     }
 }

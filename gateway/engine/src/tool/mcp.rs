@@ -79,17 +79,19 @@ fn annotations(t: &rmcp::model::Tool) -> Annotations {
 /// Calls `tool` with the current span's trace context (when traces are
 /// exported); its result as the model reads it, and the server's whole
 /// result for clients that read it (the MCP face).
+/// `bearer`: the caller's token for a server called as each caller.
 pub async fn call(
     tool: &McpTool,
     args: &Value,
     ctx: &CallContext,
     progress: Option<&ProgressSink>,
+    bearer: Option<&str>,
 ) -> Result<Output, ToolError> {
     let mut trace = http::HeaderMap::new();
     if crate::telemetry::enabled() {
         crate::telemetry::inject(&mut trace);
     }
-    let answer = tool.call(args, ctx, &trace, progress).await?;
+    let answer = tool.call(args, ctx, &trace, progress, bearer).await?;
     Ok(Output {
         data: answer.data,
         mcp_result: Some(Arc::clone(&answer.wire)),
