@@ -11,12 +11,14 @@ exchange (`token_exchange`), one that trusts the gateway's own tokens
 """
 
 import base64
+import html
 import hashlib
 import http.cookiejar
 import json
 import os
 import pathlib
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -62,8 +64,8 @@ class Browser:
             urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()), NoRedirect()
         )
 
-    def request(self, method, url, data=None, token=None, auth=None, body=None, follow_redirects=False):
-        headers = {}
+    def request(self, method, url, data=None, token=None, auth=None, body=None, follow_redirects=False, headers=None):
+        headers = dict(headers or {})
         payload = None
         if data is not None:
             payload = urllib.parse.urlencode(data).encode()
@@ -190,8 +192,10 @@ def through_sign_in(session, url, user, stop):
     raise AssertionError(f"never redirected to {stop}")
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory, model):
+@pytest.fixture(scope="module", params=["embedded", "redis"])
+def world(request, tmp_path_factory, model):
+    """Everything, with users' tokens kept in the embedded store or (with
+    `state.redis`) in a real redis-server."""
     require_module("jwt", "PyJWT (installed by `make setup`)")
     if not NODE.exists() or not (NODE_DIR / "node_modules" / "oidc-provider").exists():
         missing("tests/node/node_modules lacks node or oidc-provider: run `make setup`")
@@ -234,10 +238,23 @@ def world(tmp_path_factory, model):
     assert r.status_code == 200, r.text
     service_token = r.json()["access_token"]
 
+    redis = None
+    state = ""
+    if request.param == "redis":
+        if not shutil.which("redis-server"):
+            missing("redis-server is not installed: `make deb` installs it")
+        redis_port = free_port()
+        redis = subprocess.Popen(
+            ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(redis_port, redis)
+        state = "state:\n  redis:\n    url_env: TG_REDIS_URL\n"
     config = tmp_path_factory.mktemp("connections")
     (config / "tools.d").mkdir()
     (config / "tool-sets").mkdir()
-    (config / "toolgate.yaml").write_text(f"""
+    (config / "toolgate.yaml").write_text(state + f"""
 upstreams:
   - name: mock
     base_url: {model}
@@ -245,6 +262,7 @@ auth:
   keys:
     - name: team
       key_env: TG_TEAM_KEY
+      console: own
     - name: admin
       key_env: TG_ADMIN_KEY
       console: all
@@ -252,6 +270,8 @@ auth:
     issuer: {issuer}
     audience: {gateway_resource}
     jwks_url: {issuer}/jwks
+console:
+  enabled: true
 connections:
   public_url: {gateway}
   key_env: TG_CONNECTIONS_KEY
@@ -319,6 +339,8 @@ mcp_servers:
         "TG_CLIENT_SECRET": "toolgate-secret",
         "SERVICE_TOKEN": service_token,
     }
+    if redis is not None:
+        genv["TG_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
     genv.pop("OPENAI_BASE_URL", None)
     gw = subprocess.Popen(
         [binary("toolgate"), "serve", "--listen", f"127.0.0.1:{gw_port}", "--config", str(config)],
@@ -391,11 +413,15 @@ mcp_servers:
         "connect": connect,
         "stats": stats,
         "web": Browser(),
+        "redis_port": redis_port if redis is not None else None,
     }
     gw.terminate()
     gw.wait(timeout=10)
     mcp_server.kill()
     mcp_server.wait()
+    if redis is not None:
+        redis.kill()
+        redis.wait()
     auth.kill()
     auth.wait()
     for server, _ in apis.values():
@@ -468,6 +494,21 @@ def test_the_store_keeps_tokens_sealed(world):
     alice = world["sign_in"]("alice")
     ensure_connected(world, "alice", alice, "people_me")
     store = pathlib.Path(world["config"]) / "store" / "people"
+    if world["redis_port"]:
+        # Redis holds them, under the digest of the user, sealed; the
+        # embedded store is not used.
+        assert not store.exists()
+        cli = ["redis-cli", "-p", str(world["redis_port"])]
+        keys = subprocess.run(cli + ["--raw", "KEYS", "toolgate:connections:people:*"], capture_output=True, check=True)
+        keys = keys.stdout.decode().split()
+        assert len(keys) == 2, keys  # alice and bob
+        for key in keys:
+            assert "alice" not in key and "bob" not in key
+            raw = subprocess.run(cli + ["--raw", "GET", key], capture_output=True, check=True).stdout
+            assert len(raw) > 40
+            assert b"alice" not in raw and b"bob" not in raw and b"eyJ" not in raw, "no name or JWT in the clear"
+            assert b"refresh" not in raw and b"access_token" not in raw
+        return
     entries = list(store.iterdir())
     assert entries, "the embedded store has the connected users' entries"
     for entry in entries:
@@ -619,3 +660,27 @@ def test_an_mcp_server_gets_each_user_in_a_session_of_their_own(world):
     carol = world["sign_in"]("carol")
     status, body = invoke(carol, "whoami")
     assert status == 403 and body["error"]["code"] == "not_connected", body
+
+
+def test_the_console_shows_a_users_accounts_and_connects_and_disconnects_them(world):
+    web, gateway = world["web"], world["gateway"]
+    dana = world["sign_in"]("dana")
+    page = web.get(gateway + "/console/ui/catalog", token=dana, headers={"HX-Request": "true"})
+    assert page.status_code == 200, page.text
+    assert "Your accounts" in page.text
+    accounts = dict(re.findall(r'data-account="(\w+)"><strong>\w+</strong>:\s*(connected|not connected)', page.text))
+    assert accounts == {"people": "not connected", "short": "not connected", "tasks": "not connected"}, accounts
+    # The page's Connect link is dana's own.
+    link = html.unescape(re.search(r'data-account="people">.*?href="([^"]+)"', page.text, re.S).group(1))
+    world["connect"]("dana", link)
+    page = web.get(gateway + "/console/ui/catalog", token=dana, headers={"HX-Request": "true"})
+    assert re.search(r'data-account="people"><strong>people</strong>:\s*connected', page.text)
+    status, body = world["invoke"](dana, "people_me")
+    assert status == 200 and body["data"]["sub"] == "dana"
+    page = web.post(
+        gateway + "/console/ui/connections/people/disconnect", token=dana, headers={"HX-Request": "true"}, data={}
+    )
+    assert page.status_code == 200, page.text
+    assert re.search(r'data-account="people"><strong>people</strong>:\s*not connected', page.text)
+    status, body = world["invoke"](dana, "people_me")
+    assert status == 403 and body["error"]["code"] == "not_connected"

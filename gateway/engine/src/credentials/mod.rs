@@ -942,6 +942,65 @@ fn store_error(e: StoreError) -> ToolError {
 mod tests {
     use super::*;
 
+    fn with_seal(seal: Seal) -> Connections {
+        Connections::new(
+            "https://gw.example",
+            Duration::from_secs(600),
+            seal,
+            PathBuf::from("/nonexistent"),
+            IndexMap::new(),
+            IndexMap::new(),
+            reqwest::Client::new(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_rotated_key_reads_old_records_and_seals_them_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::Files(dir.path().to_owned());
+        let record = Record {
+            access_token: "at-alice".into(),
+            refresh_token: Some("rt-alice".into()),
+            expires_at: None,
+            connected_at: 1,
+        };
+        let old = with_seal(Seal::new(&[1; 32], None).unwrap());
+        old.keep(&store, "github", "alice", &record).await.unwrap();
+        // Under another key alone: unreadable, so not connected.
+        let other = with_seal(Seal::new(&[2; 32], None).unwrap());
+        assert!(
+            other
+                .load(&store, "github", "alice")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        // The new key with the old one as previous: read, and sealed again.
+        let rotated = with_seal(Seal::new(&[2; 32], Some(&[1; 32])).unwrap());
+        let read = rotated
+            .load(&store, "github", "alice")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.access_token, "at-alice");
+        let again = other
+            .load(&store, "github", "alice")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.refresh_token.as_deref(), Some("rt-alice"));
+        // A record moved to another user's entry does not open there.
+        let sealed = store.get("github", "alice").await.unwrap().unwrap();
+        store.put("github", "mallory", sealed).await.unwrap();
+        assert!(
+            other
+                .load(&store, "github", "mallory")
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
     fn connections(ttl: Duration) -> Connections {
         let mut oauth = IndexMap::new();
         oauth.insert(

@@ -44,6 +44,10 @@ pub fn routes() -> Router<AppState> {
             get(pages::tool).post(pages::try_tool),
         )
         .route("/console/ui/activity", get(pages::activity))
+        .route(
+            "/console/ui/connections/{name}/disconnect",
+            post(pages::disconnect),
+        )
         .route("/console/ui/review", get(review::page))
         .route("/console/ui/approvals/{id}", post(review::decide))
         .route("/console/ui/changes/{server}/{tool}", post(review::accept))

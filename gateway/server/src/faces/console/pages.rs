@@ -115,6 +115,7 @@ pub async fn catalog(
     } else {
         Vec::new()
     };
+    let accounts = accounts(&state, &caller).await;
     let html = render(
         "catalog.html",
         json!({
@@ -122,9 +123,70 @@ pub async fn catalog(
             "servers": servers,
             "reload": live.report(),
             "diagnostics": diagnostics,
+            "accounts": accounts,
         }),
     )?;
     Ok(fragment(html))
+}
+
+/// The caller's upstream accounts (`connections`): connected or not, with
+/// a link to connect (valid `link_ttl`). Empty without connections or
+/// without a caller to own them.
+async fn accounts(state: &AppState, caller: &Caller) -> Vec<Value> {
+    let (Some(conns), Some(subject)) = (state.catalog().connections.clone(), caller.subject())
+    else {
+        return Vec::new();
+    };
+    let store = conns.store(state.shared.as_ref());
+    match conns.status(&store, &subject).await {
+        Ok(status) => status
+            .into_iter()
+            .map(|(name, kept)| {
+                json!({
+                    "link": conns.link(&name, &subject),
+                    "name": name,
+                    "connected": kept.is_some(),
+                })
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!("the console could not read the caller's connections: {e}");
+            Vec::new()
+        }
+    }
+}
+
+/// `POST /console/ui/connections/{name}/disconnect`: the caller
+/// disconnects an account; the catalog again.
+pub async fn disconnect(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    console_access(&state, &caller, &headers)?;
+    let conns = state.catalog().connections.clone().ok_or_else(|| {
+        ApiError::not_found("no_connections", "this gateway declares no `connections`")
+    })?;
+    let subject = caller.subject().ok_or_else(|| {
+        ApiError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "no_identity",
+            "connections belong to a user, and this gateway cannot tell who calls",
+        )
+    })?;
+    let store = conns.store(state.shared.as_ref());
+    conns
+        .disconnect(&store, &name, &subject)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                axum::http::StatusCode::BAD_GATEWAY,
+                "store_unavailable",
+                e.to_string(),
+            )
+        })?;
+    catalog(State(state), Extension(caller), headers).await
 }
 
 /// The tool's page: what it is, its parameters and its form; where it is
