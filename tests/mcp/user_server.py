@@ -9,6 +9,8 @@ It speaks the 2025-11-25 protocol, whose sessions (`Mcp-Session-Id`) the
 test observes. Its tool `whoami` answers the subject of the token the call came with and
 the session the call belongs to (`Mcp-Session-Id`), and which subjects
 opened that session: a test reads from it who called over which session.
+`refuse_my_token` makes it refuse the token its call came with (as an
+upstream does with a revoked token).
 """
 
 import sys
@@ -25,10 +27,13 @@ RESOURCE = f"http://127.0.0.1:{PORT}/mcp"
 KEYS = jwt.PyJWKClient(ISSUER + "/jwks")
 SUBJECTS: dict[str, str] = {}
 SESSIONS: dict[str, set] = {}
+REFUSED: set = set()
 
 
 class Verifier:
     async def verify_token(self, token: str) -> AccessToken | None:
+        if token in REFUSED:
+            return None
         try:
             key = KEYS.get_signing_key_from_jwt(token)
             claims = jwt.decode(token, key.key, algorithms=["RS256"], audience=RESOURCE, issuer=ISSUER)
@@ -69,6 +74,12 @@ def sessions_only(app):
         await app(scope, receive, send)
 
     return wrapped
+
+
+@server.tool(description="Refuse, from now on, the token this call came with.")
+def refuse_my_token() -> str:
+    REFUSED.add(get_access_token().token)
+    return "refused"
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
 // gateway's /connect/callback), GATEWAY_RESOURCE (the audience of tokens
 // that call the gateway), API_RESOURCE (the API users connect to),
 // SHORT_RESOURCE (a second such API), MCP_RESOURCE (an MCP server users
-// connect to), EXCHANGE_RESOURCE (the API reached
+// connect to), BRIEF_RESOURCE (an API whose tokens live 20 seconds), EXCHANGE_RESOURCE (the API reached
 // by token exchange), API_TOKEN_TTL (seconds an API token lives). Prints "ready <issuer>" when listening.
 // GET /test/stats answers how many grants of each type it issued and
 // how many tokens were revoked.
@@ -23,6 +23,7 @@ const api = process.env.API_RESOURCE;
 const exchangeTarget = process.env.EXCHANGE_RESOURCE;
 const short = process.env.SHORT_RESOURCE;
 const mcp = process.env.MCP_RESOURCE;
+const brief = process.env.BRIEF_RESOURCE;
 const apiTtl = Number(process.env.API_TOKEN_TTL || 3600);
 
 const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
@@ -65,14 +66,14 @@ const provider = new Provider(issuer, {
       defaultResource: () => undefined,
       useGrantedResource: () => true,
       getResourceServerInfo: (ctx, resource) => {
-        if (![gateway, api, short, mcp, exchangeTarget].includes(resource)) {
+        if (![gateway, api, short, mcp, brief, exchangeTarget].includes(resource)) {
           throw new errors.InvalidTarget();
         }
         return {
           scope: 'api',
           audience: resource,
           accessTokenFormat: 'jwt',
-          accessTokenTTL: resource === api ? apiTtl : 3600,
+          accessTokenTTL: { [api]: apiTtl, [brief]: 20 }[resource] || 3600,
         };
       },
     },

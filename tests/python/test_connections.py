@@ -202,7 +202,7 @@ def world(request, tmp_path_factory, model):
     as_port, gw_port = free_port(), free_port()
     issuer = f"http://127.0.0.1:{as_port}"
     gateway = f"http://127.0.0.1:{gw_port}"
-    resources = {name: f"http://127.0.0.1:{free_port()}/" for name in ("api", "short", "exchange")}
+    resources = {name: f"http://127.0.0.1:{free_port()}/" for name in ("api", "short", "brief", "exchange")}
     mcp_port = free_port()
     mcp_url = f"http://127.0.0.1:{mcp_port}/mcp"
     # Tokens for the gateway: the audience `auth.jwt` checks, which the
@@ -217,6 +217,7 @@ def world(request, tmp_path_factory, model):
         "SHORT_RESOURCE": resources["short"],
         "EXCHANGE_RESOURCE": resources["exchange"],
         "MCP_RESOURCE": mcp_url,
+        "BRIEF_RESOURCE": resources["brief"],
     }
     auth = subprocess.Popen([NODE, SERVER], cwd=NODE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     read_until(auth.stdout, "ready ")
@@ -289,6 +290,12 @@ connections:
       client_secret_env: TG_CLIENT_SECRET
       scopes: [api]
       resource: {resources["short"]}
+    brief:
+      issuer: {issuer}
+      client_id: toolgate
+      client_secret_env: TG_CLIENT_SECRET
+      scopes: [api]
+      resource: {resources["brief"]}
     tasks:
       issuer: {issuer}
       client_id: toolgate
@@ -312,11 +319,12 @@ connections:
     for file, credentials, name, url in [
         ("people", "{per_user: people}", "people_me", resources["api"]),
         ("short", "{per_user: short}", "short_me", resources["short"]),
+        ("brief", "{per_user: brief}", "brief_me", resources["brief"]),
         ("corp", "{token_exchange: corp}", "corp_me", resources["exchange"]),
         ("forward", "forward", "forward_me", gateway_resource),
     ]:
         text = f"credentials: {credentials}\ntools:" + tool.format(name=name, url=url)
-        if file == "short":  # every call reaches its API
+        if file in ("short", "brief"):  # every call reaches its API
             text = text.replace("    cache: { ttl: 5m }\n", "")
         (config / "tools.d" / f"{file}.yaml").write_text(text)
     (config / "tools.d" / "mcp.yaml").write_text(f"""
@@ -329,7 +337,7 @@ mcp_servers:
     headers: {{ Authorization: "Bearer {{{{ env.SERVICE_TOKEN }}}}" }}
     credentials: {{ per_user: tasks }}
 """)
-    (config / "tool-sets" / "me.yaml").write_text("name: me\ntools: [people_me, short_me, corp_me, forward_me, whoami]\n")
+    (config / "tool-sets" / "me.yaml").write_text("name: me\ntools: [people_me, short_me, brief_me, corp_me, forward_me, whoami, refuse_my_token]\n")
     genv = {
         **os.environ,
         "NO_COLOR": "1",
@@ -486,7 +494,7 @@ def test_each_user_connects_once_and_then_calls_as_themselves(world):
     r = world["web"].get(world["gateway"] + "/v1/connections", token=alice)
     assert r.status_code == 200, r.text
     listed = {c["name"]: c["connected"] for c in r.json()["data"]}
-    assert listed == {"people": True, "short": True, "tasks": False}
+    assert listed == {"people": True, "short": True, "brief": False, "tasks": False}
     assert "access_token" not in r.text and "eyJ" not in r.text
 
 
@@ -538,6 +546,23 @@ def test_a_refused_token_is_refreshed_once(world):
     status, again = invoke(alice, "short_me")
     assert status == 200 and again["data"]["jti"] == body["data"]["jti"]
     assert stats()["grants"]["refresh_token"] == refreshes + 1
+
+
+def test_a_token_about_to_expire_is_refreshed_before_the_call(world):
+    # `brief` tokens live 20 seconds, less than the 30 s before expiry at
+    # which the gateway renews a token: every call renews it first.
+    erin = world["sign_in"]("erin")
+    invoke, brief, stats = world["invoke"], world["apis"]["brief"], world["stats"]
+    ensure_connected(world, "erin", erin, "brief_me")
+    refreshes = stats()["grants"].get("refresh_token", 0)
+    jtis = []
+    for _ in range(2):
+        status, body = invoke(erin, "brief_me")
+        assert status == 200, body
+        assert body["data"]["sub"] == "erin"
+        jtis.append(body["data"]["jti"])
+    assert stats()["grants"]["refresh_token"] == refreshes + 2
+    assert len(set(jtis)) == 2, "each call came with a renewed token"
 
 
 def test_a_token_the_upstream_keeps_refusing_is_dropped(world):
@@ -656,6 +681,17 @@ def test_an_mcp_server_gets_each_user_in_a_session_of_their_own(world):
     assert "" not in sessions["alice"] | sessions["bob"], "calls came over sessions"
     assert len(sessions["alice"]) == 1 and len(sessions["bob"]) == 1, sessions
     assert not sessions["alice"] & sessions["bob"]
+    # The server refuses alice's token: the gateway renews it and calls
+    # again, over a new session of hers.
+    refreshes = world["stats"]()["grants"].get("refresh_token", 0)
+    status, body = invoke(alice, "refuse_my_token")
+    assert status == 200, body
+    status, body = invoke(alice, "whoami")
+    assert status == 200, body
+    data = json.loads(body["data"])
+    assert data["sub"] == "alice" and data["session_subjects"] == ["alice"]
+    assert data["session"] not in sessions["alice"] | sessions["bob"], "a new session of hers"
+    assert world["stats"]()["grants"]["refresh_token"] == refreshes + 1
     # A caller who has not connected gets the link, not a shared session.
     carol = world["sign_in"]("carol")
     status, body = invoke(carol, "whoami")
@@ -669,7 +705,7 @@ def test_the_console_shows_a_users_accounts_and_connects_and_disconnects_them(wo
     assert page.status_code == 200, page.text
     assert "Your accounts" in page.text
     accounts = dict(re.findall(r'data-account="(\w+)"><strong>\w+</strong>:\s*(connected|not connected)', page.text))
-    assert accounts == {"people": "not connected", "short": "not connected", "tasks": "not connected"}, accounts
+    assert accounts == {n: "not connected" for n in ("people", "short", "brief", "tasks")}, accounts
     # The page's Connect link is dana's own.
     link = html.unescape(re.search(r'data-account="people">.*?href="([^"]+)"', page.text, re.S).group(1))
     world["connect"]("dana", link)

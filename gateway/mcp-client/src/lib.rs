@@ -144,7 +144,9 @@ impl<T: Offer> McpTool<T> {
     ///
     /// At a `per_user` server the call goes over the caller's own session,
     /// with `bearer` (the caller's token for the server, which the gateway
-    /// obtained); a failed call closes that session.
+    /// obtained); a failed call closes that session, and a refused token
+    /// is [`ToolError::NotConnected`] (the gateway may renew it and call
+    /// again).
     pub async fn call(
         &self,
         args: &Value,
@@ -171,10 +173,16 @@ impl<T: Offer> McpTool<T> {
         };
         let peer = match caller {
             None => server.peer().map_err(ToolError::Backend)?,
-            Some((subject, token)) => server
-                .user_peer(subject, token)
-                .await
-                .map_err(ToolError::Backend)?,
+            Some((subject, token)) => match server.user_peer(subject, token).await {
+                Ok(peer) => peer,
+                Err((why, true)) => {
+                    return Err(ToolError::NotConnected(format!(
+                        "MCP server `{}` refused the caller's token: {why}",
+                        self.server_name
+                    )));
+                }
+                Err((why, false)) => return Err(ToolError::Backend(why)),
+            },
         };
         let mut params = CallToolRequestParams::new(self.remote.clone());
         if let Value::Object(map) = args {
@@ -270,6 +278,10 @@ impl<T: Offer> McpTool<T> {
             ))),
             // The caller's own session: it is closed (by the caller of
             // this function), the next call opens a new one.
+            Err(e) if per_user && needs_token(&e) => Err(ToolError::NotConnected(format!(
+                "MCP server `{name}` refused the caller's token: {}",
+                in_words(&e, &server.spec)
+            ))),
             Err(e) if per_user => Err(ToolError::Backend(format!(
                 "MCP server `{name}` (the caller's session): {}; the next call opens a new session",
                 in_words(&e, &server.spec)

@@ -369,7 +369,13 @@ impl<T> Server<T> {
     /// with `token` when they have none yet (or theirs ended). Sessions
     /// idle for [`USER_SESSION_IDLE`] are closed, and at most
     /// [`MAX_USER_SESSIONS`] are kept.
-    pub async fn user_peer(&self, subject: &str, token: &str) -> Result<Peer<RoleClient>, String> {
+    ///
+    /// `Err((why, refused))`: `refused` when the server refused the token.
+    pub async fn user_peer(
+        &self,
+        subject: &str,
+        token: &str,
+    ) -> Result<Peer<RoleClient>, (String, bool)> {
         let slot = {
             let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
@@ -406,13 +412,16 @@ impl<T> Server<T> {
         let opened = tokio::time::timeout(self.spec.startup_timeout, connect(self, Some(token)))
             .await
             .map_err(|_| {
-                format!(
-                    "MCP server `{}` did not open a session for the caller within {}",
-                    self.spec.name,
-                    humantime_serde::re::humantime::format_duration(self.spec.startup_timeout)
+                (
+                    format!(
+                        "MCP server `{}` did not open a session for the caller within {}",
+                        self.spec.name,
+                        humantime_serde::re::humantime::format_duration(self.spec.startup_timeout)
+                    ),
+                    false,
                 )
             })?
-            .map_err(|f| f.reason)?;
+            .map_err(|f| (f.reason, f.needs_token))?;
         let peer = opened.peer().clone();
         *session = Some(opened);
         tracing::debug!(mcp_server = %self.spec.name, subject, "opened a session for a caller");
