@@ -1094,3 +1094,39 @@ def test_a_pin_file_decides_which_definitions_are_trusted(tmp_path):
     (tmp_path / "pins.json").write_text(written.stdout)
     served, unavailable = listing()
     assert {"pin_echo", "pin_add"} <= served and not unavailable
+
+
+def test_forward_sends_the_callers_own_token_without_connections(tmp_path, backend, servers):
+    """`credentials: forward` needs no `connections`: an HTTP tool sends the
+    caller's JWT itself, and a request with an API key gets an error that
+    says a token is needed."""
+    from http.server import ThreadingHTTPServer
+
+    seen = []
+
+    class Echo(JsonHandler):
+        def do_GET(self):  # noqa: N802 (http.server's naming)
+            seen.append(self.headers.get("authorization"))
+            self.send_json(json.dumps({"ok": True}).encode())
+
+    api = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    config = configure(tmp_path, backend)
+    (config / "tools.d" / "forwarded.yaml").write_text(
+        "credentials: forward\ntools:\n  - name: forwarded\n    description: Mine.\n"
+        f"    http: {{ url: 'http://127.0.0.1:{api.server_address[1]}/mine' }}\n"
+    )
+    (config / "tool-sets" / "small.yaml").write_text("name: small\ntools: [lookup, forwarded]\n")
+    proc, url = start(config)
+    try:
+        jwt_token = token(sub="erin@example.test")
+        status, _, body = http("POST", url + "/v1/tools/forwarded/invoke", key=jwt_token, body={"arguments": {}})
+        assert status == 200, body
+        assert seen == [f"Bearer {jwt_token}"]
+        status, _, body = http("POST", url + "/v1/tools/forwarded/invoke", key=SMALL_KEY, body={"arguments": {}})
+        assert status == 403 and json.loads(body)["error"]["code"] == "not_connected", body
+        assert len(seen) == 1, "nothing was sent without a token"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        api.shutdown()

@@ -18,8 +18,14 @@ pub(super) fn check(
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Arc<Connections>> {
     let file = &raw.gateway;
-    check_uses(raw, diags);
-    let decl = file.value.connections.as_ref()?;
+    let forwards = check_uses(raw, diags);
+    let Some(decl) = file.value.connections.as_ref() else {
+        // `forward` needs no connection: the caller's token is sent as is.
+        return forwards
+            .then(|| crate::tool::http::client().ok())
+            .flatten()
+            .map(|http| Arc::new(Connections::forward_only(http)));
+    };
     let before = diags.iter().filter(|d| d.is_error()).count();
     let err = |diags: &mut Vec<Diagnostic>, path: &str, message: String, hint: &str| {
         diags.push(Diagnostic::error(&file.file, file.pos(path), message, hint));
@@ -196,9 +202,18 @@ fn check_url(diags: &mut Vec<Diagnostic>, raw: &RawConfig, at: &str, value: Opti
 
 /// Every `credentials` (of a tool file or an MCP server) names a declared
 /// connection or exchange; a tool file's tools leave `Authorization` to
-/// it; an MCP server with it is reached over HTTP.
-fn check_uses(raw: &RawConfig, diags: &mut Vec<Diagnostic>) {
+/// it; an MCP server with it is reached over HTTP. `true` when one of them
+/// is `forward`.
+fn check_uses(raw: &RawConfig, diags: &mut Vec<Diagnostic>) -> bool {
+    let mut forwards = false;
     for file in &raw.tool_files {
+        forwards |= file.value.credentials == Some(CredentialsDecl::Forward)
+            || file
+                .value
+                .mcp_servers
+                .iter()
+                .flatten()
+                .any(|s| s.credentials == Some(CredentialsDecl::Forward));
         if let Some(how) = &file.value.credentials {
             check_use(raw, file, "credentials", how, diags);
             for (i, tool) in file.value.tools.iter().enumerate() {
@@ -241,6 +256,7 @@ fn check_uses(raw: &RawConfig, diags: &mut Vec<Diagnostic>) {
             }
         }
     }
+    forwards
 }
 
 /// One `credentials` at `at` of `file`.

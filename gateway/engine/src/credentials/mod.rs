@@ -230,6 +230,28 @@ impl Connections {
         }
     }
 
+    /// Connections for a configuration whose only `credentials` are
+    /// `forward` (no `connections` declared): nothing is sealed or stored,
+    /// so the key is a random one of this process.
+    pub fn forward_only(http: reqwest::Client) -> Connections {
+        let mut key = [0u8; 32];
+        // Without randomness the key stays zero: it seals nothing anyway.
+        let _ = aws_lc_rs::rand::fill(&mut key);
+        let seal = match Seal::new(&key, None) {
+            Ok(seal) => seal,
+            Err(e) => unreachable!("a 32-byte key is always valid: {e}"),
+        };
+        Connections::new(
+            "http://127.0.0.1",
+            Duration::from_secs(600),
+            seal,
+            PathBuf::new(),
+            IndexMap::new(),
+            IndexMap::new(),
+            http,
+        )
+    }
+
     /// The store tokens are kept in: Redis when the gateway shares state
     /// in one, else the embedded store.
     pub fn store(&self, redis: Option<&Arc<crate::shared::Redis>>) -> Store {
@@ -578,7 +600,11 @@ impl Connections {
                 .delete(connection, subject)
                 .await
                 .map_err(store_error)?;
-            return Err(self.not_connected(connection, subject, "your token has expired"));
+            return Err(self.not_connected(
+                connection,
+                subject,
+                "your token has expired or was refused, and cannot be renewed",
+            ));
         };
         let conn = self
             .connection(connection)
