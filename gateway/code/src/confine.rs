@@ -73,26 +73,17 @@ fn landlock() -> Result<Landlock, landlock::RulesetError> {
 /// The system calls a program's process never needs once it runs.
 const DENIED: &[libc::c_long] = &[
     // files
-    libc::SYS_open,
     libc::SYS_openat,
     libc::SYS_openat2,
-    libc::SYS_creat,
     libc::SYS_open_by_handle_at,
     libc::SYS_name_to_handle_at,
-    libc::SYS_mkdir,
     libc::SYS_mkdirat,
-    libc::SYS_unlink,
     libc::SYS_unlinkat,
-    libc::SYS_rename,
     libc::SYS_renameat,
     libc::SYS_renameat2,
-    libc::SYS_link,
     libc::SYS_linkat,
-    libc::SYS_symlink,
     libc::SYS_symlinkat,
-    libc::SYS_chmod,
     libc::SYS_fchmodat,
-    libc::SYS_chown,
     libc::SYS_fchownat,
     libc::SYS_truncate,
     libc::SYS_memfd_create,
@@ -105,8 +96,6 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_accept,
     libc::SYS_accept4,
     // processes and programs
-    libc::SYS_fork,
-    libc::SYS_vfork,
     libc::SYS_clone,
     libc::SYS_clone3,
     libc::SYS_execve,
@@ -137,11 +126,33 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_prlimit64,
 ];
 
+/// Their older forms, which only some architectures have (aarch64 has
+/// only the `*at` forms above).
+#[cfg(target_arch = "x86_64")]
+const DENIED_LEGACY: &[libc::c_long] = &[
+    libc::SYS_open,
+    libc::SYS_creat,
+    libc::SYS_mkdir,
+    libc::SYS_unlink,
+    libc::SYS_rename,
+    libc::SYS_link,
+    libc::SYS_symlink,
+    libc::SYS_chmod,
+    libc::SYS_chown,
+    libc::SYS_fork,
+    libc::SYS_vfork,
+];
+#[cfg(not(target_arch = "x86_64"))]
+const DENIED_LEGACY: &[libc::c_long] = &[];
+
 fn seccomp_filter() -> Result<BpfProgram, String> {
     let arch = TargetArch::try_from(std::env::consts::ARCH)
         .map_err(|e| format!("seccomp on {}: {e}", std::env::consts::ARCH))?;
-    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
-        DENIED.iter().map(|nr| (*nr, Vec::new())).collect();
+    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = DENIED
+        .iter()
+        .chain(DENIED_LEGACY)
+        .map(|nr| (*nr, Vec::new()))
+        .collect();
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,

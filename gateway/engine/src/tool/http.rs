@@ -303,9 +303,10 @@ impl HttpTool {
             ToolError::Failed(format!("cannot build the request: {}", describe_reqwest(e)))
         })?;
         if let Some(token) = bearer {
-            let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
                 ToolError::Failed("the caller's token holds characters a header cannot".into())
             })?;
+            value.set_sensitive(true);
             request
                 .headers_mut()
                 .insert(reqwest::header::AUTHORIZATION, value);
