@@ -1423,16 +1423,19 @@ fn take_caller_headers(
     }
 }
 
-/// A caller's bearer token among a call's headers (a `per_user` server):
-/// sent as the request's token, in place of the one the session was
-/// opened with (it may have been renewed since).
+/// A bearer token among a request's headers (a caller's, at a `per_user`
+/// server; or the declared `headers`' own): sent as the request's token,
+/// in place of the one the session was opened with (a caller's may have
+/// been renewed since). Any other `Authorization` is left as it is.
 fn caller_bearer(headers: &mut HashMap<http::HeaderName, http::HeaderValue>) -> Option<String> {
-    let value = headers.remove(&http::header::AUTHORIZATION)?;
-    value
+    let token = headers
+        .get(&http::header::AUTHORIZATION)?
         .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned)
+        .ok()?
+        .strip_prefix("Bearer ")?
+        .to_owned();
+    headers.remove(&http::header::AUTHORIZATION);
+    Some(token)
 }
 
 type SseStream = futures::stream::BoxStream<
@@ -1528,5 +1531,31 @@ impl StreamableHttpClient for CallerHeaders {
                 max_sse_event_size,
             )
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_bearer_authorization_becomes_the_requests_token() {
+        let mut headers = HashMap::new();
+        headers.insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_static("Basic dXNlcjpwYXNz"),
+        );
+        assert_eq!(caller_bearer(&mut headers), None);
+        assert_eq!(
+            headers.get(&http::header::AUTHORIZATION).unwrap(),
+            "Basic dXNlcjpwYXNz",
+            "another scheme is sent as declared"
+        );
+        headers.insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_static("Bearer abc"),
+        );
+        assert_eq!(caller_bearer(&mut headers).as_deref(), Some("abc"));
+        assert!(headers.is_empty());
     }
 }
