@@ -635,23 +635,17 @@ impl Executor {
                         )
                     })?;
                     let store = connections.store(self.shared.as_ref());
-                    let token = connections.bearer(&store, &how, ctx).await?;
-                    let first =
-                        crate::tool::mcp::call(mcp, &args, ctx, progress, Some(&token)).await;
-                    // The server refused the token: once more with a renewed
-                    // one; refused again, the user's token is dropped.
-                    let Err(ToolError::NotConnected(_)) = &first else {
-                        return first;
-                    };
-                    let Some(again) = connections.refused(&store, &how, ctx, &token).await? else {
-                        return first;
-                    };
-                    match crate::tool::mcp::call(mcp, &args, ctx, progress, Some(&again)).await {
-                        Err(ToolError::NotConnected(_)) => {
-                            Err(connections.drop_refused(&store, &how, ctx).await)
-                        }
-                        second => second,
-                    }
+                    let args = &args;
+                    connections
+                        .with_token(&store, &how, ctx, |token| async move {
+                            let result =
+                                crate::tool::mcp::call(mcp, args, ctx, progress, Some(&token))
+                                    .await;
+                            // The server refused the token.
+                            let refused = matches!(result, Err(ToolError::NotConnected(_)));
+                            (result, refused)
+                        })
+                        .await
                 }
             },
             ToolKind::Search => catalog

@@ -512,11 +512,41 @@ impl Connections {
         }
     }
 
+    /// Runs `attempt` with the caller's token for `how`. When it reports
+    /// the token refused (its second value), runs it once more with a
+    /// renewed one (refreshed, or exchanged again); refused again, the
+    /// user's token is dropped and they are asked to connect again. The one
+    /// rule for HTTP tools and MCP servers acting as the caller.
+    pub async fn with_token<T, F, Fut>(
+        &self,
+        store: &Store,
+        how: &CredentialsDecl,
+        ctx: &CallContext,
+        mut attempt: F,
+    ) -> Result<T, ToolError>
+    where
+        F: FnMut(String) -> Fut,
+        Fut: std::future::Future<Output = (Result<T, ToolError>, bool)>,
+    {
+        let token = self.bearer(store, how, ctx).await?;
+        let (first, refused) = attempt(token.clone()).await;
+        if !refused {
+            return first;
+        }
+        let Some(again) = self.refused(store, how, ctx, &token).await? else {
+            return first;
+        };
+        match attempt(again).await {
+            (_, true) => Err(self.drop_refused(store, how, ctx).await),
+            (second, false) => second,
+        }
+    }
+
     /// The upstream refused the token [`bearer`](Self::bearer) gave: a new
     /// one to try once more (refreshed, or exchanged again), or an error
     /// (for a stored token that cannot be refreshed: dropped, and the user
     /// asked to connect again).
-    pub async fn refused(
+    async fn refused(
         &self,
         store: &Store,
         how: &CredentialsDecl,
@@ -535,7 +565,7 @@ impl Connections {
 
     /// The upstream refused even a fresh token: the user's token is
     /// dropped, and they are asked to connect again.
-    pub async fn drop_refused(
+    async fn drop_refused(
         &self,
         store: &Store,
         how: &CredentialsDecl,

@@ -128,24 +128,16 @@ impl HttpTool {
                 "this tool acts as the calling user, and the gateway has no `connections`".into(),
             ));
         };
-        let token = connections.bearer(store, how, ctx).await?;
-        let result = self
-            .call_inner_scrubbed(client, args, id, &caller, Some(&token), &mut refused)
-            .await;
-        if !refused {
-            return result;
-        }
-        let Some(again) = connections.refused(store, how, ctx, &token).await? else {
-            return result;
-        };
-        refused = false;
-        let result = self
-            .call_inner_scrubbed(client, args, id, &caller, Some(&again), &mut refused)
-            .await;
-        if refused {
-            return Err(connections.drop_refused(store, how, ctx).await);
-        }
-        result
+        let caller = &caller;
+        connections
+            .with_token(store, how, ctx, |token| async move {
+                let mut refused = false;
+                let result = self
+                    .call_inner_scrubbed(client, args, id, caller, Some(&token), &mut refused)
+                    .await;
+                (result, refused)
+            })
+            .await
     }
 
     /// One request; `refused` is set when it carried `bearer` and the

@@ -25,7 +25,7 @@ use toolgate_engine::credentials::{ConnectError, Connections};
 
 use crate::http::{ApiError, AppState, Caller};
 
-fn connections(state: &AppState) -> Result<std::sync::Arc<Connections>, ApiError> {
+pub(crate) fn connections(state: &AppState) -> Result<std::sync::Arc<Connections>, ApiError> {
     state.catalog().connections.clone().ok_or_else(|| {
         ApiError::not_found(
             "no_connections",
@@ -34,7 +34,7 @@ fn connections(state: &AppState) -> Result<std::sync::Arc<Connections>, ApiError
     })
 }
 
-fn subject(caller: &Caller) -> Result<String, ApiError> {
+pub(crate) fn subject(caller: &Caller) -> Result<String, ApiError> {
     caller.subject().ok_or_else(|| {
         ApiError::new(
             StatusCode::FORBIDDEN,

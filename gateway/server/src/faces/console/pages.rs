@@ -165,16 +165,8 @@ pub async fn disconnect(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     console_access(&state, &caller, &headers)?;
-    let conns = state.catalog().connections.clone().ok_or_else(|| {
-        ApiError::not_found("no_connections", "this gateway declares no `connections`")
-    })?;
-    let subject = caller.subject().ok_or_else(|| {
-        ApiError::new(
-            axum::http::StatusCode::FORBIDDEN,
-            "no_identity",
-            "connections belong to a user, and this gateway cannot tell who calls",
-        )
-    })?;
+    let conns = crate::faces::connections::connections(&state)?;
+    let subject = crate::faces::connections::subject(&caller)?;
     let store = conns.store(state.shared.as_ref());
     conns
         .disconnect(&store, &name, &subject)
