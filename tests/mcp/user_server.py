@@ -10,7 +10,10 @@ test observes. Its tool `whoami` answers the subject of the token the call came 
 the session the call belongs to (`Mcp-Session-Id`), and which subjects
 opened that session: a test reads from it who called over which session.
 `refuse_my_token` makes it refuse the token its call came with (as an
-upstream does with a revoked token).
+upstream does with a revoked token). Its tool list depends on the caller:
+`alice_notes` is listed (and served) to alice alone, as a server lists
+each user what their account may use; so are the prompt `alice_prompt`
+and the resource `notes://alice`.
 """
 
 import sys
@@ -43,7 +46,30 @@ class Verifier:
         return AccessToken(token=token, client_id=claims.get("client_id", "unknown"), scopes=[], expires_at=claims.get("exp"))
 
 
-server = MCPServer(
+class PerCallerServer(MCPServer):
+    """Lists `alice_notes` to alice alone."""
+
+    async def list_tools(self):
+        tools = await super().list_tools()
+        if caller() != "alice":
+            tools = [t for t in tools if t.name != "alice_notes"]
+        return tools
+
+    async def list_prompts(self):
+        prompts = await super().list_prompts()
+        return prompts if caller() == "alice" else [p for p in prompts if p.name != "alice_prompt"]
+
+    async def list_resources(self):
+        resources = await super().list_resources()
+        return resources if caller() == "alice" else [r for r in resources if str(r.uri) != "notes://alice"]
+
+
+def caller() -> str:
+    token = get_access_token()
+    return SUBJECTS.get(token.token, "?") if token is not None else "?"
+
+
+server = PerCallerServer(
     "toolgate-user-server",
     log_level="WARNING",
     token_verifier=Verifier(),
@@ -74,6 +100,27 @@ def sessions_only(app):
         await app(scope, receive, send)
 
     return wrapped
+
+
+@server.tool(description="Alice's notes (listed to alice alone).")
+def alice_notes() -> str:
+    if caller() != "alice":
+        raise ValueError("these notes are alice's")
+    return "alice's notes"
+
+
+@server.prompt(description="Alice's prompt (listed to alice alone).")
+def alice_prompt() -> str:
+    if caller() != "alice":
+        raise ValueError("this prompt is alice's")
+    return f"a prompt for {caller()}"
+
+
+@server.resource("notes://alice", description="Alice's notes as a resource (listed to alice alone).")
+def alice_resource() -> str:
+    if caller() != "alice":
+        raise ValueError("these notes are alice's")
+    return f"notes read by {caller()}"
 
 
 @server.tool(description="Refuse, from now on, the token this call came with.")

@@ -336,8 +336,18 @@ mcp_servers:
     url: {mcp_url}
     headers: {{ Authorization: "Bearer {{{{ env.SERVICE_TOKEN }}}}" }}
     credentials: {{ per_user: tasks }}
+  # The same server without a token of the gateway's: it refuses the
+  # gateway's own session, and lists its tools to connected callers alone.
+  - name: tasks_users
+    transport: http
+    url: {mcp_url}
+    credentials: {{ per_user: tasks }}
+    tools: {{ prefix: u_ }}
 """)
-    (config / "tool-sets" / "me.yaml").write_text("name: me\ntools: [people_me, short_me, brief_me, corp_me, forward_me, whoami, refuse_my_token]\n")
+    (config / "tool-sets" / "me.yaml").write_text(
+        "name: me\ntools: [people_me, short_me, brief_me, corp_me, forward_me, whoami, refuse_my_token, alice_notes, u_*]\n"
+        'prompts: ["*"]\nresources: ["notes://*"]\n'
+    )
     genv = {
         **os.environ,
         "NO_COLOR": "1",
@@ -399,6 +409,21 @@ mcp_servers:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
+    def get(token, path):
+        req = urllib.request.Request(f"{gateway}{path}", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def chat(token, script):
+        req = urllib.request.Request(
+            f"{gateway}/v1/chat/completions",
+            data=json.dumps({"model": "mock-1", "tool_set": "me", "messages": [{"role": "user", "content": script}]}).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())["choices"][0]["message"]["content"]
+
     def connect(user, link):
         """`user` opens a connect link in a browser and signs in."""
         browser = Browser()
@@ -418,6 +443,8 @@ mcp_servers:
         "apis": {name: handler for name, (_, handler) in apis.items()},
         "sign_in": sign_in,
         "invoke": invoke,
+        "get": get,
+        "chat": chat,
         "connect": connect,
         "stats": stats,
         "web": Browser(),
@@ -656,17 +683,22 @@ def test_a_forged_or_foreign_link_connects_no_one(world):
     assert r.status_code == 302 and "code_challenge=" in r.headers["location"]
 
 
-def test_an_mcp_server_gets_each_user_in_a_session_of_their_own(world):
-    alice, bob = world["sign_in"]("alice"), world["sign_in"]("bob")
-    invoke = world["invoke"]
-    # The shared session (the gateway's own token) lists the tools first.
+def both_connected_to_tasks(world, alice, bob):
+    """Once the MCP server `tasks` is up (the gateway's own session lists
+    its tools), alice and bob have connected their accounts to it."""
     for _ in range(100):
-        status, body = invoke(alice, "whoami")
+        status, body = world["invoke"](alice, "whoami")
         if status == 200 or body["error"]["code"] == "not_connected":
             break
         time.sleep(0.1)
     for user, token in (("alice", alice), ("bob", bob)):
         ensure_connected(world, user, token, "whoami")
+
+
+def test_an_mcp_server_gets_each_user_in_a_session_of_their_own(world):
+    alice, bob = world["sign_in"]("alice"), world["sign_in"]("bob")
+    invoke = world["invoke"]
+    both_connected_to_tasks(world, alice, bob)
     sessions = {"alice": set(), "bob": set()}
     for i in range(200):
         user, token = [("alice", alice), ("bob", bob)][i % 2]
@@ -696,6 +728,110 @@ def test_an_mcp_server_gets_each_user_in_a_session_of_their_own(world):
     carol = world["sign_in"]("carol")
     status, body = invoke(carol, "whoami")
     assert status == 403 and body["error"]["code"] == "not_connected", body
+
+
+def through_mcp(world, token, work):
+    """`work(client)` with an MCP client of the gateway's face, as the caller of `token`."""
+    import anyio
+    import httpx2
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def go():
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        async with Client(streamable_http_client(world["gateway"] + "/mcp/me", http_client=http), mode="legacy") as c:
+            return await work(c)
+
+    return anyio.run(go)
+
+
+def mcp_tool_names(world, token):
+    """The tools the gateway's MCP face lists to the caller of `token`."""
+
+    async def names(c):
+        return sorted(t.name for t in (await c.list_tools()).tools)
+
+    return through_mcp(world, token, names)
+
+
+def test_an_mcp_server_lists_each_user_what_it_lists_them(world):
+    """A server whose tool list depends on the caller: each user is offered
+    (tool API, MCP face, the model of a chat) and may call what it lists to
+    them, never what it lists to another user; a server that refuses the
+    gateway's own session lists its tools to connected users alone."""
+    alice, bob, erin = world["sign_in"]("alice"), world["sign_in"]("bob"), world["sign_in"]("erin")
+    invoke, get = world["invoke"], world["get"]
+    both_connected_to_tasks(world, alice, bob)
+
+    def listed(token):
+        body = get(token, "/v1/tools?tool_set=me")
+        return {t["function"]["name"] for t in body["data"]}, {u["name"]: u["reason"] for u in body["unavailable"]}
+
+    # Erin has not connected: the gateway's own listing (no `alice_notes`),
+    # and the server that refused the gateway offers her nothing yet, saying why.
+    tools, unavailable = listed(erin)
+    assert "whoami" in tools and "alice_notes" not in tools, tools
+    assert not any(t.startswith("u_") for t in tools), tools
+    assert "connected their account" in unavailable["mcp:tasks_users"], unavailable
+    status, body = invoke(erin, "u_whoami")
+    assert status == 503 and body["error"]["code"] == "tool_unavailable", body
+
+    # A mixed run: every listing is the caller's own, every call too.
+    crossed = 0
+    for i in range(60):
+        user, token = [("alice", alice), ("bob", bob)][i % 2]
+        tools, _ = listed(token)
+        mine = user == "alice"
+        crossed += ("alice_notes" in tools) != mine or ("u_alice_notes" in tools) != mine
+        assert {"whoami", "u_whoami"} <= tools, tools
+        status, body = invoke(token, "u_whoami" if i % 3 else "alice_notes")
+        if i % 3:
+            assert status == 200 and json.loads(body["data"])["sub"] == user, body
+        elif mine:
+            assert status == 200 and body["data"] == {"result": "alice's notes"}, body
+        else:
+            # Not listed to bob: not his to call (the server is never asked).
+            assert status == 404 and body["error"]["code"] == "unknown_tool", body
+    assert crossed == 0
+
+    # The MCP face lists the same, per caller.
+    alice_mcp, bob_mcp = mcp_tool_names(world, alice), mcp_tool_names(world, bob)
+    assert "alice_notes" in alice_mcp and "u_alice_notes" in alice_mcp, alice_mcp
+    assert "alice_notes" not in bob_mcp and "u_alice_notes" not in bob_mcp, bob_mcp
+    assert "u_whoami" in bob_mcp
+
+    # Prompts and resources too: listed per caller, and fetched over the
+    # caller's own session (the server answers who asked).
+    async def extras(c):
+        from mcp.shared.exceptions import MCPError
+
+        prompts = sorted(p.name for p in (await c.list_prompts()).prompts)
+        resources = sorted(str(r.uri) for r in (await c.list_resources()).resources)
+        try:
+            prompt = (await c.get_prompt("alice_prompt")).messages[0].content.text
+        except MCPError as e:
+            prompt = f"refused: {e}"
+        try:
+            notes = (await c.read_resource("notes://alice")).contents[0].text
+        except MCPError as e:
+            notes = f"refused: {e}"
+        return prompts, resources, prompt, notes
+
+    prompts, resources, prompt, notes = through_mcp(world, alice, extras)
+    assert "alice_prompt" in prompts and "u_alice_prompt" in prompts, prompts
+    assert resources == ["notes://alice"], resources
+    assert prompt == "a prompt for alice" and notes == "notes read by alice", (prompt, notes)
+    prompts, resources, prompt, notes = through_mcp(world, bob, extras)
+    assert "alice_prompt" not in prompts and "u_alice_prompt" not in prompts, prompts
+    assert resources == [], resources
+    # Refused by the gateway: bob is not offered them, the server is not asked.
+    assert prompt.startswith("refused") and "no prompt named" in prompt, prompt
+    assert notes.startswith("refused") and "alice's" not in notes, notes
+
+    # The model of a chat is offered the caller's tools: it calls
+    # `u_alice_notes` for alice; for bob the tool is not offered.
+    assert "alice's notes" in world["chat"](alice, "call u_alice_notes {}")
+    assert "alice's notes" not in world["chat"](bob, "call u_alice_notes {}")
 
 
 def test_the_console_shows_a_users_accounts_and_connects_and_disconnects_them(world):

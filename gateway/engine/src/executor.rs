@@ -348,6 +348,91 @@ impl Executor {
         }
     }
 
+    /// Has each MCP server called as each caller (`credentials`) list its
+    /// tools to the caller of `ctx`, in their own session and with their
+    /// token (renewed once when refused, like a call's), unless their
+    /// listing is fresh: from then on what they are offered, and may call,
+    /// from that server is what it lists to them. A caller who has not
+    /// connected, or a listing that fails, keeps the gateway's view of the
+    /// server (a call then says how to connect, or what failed). Every face
+    /// calls it before it lists a set's tools or plans a request.
+    pub async fn list_as_caller(&self, catalog: &Catalog, ctx: &CallContext) {
+        let (Some(subject), Some(connections)) =
+            (ctx.subject.as_deref(), catalog.connections.as_deref())
+        else {
+            return;
+        };
+        let servers = catalog.mcp().per_caller();
+        if servers.is_empty() {
+            return;
+        }
+        let store = connections.store(self.shared.as_ref());
+        let store = &store;
+        let lists = servers.iter().map(|(server, how)| async move {
+            let mcp = catalog.mcp();
+            let listed = connections
+                .with_token(store, how, ctx, |token| async move {
+                    match mcp.list_as(server, subject, &token).await {
+                        Ok(()) => (Ok(()), false),
+                        Err((why, refused)) => (Err(ToolError::Backend(why)), refused),
+                    }
+                })
+                .await;
+            if let Err(e) = listed {
+                tracing::debug!(mcp_server = %server, subject, "the caller's own listing was not made: {e}");
+            }
+        });
+        futures::future::join_all(lists).await;
+    }
+
+    /// Runs `ask` — a request other than a tool call (`prompts/get`,
+    /// `resources/read`, `completion/complete`) about `what` — for the
+    /// caller of `ctx`. At a per-caller server that listed its prompts and
+    /// resources to them, `ask` gets their subject and token and goes over
+    /// their own session (the token renewed once when refused, like a
+    /// call's); otherwise it gets `None` and goes over the gateway's.
+    pub async fn ask_as_caller<R, F, Fut>(
+        &self,
+        catalog: &Catalog,
+        ctx: &CallContext,
+        what: crate::tool::mcp::Asked<'_>,
+        mut ask: F,
+    ) -> Result<R, rmcp::ErrorData>
+    where
+        F: FnMut(Option<(String, String)>) -> Fut,
+        Fut: std::future::Future<Output = Result<R, crate::tool::mcp::AskError>>,
+    {
+        let own = match (ctx.subject.as_deref(), catalog.connections.as_deref()) {
+            (Some(subject), Some(connections)) => catalog
+                .mcp()
+                .asked_of(&what, subject)
+                .map(|(_, how)| (subject, connections, how)),
+            _ => None,
+        };
+        let Some((subject, connections, how)) = own else {
+            return ask(None).await.map_err(rmcp::ErrorData::from);
+        };
+        let store = connections.store(self.shared.as_ref());
+        let asked = connections
+            .with_token(&store, &how, ctx, |token| {
+                let answer = ask(Some((subject.to_owned(), token)));
+                async move {
+                    match answer.await {
+                        Ok(r) => (Ok(Ok(r)), false),
+                        Err(e) => {
+                            let refused = e.refused;
+                            (Ok(Err(e.error)), refused)
+                        }
+                    }
+                }
+            })
+            .await;
+        match asked {
+            Ok(answer) => answer,
+            Err(e) => Err(rmcp::ErrorData::invalid_request(e.to_string(), None)),
+        }
+    }
+
     /// Counts a finished call in the metrics and writes it to the audit log.
     /// [`run`](Self::run) does it for the calls it runs; callers that refuse
     /// a call themselves (e.g. a tool outside the request's set) call it
@@ -359,10 +444,11 @@ impl Executor {
         ctx: &CallContext,
         result: &ToolResult,
     ) {
-        let tool = catalog.tool_for(&call.name, ctx.tool_set.as_deref());
+        let caller = ctx.subject.as_deref();
+        let tool = catalog.tool_for(&call.name, ctx.tool_set.as_deref(), caller);
         // Names the catalog does not know are the model's inventions:
         // counted together, so they cannot grow the metrics without bound.
-        let label = if tool.is_some() || catalog.unavailable_tool(&call.name).is_some() {
+        let label = if tool.is_some() || catalog.unavailable_tool_as(&call.name, caller).is_some() {
             call.name.as_str()
         } else {
             "unknown"
@@ -426,8 +512,16 @@ impl Executor {
         progress: Option<&ProgressSink>,
     ) -> ToolResult {
         let started = Instant::now();
-        let Some(tool) = catalog.tool_for(&call.name, ctx.tool_set.as_deref()) else {
-            let error = match catalog.unavailable_tool(&call.name) {
+        let caller = ctx.subject.as_deref();
+        let mut tool = catalog.tool_for(&call.name, ctx.tool_set.as_deref(), caller);
+        // A tool only the caller is offered, whose listing is gone (their
+        // session closed): listed to them again.
+        if tool.is_none() && caller.is_some() && catalog.mcp().has_per_caller() {
+            self.list_as_caller(catalog, ctx).await;
+            tool = catalog.tool_for(&call.name, ctx.tool_set.as_deref(), caller);
+        }
+        let Some(tool) = tool else {
+            let error = match catalog.unavailable_tool_as(&call.name, caller) {
                 Some(u) => {
                     ToolError::Failed(format!("tool `{}` is unavailable: {}", call.name, u.reason))
                 }
@@ -649,7 +743,7 @@ impl Executor {
                 }
             },
             ToolKind::Search => catalog
-                .run_find_tools(ctx.tool_set.as_deref(), &args)
+                .run_find_tools(ctx.tool_set.as_deref(), &args, ctx.subject.as_deref())
                 .map(Output::from),
             ToolKind::Code => self
                 .run_program(catalog, call, ctx, &args)
@@ -689,7 +783,7 @@ impl Executor {
         let code = args["code"].as_str().unwrap_or_default();
         // Function name -> tool name, for the tools a program may call.
         let functions: std::collections::HashMap<String, String> = catalog
-            .tools_in(set)
+            .tools_in(set, ctx.subject.as_deref())
             .filter_map(|t| crate::code::function_name(&t.name).map(|f| (f, t.name.clone())))
             .collect();
         let names: Vec<String> = functions.keys().cloned().collect();
@@ -707,7 +801,7 @@ impl Executor {
                         return Err(format!("`{}` is not a tool of this set", asked.name));
                     };
                     let tool = catalog
-                        .callable(CallScope::Set(set), name)
+                        .callable(CallScope::Set(set), name, ctx.subject.as_deref())
                         .map_err(|e| e.to_string())?;
                     let arguments = crate::code::arguments(&tool, asked.args, asked.kwargs)?;
                     let inner = ToolCall {

@@ -688,6 +688,10 @@ struct Snapshot<T> {
     resources: IndexMap<String, (usize, rmcp::model::Resource)>,
     /// Resource templates, the first declared server's first.
     templates: Vec<(usize, rmcp::model::ResourceTemplate)>,
+    /// In a caller's view: the per-caller servers (their index) whose
+    /// lists are the ones they listed to that caller, and whose requests
+    /// go over the caller's own session.
+    own: Vec<usize>,
 }
 
 impl<T> Default for Snapshot<T> {
@@ -698,7 +702,63 @@ impl<T> Default for Snapshot<T> {
             prompts: IndexMap::new(),
             resources: IndexMap::new(),
             templates: Vec::new(),
+            own: Vec::new(),
         }
+    }
+}
+
+impl<T> Snapshot<T> {
+    /// The server (its index) that answers `what`.
+    fn index_for(&self, what: &Asked<'_>) -> Option<usize> {
+        match what {
+            Asked::Prompt(name) => self.prompts.get(*name).map(|(i, _, _)| *i),
+            Asked::Resource(uri) => self.resources.get(*uri).map(|(i, _)| *i).or_else(|| {
+                self.templates
+                    .iter()
+                    .find(|(_, t)| extras::template_matches(&t.uri_template, uri))
+                    .map(|(i, _)| *i)
+            }),
+            Asked::Template(template) => self
+                .templates
+                .iter()
+                .find(|(_, t)| t.uri_template == *template)
+                .map(|(i, _)| *i),
+        }
+    }
+}
+
+/// What a request other than a tool call asks of the servers.
+#[derive(Debug, Clone, Copy)]
+pub enum Asked<'a> {
+    /// A prompt, by the gateway's name.
+    Prompt(&'a str),
+    /// A resource, by URI (listed, or described by a template).
+    Resource(&'a str),
+    /// A resource template, by its URI template (completions).
+    Template(&'a str),
+}
+
+/// Why a request other than a tool call failed: the error in MCP's terms,
+/// and whether the server refused the caller's token (at a per-caller
+/// server; the gateway may renew it and ask again).
+#[derive(Debug, Clone)]
+pub struct AskError {
+    pub error: rmcp::ErrorData,
+    pub refused: bool,
+}
+
+impl From<rmcp::ErrorData> for AskError {
+    fn from(error: rmcp::ErrorData) -> Self {
+        AskError {
+            error,
+            refused: false,
+        }
+    }
+}
+
+impl From<AskError> for rmcp::ErrorData {
+    fn from(e: AskError) -> Self {
+        e.error
     }
 }
 
@@ -735,12 +795,29 @@ impl<T> Registry<T> {
             .publishing
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let snapshot = self.compose(&[]);
+        let old = self.snapshot.load();
+        for (name, g) in &snapshot.gaps {
+            if old.gaps.get(name) != Some(g) && g.reason.contains("collides") {
+                tracing::warn!(mcp_server = %g.server, "tool `{name}` is unavailable: {}", g.reason);
+            }
+        }
+        self.snapshot.store(Arc::new(snapshot));
+        self.published.send_modify(|n| *n += 1);
+    }
+
+    /// What the servers offer, in declaration order (the first tool to
+    /// claim a name keeps it, the catalog's own tools first). A server with
+    /// a listing in `theirs` (by index: what a per-caller server listed to
+    /// one caller) offers that listing; every other, its state's.
+    fn compose(&self, theirs: &[Option<session::UserListing<T>>]) -> Snapshot<T> {
         let mut tools: IndexMap<String, Arc<T>> = IndexMap::new();
         let mut owner: HashMap<String, String> = HashMap::new();
         let mut gaps: IndexMap<String, Gap> = IndexMap::new();
         let mut prompts = IndexMap::new();
         let mut resources = IndexMap::new();
         let mut templates = Vec::new();
+        let mut own = Vec::new();
         for (index, server) in self.servers.iter().enumerate() {
             let spec = &server.spec;
             let state = server.state();
@@ -751,16 +828,24 @@ impl<T> Registry<T> {
                 reason,
                 origin: origin.clone(),
             };
-            if state.status == Status::Ready {
+            let offered = match theirs.get(index) {
+                Some(Some(listing)) => {
+                    own.push(index);
+                    Some((&listing.tools, &listing.extras))
+                }
+                _ if state.status == Status::Ready => Some((&state.listed, &state.extras)),
+                _ => None,
+            };
+            if let Some((listed, extras)) = offered {
                 offer_extras(
                     index,
                     spec,
-                    &state.extras,
+                    extras,
                     &mut prompts,
                     &mut resources,
                     &mut templates,
                 );
-                for l in state.listed.iter() {
+                for l in listed.iter() {
                     let taken = self
                         .reserved
                         .get(&l.name)
@@ -816,20 +901,14 @@ impl<T> Registry<T> {
                 }
             }
         }
-        let old = self.snapshot.load();
-        for (name, g) in &gaps {
-            if old.gaps.get(name) != Some(g) && g.reason.contains("collides") {
-                tracing::warn!(mcp_server = %g.server, "tool `{name}` is unavailable: {}", g.reason);
-            }
-        }
-        self.snapshot.store(Arc::new(Snapshot {
+        Snapshot {
             tools,
             gaps,
             prompts,
             resources,
             templates,
-        }));
-        self.published.send_modify(|n| *n += 1);
+            own,
+        }
     }
 
     fn server(&self, name: &str) -> Option<&Arc<Server<T>>> {
@@ -1126,10 +1205,145 @@ impl<T: Offer> McpRegistry<T> {
             .collect()
     }
 
-    /// The servers' prompts whose (gateway) name `keep` accepts, in order.
-    pub fn prompts(&self, keep: &dyn Fn(&str) -> bool) -> Vec<rmcp::model::Prompt> {
-        let snapshot = self.inner.snapshot.load();
-        snapshot
+    /// `true` when a server is called as each caller (`credentials`).
+    pub fn has_per_caller(&self) -> bool {
+        self.inner.servers.iter().any(|s| s.spec.per_caller())
+    }
+
+    /// The servers called as each caller (`credentials`), by name, with
+    /// whose token they take.
+    pub fn per_caller(&self) -> Vec<(String, toolgate_config::format::CredentialsDecl)> {
+        self.inner
+            .servers
+            .iter()
+            .filter(|s| s.spec.disabled.is_none())
+            .filter_map(|s| match &s.spec.transport {
+                Transport::Http(http) => http
+                    .credentials
+                    .clone()
+                    .map(|how| (s.spec.name.clone(), how)),
+                Transport::Stdio(_) => None,
+            })
+            .collect()
+    }
+
+    /// Has the per-caller server `server` list its tools to the caller
+    /// `subject`, in their own session opened with `token`, unless their
+    /// listing is fresh. From then on the tools `subject` is offered from
+    /// that server are the ones it listed to them ([`tools_as`](Self::tools_as)).
+    ///
+    /// `Err((why, refused))`: `refused` when the server refused the token.
+    pub async fn list_as(
+        &self,
+        server: &str,
+        subject: &str,
+        token: &str,
+    ) -> Result<(), (String, bool)> {
+        let Some(server) = self.inner.server(server).filter(|s| s.spec.per_caller()) else {
+            return Err((
+                format!("no MCP server `{server}` is called as each caller"),
+                false,
+            ));
+        };
+        server.user_listing(subject, token).await.map(|_| ())
+    }
+
+    /// What `caller` (a subject) is offered: when a per-caller server has
+    /// listed its tools, prompts and resources to them, that server's are
+    /// the ones it listed to them, not the gateway's listing; otherwise
+    /// the shared snapshot.
+    fn seen_by(&self, caller: Option<&str>) -> Arc<Snapshot<T>> {
+        let snapshot = self.inner.snapshot.load_full();
+        let Some(caller) = caller else {
+            return snapshot;
+        };
+        let theirs: Vec<Option<session::UserListing<T>>> = self
+            .inner
+            .servers
+            .iter()
+            .map(|s| {
+                if s.spec.per_caller() {
+                    s.user_listed(caller)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        if theirs.iter().all(Option::is_none) {
+            return snapshot;
+        }
+        Arc::new(self.inner.compose(&theirs))
+    }
+
+    /// The usable MCP tool called `name`, as `caller` sees it (see
+    /// [`tools_as`](Self::tools_as)).
+    pub fn tool_as(&self, name: &str, caller: Option<&str>) -> Option<Arc<T>> {
+        self.seen_by(caller).tools.get(name).cloned()
+    }
+
+    /// The usable MCP tools whose name `keep` accepts, as `caller` (a
+    /// subject) sees them: a per-caller server that listed its tools to
+    /// them offers what it listed to them (made by [`list_as`](Self::list_as));
+    /// every other server, what it listed to the gateway.
+    pub fn tools_as(&self, keep: &dyn Fn(&str) -> bool, caller: Option<&str>) -> Vec<Arc<T>> {
+        self.seen_by(caller)
+            .tools
+            .iter()
+            .filter(|(n, _)| keep(n))
+            .map(|(_, t)| Arc::clone(t))
+            .collect()
+    }
+
+    /// [`gaps`](Self::gaps), as `caller` sees them.
+    pub fn gaps_as(&self, keep: &dyn Fn(&Gap) -> bool, caller: Option<&str>) -> Vec<Gap> {
+        self.seen_by(caller)
+            .gaps
+            .values()
+            .filter(|g| keep(g))
+            .cloned()
+            .collect()
+    }
+
+    /// [`gap`](Self::gap), as `caller` sees it.
+    pub fn gap_as(&self, name: &str, caller: Option<&str>) -> Option<Gap> {
+        let seen = self.seen_by(caller);
+        if seen.tools.contains_key(name) {
+            return None;
+        }
+        seen.gaps.get(name).cloned().or_else(|| self.gap(name))
+    }
+
+    /// The per-caller server that answers `caller` for `what` over their
+    /// own session (it listed its prompts and resources to them), with
+    /// whose token it takes; `None` when the gateway's session answers.
+    pub fn asked_of(
+        &self,
+        what: &Asked<'_>,
+        caller: &str,
+    ) -> Option<(String, toolgate_config::format::CredentialsDecl)> {
+        let seen = self.seen_by(Some(caller));
+        let index = seen.index_for(what)?;
+        if !seen.own.contains(&index) {
+            return None;
+        }
+        let server = &self.inner.servers[index];
+        match &server.spec.transport {
+            Transport::Http(http) => http
+                .credentials
+                .clone()
+                .map(|how| (server.spec.name.clone(), how)),
+            Transport::Stdio(_) => None,
+        }
+    }
+
+    /// The servers' prompts whose (gateway) name `keep` accepts, in order,
+    /// as `caller` sees them (see [`tools_as`](Self::tools_as)).
+    pub fn prompts(
+        &self,
+        keep: &dyn Fn(&str) -> bool,
+        caller: Option<&str>,
+    ) -> Vec<rmcp::model::Prompt> {
+        self.seen_by(caller)
             .prompts
             .iter()
             .filter(|(name, _)| keep(name))
@@ -1137,10 +1351,14 @@ impl<T: Offer> McpRegistry<T> {
             .collect()
     }
 
-    /// The servers' resources whose URI `keep` accepts, in order.
-    pub fn resources(&self, keep: &dyn Fn(&str) -> bool) -> Vec<rmcp::model::Resource> {
-        let snapshot = self.inner.snapshot.load();
-        snapshot
+    /// The servers' resources whose URI `keep` accepts, in order, as
+    /// `caller` sees them.
+    pub fn resources(
+        &self,
+        keep: &dyn Fn(&str) -> bool,
+        caller: Option<&str>,
+    ) -> Vec<rmcp::model::Resource> {
+        self.seen_by(caller)
             .resources
             .iter()
             .filter(|(uri, _)| keep(uri))
@@ -1148,13 +1366,14 @@ impl<T: Offer> McpRegistry<T> {
             .collect()
     }
 
-    /// The servers' resource templates whose URI template `keep` accepts.
+    /// The servers' resource templates whose URI template `keep` accepts,
+    /// as `caller` sees them.
     pub fn resource_templates(
         &self,
         keep: &dyn Fn(&str) -> bool,
+        caller: Option<&str>,
     ) -> Vec<rmcp::model::ResourceTemplate> {
-        let snapshot = self.inner.snapshot.load();
-        snapshot
+        self.seen_by(caller)
             .templates
             .iter()
             .filter(|(_, t)| keep(&t.uri_template))
@@ -1162,121 +1381,148 @@ impl<T: Offer> McpRegistry<T> {
             .collect()
     }
 
+    /// `true` when what `caller` is offered besides tools differs from
+    /// what others are (a per-caller server listed its own to them).
+    pub fn extras_vary(&self, caller: Option<&str>) -> bool {
+        !self.seen_by(caller).own.is_empty()
+    }
+
     /// `prompts/get` of the prompt the gateway calls `name`, from the
-    /// server that offers it (under its own name). An unknown name is
+    /// server that offers it (under its own name); over `caller`'s own
+    /// session (their subject and token) when that server is called as
+    /// each caller and listed its prompts to them. An unknown name is
     /// invalid params (-32602); the server's own errors pass through.
     pub async fn get_prompt(
         &self,
         name: &str,
         arguments: Option<rmcp::model::JsonObject>,
-    ) -> Result<rmcp::model::GetPromptResult, rmcp::ErrorData> {
-        let found = {
-            let snapshot = self.inner.snapshot.load();
-            snapshot
-                .prompts
-                .get(name)
-                .map(|(i, remote, _)| (*i, remote.clone()))
-        };
+        caller: Option<(&str, &str)>,
+    ) -> Result<rmcp::model::GetPromptResult, AskError> {
+        let seen = self.seen_by(caller.map(|(subject, _)| subject));
+        let found = seen
+            .prompts
+            .get(name)
+            .map(|(i, remote, _)| (*i, remote.clone()));
         let Some((index, remote)) = found else {
             return Err(rmcp::ErrorData::invalid_params(
                 format!("no prompt named `{name}` is offered"),
                 Some(serde_json::json!({"name": name})),
-            ));
+            )
+            .into());
         };
         let mut params = rmcp::model::GetPromptRequestParams::new(remote);
         params.arguments = arguments;
-        self.ask(index, |peer| async move { peer.get_prompt(params).await })
-            .await
-    }
-
-    /// `resources/read` of `uri`, from the server that lists it or else the
-    /// first whose resource template describes it. A URI no server serves
-    /// is invalid params (-32602) with the URI in its data (SEP-2164).
-    pub async fn read_resource(
-        &self,
-        uri: &str,
-    ) -> Result<rmcp::model::ReadResourceResult, rmcp::ErrorData> {
-        let Some(index) = self.server_of(uri) else {
-            return Err(not_found(uri));
-        };
-        let params = rmcp::model::ReadResourceRequestParams::new(uri);
-        self.ask(
-            index,
-            |peer| async move { peer.read_resource(params).await },
-        )
+        self.ask(&seen, index, caller, |peer| async move {
+            peer.get_prompt(params).await
+        })
         .await
     }
 
+    /// `resources/read` of `uri`, from the server that lists it or else the
+    /// first whose resource template describes it (over `caller`'s own
+    /// session, like [`get_prompt`](Self::get_prompt)). A URI no server
+    /// serves is invalid params (-32602) with the URI in its data (SEP-2164).
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        caller: Option<(&str, &str)>,
+    ) -> Result<rmcp::model::ReadResourceResult, AskError> {
+        let seen = self.seen_by(caller.map(|(subject, _)| subject));
+        let Some(index) = seen.index_for(&Asked::Resource(uri)) else {
+            return Err(not_found(uri).into());
+        };
+        let params = rmcp::model::ReadResourceRequestParams::new(uri);
+        self.ask(&seen, index, caller, |peer| async move {
+            peer.read_resource(params).await
+        })
+        .await
+    }
+
+    /// `true` when `uri` is one the servers serve, as `caller` sees them.
+    pub fn serves(&self, uri: &str, caller: Option<&str>) -> bool {
+        self.seen_by(caller)
+            .index_for(&Asked::Resource(uri))
+            .is_some()
+    }
+
     /// `completion/complete` for an argument of a prompt (by the gateway's
-    /// name) or a resource template, asked of the server that offers it.
+    /// name) or a resource template, asked of the server that offers it
+    /// (over `caller`'s own session, like [`get_prompt`](Self::get_prompt)).
     /// Nothing to complete (no such prompt or template, a server without
     /// completions) is an empty completion.
     pub async fn complete(
         &self,
         mut params: rmcp::model::CompleteRequestParams,
-    ) -> Result<rmcp::model::CompleteResult, rmcp::ErrorData> {
+        caller: Option<(&str, &str)>,
+    ) -> Result<rmcp::model::CompleteResult, AskError> {
         use rmcp::model::Reference;
-        let index = {
-            let snapshot = self.inner.snapshot.load();
-            match &mut params.r#ref {
-                Reference::Prompt(p) => snapshot.prompts.get(&p.name).map(|(i, remote, _)| {
-                    p.name.clone_from(remote);
-                    *i
-                }),
-                Reference::Resource(r) => snapshot
-                    .templates
-                    .iter()
-                    .find(|(_, t)| t.uri_template == r.uri)
-                    .map(|(i, _)| *i),
-                _ => None,
-            }
+        let seen = self.seen_by(caller.map(|(subject, _)| subject));
+        let index = match &mut params.r#ref {
+            Reference::Prompt(p) => seen.prompts.get(&p.name).map(|(i, remote, _)| {
+                p.name.clone_from(remote);
+                *i
+            }),
+            Reference::Resource(r) => seen.index_for(&Asked::Template(&r.uri)),
+            _ => None,
         };
-        let completes = index.is_some_and(|i| {
-            self.inner.servers[i]
-                .peer()
-                .ok()
-                .and_then(|p| {
-                    p.peer_info()
-                        .map(|info| info.capabilities.completions.is_some())
-                })
-                .unwrap_or(false)
-        });
-        match index.filter(|_| completes) {
-            None => Ok(rmcp::model::CompleteResult::default()),
-            Some(i) => {
-                self.ask(i, |peer| async move { peer.complete(params).await })
-                    .await
-            }
-        }
+        let Some(index) = index else {
+            return Ok(rmcp::model::CompleteResult::default());
+        };
+        // A server's capabilities, from the session the request goes over.
+        let answer = self
+            .ask(&seen, index, caller, |peer| async move {
+                let completes = peer
+                    .peer_info()
+                    .is_some_and(|info| info.capabilities.completions.is_some());
+                if completes {
+                    peer.complete(params).await
+                } else {
+                    Ok(rmcp::model::CompleteResult::default())
+                }
+            })
+            .await?;
+        Ok(answer)
     }
 
-    /// The server serving `uri`: the one listing it, or the first whose
-    /// template describes it.
-    fn server_of(&self, uri: &str) -> Option<usize> {
-        let snapshot = self.inner.snapshot.load();
-        snapshot.resources.get(uri).map(|(i, _)| *i).or_else(|| {
-            snapshot
-                .templates
-                .iter()
-                .find(|(_, t)| extras::template_matches(&t.uri_template, uri))
-                .map(|(i, _)| *i)
-        })
-    }
-
-    /// Sends one request to server `index`, bounded by its `timeout`; its
+    /// Sends one request to server `index` of `seen` (over `caller`'s own
+    /// session when it is theirs there), bounded by its `timeout`; its
     /// errors in MCP's terms.
-    async fn ask<R, F, Fut>(&self, index: usize, send: F) -> Result<R, rmcp::ErrorData>
+    async fn ask<R, F, Fut>(
+        &self,
+        seen: &Snapshot<T>,
+        index: usize,
+        caller: Option<(&str, &str)>,
+        send: F,
+    ) -> Result<R, AskError>
     where
         F: FnOnce(rmcp::Peer<rmcp::RoleClient>) -> Fut,
         Fut: std::future::Future<Output = Result<R, ServiceError>>,
     {
         let server = &self.inner.servers[index];
         let spec = &server.spec;
-        let peer = server
-            .peer()
-            .map_err(|reason| rmcp::ErrorData::internal_error(reason, None))?;
+        let user = caller.filter(|_| seen.own.contains(&index));
+        let peer = match user {
+            Some((subject, token)) => {
+                server
+                    .user_peer(subject, token)
+                    .await
+                    .map_err(|(reason, refused)| AskError {
+                        error: rmcp::ErrorData::internal_error(reason, None),
+                        refused,
+                    })?
+            }
+            None => server
+                .peer()
+                .map_err(|reason| rmcp::ErrorData::internal_error(reason, None))?,
+        };
         let bound = spec.timeout.unwrap_or(REQUEST_TIMEOUT);
-        match tokio::time::timeout(bound, send(peer)).await {
+        let answer = tokio::time::timeout(bound, send(peer)).await;
+        let forget = || {
+            if let Some((subject, _)) = user {
+                server.forget_user(subject);
+            }
+        };
+        match answer {
             Err(_) => Err(rmcp::ErrorData::internal_error(
                 format!(
                     "MCP server `{}` did not answer within {}",
@@ -1284,13 +1530,20 @@ impl<T: Offer> McpRegistry<T> {
                     humantime_serde::re::humantime::format_duration(bound)
                 ),
                 None,
-            )),
+            )
+            .into()),
             Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(ServiceError::McpError(e))) => Err(e),
-            Ok(Err(e)) => Err(rmcp::ErrorData::internal_error(
-                format!("MCP server `{}`: {}", spec.name, in_words(&e, spec)),
-                None,
-            )),
+            Ok(Err(ServiceError::McpError(e))) => Err(e.into()),
+            Ok(Err(e)) => {
+                forget();
+                Err(AskError {
+                    error: rmcp::ErrorData::internal_error(
+                        format!("MCP server `{}`: {}", spec.name, in_words(&e, spec)),
+                        None,
+                    ),
+                    refused: user.is_some() && needs_token(&e),
+                })
+            }
         }
     }
 
@@ -1404,6 +1657,7 @@ impl<T: Offer> McpRegistry<T> {
                 reason: match (&state.status, &state.last_error) {
                     (Status::Ready, _) => None,
                     (Status::Disabled { reason }, _) | (_, Some(reason)) => Some(reason.clone()),
+                    (Status::PerCaller { .. }, None) => Some(state.status.reason(&spec.name)),
                     (other, None) => Some(other.label().to_owned()),
                 },
                 server_info: state.server_info.clone(),

@@ -84,7 +84,7 @@ pub(crate) struct Server<T> {
     /// when it lists what the last one did.
     rebuild: AtomicBool,
     /// The callers' own sessions (`per_user` servers), by subject.
-    users: Mutex<HashMap<String, Arc<UserSlot>>>,
+    users: Mutex<HashMap<String, Arc<UserSlot<T>>>>,
 }
 
 /// The most callers' sessions kept open per server; the least recently
@@ -94,10 +94,33 @@ pub const MAX_USER_SESSIONS: usize = 1000;
 /// A caller's session unused this long is closed.
 pub const USER_SESSION_IDLE: Duration = Duration::from_secs(600);
 
+/// A caller's own listing is made again after this long (or the list's
+/// `ttlMs`, when the server gives a shorter one), at their next request.
+pub const USER_LISTING_FRESH: Duration = Duration::from_secs(60);
+
 /// One caller's session at a `per_user` server.
-struct UserSlot {
+struct UserSlot<T> {
     session: tokio::sync::Mutex<Option<Session>>,
     last_used: Mutex<Instant>,
+    /// What the server listed in this caller's session (cleared when a
+    /// new session opens), and until when the listing is fresh.
+    listed: Mutex<Option<(UserListing<T>, Instant)>>,
+}
+
+/// What a per-caller server listed to one caller: their tools, prompts
+/// and resources.
+pub(crate) struct UserListing<T> {
+    pub tools: Arc<Vec<Listed<T>>>,
+    pub extras: Arc<Extras>,
+}
+
+impl<T> Clone for UserListing<T> {
+    fn clone(&self) -> Self {
+        UserListing {
+            tools: Arc::clone(&self.tools),
+            extras: Arc::clone(&self.extras),
+        }
+    }
 }
 
 /// A tool definition the gateway trusts: the first it saw (or the pin
@@ -243,6 +266,12 @@ pub enum Status {
     Down {
         reason: String,
     },
+    /// It refused the gateway's own session, and is called as each
+    /// caller (`credentials`): its tools are listed to each caller in
+    /// their own session, and to no one else.
+    PerCaller {
+        reason: String,
+    },
     /// It is never started (see [`ServerSpec::disabled`]).
     Disabled {
         reason: String,
@@ -263,6 +292,9 @@ impl Status {
                     "MCP server `{server}` is not running ({reason}); the gateway tries again, with pauses growing to 30 s"
                 )
             }
+            Status::PerCaller { reason } => format!(
+                "MCP server `{server}` lists its tools only to callers who have connected their account ({reason})"
+            ),
             Status::Disabled { reason } => format!("MCP server `{server}` is disabled: {reason}"),
             Status::Stopped => format!("MCP server `{server}` has been stopped"),
         }
@@ -274,6 +306,7 @@ impl Status {
             Status::Starting => "starting",
             Status::Ready => "ready",
             Status::Down { .. } => "down",
+            Status::PerCaller { .. } => "per caller",
             Status::Disabled { .. } => "disabled",
             Status::Stopped => "stopped",
         }
@@ -365,6 +398,36 @@ impl<T> Server<T> {
         }
     }
 
+    /// The slot of the caller `subject` (made when they have none), marked
+    /// used now. Slots idle for [`USER_SESSION_IDLE`] are dropped, and at
+    /// most [`MAX_USER_SESSIONS`] are kept (the least recently used goes).
+    fn user_slot(&self, subject: &str) -> Arc<UserSlot<T>> {
+        let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        users.retain(|_, slot| {
+            now.duration_since(*slot.last_used.lock().unwrap_or_else(|p| p.into_inner()))
+                < USER_SESSION_IDLE
+        });
+        if !users.contains_key(subject) && users.len() >= MAX_USER_SESSIONS {
+            let oldest = users
+                .iter()
+                .min_by_key(|(_, slot)| *slot.last_used.lock().unwrap_or_else(|p| p.into_inner()))
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                users.remove(&oldest);
+            }
+        }
+        let slot = users.entry(subject.to_owned()).or_insert_with(|| {
+            Arc::new(UserSlot {
+                session: tokio::sync::Mutex::new(None),
+                last_used: Mutex::new(now),
+                listed: Mutex::new(None),
+            })
+        });
+        *slot.last_used.lock().unwrap_or_else(|p| p.into_inner()) = now;
+        Arc::clone(slot)
+    }
+
     /// The session of the caller `subject` (a `per_user` server), opened
     /// with `token` when they have none yet (or theirs ended). Sessions
     /// idle for [`USER_SESSION_IDLE`] are closed, and at most
@@ -376,33 +439,16 @@ impl<T> Server<T> {
         subject: &str,
         token: &str,
     ) -> Result<Peer<RoleClient>, (String, bool)> {
-        let slot = {
-            let mut users = self.users.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            users.retain(|_, slot| {
-                now.duration_since(*slot.last_used.lock().unwrap_or_else(|p| p.into_inner()))
-                    < USER_SESSION_IDLE
-            });
-            if !users.contains_key(subject) && users.len() >= MAX_USER_SESSIONS {
-                let oldest = users
-                    .iter()
-                    .min_by_key(|(_, slot)| {
-                        *slot.last_used.lock().unwrap_or_else(|p| p.into_inner())
-                    })
-                    .map(|(k, _)| k.clone());
-                if let Some(oldest) = oldest {
-                    users.remove(&oldest);
-                }
-            }
-            let slot = users.entry(subject.to_owned()).or_insert_with(|| {
-                Arc::new(UserSlot {
-                    session: tokio::sync::Mutex::new(None),
-                    last_used: Mutex::new(now),
-                })
-            });
-            *slot.last_used.lock().unwrap_or_else(|p| p.into_inner()) = now;
-            Arc::clone(slot)
-        };
+        let slot = self.user_slot(subject);
+        self.peer_in(&slot, subject, token).await
+    }
+
+    async fn peer_in(
+        &self,
+        slot: &UserSlot<T>,
+        subject: &str,
+        token: &str,
+    ) -> Result<Peer<RoleClient>, (String, bool)> {
         let mut session = slot.session.lock().await;
         if let Some(open) = session.as_ref()
             && !open.is_closed()
@@ -424,8 +470,85 @@ impl<T> Server<T> {
             .map_err(|f| (f.reason, f.needs_token))?;
         let peer = opened.peer().clone();
         *session = Some(opened);
+        // A new session: what the last one listed is not this one's.
+        *slot.listed.lock().unwrap_or_else(|p| p.into_inner()) = None;
         tracing::debug!(mcp_server = %self.spec.name, subject, "opened a session for a caller");
         Ok(peer)
+    }
+
+    /// What the server lists to the caller `subject` (tools, prompts,
+    /// resources), in their own session (opened with `token` when
+    /// needed): listed again once [`USER_LISTING_FRESH`] (or the tool
+    /// list's shorter `ttlMs`) has passed, or when their session was
+    /// opened anew. Tools are filtered, renamed and pinned like the
+    /// gateway's own listing.
+    ///
+    /// `Err((why, refused))`: `refused` when the server refused the token.
+    pub(crate) async fn user_listing(
+        self: &Arc<Self>,
+        subject: &str,
+        token: &str,
+    ) -> Result<UserListing<T>, (String, bool)>
+    where
+        T: Offer,
+    {
+        let slot = self.user_slot(subject);
+        if let Some((listing, until)) = slot
+            .listed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            && *until > Instant::now()
+        {
+            return Ok(listing.clone());
+        }
+        let peer = self.peer_in(&slot, subject, token).await?;
+        let spec = &self.spec;
+        let (tools, ttl) = match tokio::time::timeout(spec.startup_timeout, list_tools(&peer)).await
+        {
+            Ok(Ok(listing)) => listing,
+            Ok(Err(e)) => {
+                self.forget_user(subject);
+                return Err((
+                    format!(
+                        "MCP server `{}`: `tools/list` for the caller failed: {}",
+                        spec.name,
+                        super::in_words(&e, spec)
+                    ),
+                    super::needs_token(&e),
+                ));
+            }
+            Err(_) => {
+                return Err((
+                    format!(
+                        "MCP server `{}` did not list its tools for the caller within {}",
+                        spec.name,
+                        humantime_serde::re::humantime::format_duration(spec.startup_timeout)
+                    ),
+                    false,
+                ));
+            }
+        };
+        let listing = UserListing {
+            tools: Arc::new(build_tools(self, tools)),
+            extras: Arc::new(list_extras(&peer, spec).await),
+        };
+        let fresh = ttl.map_or(USER_LISTING_FRESH, |t| {
+            t.clamp(MIN_LIST_TTL, USER_LISTING_FRESH)
+        });
+        *slot.listed.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((listing.clone(), Instant::now() + fresh));
+        tracing::debug!(mcp_server = %spec.name, subject, tools = listing.tools.len(), "listed the tools of a caller");
+        Ok(listing)
+    }
+
+    /// What the server last listed to the caller `subject`, while their
+    /// session is kept (stale or not: a request has it listed again first).
+    pub(crate) fn user_listed(&self, subject: &str) -> Option<UserListing<T>> {
+        let users = self.users.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = users.get(subject)?;
+        let listed = slot.listed.lock().unwrap_or_else(|p| p.into_inner());
+        listed.as_ref().map(|(l, _)| l.clone())
     }
 
     /// Closes the session of the caller `subject` (it failed, or their
@@ -646,6 +769,28 @@ pub(crate) async fn supervise<T: Offer>(server: Arc<Server<T>>) {
         let repeated = |reason: &str| server.state().last_error.as_deref() == Some(reason);
         let reason = match end {
             SessionEnd::Stopped => break,
+            // A server called as each caller may well refuse the gateway
+            // itself: its tools are then listed to each caller alone.
+            SessionEnd::NeedsToken(reason) if server.spec.per_caller() => {
+                tracing::info!(mcp_server = %name, "MCP server `{name}` refused the gateway's own session ({reason}); it lists its tools to each caller who has connected");
+                let how = match &server.spec.transport {
+                    super::spec::Transport::Http(http) => match &http.credentials {
+                        Some(toolgate_config::format::CredentialsDecl::PerUser(connection)) => {
+                            format!(
+                                "`POST /v1/connections/{connection}/link` or the console's catalog gives a link to connect; "
+                            )
+                        }
+                        _ => String::new(),
+                    },
+                    super::spec::Transport::Stdio(_) => String::new(),
+                };
+                server.set_status(Status::PerCaller {
+                    reason: format!("{how}it refused the gateway's own session: {reason}"),
+                });
+                publish(&server);
+                stop.cancelled().await;
+                break;
+            }
             SessionEnd::NeedsToken(reason) => {
                 tracing::error!(mcp_server = %name, "MCP server `{name}` refused the gateway: {reason}; it is not retried until the configuration changes");
                 server.set_status(Status::Down { reason });
@@ -1137,7 +1282,12 @@ async fn open<T>(
                 .await
         }
         Transport::Http(http) => {
-            let headers: HashMap<_, _> = http.headers.iter().cloned().collect();
+            let mut headers: HashMap<_, _> = http.headers.iter().cloned().collect();
+            // A caller's session speaks with their token alone: never with
+            // the gateway's own `Authorization` of `headers`.
+            if token.is_some() {
+                headers.remove(&http::header::AUTHORIZATION);
+            }
             // No transparent re-initialization: a server that lost our
             // session (it restarted) gets a new session from the
             // supervisor, and with it a fresh `tools/list`.

@@ -46,6 +46,12 @@ impl ServerSpec {
         }
     }
 
+    /// `true` when the server is called as each caller (`credentials`),
+    /// over sessions of their own.
+    pub fn per_caller(&self) -> bool {
+        matches!(&self.transport, Transport::Http(http) if http.credentials.is_some())
+    }
+
     /// `true` when the gateway is authorized at the server with OAuth.
     pub fn uses_oauth(&self) -> bool {
         self.oauth().is_some()
@@ -161,9 +167,11 @@ pub struct HttpSpec {
     pub oauth: Option<OAuthSpec>,
     /// Whose token the server is called with (`credentials`): with one,
     /// every caller gets a session of their own, opened and used with the
-    /// bearer token the gateway obtains for them ([`crate::McpTool::call`]);
-    /// the shared session (the gateway's own `headers` or `oauth`) lists
-    /// the tools.
+    /// bearer token the gateway obtains for them ([`crate::McpTool::call`]),
+    /// in which the server lists what that caller is offered
+    /// ([`crate::McpRegistry::list_as`]); the shared session (the gateway's
+    /// own `headers` or `oauth`, optional) lists what callers who have not
+    /// connected see.
     pub credentials: Option<toolgate_config::format::CredentialsDecl>,
 }
 

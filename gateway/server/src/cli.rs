@@ -547,7 +547,10 @@ fn list_tools(catalog: &Catalog, set: Option<&str>) -> anyhow::Result<ExitCode> 
                     names.join(", ")
                 );
             };
-            (catalog.tools_in(set).collect(), catalog.unavailable_in(set))
+            (
+                catalog.tools_in(set, None).collect(),
+                catalog.unavailable_in(set, None),
+            )
         }
         None => (catalog.tools().collect(), catalog.unavailable().collect()),
     };

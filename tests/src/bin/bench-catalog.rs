@@ -327,7 +327,7 @@ fn search_surface(dir: &std::path::Path, whole: usize) {
     let catalog = load(dir);
     let set = catalog.set("github").unwrap();
     let start = Instant::now();
-    black_box(catalog.find_tools(set, "merge a pull request", 5));
+    black_box(catalog.find_tools(set, "merge a pull request", 5, None));
     let first = start.elapsed();
     println!(
         "  load with the set declared `discovery: search`: {:>8.2} ms; the first search after it (waits for the index, built on its own thread): {:.2} ms",
@@ -353,13 +353,13 @@ fn search_surface(dir: &std::path::Path, whole: usize) {
     let mut sizes = Vec::new();
     for task in &tasks {
         let start = Instant::now();
-        let found = catalog.find_tools(set, task, 5);
+        let found = catalog.find_tools(set, task, 5, None);
         times.push(start.elapsed());
         sizes.push(bytes(&set.search_tool) + found.iter().map(|t| bytes(t)).sum::<usize>());
     }
     sizes.sort_unstable();
     let median_bytes = sizes[sizes.len() / 2];
-    let mut all: Vec<usize> = catalog.tools_in(set).map(|t| bytes(&t)).collect();
+    let mut all: Vec<usize> = catalog.tools_in(set, None).map(|t| bytes(&t)).collect();
     all.sort_unstable_by(|a, b| b.cmp(a));
     let cap = toolgate_engine::discovery::DEFAULT_MAX_IN_PROMPT;
     let worst = bytes(&set.search_tool) + all.iter().take(cap).sum::<usize>();

@@ -406,7 +406,7 @@ async fn tools_are_listed_again_when_the_server_says_they_changed() {
         "late tool"
     );
     let set = catalog.set("s").unwrap();
-    assert!(catalog.tools_in(set).any(|t| t.name == "py_late"));
+    assert!(catalog.tools_in(set, None).any(|t| t.name == "py_late"));
 }
 
 #[tokio::test]

@@ -197,9 +197,9 @@ fn tool_sets_name_mcp_tools_by_name_or_glob_before_they_are_known() {
         ]
     );
     // Not started: nothing usable yet, and the tools are reported unavailable.
-    assert_eq!(catalog.tools_in(set).count(), 0);
+    assert_eq!(catalog.tools_in(set, None).count(), 0);
     let unavailable: Vec<String> = catalog
-        .unavailable_in(set)
+        .unavailable_in(set, None)
         .into_iter()
         .map(|u| u.name)
         .collect();

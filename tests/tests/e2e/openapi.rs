@@ -455,7 +455,7 @@ fn tool_search_finds_the_operation_for_a_task_in_githubs_api() {
                 );
             }
             let found: Vec<String> = catalog
-                .find_tools(set, task, 5)
+                .find_tools(set, task, 5, None)
                 .iter()
                 .map(|t| t.name.clone())
                 .collect();
@@ -468,7 +468,7 @@ fn tool_search_finds_the_operation_for_a_task_in_githubs_api() {
         let recall = f64::from(hits) / tasks.len() as f64;
         eprintln!(
             "tool search, {file} ({} tools): recall@5 = {recall:.3} ({hits}/{} tasks); missed:\n{}",
-            catalog.tools_in(set).count(),
+            catalog.tools_in(set, None).count(),
             tasks.len(),
             misses.join("\n")
         );

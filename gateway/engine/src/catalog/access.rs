@@ -43,10 +43,16 @@ fn member(set: &ToolSet, name: &str) -> bool {
 }
 
 impl Catalog {
-    /// The tool a call named `name` from `scope` runs, or why it may not:
-    /// not the scope's (403 for a key, "not in the set" for a set), then
-    /// unknown (404) or unavailable (503).
-    pub fn callable(&self, scope: CallScope<'_>, name: &str) -> Result<Arc<Tool>, CallRefused> {
+    /// The tool a call named `name` by `caller` (a subject) from `scope`
+    /// runs, or why it may not: not the scope's (403 for a key, "not in
+    /// the set" for a set), then unknown (404) or unavailable (503). An MCP
+    /// server called as each caller offers `caller` what it listed to them.
+    pub fn callable(
+        &self,
+        scope: CallScope<'_>,
+        name: &str,
+        caller: Option<&str>,
+    ) -> Result<Arc<Tool>, CallRefused> {
         match scope {
             CallScope::Set(set) => {
                 if name == crate::code::RUN_CODE
@@ -57,7 +63,7 @@ impl Catalog {
                 }
                 if name == FIND_TOOLS && set.tools.iter().all(|t| t != name) {
                     return self
-                        .tool_for(name, Some(&set.name))
+                        .tool_for(name, Some(&set.name), caller)
                         .filter(|_| {
                             matches!(set.discovery, crate::discovery::Discovery::Search { .. })
                         })
@@ -67,7 +73,7 @@ impl Catalog {
                         });
                 }
                 if !member(set, name) {
-                    return Err(if self.known(name) {
+                    return Err(if self.known(name, caller) {
                         CallRefused::NotInSet {
                             name: name.to_owned(),
                             set: set.name.clone(),
@@ -91,9 +97,9 @@ impl Catalog {
             }
             CallScope::Key(_) => {}
         }
-        match self.tool(name) {
+        match self.tool_as(name, caller) {
             Some(tool) => Ok(tool),
-            None => Err(match self.unavailable_tool(name) {
+            None => Err(match self.unavailable_tool_as(name, caller) {
                 Some(u) => CallRefused::Unavailable {
                     name: name.to_owned(),
                     reason: u.reason,
@@ -104,7 +110,7 @@ impl Catalog {
     }
 
     /// `true` for a tool the catalog knows, usable or not.
-    fn known(&self, name: &str) -> bool {
-        self.tool(name).is_some() || self.unavailable_tool(name).is_some()
+    fn known(&self, name: &str, caller: Option<&str>) -> bool {
+        self.tool_as(name, caller).is_some() || self.unavailable_tool_as(name, caller).is_some()
     }
 }

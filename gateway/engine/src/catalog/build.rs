@@ -136,7 +136,7 @@ pub(super) fn build(
     // after they list them.
     for set in catalog.sets() {
         if matches!(set.discovery, crate::discovery::Discovery::Search { .. }) {
-            crate::discovery::warm(&set.index, catalog.tools_in(set).collect());
+            crate::discovery::warm(&set.index, catalog.tools_in(set, None).collect());
         }
     }
     Ok(catalog)

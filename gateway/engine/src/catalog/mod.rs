@@ -153,16 +153,29 @@ impl Catalog {
     /// The usable tool called `name`: declared in the configuration, or
     /// offered by a running MCP server.
     pub fn tool(&self, name: &str) -> Option<Arc<Tool>> {
+        self.tool_as(name, None)
+    }
+
+    /// [`tool`](Self::tool), as the caller `caller` (a subject) sees it:
+    /// an MCP server called as each caller offers them what it listed to
+    /// them (see `Executor::list_as_caller`).
+    pub fn tool_as(&self, name: &str, caller: Option<&str>) -> Option<Arc<Tool>> {
         match self.tools.get(name) {
             Some(tool) => Some(Arc::clone(tool)),
-            None => self.mcp.tool(name),
+            None => self.mcp.tool_as(name, caller),
         }
     }
 
-    /// The tool a call named `name` runs in the tool set `set`: the set's
-    /// `find_tools`, its `run_code`, else [`Catalog::tool`]. (Membership in the set is the
-    /// caller's to check.)
-    pub fn tool_for(&self, name: &str, set: Option<&str>) -> Option<Arc<Tool>> {
+    /// The tool a call named `name` by `caller` runs in the tool set
+    /// `set`: the set's `find_tools`, its `run_code`, else
+    /// [`Catalog::tool_as`]. (Membership in the set is the caller's to
+    /// check.)
+    pub fn tool_for(
+        &self,
+        name: &str,
+        set: Option<&str>,
+        caller: Option<&str>,
+    ) -> Option<Arc<Tool>> {
         if name == crate::discovery::FIND_TOOLS
             && let Some(set) = set.and_then(|s| self.sets.get(s))
         {
@@ -177,7 +190,7 @@ impl Catalog {
         {
             return Some(Arc::clone(&set.code_tool));
         }
-        self.tool(name)
+        self.tool_as(name, caller)
     }
 
     /// Every usable tool: the declared ones in declaration order (files
@@ -200,9 +213,14 @@ impl Catalog {
     /// Why `name` is declared (or could be an MCP server's) but unusable,
     /// if it is.
     pub fn unavailable_tool(&self, name: &str) -> Option<Unavailable> {
+        self.unavailable_tool_as(name, None)
+    }
+
+    /// [`unavailable_tool`](Self::unavailable_tool), as `caller` sees it.
+    pub fn unavailable_tool_as(&self, name: &str, caller: Option<&str>) -> Option<Unavailable> {
         match self.unavailable.get(name) {
             Some(u) => Some(u.clone()),
-            None => self.mcp.gap(name).map(Unavailable::from),
+            None => self.mcp.gap_as(name, caller).map(Unavailable::from),
         }
     }
 
@@ -265,14 +283,20 @@ impl Catalog {
         self.default_set.as_deref().and_then(|n| self.sets.get(n))
     }
 
-    /// The usable tools of `set`: its declared tools in the set's order,
-    /// then the MCP tools its entries match now.
-    pub fn tools_in<'a>(&'a self, set: &'a ToolSet) -> impl Iterator<Item = Arc<Tool>> + 'a {
+    /// The usable tools of `set` for `caller` (a subject; `None`: the
+    /// gateway's own view): its declared tools in the set's order, then
+    /// the MCP tools its entries match now (those of a server called as
+    /// each caller as it listed them to `caller`, once it has).
+    pub fn tools_in<'a>(
+        &'a self,
+        set: &'a ToolSet,
+        caller: Option<&str>,
+    ) -> impl Iterator<Item = Arc<Tool>> + 'a {
         let live = if set.mcp.is_empty() {
             Vec::new()
         } else {
             self.mcp
-                .tools(&|name| set.mcp.iter().any(|p| p.matches(name)))
+                .tools_as(&|name| set.mcp.iter().any(|p| p.matches(name)), caller)
         };
         set.tools
             .iter()
@@ -281,8 +305,8 @@ impl Catalog {
             .chain(live)
     }
 
-    /// The tools of `set` that cannot be used now, with the reason.
-    pub fn unavailable_in(&self, set: &ToolSet) -> Vec<Unavailable> {
+    /// The tools of `set` that `caller` cannot use now, with the reason.
+    pub fn unavailable_in(&self, set: &ToolSet, caller: Option<&str>) -> Vec<Unavailable> {
         let mut out: Vec<Unavailable> = set
             .unavailable
             .iter()
@@ -290,12 +314,15 @@ impl Catalog {
             .cloned()
             .collect();
         if !set.mcp.is_empty() {
-            let gaps = self.mcp.gaps(&|g| {
-                set.mcp.iter().any(|p| {
-                    p.matches(&g.name)
-                        || (g.name.starts_with("mcp:") && p.servers.contains(&g.server))
-                })
-            });
+            let gaps = self.mcp.gaps_as(
+                &|g| {
+                    set.mcp.iter().any(|p| {
+                        p.matches(&g.name)
+                            || (g.name.starts_with("mcp:") && p.servers.contains(&g.server))
+                    })
+                },
+                caller,
+            );
             out.extend(gaps.into_iter().map(Unavailable::from));
         }
         out

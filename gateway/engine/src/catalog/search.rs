@@ -10,14 +10,26 @@ use crate::discovery::{DEFAULT_RESULTS, MAX_RESULTS, RESULT_DESCRIPTION_CHARS};
 use crate::tool::{Tool, ToolError};
 
 impl Catalog {
-    /// The tools of `set` that best match `query`, best first.
-    pub fn find_tools(&self, set: &ToolSet, query: &str, limit: usize) -> Vec<Arc<Tool>> {
-        let tools: Vec<Arc<Tool>> = self.tools_in(set).collect();
+    /// The tools of `set` that best match `query` for `caller`, best first.
+    pub fn find_tools(
+        &self,
+        set: &ToolSet,
+        query: &str,
+        limit: usize,
+        caller: Option<&str>,
+    ) -> Vec<Arc<Tool>> {
+        let tools: Vec<Arc<Tool>> = self.tools_in(set, caller).collect();
         set.index.search(tools, query, limit)
     }
 
-    /// A `find_tools` call in the set `set` (arguments already validated).
-    pub fn run_find_tools(&self, set: Option<&str>, args: &Value) -> Result<Value, ToolError> {
+    /// A `find_tools` call by `caller` in the set `set` (arguments already
+    /// validated).
+    pub fn run_find_tools(
+        &self,
+        set: Option<&str>,
+        args: &Value,
+        caller: Option<&str>,
+    ) -> Result<Value, ToolError> {
         let Some(set) = set.and_then(|s| self.set(s)) else {
             return Err(ToolError::Failed(
                 "find_tools searches a tool set, and this call names none".into(),
@@ -29,7 +41,7 @@ impl Catalog {
             .and_then(|l| usize::try_from(l).ok())
             .unwrap_or(DEFAULT_RESULTS)
             .clamp(1, MAX_RESULTS);
-        let found = self.find_tools(set, query, limit);
+        let found = self.find_tools(set, query, limit, caller);
         let tools: Vec<Value> = found
             .iter()
             .map(|t| {

@@ -138,7 +138,7 @@ pub fn plan(
     // A set that searches offers `find_tools` (and, later, what it
     // found); every tool of the set may be called.
     let gateway: Vec<Arc<crate::tool::Tool>> = set
-        .map(|s| catalog.tools_in(s).collect())
+        .map(|s| catalog.tools_in(s, context.subject.as_deref()).collect())
         .unwrap_or_default();
     let mut gateway_tools: HashSet<String> = gateway.iter().map(|t| t.name.clone()).collect();
     // Code mode: the model gets `run_code` (and `find_tools` to find the

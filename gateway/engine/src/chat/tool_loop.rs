@@ -767,7 +767,11 @@ impl Run {
             if !self.l.gateway_tools.contains(&name) {
                 continue;
             }
-            let Some(tool) = self.l.catalog.tool(&name) else {
+            let Some(tool) = self
+                .l
+                .catalog
+                .tool_as(&name, self.l.context.subject.as_deref())
+            else {
                 continue;
             };
             self.found.retain(|t| t.name != name);

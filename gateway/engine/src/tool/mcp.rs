@@ -11,7 +11,8 @@ use serde_json::Value;
 use super::{Annotations, Output, ProgressSink, Tool, ToolError, ToolKind, ToolSpec};
 use crate::tool::context::CallContext;
 pub use toolgate_mcp_client::{
-    Expected, Gap, ServerReport, ServerSpec, extras, oauth, relay, result, session, spec,
+    AskError, Asked, Expected, Gap, ServerReport, ServerSpec, extras, oauth, relay, result,
+    session, spec,
 };
 
 /// One tool of an MCP server, as the gateway calls it.

@@ -33,7 +33,8 @@ pub async fn completions(
         &headers,
         request,
         chat::Passthrough::Allowed,
-    )?;
+    )
+    .await?;
     let the_loop = match plan {
         Plan::Proxy {
             upstream,

@@ -17,6 +17,7 @@ use toolgate_engine::chat::{
 use toolgate_engine::limits::Permit;
 
 use crate::http::{ApiError, AppState, Caller};
+use toolgate_engine::catalog::Catalog;
 use toolgate_engine::tool::context::CallContext;
 
 /// The header naming the project (or workspace) a request works for; it
@@ -54,6 +55,25 @@ pub fn call_context(headers: &HeaderMap, caller: &Caller) -> Result<CallContext,
         .map_err(|e| ApiError::bad_request(format!("X-Toolgate-Project: {e}")))
 }
 
+/// Has each MCP server called as each caller list its tools to `caller`
+/// (`Executor::list_as_caller`): a face calls it before it lists a set's
+/// tools or plans a request, so what the caller is offered from such a
+/// server is what it lists to them.
+pub async fn list_as(state: &AppState, catalog: &Catalog, caller: &Caller) {
+    let Some(subject) = caller.subject() else {
+        return;
+    };
+    if catalog.connections.is_none() || !catalog.mcp().has_per_caller() {
+        return;
+    }
+    let context = CallContext::new()
+        .with_request_id(caller.request_id.clone())
+        .with_key(caller.key_name())
+        .with_subject(Some(subject), caller.claims())
+        .with_token(caller.bearer());
+    state.executor.list_as_caller(catalog, &context).await;
+}
+
 /// The header that picks a tool set when the body does not.
 pub const TOOL_SET_HEADER: &str = "x-tool-set";
 
@@ -74,7 +94,7 @@ pub struct Places {
 
 /// Plans `request` and takes its places: a stream's under the stream cap,
 /// a loop's under the loop cap (503 with `Retry-After` when full).
-pub fn plan_request(
+pub async fn plan_request(
     state: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
@@ -91,6 +111,7 @@ pub fn plan_request(
     };
     let context = call_context(headers, caller)?;
     let catalog = state.catalog();
+    list_as(state, &catalog, caller).await;
     let stream = request.stream;
     let plan = chat::plan(
         &catalog,
@@ -203,7 +224,7 @@ impl Notices {
 /// For a face whose format is not the upstream's: the request body as
 /// JSON, the loop its translation (`translate`) plans to, admitted, and
 /// what the translation left out.
-pub fn plan_translated(
+pub async fn plan_translated(
     state: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
@@ -220,7 +241,7 @@ pub fn plan_translated(
     let mut request = ChatRequest::from_fields(fields)?;
     request.deferred = deferred;
     let Admitted { plan, places } =
-        plan_request(state, caller, headers, request, Passthrough::Never)?;
+        plan_request(state, caller, headers, request, Passthrough::Never).await?;
     match plan {
         Plan::Loop(the_loop) => {
             let mut notices = notices;

@@ -53,7 +53,7 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let (_, the_loop, places, notices) =
-        common::plan_translated(&state, &caller, &headers, &body, to_chat_request)?;
+        common::plan_translated(&state, &caller, &headers, &body, to_chat_request).await?;
     let model = the_loop.request.model.clone();
     let shown = Shown {
         calls: beta(uri, &headers),

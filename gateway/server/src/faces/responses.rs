@@ -114,7 +114,8 @@ async fn prepare(
         common::plan_translated(state, caller, headers, body, |req| {
             let earlier = previous.as_ref().map_or(&[][..], |p| p.messages.as_slice());
             to_chat_request(req, &mut offered, earlier)
-        })?;
+        })
+        .await?;
     let echo = Echo::of(&original);
     let model = the_loop.request.model.clone();
     // Kept unless the request says `store: false` (then, on a WebSocket,

@@ -30,13 +30,19 @@ pub async fn list_tools(
     Query(q): Query<ToolsQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let catalog = state.catalog();
+    crate::faces::common::list_as(&state, &catalog, &caller).await;
+    let who = caller.subject();
+    let who = who.as_deref();
     let (tools, unavailable): (Vec<Value>, Vec<Value>) = match &q.tool_set {
         Some(name) => {
             let set = catalog.usable_set(name, caller.key.as_deref())?;
             (
-                catalog.tools_in(set).map(|t| describe_tool(&t)).collect(),
                 catalog
-                    .unavailable_in(set)
+                    .tools_in(set, who)
+                    .map(|t| describe_tool(&t))
+                    .collect(),
+                catalog
+                    .unavailable_in(set, who)
                     .into_iter()
                     .map(|u| json!({"name": u.name, "reason": u.reason}))
                     .collect(),
@@ -48,12 +54,12 @@ pub async fn list_tools(
             let mut tools = Vec::new();
             let mut unavailable = Vec::new();
             for set in catalog.sets().filter(|s| caller.may_use(&s.name)) {
-                for t in catalog.tools_in(set) {
+                for t in catalog.tools_in(set, who) {
                     if seen.insert(t.name.clone()) {
                         tools.push(describe_tool(&t));
                     }
                 }
-                for u in catalog.unavailable_in(set) {
+                for u in catalog.unavailable_in(set, who) {
                     if seen.insert(u.name.clone()) {
                         unavailable.push(json!({"name": u.name, "reason": u.reason}));
                     }
@@ -111,6 +117,9 @@ pub async fn list_sets(
     Extension(caller): Extension<Caller>,
 ) -> Json<Value> {
     let catalog = state.catalog();
+    crate::faces::common::list_as(&state, &catalog, &caller).await;
+    let who = caller.subject();
+    let who = who.as_deref();
     let default = caller.default_set(&catalog);
     let data: Vec<Value> = catalog
         .sets()
@@ -119,8 +128,8 @@ pub async fn list_sets(
             json!({
                 "name": s.name,
                 "description": s.description,
-                "tools": catalog.tools_in(s).map(|t| t.name.clone()).collect::<Vec<_>>(),
-                "unavailable": catalog.unavailable_in(s).into_iter().map(|u| u.name).collect::<Vec<_>>(),
+                "tools": catalog.tools_in(s, who).map(|t| t.name.clone()).collect::<Vec<_>>(),
+                "unavailable": catalog.unavailable_in(s, who).into_iter().map(|u| u.name).collect::<Vec<_>>(),
                 "default": Some(&s.name) == default.as_ref(),
             })
         })
@@ -166,6 +175,7 @@ pub async fn run_tool(
     arguments: Value,
 ) -> Result<toolgate_engine::executor::ToolResult, ApiError> {
     let catalog = state.catalog();
+    crate::faces::common::list_as(state, &catalog, caller).await;
     check_tool(&catalog, caller, &name)?;
     let call = ToolCall {
         id: "invoke".into(),
@@ -180,7 +190,8 @@ pub async fn run_tool(
 /// keys it must belong to a set the key may use (403); an unknown tool is
 /// 404, an unavailable one 503.
 pub fn check_tool(catalog: &Catalog, caller: &Caller, name: &str) -> Result<(), ApiError> {
-    match catalog.callable(CallScope::Key(caller.key.as_deref()), name) {
+    let who = caller.subject();
+    match catalog.callable(CallScope::Key(caller.key.as_deref()), name, who.as_deref()) {
         Ok(_) => Ok(()),
         Err(refused) => {
             let (status, code) = match &refused {

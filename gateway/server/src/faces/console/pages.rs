@@ -50,20 +50,23 @@ pub async fn catalog(
 ) -> Result<Response, ApiError> {
     let access = console_access(&state, &caller, &headers)?;
     let catalog = state.catalog();
+    crate::faces::common::list_as(&state, &catalog, &caller).await;
+    let who = caller.subject();
+    let who = who.as_deref();
     let default = caller.default_set(&catalog);
     let mut visible = BTreeSet::new();
     let sets: Vec<Value> = catalog
         .sets()
         .filter(|s| caller.may_use(&s.name))
         .map(|s| {
-            let tools: Vec<ToolRow> = catalog.tools_in(s).map(|t| row(&t)).collect();
+            let tools: Vec<ToolRow> = catalog.tools_in(s, who).map(|t| row(&t)).collect();
             visible.extend(tools.iter().map(|t| t.name.clone()));
             json!({
                 "name": s.name,
                 "description": s.description,
                 "default": Some(&s.name) == default.as_ref(),
                 "tools": tools,
-                "unavailable": catalog.unavailable_in(s).into_iter()
+                "unavailable": catalog.unavailable_in(s, who).into_iter()
                     .map(|u| json!({"name": u.name, "reason": u.reason}))
                     .collect::<Vec<_>>(),
             })
@@ -219,8 +222,10 @@ pub async fn tool(
 ) -> Result<Response, ApiError> {
     let access = console_access(&state, &caller, &headers)?;
     let catalog = state.catalog();
+    crate::faces::common::list_as(&state, &catalog, &caller).await;
     crate::faces::tools::check_tool(&catalog, &caller, &name)?;
-    let tool = catalog.tool(&name).ok_or_else(|| {
+    let who = caller.subject();
+    let tool = catalog.tool_as(&name, who.as_deref()).ok_or_else(|| {
         ApiError::not_found("unknown_tool", format!("tool `{name}` does not exist"))
     })?;
     Ok(fragment(render(

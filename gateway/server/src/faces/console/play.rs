@@ -85,7 +85,8 @@ pub async fn play(
     });
     let request = ChatRequest::parse(request.to_string().as_bytes())?;
     let crate::faces::common::Admitted { plan, places } =
-        crate::faces::common::plan_request(&state, &caller, &headers, request, Passthrough::Never)?;
+        crate::faces::common::plan_request(&state, &caller, &headers, request, Passthrough::Never)
+            .await?;
     let Plan::Loop(the_loop) = plan else {
         return Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

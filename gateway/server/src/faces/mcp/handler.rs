@@ -33,8 +33,8 @@ use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, Offers, ToolSet}
 use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
 use toolgate_engine::tool::context::CallContext;
-use toolgate_engine::tool::mcp::McpRegistry;
 use toolgate_engine::tool::mcp::relay::Relay;
+use toolgate_engine::tool::mcp::{Asked, McpRegistry};
 use toolgate_engine::tool::{Progress, ToolError};
 
 /// How often a session's watcher asks whether its client is still there.
@@ -205,6 +205,8 @@ impl ToolSetServer {
         let set = catalog
             .usable_set(&target.set, target.caller.key.as_deref())
             .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let who = target.caller.subject();
+        let who = who.as_deref();
         let unlisted = |e: serde_json::Error| {
             McpError::internal_error(format!("the search surface cannot be listed: {e}"), None)
         };
@@ -212,7 +214,7 @@ impl ToolSetServer {
         // (and `find_tools` to find them when the set searches).
         if set.mode == SetMode::Code {
             let searching = matches!(set.discovery, search::Discovery::Search { .. });
-            let tools: Vec<_> = catalog.tools_in(set).collect();
+            let tools: Vec<_> = catalog.tools_in(set, who).collect();
             let mut run = wire::tool(&set.code_tool).map_err(unlisted)?;
             run.description = Some(toolgate_engine::code::description(&tools, searching).into());
             let mut listed = vec![run];
@@ -228,7 +230,7 @@ impl ToolSetServer {
             ]);
         }
         catalog
-            .tools_in(set)
+            .tools_in(set, who)
             .map(|t| {
                 wire::tool(&t).map_err(|e| {
                     McpError::internal_error(
@@ -240,13 +242,54 @@ impl ToolSetServer {
             .collect()
     }
 
-    /// What the set a request is for (checked against its key) offers
-    /// besides tools, and the MCP servers offering it; no catalog is held.
-    fn offers(
+    /// [`offers_to`](Self::offers_to) the request's target, once the
+    /// per-caller servers have listed theirs to the caller (whose subject
+    /// comes along).
+    async fn offers_listed(
         &self,
         extensions: &rmcp::model::Extensions,
-    ) -> Result<(SetOffers, McpRegistry), McpError> {
+    ) -> Result<(SetOffers, McpRegistry, Option<String>), McpError> {
+        let target = self.listed_target(extensions).await?;
+        let (set, registry) = self.offers_to(&target)?;
+        Ok((set, registry, target.caller.subject()))
+    }
+
+    /// The request's target, once the per-caller servers have listed
+    /// their tools, prompts and resources to its caller.
+    async fn listed_target(
+        &self,
+        extensions: &rmcp::model::Extensions,
+    ) -> Result<Target, McpError> {
         let target = self.target(extensions)?;
+        let catalog = self.state.catalog();
+        crate::faces::common::list_as(&self.state, &catalog, &target.caller).await;
+        Ok(target)
+    }
+
+    /// Asks an upstream server about `what` for `target`'s caller: over
+    /// their own session, with their token, at a per-caller server that
+    /// listed it to them; else over the gateway's (see
+    /// `Executor::ask_as_caller`).
+    async fn ask_upstream<R, F, Fut>(
+        &self,
+        target: &Target,
+        what: Asked<'_>,
+        ask: F,
+    ) -> Result<R, McpError>
+    where
+        F: FnMut(Option<(String, String)>) -> Fut,
+        Fut: std::future::Future<Output = Result<R, toolgate_engine::tool::mcp::AskError>>,
+    {
+        let catalog = self.state.catalog();
+        self.state
+            .executor
+            .ask_as_caller(&catalog, &call_context(target), what, ask)
+            .await
+    }
+
+    /// What the set `target` is for (checked against its key) offers
+    /// besides tools, and the MCP servers offering it; no catalog is held.
+    fn offers_to(&self, target: &Target) -> Result<(SetOffers, McpRegistry), McpError> {
         let catalog = self.state.catalog();
         let set = catalog
             .usable_set(&target.set, target.caller.key.as_deref())
@@ -261,13 +304,10 @@ impl ToolSetServer {
 
     /// The MCP servers, when the request's set offers `uri`; otherwise
     /// invalid params with the URI (SEP-2164).
-    fn offering_uri(
-        &self,
-        extensions: &rmcp::model::Extensions,
-        uri: &str,
-    ) -> Result<McpRegistry, McpError> {
-        let (set, registry) = self.offers(extensions)?;
-        if offers_uri(&set, &registry, uri) {
+    fn offering_uri(&self, target: &Target, uri: &str) -> Result<McpRegistry, McpError> {
+        let (set, registry) = self.offers_to(target)?;
+        let who = target.caller.subject();
+        if offers_uri(&set, &registry, uri, who.as_deref()) {
             Ok(registry)
         } else {
             Err(McpError::invalid_params(
@@ -302,11 +342,13 @@ impl ToolSetServer {
             .usable_set(&target.set, target.caller.key.as_deref())
             .ok()?;
         let registry = catalog.mcp();
+        let who = target.caller.subject();
+        let who = who.as_deref();
         let json = serde_json::to_vec(&(
             tools,
-            registry.prompts(&|n| set.prompts.admits(n)),
-            registry.resources(&|u| set.resources.admits(u)),
-            registry.resource_templates(&|t| set.resources.admits(t)),
+            registry.prompts(&|n| set.prompts.admits(n), who),
+            registry.resources(&|u| set.resources.admits(u), who),
+            registry.resource_templates(&|t| set.resources.admits(t), who),
         ))
         .ok()?;
         Some(Sha256::digest(&json).into())
@@ -394,12 +436,22 @@ struct SetOffers {
     resources: Offers,
 }
 
+/// How far a list of prompts or resources may be shared: with everyone,
+/// unless a per-caller server listed its own to the caller.
+fn cache_scope(registry: &McpRegistry, caller: Option<&str>) -> CacheScope {
+    if registry.extras_vary(caller) {
+        CacheScope::Private
+    } else {
+        CacheScope::Public
+    }
+}
+
 /// `true` when `set` offers `uri`: it names or matches the URI, or a
 /// template it offers describes it.
-fn offers_uri(set: &SetOffers, registry: &McpRegistry, uri: &str) -> bool {
+fn offers_uri(set: &SetOffers, registry: &McpRegistry, uri: &str, caller: Option<&str>) -> bool {
     set.resources.admits(uri)
         || registry
-            .resource_templates(&|t| set.resources.admits(t))
+            .resource_templates(&|t| set.resources.admits(t), caller)
             .iter()
             .any(|t| toolgate_engine::tool::mcp::extras::template_matches(&t.uri_template, uri))
 }
@@ -449,9 +501,9 @@ fn unwrap_call_tool(args: &serde_json::Map<String, Value>) -> Result<(String, Va
 /// `true` when a call of `name` may be made in `set` (the engine's one
 /// rule): a tool the set has, usable or not (an unavailable one answers
 /// why when it runs).
-fn in_set(catalog: &Catalog, set: &ToolSet, name: &str) -> bool {
+fn in_set(catalog: &Catalog, set: &ToolSet, name: &str, caller: Option<&str>) -> bool {
     matches!(
-        catalog.callable(CallScope::Set(set), name),
+        catalog.callable(CallScope::Set(set), name, caller),
         Ok(_) | Err(CallRefused::Unavailable { .. })
     )
 }
@@ -528,6 +580,7 @@ impl ServerHandler for ToolSetServer {
     ) -> Result<ListToolsResult, McpError> {
         let target = self.target(&context.extensions)?;
         let catalog = self.state.catalog();
+        crate::faces::common::list_as(&self.state, &catalog, &target.caller).await;
         let tools = self.list(&catalog, &target)?;
         Ok(ListToolsResult::with_all_items(tools)
             .with_ttl_ms(self.list_ttl_ms())
@@ -545,6 +598,9 @@ impl ServerHandler for ToolSetServer {
         let set = catalog
             .usable_set(&target.set, target.caller.key.as_deref())
             .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        crate::faces::common::list_as(&self.state, &catalog, &target.caller).await;
+        let who = target.caller.subject();
+        let who = who.as_deref();
         let mut name = request.name.to_string();
         let mut arguments = Value::Object(request.arguments.unwrap_or_default());
         // The search surface's `call_tool`: the tool it names, which must
@@ -558,7 +614,7 @@ impl ServerHandler for ToolSetServer {
                 Ok(call) => call,
                 Err(refused) => return encode(&refused),
             };
-            if inner != FIND_TOOLS && !in_set(&catalog, set, &inner) {
+            if inner != FIND_TOOLS && !in_set(&catalog, set, &inner, who) {
                 return encode(&ToolResult::failure(
                     ToolError::Failed(format!(
                         "the tool set `{}` has no tool `{inner}`; find_tools finds its tools",
@@ -569,7 +625,7 @@ impl ServerHandler for ToolSetServer {
             }
             name = inner;
             arguments = inner_args;
-        } else if name != FIND_TOOLS && !in_set(&catalog, set, &name) {
+        } else if name != FIND_TOOLS && !in_set(&catalog, set, &name, who) {
             return Err(McpError::new(
                 ErrorCode::INVALID_PARAMS,
                 format!("Unknown tool: {name}"),
@@ -619,7 +675,7 @@ impl ServerHandler for ToolSetServer {
             // An MCP client calls what it found through `call_tool` (or by
             // name): it needs each tool's input schema.
             wire::add_input_schemas(&mut result, |name| {
-                catalog.tool(name).map(|t| t.parameters.clone())
+                catalog.tool_as(name, who).map(|t| t.parameters.clone())
             });
         }
         encode(&result)
@@ -632,11 +688,11 @@ impl ServerHandler for ToolSetServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListPromptsResult, McpError> {
-        let (set, registry) = self.offers(&context.extensions)?;
-        let prompts = registry.prompts(&|name| set.prompts.admits(name));
+        let (set, registry, who) = self.offers_listed(&context.extensions).await?;
+        let prompts = registry.prompts(&|name| set.prompts.admits(name), who.as_deref());
         Ok(rmcp::model::ListPromptsResult::with_all_items(prompts)
             .with_ttl_ms(self.list_ttl_ms())
-            .with_cache_scope(CacheScope::Public))
+            .with_cache_scope(cache_scope(&registry, who.as_deref())))
     }
 
     async fn list_resources(
@@ -644,11 +700,11 @@ impl ServerHandler for ToolSetServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, McpError> {
-        let (set, registry) = self.offers(&context.extensions)?;
-        let resources = registry.resources(&|uri| set.resources.admits(uri));
+        let (set, registry, who) = self.offers_listed(&context.extensions).await?;
+        let resources = registry.resources(&|uri| set.resources.admits(uri), who.as_deref());
         Ok(rmcp::model::ListResourcesResult::with_all_items(resources)
             .with_ttl_ms(self.list_ttl_ms())
-            .with_cache_scope(CacheScope::Public))
+            .with_cache_scope(cache_scope(&registry, who.as_deref())))
     }
 
     async fn list_resource_templates(
@@ -656,12 +712,12 @@ impl ServerHandler for ToolSetServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, McpError> {
-        let (set, registry) = self.offers(&context.extensions)?;
-        let templates = registry.resource_templates(&|t| set.resources.admits(t));
+        let (set, registry, who) = self.offers_listed(&context.extensions).await?;
+        let templates = registry.resource_templates(&|t| set.resources.admits(t), who.as_deref());
         Ok(
             rmcp::model::ListResourceTemplatesResult::with_all_items(templates)
                 .with_ttl_ms(self.list_ttl_ms())
-                .with_cache_scope(CacheScope::Public),
+                .with_cache_scope(cache_scope(&registry, who.as_deref())),
         )
     }
 
@@ -670,7 +726,8 @@ impl ServerHandler for ToolSetServer {
         request: rmcp::model::GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
-        let (set, registry) = self.offers(&context.extensions)?;
+        let target = self.listed_target(&context.extensions).await?;
+        let (set, registry) = self.offers_to(&target)?;
         if !set.prompts.admits(&request.name) {
             return Err(McpError::invalid_params(
                 format!(
@@ -680,8 +737,16 @@ impl ServerHandler for ToolSetServer {
                 Some(serde_json::json!({"name": request.name})),
             ));
         }
-        let mut result = registry
-            .get_prompt(&request.name, request.arguments)
+        let name = request.name.as_str();
+        let arguments = request.arguments;
+        let mut result = self
+            .ask_upstream(&target, Asked::Prompt(name), |caller| {
+                let (registry, arguments) = (registry.clone(), arguments.clone());
+                async move {
+                    let caller = caller.as_ref().map(|(s, t)| (s.as_str(), t.as_str()));
+                    registry.get_prompt(name, arguments, caller).await
+                }
+            })
             .await?;
         self.bounded(&result)?;
         // A server of an older revision leaves it out; rmcp clears it again
@@ -695,8 +760,18 @@ impl ServerHandler for ToolSetServer {
         request: rmcp::model::ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
-        let registry = self.offering_uri(&context.extensions, &request.uri)?;
-        let mut result = registry.read_resource(&request.uri).await?;
+        let target = self.listed_target(&context.extensions).await?;
+        let registry = self.offering_uri(&target, &request.uri)?;
+        let uri = request.uri.as_str();
+        let mut result = self
+            .ask_upstream(&target, Asked::Resource(uri), |caller| {
+                let registry = registry.clone();
+                async move {
+                    let caller = caller.as_ref().map(|(s, t)| (s.as_str(), t.as_str()));
+                    registry.read_resource(uri, caller).await
+                }
+            })
+            .await?;
         self.bounded(&result)?;
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(rmcp::model::ReadResourceResponse::Complete(result))
@@ -723,7 +798,8 @@ impl ServerHandler for ToolSetServer {
         request: rmcp::model::SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.offering_uri(&context.extensions, &request.uri)?;
+        let target = self.target(&context.extensions)?;
+        self.offering_uri(&target, &request.uri)?;
         Ok(())
     }
 
@@ -732,7 +808,8 @@ impl ServerHandler for ToolSetServer {
         request: rmcp::model::UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.offering_uri(&context.extensions, &request.uri)?;
+        let target = self.target(&context.extensions)?;
+        self.offering_uri(&target, &request.uri)?;
         Ok(())
     }
 
@@ -742,7 +819,8 @@ impl ServerHandler for ToolSetServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
         use rmcp::model::Reference;
-        let (set, registry) = self.offers(&context.extensions)?;
+        let target = self.listed_target(&context.extensions).await?;
+        let (set, registry) = self.offers_to(&target)?;
         let offered = match &request.r#ref {
             Reference::Prompt(p) => set.prompts.admits(&p.name),
             Reference::Resource(r) => set.resources.admits(&r.uri),
@@ -751,7 +829,24 @@ impl ServerHandler for ToolSetServer {
         if !offered {
             return Ok(rmcp::model::CompleteResult::default());
         }
-        let mut result = registry.complete(request).await?;
+        let what = match &request.r#ref {
+            Reference::Prompt(p) => p.name.clone(),
+            Reference::Resource(r) => r.uri.clone(),
+            _ => String::new(),
+        };
+        let asked = match &request.r#ref {
+            Reference::Prompt(_) => Asked::Prompt(&what),
+            _ => Asked::Template(&what),
+        };
+        let mut result = self
+            .ask_upstream(&target, asked, |caller| {
+                let (registry, request) = (registry.clone(), request.clone());
+                async move {
+                    let caller = caller.as_ref().map(|(s, t)| (s.as_str(), t.as_str()));
+                    registry.complete(request, caller).await
+                }
+            })
+            .await?;
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(result)
     }
