@@ -442,6 +442,7 @@ mcp_servers:
         "config": config,
         "apis": {name: handler for name, (_, handler) in apis.items()},
         "sign_in": sign_in,
+        "env": genv,
         "invoke": invoke,
         "get": get,
         "chat": chat,
@@ -827,6 +828,15 @@ def test_an_mcp_server_lists_each_user_what_it_lists_them(world):
     # Refused by the gateway: bob is not offered them, the server is not asked.
     assert prompt.startswith("refused") and "no prompt named" in prompt, prompt
     assert notes.startswith("refused") and "alice's" not in notes, notes
+
+    # `check --connect` reports the server that refused the gateway as
+    # per caller, not as a failure.
+    check = subprocess.run(
+        [binary("toolgate"), "check", "--connect", "--config", str(world["config"])],
+        capture_output=True, text=True, env=world["env"], timeout=120,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "MCP server `tasks_users` over http: per caller" in check.stdout, check.stdout
 
     # The model of a chat is offered the caller's tools: it calls
     # `u_alice_notes` for alice; for bob the tool is not offered.

@@ -1602,10 +1602,12 @@ impl<T: Offer> McpRegistry<T> {
     /// Exact names tool sets expect from MCP servers that every server
     /// which could offer them has listed, without offering them.
     pub fn missing_expected(&self) -> Vec<&Expected> {
+        // A per-caller server may list to a caller what it does not list
+        // to the gateway: its listing never proves a name missing.
         let listed = |server: &str| -> Option<HashSet<String>> {
             let s = self.inner.server(server)?;
             let state = s.state();
-            (state.status == Status::Ready)
+            (state.status == Status::Ready && !s.spec.per_caller())
                 .then(|| state.listed.iter().map(|l| l.name.clone()).collect())
         };
         let by_server: HashMap<&str, Option<HashSet<String>>> = self
@@ -1725,7 +1727,17 @@ pub struct ServerReport {
 
 impl ServerReport {
     pub fn is_ok(&self) -> bool {
-        self.reason.is_none() && self.problems.is_empty()
+        (self.reason.is_none() || self.per_caller()) && self.problems.is_empty()
+    }
+
+    /// It refused the gateway's own session and lists its tools to each
+    /// connected caller alone (`credentials`): not a failure.
+    pub fn per_caller(&self) -> bool {
+        self.status
+            == Status::PerCaller {
+                reason: String::new(),
+            }
+            .label()
     }
 }
 

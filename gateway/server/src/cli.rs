@@ -496,6 +496,10 @@ async fn check_connect(dir: &Path) -> ExitCode {
             .map(|i| format!(" ({i})"))
             .unwrap_or_default();
         match &r.reason {
+            Some(reason) if r.per_caller() => println!(
+                "MCP server `{}` over {}: per caller — {reason}",
+                r.name, r.transport
+            ),
             None => println!(
                 "MCP server `{}`{info} over {}: {} tools",
                 r.name,
