@@ -93,7 +93,7 @@ mcp_servers:
   - name: everything
     transport: stdio
     command: {everything}
-    tools: {{ include: [get-tiny-image, get-structured-content, trigger-long-running-operation, trigger-elicitation-request, trigger-sampling-request], prefix: ev_ }}
+    tools: {{ include: [get-tiny-image, get-structured-content, trigger-long-running-operation, trigger-elicitation-request, trigger-sampling-request, toggle-subscriber-updates], prefix: ev_ }}
   - name: py
     transport: stdio
     command: {python}
@@ -297,6 +297,44 @@ def test_the_prompts_and_resources_a_set_offers_come_from_its_servers(mcp_gatewa
         async with client(url + "/mcp/small", key=SMALL_KEY, mode=mode) as c:
             assert (await c.list_prompts()).prompts == []
             assert (await c.list_resources()).resources == []
+
+    run(go)
+
+
+# resources/subscribe is the 2025-11-25 way, which the SDK marks deprecated.
+@pytest.mark.filterwarnings("ignore:resources/")
+def test_a_subscribed_resource_s_updates_reach_the_client(mcp_gateway):
+    """A 2025-11-25 session subscribes to a resource of server-everything;
+    the server's `notifications/resources/updated` for it reach that client
+    (the gateway holds one upstream subscription), and not a client that
+    did not subscribe."""
+    url, _ = mcp_gateway
+    uri = "demo://resource/static/document/architecture.md"
+
+    def recorder(seen):
+        async def on_message(message):
+            root = getattr(message, "root", message)
+            if isinstance(root, types.ResourceUpdatedNotification):
+                seen.append(root.params.uri)
+
+        return on_message
+
+    async def go():
+        mine, theirs = [], []
+        async with client(url + "/mcp/web", message_handler=recorder(mine)) as c, client(
+            url + "/mcp/web", message_handler=recorder(theirs)
+        ) as other:
+            await other.list_tools()
+            await c.subscribe_resource(uri)
+            # server-everything sends updates of what its client subscribed
+            # to once this tool starts them (then every 5 s).
+            await c.call_tool("ev_toggle-subscriber-updates", {})
+            with anyio.fail_after(20):
+                while uri not in mine:
+                    await anyio.sleep(0.1)
+            await c.unsubscribe_resource(uri)
+            await c.call_tool("ev_toggle-subscriber-updates", {})
+        assert theirs == [], theirs
 
     run(go)
 

@@ -1438,6 +1438,105 @@ impl<T: Offer> McpRegistry<T> {
         .await
     }
 
+    /// Subscribes a client of the gateway to `uri` at the server serving
+    /// it, over the gateway's own session: one upstream subscription
+    /// however many clients want it, made again on every new session. A
+    /// server that does not announce subscriptions is not asked, and one
+    /// that refuses is logged (their updates never come). Updates arrive on
+    /// [`updates`](Self::updates).
+    pub async fn subscribe_resource(&self, uri: &str) {
+        let snapshot = self.inner.snapshot.load_full();
+        let Some(index) = snapshot.index_for(&Asked::Resource(uri)) else {
+            return;
+        };
+        let server = &self.inner.servers[index];
+        let Ok(peer) = server.peer() else {
+            return;
+        };
+        let announces = peer.peer_info().is_some_and(|info| {
+            info.capabilities
+                .resources
+                .as_ref()
+                .is_some_and(|r| r.subscribe == Some(true))
+        });
+        if !announces {
+            return;
+        }
+        let first = {
+            let mut subscribed = server.subscribed.lock().unwrap_or_else(|p| p.into_inner());
+            let count = subscribed.entry(uri.to_owned()).or_insert(0);
+            *count += 1;
+            *count == 1
+        };
+        if !first {
+            return;
+        }
+        let params = rmcp::model::SubscribeRequestParams::new(uri);
+        #[allow(deprecated)] // resources/subscribe: 2025-11-25 sessions
+        let sent = self
+            .ask(&snapshot, index, None, |peer| async move {
+                peer.subscribe(params).await
+            })
+            .await;
+        // The client's subscription stands either way: an upstream that
+        // cannot subscribe (some announce it and answer "method not
+        // found") only never sends updates.
+        if let Err(e) = sent {
+            self.release(server, uri);
+            tracing::warn!(mcp_server = %server.spec.name, "subscribing to `{uri}` failed: {}; its updates are not relayed", e.error.message);
+        }
+    }
+
+    /// A client of the gateway no longer wants `uri`'s updates: the
+    /// upstream subscription ends when no client wants them.
+    pub async fn unsubscribe_resource(&self, uri: &str) {
+        let snapshot = self.inner.snapshot.load_full();
+        let Some(index) = snapshot.index_for(&Asked::Resource(uri)) else {
+            return;
+        };
+        let server = &self.inner.servers[index];
+        if !self.release(server, uri) {
+            return;
+        }
+        let params = rmcp::model::UnsubscribeRequestParams::new(uri);
+        #[allow(deprecated)] // resources/unsubscribe: 2025-11-25 sessions
+        let sent = self
+            .ask(&snapshot, index, None, |peer| async move {
+                peer.unsubscribe(params).await
+            })
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(mcp_server = %server.spec.name, "unsubscribing from `{uri}` failed: {}", e.error.message);
+        }
+    }
+
+    /// One client less wants `uri` at `server`; `true` when none is left
+    /// (and the gateway was subscribed).
+    fn release(&self, server: &Server<T>, uri: &str) -> bool {
+        let mut subscribed = server.subscribed.lock().unwrap_or_else(|p| p.into_inner());
+        match subscribed.get_mut(uri) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                false
+            }
+            Some(_) => {
+                subscribed.remove(uri);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The servers' resource updates (`notifications/resources/updated` of
+    /// the gateway's own sessions), a receiver per server.
+    pub fn updates(&self) -> Vec<tokio::sync::broadcast::Receiver<String>> {
+        self.inner
+            .servers
+            .iter()
+            .map(|s| s.updates.subscribe())
+            .collect()
+    }
+
     /// `true` when `uri` is one the servers serve, as `caller` sees them.
     pub fn serves(&self, uri: &str, caller: Option<&str>) -> bool {
         self.seen_by(caller)

@@ -85,7 +85,17 @@ pub(crate) struct Server<T> {
     rebuild: AtomicBool,
     /// The callers' own sessions (`per_user` servers), by subject.
     users: Mutex<HashMap<String, Arc<UserSlot<T>>>>,
+    /// `notifications/resources/updated` of the gateway's own session (a
+    /// URI each), for the MCP face's sessions that subscribed to it.
+    pub updates: tokio::sync::broadcast::Sender<String>,
+    /// The URIs the gateway is subscribed to at the server, with how many
+    /// of its clients' sessions want each; subscribed again on every new
+    /// session.
+    pub(crate) subscribed: Mutex<HashMap<String, usize>>,
 }
+
+/// Resource updates kept for a slow face session before it misses some.
+const UPDATES_BACKLOG: usize = 64;
 
 /// The most callers' sessions kept open per server; the least recently
 /// used is closed to make room.
@@ -395,6 +405,8 @@ impl<T> Server<T> {
             pins: Mutex::new(HashMap::new()),
             rebuild: AtomicBool::new(false),
             users: Mutex::new(HashMap::new()),
+            updates: tokio::sync::broadcast::channel(UPDATES_BACKLOG).0,
+            subscribed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -650,6 +662,9 @@ impl<T> Server<T> {
 struct Handler {
     server: String,
     list_changed: Arc<Notify>,
+    /// Where resource updates go: the gateway's own session only (a
+    /// caller's session's updates are theirs, and not relayed).
+    updates: Option<tokio::sync::broadcast::Sender<String>>,
     progress: rmcp::handler::client::progress::ProgressDispatcher,
     running: Arc<super::relay::Running>,
 }
@@ -681,6 +696,17 @@ impl ClientHandler for Handler {
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.list_changed.notify_one();
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(updates) = &self.updates {
+            // No face session listening is not an error.
+            let _ = updates.send(params.uri);
+        }
     }
 
     async fn on_progress(
@@ -885,6 +911,7 @@ async fn run_session<T: Offer>(server: &Arc<Server<T>>, stop: &CancellationToken
     let listed = build_tools(server, tools);
     report_listing(server, &listed);
     let mut last_extras = list_extras(&peer, spec).await;
+    resubscribe(server, &peer).await;
     server.update(|old| ServerState {
         status: Status::Ready,
         peer: Some(peer.clone()),
@@ -992,6 +1019,30 @@ async fn run_session<T: Offer>(server: &Arc<Server<T>>, stop: &CancellationToken
                 let _ = tokio::time::timeout(STOP_GRACE, &mut waiting).await;
                 return SessionEnd::Stopped;
             }
+        }
+    }
+}
+
+/// Subscribes a new session to the resources the gateway's clients are
+/// subscribed to (a failure is logged: the clients miss updates, nothing
+/// else).
+async fn resubscribe<T>(server: &Server<T>, peer: &Peer<RoleClient>) {
+    let uris: Vec<String> = server
+        .subscribed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .cloned()
+        .collect();
+    for uri in uris {
+        #[allow(deprecated)] // resources/subscribe: 2025-11-25 sessions
+        let sent = tokio::time::timeout(
+            server.spec.startup_timeout,
+            peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri.clone())),
+        )
+        .await;
+        if !matches!(sent, Ok(Ok(_))) {
+            tracing::warn!(mcp_server = %server.spec.name, "subscribing again to `{uri}` failed; its updates are not relayed until a client subscribes again");
         }
     }
 }
@@ -1264,6 +1315,7 @@ async fn open<T>(
     let handler = Handler {
         server: server.spec.name.clone(),
         list_changed: Arc::clone(&server.list_changed),
+        updates: token.is_none().then(|| server.updates.clone()),
         progress: server.progress.clone(),
         running: Arc::clone(&server.running),
     };

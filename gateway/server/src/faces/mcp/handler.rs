@@ -100,6 +100,8 @@ pub struct ToolSetServer {
     /// The lowest level of upstream log messages this session's client
     /// asked for (`logging/setLevel`); `info` until it asks.
     log_level: std::sync::Arc<std::sync::atomic::AtomicU8>,
+    /// The resources this session's client subscribed to (2025-11-25).
+    subscriptions: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl ToolSetServer {
@@ -110,6 +112,7 @@ impl ToolSetServer {
             fixed: None,
             watching: Default::default(),
             log_level: std::sync::Arc::new(std::sync::atomic::AtomicU8::new(DEFAULT_LOG_LEVEL)),
+            subscriptions: Default::default(),
         }
     }
 
@@ -120,6 +123,7 @@ impl ToolSetServer {
             fixed: Some(target),
             watching: Default::default(),
             log_level: std::sync::Arc::new(std::sync::atomic::AtomicU8::new(DEFAULT_LOG_LEVEL)),
+            subscriptions: Default::default(),
         }
     }
 
@@ -285,6 +289,57 @@ impl ToolSetServer {
             .executor
             .ask_as_caller(&catalog, &call_context(target), what, ask)
             .await
+    }
+
+    fn subscribed(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.subscriptions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Relays the upstream servers' `notifications/resources/updated` for
+    /// the resources this session subscribed to, until its client is gone;
+    /// then its subscriptions end. No catalog is held while waiting (a
+    /// reload's servers are listened to once the old ones close).
+    async fn relay_updates(self, peer: rmcp::Peer<RoleServer>) {
+        use tokio::sync::broadcast::error::RecvError;
+        let mut receivers = self.state.catalog().mcp().updates();
+        let mut check = tokio::time::interval(GONE_CHECK_EVERY);
+        check.tick().await;
+        loop {
+            let next = async {
+                if receivers.is_empty() {
+                    std::future::pending::<()>().await;
+                }
+                let (got, _, _) =
+                    futures::future::select_all(receivers.iter_mut().map(|r| Box::pin(r.recv())))
+                        .await;
+                got
+            };
+            tokio::select! {
+                got = next => match got {
+                    Ok(uri) => {
+                        let wanted = self.subscribed().contains(&uri);
+                        if wanted && peer
+                            .notify_resource_updated(rmcp::model::ResourceUpdatedNotificationParam::new(uri))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::debug!(missed, "an MCP client missed resource updates (it reads them too slowly)");
+                    }
+                    // A server of a replaced catalog closed.
+                    Err(RecvError::Closed) => receivers = self.state.catalog().mcp().updates(),
+                },
+                _ = check.tick() => if peer.is_transport_closed() { break; },
+            }
+        }
+        let registry = self.state.catalog().mcp().clone();
+        let uris: Vec<String> = self.subscribed().drain().collect();
+        for uri in uris {
+            registry.unsubscribe_resource(&uri).await;
+        }
     }
 
     /// What the set `target` is for (checked against its key) offers
@@ -799,7 +854,10 @@ impl ServerHandler for ToolSetServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let target = self.target(&context.extensions)?;
-        self.offering_uri(&target, &request.uri)?;
+        let registry = self.offering_uri(&target, &request.uri)?;
+        if self.subscribed().insert(request.uri.clone()) {
+            registry.subscribe_resource(&request.uri).await;
+        }
         Ok(())
     }
 
@@ -809,7 +867,10 @@ impl ServerHandler for ToolSetServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let target = self.target(&context.extensions)?;
-        self.offering_uri(&target, &request.uri)?;
+        let registry = self.offering_uri(&target, &request.uri)?;
+        if self.subscribed().remove(&request.uri) {
+            registry.unsubscribe_resource(&request.uri).await;
+        }
         Ok(())
     }
 
@@ -865,6 +926,7 @@ impl ServerHandler for ToolSetServer {
         };
         let server = self.clone();
         let peer = context.peer;
+        tokio::spawn(self.clone().relay_updates(peer.clone()));
         tokio::spawn(async move {
             let mut seen = server.fingerprint(&target);
             let gone = {
