@@ -99,6 +99,12 @@ mcp_servers:
     command: {python}
     args: [{test_server}, stdio]
     tools: {{ include: [sleep, cancelled, echo, dashboard], prefix: py_ }}
+  # The same app from a second server: the same `ui://` URI upstream.
+  - name: copy
+    transport: stdio
+    command: {python}
+    args: [{test_server}, stdio]
+    tools: {{ include: [dashboard], prefix: copy_ }}
 """
 
 
@@ -146,7 +152,7 @@ def configure(root: pathlib.Path, backend: str) -> pathlib.Path:
         + MCP_YAML.format(everything=EVERYTHING, python=PYTHON, test_server=TEST_SERVER)
     )
     (root / "tool-sets" / "web.yaml").write_text(
-        'name: web\ndescription: Look things up.\ntools: [lookup, slow, whoami, "ev_*", "py_*"]\n'
+        'name: web\ndescription: Look things up.\ntools: [lookup, slow, whoami, "ev_*", "py_*", copy_dashboard]\n'
         'prompts: ["ev_*"]\nresources: ["demo://resource/static/*", "demo://resource/dynamic/text/*", "ui://*"]\n'
     )
     (root / "tool-sets" / "small.yaml").write_text("name: small\ntools: [lookup]\n")
@@ -342,17 +348,25 @@ def test_a_subscribed_resource_s_updates_reach_the_client(mcp_gateway):
 @pytest.mark.parametrize("mode", MODES)
 def test_an_mcp_app_s_tool_and_interface_come_through(mcp_gateway, mode):
     """An upstream tool's `_meta` names its `ui://` interface; both reach
-    the client of a set that offers `ui://*`."""
+    the client of a set that offers `ui://*`, the interface's URI
+    namespaced by server: two servers with the same app URI upstream
+    (`ui://py/dashboard.html`) never collide."""
     url, _ = mcp_gateway
 
     async def go():
         async with client(url + "/mcp/web", mode=mode) as c:
             tools = {t.name: t for t in (await c.list_tools()).tools}
-            meta = tools["py_dashboard"].meta
-            assert meta and meta["ui"]["resourceUri"] == "ui://py/dashboard.html", meta
-            page = await c.read_resource("ui://py/dashboard.html")
-            assert page.contents[0].mime_type == "text/html;profile=mcp-app"
-            assert "3 open issues" in page.contents[0].text
+            listed = {str(r.uri) for r in (await c.list_resources()).resources}
+            for tool, server in (("py_dashboard", "py"), ("copy_dashboard", "copy")):
+                meta = tools[tool].meta
+                uri = f"ui://{server}/py/dashboard.html"
+                assert meta and meta["ui"]["resourceUri"] == uri, meta
+                assert uri in listed, listed
+                page = await c.read_resource(uri)
+                assert page.contents[0].uri == uri
+                assert page.contents[0].mime_type == "text/html;profile=mcp-app"
+                assert "3 open issues" in page.contents[0].text
+            assert "ui://py/dashboard.html" not in listed
 
     run(go)
 

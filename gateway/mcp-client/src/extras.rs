@@ -6,7 +6,10 @@
 //! Prompts are renamed like tools (the server's `tools.prefix`, the same
 //! naming rule), so two servers' prompts never clash; resource URIs stay
 //! as the server wrote them (a client may know them), and when two servers
-//! list the same URI the first declared serves it.
+//! list the same URI the first declared serves it — except MCP Apps'
+//! interfaces (`ui://` resources), which are namespaced by server
+//! ([`app_uri`]): the tool whose `_meta` names one comes with it, so its
+//! URI is the gateway's to choose, and two servers' apps never collide.
 
 use rmcp::model::{PaginatedRequestParams, Prompt, Resource, ResourceTemplate};
 use rmcp::{Peer, RoleClient, ServiceError};
@@ -132,6 +135,92 @@ pub fn template_matches(template: &str, uri: &str) -> bool {
         .is_ok_and(|re| re.is_match(uri))
 }
 
+/// The scheme of MCP Apps' interfaces.
+const APP_SCHEME: &str = "ui://";
+
+/// An MCP App's `ui://` URI of server `server` as the gateway offers it:
+/// `ui://<server>/<the rest>`. `None` for any other URI (kept as written).
+pub fn app_uri(server: &str, uri: &str) -> Option<String> {
+    uri.strip_prefix(APP_SCHEME)
+        .map(|rest| format!("{APP_SCHEME}{server}/{rest}"))
+}
+
+/// The URI the server `server` knows for a URI the gateway offers (the
+/// inverse of [`app_uri`]); any other URI is its own.
+pub fn upstream_uri<'a>(server: &str, uri: &'a str) -> std::borrow::Cow<'a, str> {
+    match uri
+        .strip_prefix(APP_SCHEME)
+        .and_then(|rest| rest.strip_prefix(server))
+        .and_then(|rest| rest.strip_prefix('/'))
+    {
+        Some(rest) => std::borrow::Cow::Owned(format!("{APP_SCHEME}{rest}")),
+        None => std::borrow::Cow::Borrowed(uri),
+    }
+}
+
+/// A tool's `_meta` with the app interface it names (`ui.resourceUri`, or
+/// the older `ui/resourceUri`) as the gateway offers it.
+pub fn app_meta(
+    server: &str,
+    mut meta: serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Map<String, serde_json::Value> {
+    let rewrite = |v: &mut serde_json::Value| {
+        if let Some(uri) = v.as_str().and_then(|u| app_uri(server, u)) {
+            *v = serde_json::Value::String(uri);
+        }
+    };
+    if let Some(v) = meta.get_mut("ui").and_then(|ui| ui.get_mut("resourceUri")) {
+        rewrite(v);
+    }
+    if let Some(v) = meta.get_mut("ui/resourceUri") {
+        rewrite(v);
+    }
+    meta
+}
+
+/// A server's resources and templates with their app URIs as the gateway
+/// offers them.
+pub(crate) fn offered(server: &str, extras: &Extras) -> (Vec<Resource>, Vec<ResourceTemplate>) {
+    let resources = extras
+        .resources
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            if let Some(uri) = app_uri(server, &r.uri) {
+                r.uri = uri;
+            }
+            r
+        })
+        .collect();
+    let templates = extras
+        .templates
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            if let Some(uri) = app_uri(server, &t.uri_template) {
+                t.uri_template = uri;
+            }
+            t
+        })
+        .collect();
+    (resources, templates)
+}
+
+/// A read's contents with their app URIs as the gateway offers them.
+pub(crate) fn offered_contents(server: &str, result: &mut rmcp::model::ReadResourceResult) {
+    use rmcp::model::ResourceContents;
+    for c in &mut result.contents {
+        let uri = match c {
+            ResourceContents::TextResourceContents { uri, .. }
+            | ResourceContents::BlobResourceContents { uri, .. } => uri,
+            _ => continue,
+        };
+        if let Some(offered) = app_uri(server, uri) {
+            *uri = offered;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +267,29 @@ mod tests {
             let uri = format!("{prefix}{value}{suffix}");
             prop_assert!(template_matches(&template, &uri));
         }
+    }
+
+    #[test]
+    fn app_uris_are_namespaced_by_server_and_found_again() {
+        assert_eq!(
+            app_uri("py", "ui://py/dashboard.html").as_deref(),
+            Some("ui://py/py/dashboard.html")
+        );
+        assert_eq!(app_uri("py", "demo://x"), None);
+        assert_eq!(
+            upstream_uri("py", "ui://py/py/dashboard.html"),
+            "ui://py/dashboard.html"
+        );
+        // Another server's app, or another scheme, is left as it is.
+        assert_eq!(
+            upstream_uri("other", "ui://py/py/dashboard.html"),
+            "ui://py/py/dashboard.html"
+        );
+        assert_eq!(upstream_uri("py", "demo://x"), "demo://x");
+        let meta = serde_json::json!({"ui": {"resourceUri": "ui://a.html"}, "ui/resourceUri": "ui://a.html", "other": "ui://keep"});
+        let offered = app_meta("s", meta.as_object().cloned().unwrap_or_default());
+        assert_eq!(offered["ui"]["resourceUri"], "ui://s/a.html");
+        assert_eq!(offered["ui/resourceUri"], "ui://s/a.html");
+        assert_eq!(offered["other"], "ui://keep");
     }
 }

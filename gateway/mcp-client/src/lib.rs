@@ -942,12 +942,11 @@ fn offer_extras(
             }
         }
     }
-    for r in &extras.resources {
-        resources
-            .entry(r.uri.clone())
-            .or_insert_with(|| (index, r.clone()));
+    let (offered, offered_templates) = extras::offered(&spec.name, extras);
+    for r in offered {
+        resources.entry(r.uri.clone()).or_insert((index, r));
     }
-    templates.extend(extras.templates.iter().map(|t| (index, t.clone())));
+    templates.extend(offered_templates.into_iter().map(|t| (index, t)));
 }
 
 /// How long a request other than a tool call (`prompts/get`,
@@ -1431,11 +1430,15 @@ impl<T: Offer> McpRegistry<T> {
         let Some(index) = seen.index_for(&Asked::Resource(uri)) else {
             return Err(not_found(uri).into());
         };
-        let params = rmcp::model::ReadResourceRequestParams::new(uri);
-        self.ask(&seen, index, caller, |peer| async move {
-            peer.read_resource(params).await
-        })
-        .await
+        let server = &self.inner.servers[index].spec.name;
+        let params = rmcp::model::ReadResourceRequestParams::new(extras::upstream_uri(server, uri));
+        let mut result = self
+            .ask(&seen, index, caller, |peer| async move {
+                peer.read_resource(params).await
+            })
+            .await?;
+        extras::offered_contents(server, &mut result);
+        Ok(result)
     }
 
     /// Subscribes a client of the gateway to `uri` at the server serving
@@ -1450,6 +1453,7 @@ impl<T: Offer> McpRegistry<T> {
             return;
         };
         let server = &self.inner.servers[index];
+        let uri = &*extras::upstream_uri(&server.spec.name, uri);
         let Ok(peer) = server.peer() else {
             return;
         };
@@ -1495,6 +1499,7 @@ impl<T: Offer> McpRegistry<T> {
             return;
         };
         let server = &self.inner.servers[index];
+        let uri = &*extras::upstream_uri(&server.spec.name, uri);
         if !self.release(server, uri) {
             return;
         }

@@ -704,8 +704,10 @@ impl ClientHandler for Handler {
         _context: NotificationContext<RoleClient>,
     ) {
         if let Some(updates) = &self.updates {
-            // No face session listening is not an error.
-            let _ = updates.send(params.uri);
+            // As the gateway offers the URI; no face session listening is
+            // not an error.
+            let uri = super::extras::app_uri(&self.server, &params.uri).unwrap_or(params.uri);
+            let _ = updates.send(uri);
         }
     }
 
@@ -1564,7 +1566,10 @@ fn make_tool<T: Offer>(
         server_name: spec.name.clone(),
         remote: remote.to_owned(),
         read_only,
-        meta: t.meta.as_ref().map(|m| Arc::new(m.0.clone())),
+        meta: t
+            .meta
+            .as_ref()
+            .map(|m| Arc::new(super::extras::app_meta(&spec.name, m.0.clone()))),
     };
     T::offer(spec, name, t, handle).map(Arc::new)
 }
