@@ -855,7 +855,11 @@ impl ServerHandler for ToolSetServer {
     ) -> Result<(), McpError> {
         let target = self.target(&context.extensions)?;
         let registry = self.offering_uri(&target, &request.uri)?;
-        if self.subscribed().insert(request.uri.clone()) {
+        // Only a session whose updates are relayed (one that sent
+        // `notifications/initialized`, which starts the relay and its
+        // clean-up) holds an upstream subscription.
+        let relayed = self.watching.load(std::sync::atomic::Ordering::SeqCst);
+        if relayed && self.subscribed().insert(request.uri.clone()) {
             registry.subscribe_resource(&request.uri).await;
         }
         Ok(())
