@@ -117,18 +117,14 @@ $(VENV)/.installed: tests/python/requirements.txt
 ## Nothing skips here: a test whose prerequisite is missing fails with the
 ## reason (TOOLGATE_TESTS_REQUIRE_ALL); each runner prints how many tests
 ## ran and were skipped.
-# Every target is built in the `dev` profile, the test runner's included
-# (its own `test` profile built the workspace's crates again, and the
-# binaries `make run` serves after them); the end-to-end tests run the
-# binaries the first build puts in target/debug.
 test: export TOOLGATE_TESTS_REQUIRE_ALL = 1
 test: setup lint
 	mdbook build docs
 	$(CARGO) build --workspace --all-targets
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --workspace --cargo-profile dev --no-fail-fast; \
+		$(CARGO) nextest run --workspace --no-fail-fast; \
 	else \
-		$(CARGO) test --workspace --profile dev --no-fail-fast; \
+		$(CARGO) test --workspace --no-fail-fast; \
 	fi
 	$(CARGO) build $(RUN_BINS)
 	$(PYTHON) -m pytest -q -rs tests/python
