@@ -122,11 +122,7 @@ impl<T: Offer> McpTool<T> {
     /// called as each caller, over a session of their own:
     /// [`call`](Self::call) then needs the caller's bearer token.
     pub fn credentials(&self) -> Option<toolgate_config::format::CredentialsDecl> {
-        let server = self.server.upgrade()?;
-        match &server.spec.transport {
-            Transport::Http(http) => http.credentials.clone(),
-            Transport::Stdio(_) => None,
-        }
+        self.server.upgrade()?.spec.credentials().cloned()
     }
 
     fn per_user(&self) -> bool {
@@ -1216,12 +1212,10 @@ impl<T: Offer> McpRegistry<T> {
             .servers
             .iter()
             .filter(|s| s.spec.disabled.is_none())
-            .filter_map(|s| match &s.spec.transport {
-                Transport::Http(http) => http
-                    .credentials
-                    .clone()
-                    .map(|how| (s.spec.name.clone(), how)),
-                Transport::Stdio(_) => None,
+            .filter_map(|s| {
+                s.spec
+                    .credentials()
+                    .map(|how| (s.spec.name.clone(), how.clone()))
             })
             .collect()
     }
@@ -1325,14 +1319,9 @@ impl<T: Offer> McpRegistry<T> {
         if !seen.own.contains(&index) {
             return None;
         }
-        let server = &self.inner.servers[index];
-        match &server.spec.transport {
-            Transport::Http(http) => http
-                .credentials
-                .clone()
-                .map(|how| (server.spec.name.clone(), how)),
-            Transport::Stdio(_) => None,
-        }
+        let spec = &self.inner.servers[index].spec;
+        spec.credentials()
+            .map(|how| (spec.name.clone(), how.clone()))
     }
 
     /// The servers' prompts whose (gateway) name `keep` accepts, in order,

@@ -801,16 +801,11 @@ pub(crate) async fn supervise<T: Offer>(server: Arc<Server<T>>) {
             // itself: its tools are then listed to each caller alone.
             SessionEnd::NeedsToken(reason) if server.spec.per_caller() => {
                 tracing::info!(mcp_server = %name, "MCP server `{name}` refused the gateway's own session ({reason}); it lists its tools to each caller who has connected");
-                let how = match &server.spec.transport {
-                    super::spec::Transport::Http(http) => match &http.credentials {
-                        Some(toolgate_config::format::CredentialsDecl::PerUser(connection)) => {
-                            format!(
-                                "`POST /v1/connections/{connection}/link` or the console's catalog gives a link to connect; "
-                            )
-                        }
-                        _ => String::new(),
-                    },
-                    super::spec::Transport::Stdio(_) => String::new(),
+                let how = match server.spec.credentials() {
+                    Some(toolgate_config::format::CredentialsDecl::PerUser(connection)) => format!(
+                        "`POST /v1/connections/{connection}/link` or the console's catalog gives a link to connect; "
+                    ),
+                    _ => String::new(),
                 };
                 server.set_status(Status::PerCaller {
                     reason: format!("{how}it refused the gateway's own session: {reason}"),

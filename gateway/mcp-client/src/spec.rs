@@ -49,7 +49,16 @@ impl ServerSpec {
     /// `true` when the server is called as each caller (`credentials`),
     /// over sessions of their own.
     pub fn per_caller(&self) -> bool {
-        matches!(&self.transport, Transport::Http(http) if http.credentials.is_some())
+        self.credentials().is_some()
+    }
+
+    /// Whose token the server is called with (`credentials`, HTTP servers
+    /// only), when it is called as each caller.
+    pub fn credentials(&self) -> Option<&toolgate_config::format::CredentialsDecl> {
+        match &self.transport {
+            Transport::Http(http) => http.credentials.as_ref(),
+            Transport::Stdio(_) => None,
+        }
     }
 
     /// `true` when the gateway is authorized at the server with OAuth.
