@@ -8,7 +8,10 @@
 //! once its pending text has doubled (or at the end), so the total work
 //! stays linear however the text is chunked.
 
+use serde_json::Value;
+
 use super::calls::span_pieces;
+use super::coerce::coerce_map;
 use super::families::block_at;
 use super::json_scan::{self, Scan};
 use super::offered::ParsedCall;
@@ -45,6 +48,7 @@ impl Engine {
         let len = src.len();
         let mut st = Emit {
             out,
+            tools,
             after_call: self.after_call,
         };
         while self.pos < len {
@@ -102,6 +106,7 @@ impl Engine {
 
 struct Emit<'o> {
     out: &'o mut Vec<Out>,
+    tools: &'o Tools,
     after_call: bool,
 }
 
@@ -128,8 +133,14 @@ impl Emit<'_> {
         match p {
             Piece::Range(a, b) => self.range(src, a, b),
             Piece::Text(t) => self.text(&t),
-            Piece::Call(c) => {
+            Piece::Call(mut c) => {
                 self.after_call = true;
+                // One rule for every family: a value the schema types
+                // otherwise is converted where it reads as that type (a
+                // JSON string "5" for an integer, a set for an array).
+                if let Value::Object(args) = &mut c.arguments {
+                    *args = coerce_map(std::mem::take(args), self.tools.schema(&c.name));
+                }
                 self.out.push(Out::Call(c));
             }
         }

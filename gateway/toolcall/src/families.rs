@@ -1081,7 +1081,23 @@ fn kimi_block(src: &Input, s: usize) -> Outcome<Block> {
         let q = match src.marker(r, KIMI_CALL_BEGIN) {
             MarkerMatch::Yes(e) => e,
             MarkerMatch::More => return Outcome::More,
-            MarkerMatch::No => break,
+            MarkerMatch::No => {
+                // Stray text between the markers (Kimi K2 writes some):
+                // content, and the section goes on at its next marker.
+                let next = [src.find(KIMI_CALL_BEGIN, r), src.find(KIMI_END, r)]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                match next {
+                    Some(n) => {
+                        pieces.push(Piece::Range(end, n));
+                        end = n;
+                        continue;
+                    }
+                    None if src.eof => break,
+                    None => return Outcome::More,
+                }
+            }
         };
         let Some(ce) = src.find(KIMI_CALL_END, q) else {
             if src.eof {

@@ -91,12 +91,13 @@
 //!   calls — is content. Whitespace: the content's leading and trailing
 //!   whitespace is trimmed, and the whitespace around a removed call
 //!   collapses to one `"\n"` (if it had a line break) or `" "`.
-//! - **Coercion.** Values written as text (XML parameters, GLM arguments) or
-//!   as Python literals are converted to the type the tool's schema declares
-//!   for that property (`"5"` → `5` for `integer`, `"true"` → `true`, JSON
-//!   or Python literal text → object/array, numbers → string for `string`),
-//!   and left as written when the schema declares no type or the value does
-//!   not read as it. JSON-form arguments are passed through unchanged.
+//! - **Coercion.** A value whose type is not one the tool's schema declares
+//!   for that property is converted to it where it reads as it (`"5"` → `5`
+//!   for `integer`, `"true"` → `true`, JSON or Python literal text →
+//!   object/array, numbers → string for `string`), in every family, JSON
+//!   ones included (models quote numbers); it is left as written when the
+//!   schema declares no type or the value does not read as it. A value of a
+//!   declared type is never changed.
 //! - **Reasoning.** `<think>…</think>` (also `<thinking>`, `<seed:think>`)
 //!   is split off into [`Parsed::reasoning`] before anything else. The first
 //!   think tag decides: a closing tag with no opener makes everything before
@@ -133,6 +134,8 @@ mod text;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_census;
 #[cfg(test)]
 mod tests_conformance;
 #[cfg(test)]

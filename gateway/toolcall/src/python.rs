@@ -7,7 +7,6 @@
 
 use serde_json::{Map, Value};
 
-use super::coerce;
 use super::offered::ParsedCall;
 use super::python_literal::{literal, ws};
 use super::text::{Input, Outcome, is_ident_char, is_ident_start};
@@ -32,8 +31,8 @@ fn dotted_name(src: &Input, i: usize) -> Outcome<usize> {
     }
 }
 
-/// One call `name(k=v, ...)` at `s`. The name must be an offered tool; the
-/// values are coerced to the tool's schema.
+/// One call `name(k=v, ...)` at `s`. The name must be an offered tool (its
+/// values are coerced to the tool's schema where every call is emitted).
 pub(super) fn py_call(src: &Input, s: usize) -> Outcome<(ParsedCall, usize)> {
     let name_end = match dotted_name(src, s) {
         Outcome::Ok(e) => e,
@@ -98,9 +97,7 @@ pub(super) fn py_call(src: &Input, s: usize) -> Outcome<(ParsedCall, usize)> {
             Some(_) => return Outcome::No,
         }
     }
-    let schema = src.tools.schema(&name);
-    let arguments = Value::Object(coerce::coerce_map(args, schema));
-    Outcome::Ok((ParsedCall::new(name, arguments), i))
+    Outcome::Ok((ParsedCall::new(name, Value::Object(args)), i))
 }
 
 /// A bracketed list of calls `[a(...), b(...)]` at `s`. Every element must

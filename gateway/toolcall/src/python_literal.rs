@@ -1,6 +1,8 @@
 //! Python literals: strings (both quote styles, triple quotes, escapes),
 //! ints, floats, `True`/`False`/`None` (and the JSON spellings
-//! `true`/`false`/`null`), lists, tuples and dicts, nested. The parser keeps
+//! `true`/`false`/`null`), lists, tuples, sets (read as lists) and dicts,
+//! nested. A quoted string may hold a raw line break (models write them
+//! where Python would want `\n`). The parser keeps
 //! its container stack on the heap and caps nesting at
 //! [`MAX_DEPTH`](super::json_scan::MAX_DEPTH).
 
@@ -114,6 +116,12 @@ pub(super) fn literal(src: &Input, mut i: usize) -> Outcome<(Value, usize)> {
             };
             i = ws(src, i);
             match top {
+                Cont::Dict(map, None)
+                    if map.is_empty() && matches!(src.at(i), Some(b',' | b'}')) =>
+                {
+                    // `{1, 2}`: a set, read as a list (LFM2 writes them).
+                    *top = Cont::List(Vec::new(), b'}');
+                }
                 Cont::Dict(_, key @ None) => {
                     let k = match v {
                         Value::String(s) => s,
@@ -304,7 +312,6 @@ fn string(src: &Input, i: usize) -> Outcome<(String, usize)> {
                     }
                 }
             }
-            '\n' if !triple => return Outcome::No,
             c => {
                 out.push(c);
                 j += c.len_utf8();
