@@ -49,6 +49,8 @@ fn hint_type(hint: &str) -> Option<&'static str> {
         "object" | "dict" => "object",
         "array" | "list" | "tuple" => "array",
         "null" | "none" => "null",
+        // Any JSON literal (DSML's `string="false"`, Kimi K3's typed values).
+        "json" => "json",
         _ => return None,
     })
 }
@@ -101,6 +103,7 @@ fn text_as(raw: &str, ty: &str, ps: Option<&Value>) -> Option<Value> {
             "null" | "None" | "" => Some(Value::Null),
             _ => None,
         },
+        "json" => serde_json::from_str::<Value>(s).ok(),
         "object" | "array" => {
             let v = serde_json::from_str::<Value>(s)
                 .ok()

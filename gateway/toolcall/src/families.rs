@@ -88,6 +88,26 @@ const WRAPPERS: &[Wrapper] = &[
         glm: false,
     },
     Wrapper {
+        open: "<｜DSML｜function_calls>",
+        closes: &["</｜DSML｜function_calls>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<｜DSML｜tool_calls>",
+        closes: &["</｜DSML｜tool_calls>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<｜DSML｜ calls>",
+        closes: &["</｜DSML｜ calls>"],
+        glm: false,
+    },
+    Wrapper {
+        open: "<dots_function_call>",
+        closes: &["</dots_function_call>"],
+        glm: false,
+    },
+    Wrapper {
         open: "<seed:tool_call>",
         closes: &["</seed:tool_call>"],
         glm: false,
@@ -167,8 +187,7 @@ fn tag_block(src: &Input, s: usize, nest: u8) -> Outcome<Block> {
             MarkerMatch::No => {}
         }
     }
-    let parsers: [fn(&Input, usize) -> Outcome<Block>; 3] =
-        [xml_function, deepseek_block, kimi_block];
+    let parsers: [fn(&Input, usize) -> Outcome<Block>; 2] = [xml_function, section_block];
     for parser in parsers {
         match parser(src, s) {
             Outcome::Ok(b) => return Outcome::Ok(b),
@@ -573,7 +592,6 @@ const GLM_MARKUP: &[&str] = &[
     "<tool_call>",
     "</tool_call>",
 ];
-const INVOKE_MARKUP: &[&str] = &["<parameter name=", "<invoke", "</invoke>"];
 
 const MAX_NAME: usize = 256;
 
@@ -743,12 +761,73 @@ fn xml_function(src: &Input, s: usize) -> Outcome<Block> {
     Outcome::Ok(call_block(call, close + "</function>".len()))
 }
 
-/// MiniMax-M2's item (also Claude's older XML): `<invoke name="f">` with
-/// `<parameter name="k">v</parameter>` children, up to `</invoke>`. A value
-/// may itself hold `</parameter>` (code, vLLM#44060): it ends at the
-/// `</parameter>` that the next parameter or `</invoke>` follows.
+/// The spellings of one `<invoke>` family: MiniMax-M2 and dots (plain),
+/// DeepSeek V3.2/V4 DSML, DeepSeek V4.1's spaced DSML, Step3's `steptml`.
+struct InvokeDialect {
+    invoke: &'static str,
+    invoke_close: &'static str,
+    param: &'static str,
+    param_close: &'static str,
+    markup: &'static [&'static str],
+}
+
+const INVOKE_DIALECTS: &[InvokeDialect] = &[
+    InvokeDialect {
+        invoke: "<invoke",
+        invoke_close: "</invoke>",
+        param: "<parameter",
+        param_close: "</parameter>",
+        markup: &["<parameter name=", "<invoke", "</invoke>"],
+    },
+    InvokeDialect {
+        invoke: "<｜DSML｜invoke",
+        invoke_close: "</｜DSML｜invoke>",
+        param: "<｜DSML｜parameter",
+        param_close: "</｜DSML｜parameter>",
+        markup: &["<｜DSML｜parameter", "<｜DSML｜invoke", "</｜DSML｜invoke>"],
+    },
+    InvokeDialect {
+        invoke: "<｜DSML｜ invoke",
+        invoke_close: "</｜DSML｜ invoke>",
+        param: "<｜DSML｜ parameter",
+        param_close: "</｜DSML｜ parameter>",
+        markup: &[
+            "<｜DSML｜ parameter",
+            "<｜DSML｜ invoke",
+            "</｜DSML｜ invoke>",
+        ],
+    },
+    InvokeDialect {
+        invoke: "<steptml:invoke",
+        invoke_close: "</steptml:invoke>",
+        param: "<steptml:parameter",
+        param_close: "</steptml:parameter>",
+        markup: &["<steptml:parameter", "<steptml:invoke", "</steptml:invoke>"],
+    },
+];
+
+/// An `<invoke name="f">` item in any of [`INVOKE_DIALECTS`].
 fn invoke_item(src: &Input, s: usize) -> Outcome<Block> {
-    let p = match src.marker(s, "<invoke") {
+    let mut more = false;
+    for d in INVOKE_DIALECTS {
+        match dialect_invoke(src, s, d) {
+            Outcome::No => {}
+            Outcome::More => more = true,
+            ok => return ok,
+        }
+    }
+    if more { Outcome::More } else { Outcome::No }
+}
+
+/// MiniMax-M2's item (also Claude's older XML): `<invoke name="f">` with
+/// `<parameter name="k">v</parameter>` children, up to `</invoke>`, and the
+/// same in the other dialects. A value may itself hold `</parameter>`
+/// (code, vLLM#44060): it ends at the `</parameter>` that the next
+/// parameter or `</invoke>` follows. DSML's `string="true"` is a hint that
+/// the value is text, `string="false"` that it is a JSON literal; the
+/// tool's schema, when it types the parameter, wins over both.
+fn dialect_invoke(src: &Input, s: usize, d: &InvokeDialect) -> Outcome<Block> {
+    let p = match src.marker(s, d.invoke) {
         MarkerMatch::Yes(p) => p,
         MarkerMatch::More => return Outcome::More,
         MarkerMatch::No => return Outcome::No,
@@ -773,43 +852,48 @@ fn invoke_item(src: &Input, s: usize) -> Outcome<Block> {
     else {
         return Outcome::No;
     };
-    let Some(close) = src.find("</invoke>", te) else {
+    let Some(close) = src.find(d.invoke_close, te) else {
         return src.need();
     };
     let schema = src.tools.schema(&name);
     let mut args = Map::new();
     let mut unreadable = None;
     let mut cur = te + 1;
-    while let Some(k) = src.find("<parameter", cur).filter(|&k| k < close) {
+    while let Some(k) = src.find(d.param, cur).filter(|&k| k < close) {
         let Some(ke) = tag_end(src, k, close) else {
             break;
         };
-        let pa = attrs(src.slice(k + "<parameter".len(), ke));
+        let pa = attrs(src.slice(k + d.param.len(), ke));
         let Some(&(_, key)) = pa.iter().find(|(k, _)| *k == "name") else {
             cur = ke + 1;
             continue;
+        };
+        let hint = match pa.iter().find(|(k, _)| *k == "string") {
+            Some((_, "true")) => Some("string"),
+            Some((_, "false")) => Some("json"),
+            _ => None,
         };
         let v0 = ke + 1;
         // The closer the next parameter or the item's end follows.
         let mut v1 = None;
         let mut from = v0;
-        while let Some(e) = src.find("</parameter>", from).filter(|&e| e < close) {
-            let after = src.skip_ws(e + "</parameter>".len());
-            if after >= close || src.slice(after, close).starts_with("<parameter") {
+        while let Some(e) = src.find(d.param_close, from).filter(|&e| e < close) {
+            let after = src.skip_ws(e + d.param_close.len());
+            if after >= close || src.slice(after, close).starts_with(d.param) {
                 v1 = Some(e);
                 break;
             }
             from = e + 1;
         }
         let (v1, next) = match v1 {
-            Some(e) => (e, e + "</parameter>".len()),
+            Some(e) => (e, e + d.param_close.len()),
             None => (close, close),
         };
-        match xml_value(key, strip_nl(src.slice(v0, v1)), INVOKE_MARKUP) {
+        match xml_value(key, strip_nl(src.slice(v0, v1)), d.markup) {
             Ok(value) => {
                 args.insert(
                     key.to_string(),
-                    coerce_text(&value, prop_schema(schema, key), None),
+                    coerce_text(&value, prop_schema(schema, key), hint),
                 );
             }
             Err(why) => unreadable = unreadable.or(Some(why)),
@@ -820,11 +904,11 @@ fn invoke_item(src: &Input, s: usize) -> Outcome<Block> {
         Some(why) => ParsedCall::unreadable(name, why),
         None => ParsedCall::new(name, Value::Object(args)),
     };
-    Outcome::Ok(call_block(call, close + "</invoke>".len()))
+    Outcome::Ok(call_block(call, close + d.invoke_close.len()))
 }
 
-/// GLM-4 item inside `<tool_call>`: `name` then `<arg_key>`/`<arg_value>`
-/// pairs; the wrapper's closer must follow.
+/// GLM-4 item inside `<tool_call>`: `name` (Hunyuan HY v3: `name<tool_sep>`)
+/// then `<arg_key>`/`<arg_value>` pairs; the wrapper's closer must follow.
 fn glm_item(src: &Input, q: usize, closers: &[&str]) -> Outcome<Block> {
     let mut j = q;
     loop {
@@ -843,7 +927,12 @@ fn glm_item(src: &Input, q: usize, closers: &[&str]) -> Outcome<Block> {
     let schema = src.tools.schema(&name);
     let mut args = Map::new();
     let mut unreadable = None;
-    let mut p = j;
+    // Hunyuan HY v3 writes `name<tool_sep>` before the pairs.
+    let mut p = match src.marker(j, "<tool_sep>") {
+        MarkerMatch::Yes(e) => e,
+        MarkerMatch::More => return Outcome::More,
+        MarkerMatch::No => j,
+    };
     loop {
         let r = src.skip_ws(p);
         if r >= src.len() {
@@ -932,26 +1021,66 @@ fn mistral11_item(src: &Input, q: usize) -> Outcome<Block> {
     }
 }
 
-const DS_BEGINS: [&str; 2] = ["<｜tool▁calls▁begin｜>", "<｜tool▁calls｜>"];
-const DS_END: &str = "<｜tool▁calls▁end｜>";
-const DS_CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
-const DS_CALL_END: &str = "<｜tool▁call▁end｜>";
 const DS_SEP: &str = "<｜tool▁sep｜>";
 
-/// DeepSeek V3 / R1 / V3.1 special-token blocks.
-fn deepseek_block(src: &Input, s: usize) -> Outcome<Block> {
+/// A section of special-token items: a begin token, items each between
+/// a call-begin and a call-end token, an end token (optional at the end).
+struct Section {
+    begins: &'static [&'static str],
+    end: &'static str,
+    call_begin: &'static str,
+    call_end: &'static str,
+    /// DeepSeek's first item may come without its call-begin token.
+    call_begin_optional: bool,
+    /// One item in a bounded (final) view ending at its call-end token.
+    item: fn(&Input, usize) -> Option<ParsedCall>,
+}
+
+const DEEPSEEK: Section = Section {
+    begins: &["<｜tool▁calls▁begin｜>", "<｜tool▁calls｜>"],
+    end: "<｜tool▁calls▁end｜>",
+    call_begin: "<｜tool▁call▁begin｜>",
+    call_end: "<｜tool▁call▁end｜>",
+    call_begin_optional: true,
+    item: deepseek_item,
+};
+
+const KIMI: Section = Section {
+    begins: &["<|tool_calls_section_begin|>"],
+    end: "<|tool_calls_section_end|>",
+    call_begin: "<|tool_call_begin|>",
+    call_end: "<|tool_call_end|>",
+    call_begin_optional: false,
+    item: kimi_item,
+};
+
+const STEP3: Section = Section {
+    begins: &["<｜tool_calls_begin｜>"],
+    end: "<｜tool_calls_end｜>",
+    call_begin: "<｜tool_call_begin｜>",
+    call_end: "<｜tool_call_end｜>",
+    call_begin_optional: false,
+    item: step3_item,
+};
+
+/// DeepSeek V3 / R1 / V3.1 special-token blocks, Kimi K2 sections
+/// (`functions.NAME:IDX <|tool_call_argument_begin|> {json}`), Step3's
+/// `function<｜tool_sep｜><steptml:invoke …>` items.
+fn section_block(src: &Input, s: usize) -> Outcome<Block> {
     let mut more = false;
-    let mut start = None;
-    for b in DS_BEGINS {
-        match src.marker(s, b) {
-            MarkerMatch::Yes(p) => start = Some(p),
-            MarkerMatch::More => more = true,
-            MarkerMatch::No => {}
+    for sec in [&DEEPSEEK, &KIMI, &STEP3] {
+        for b in sec.begins {
+            match src.marker(s, b) {
+                MarkerMatch::Yes(p) => return section_items(src, p, sec),
+                MarkerMatch::More => more = true,
+                MarkerMatch::No => {}
+            }
         }
     }
-    let Some(p0) = start else {
-        return if more { Outcome::More } else { Outcome::No };
-    };
+    if more { Outcome::More } else { Outcome::No }
+}
+
+fn section_items(src: &Input, p0: usize, sec: &Section) -> Outcome<Block> {
     let mut pieces = Vec::new();
     let mut ncalls = 0;
     let mut end = p0;
@@ -963,7 +1092,7 @@ fn deepseek_block(src: &Input, s: usize) -> Outcome<Block> {
             }
             return Outcome::More;
         }
-        match src.marker(r, DS_END) {
+        match src.marker(r, sec.end) {
             MarkerMatch::Yes(e) => {
                 end = e;
                 break;
@@ -971,31 +1100,68 @@ fn deepseek_block(src: &Input, s: usize) -> Outcome<Block> {
             MarkerMatch::More => return Outcome::More,
             MarkerMatch::No => {}
         }
-        let (q, explicit) = match src.marker(r, DS_CALL_BEGIN) {
+        let (q, explicit) = match src.marker(r, sec.call_begin) {
             MarkerMatch::Yes(e) => (e, true),
             MarkerMatch::More => return Outcome::More,
-            MarkerMatch::No => (r, false),
+            MarkerMatch::No if sec.call_begin_optional => (r, false),
+            MarkerMatch::No => {
+                // Stray text between the markers (Kimi K2 writes some):
+                // content, and the section goes on at its next marker.
+                let next = [src.find(sec.call_begin, r), src.find(sec.end, r)]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                match next {
+                    Some(n) => {
+                        pieces.push(Piece::Range(end, n));
+                        end = n;
+                        continue;
+                    }
+                    None if src.eof => break,
+                    None => return Outcome::More,
+                }
+            }
         };
-        let Some(ce) = src.find(DS_CALL_END, q) else {
+        let Some(ce) = src.find(sec.call_end, q) else {
             if src.eof {
                 break;
             }
             return Outcome::More;
         };
-        match deepseek_item(&src.bounded(ce), q) {
+        match (sec.item)(&src.bounded(ce), q) {
             Some(call) => {
                 ncalls += 1;
                 pieces.push(Piece::Call(call));
             }
-            None if explicit => pieces.push(Piece::Range(r, ce + DS_CALL_END.len())),
+            None if explicit => pieces.push(Piece::Range(r, ce + sec.call_end.len())),
             None => break,
         }
-        end = ce + DS_CALL_END.len();
+        end = ce + sec.call_end.len();
     }
     if ncalls == 0 {
         return Outcome::No;
     }
     Outcome::Ok(Block { pieces, end })
+}
+
+/// Step3: `function<｜tool_sep｜>` (the name may follow on its own line),
+/// then one `<steptml:invoke>` item.
+fn step3_item(src: &Input, q: usize) -> Option<ParsedCall> {
+    let r = src.skip_ws(q);
+    let MarkerMatch::Yes(p) = src.marker(r, "function<｜tool_sep｜>") else {
+        return None;
+    };
+    let d = INVOKE_DIALECTS
+        .iter()
+        .find(|d| d.invoke == "<steptml:invoke")?;
+    let i = src.find(d.invoke, p)?;
+    match dialect_invoke(src, i, d) {
+        Outcome::Ok(b) if src.skip_ws(b.end) >= src.len() => match b.pieces.into_iter().next() {
+            Some(Piece::Call(c)) => Some(c),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Skip an optional code fence opener (```` ```json ````) at `i`.
@@ -1046,79 +1212,7 @@ fn deepseek_item(src: &Input, q: usize) -> Option<ParsedCall> {
     }
 }
 
-const KIMI_BEGIN: &str = "<|tool_calls_section_begin|>";
-const KIMI_END: &str = "<|tool_calls_section_end|>";
-const KIMI_CALL_BEGIN: &str = "<|tool_call_begin|>";
-const KIMI_CALL_END: &str = "<|tool_call_end|>";
 const KIMI_ARGS: &str = "<|tool_call_argument_begin|>";
-
-/// Kimi K2 sections: `functions.NAME:IDX <|tool_call_argument_begin|> {json}`.
-fn kimi_block(src: &Input, s: usize) -> Outcome<Block> {
-    let p0 = match src.marker(s, KIMI_BEGIN) {
-        MarkerMatch::Yes(p) => p,
-        MarkerMatch::More => return Outcome::More,
-        MarkerMatch::No => return Outcome::No,
-    };
-    let mut pieces = Vec::new();
-    let mut ncalls = 0;
-    let mut end = p0;
-    loop {
-        let r = src.skip_ws(end);
-        if r >= src.len() {
-            if src.eof {
-                break;
-            }
-            return Outcome::More;
-        }
-        match src.marker(r, KIMI_END) {
-            MarkerMatch::Yes(e) => {
-                end = e;
-                break;
-            }
-            MarkerMatch::More => return Outcome::More,
-            MarkerMatch::No => {}
-        }
-        let q = match src.marker(r, KIMI_CALL_BEGIN) {
-            MarkerMatch::Yes(e) => e,
-            MarkerMatch::More => return Outcome::More,
-            MarkerMatch::No => {
-                // Stray text between the markers (Kimi K2 writes some):
-                // content, and the section goes on at its next marker.
-                let next = [src.find(KIMI_CALL_BEGIN, r), src.find(KIMI_END, r)]
-                    .into_iter()
-                    .flatten()
-                    .min();
-                match next {
-                    Some(n) => {
-                        pieces.push(Piece::Range(end, n));
-                        end = n;
-                        continue;
-                    }
-                    None if src.eof => break,
-                    None => return Outcome::More,
-                }
-            }
-        };
-        let Some(ce) = src.find(KIMI_CALL_END, q) else {
-            if src.eof {
-                break;
-            }
-            return Outcome::More;
-        };
-        match kimi_item(&src.bounded(ce), q) {
-            Some(call) => {
-                ncalls += 1;
-                pieces.push(Piece::Call(call));
-            }
-            None => pieces.push(Piece::Range(r, ce + KIMI_CALL_END.len())),
-        }
-        end = ce + KIMI_CALL_END.len();
-    }
-    if ncalls == 0 {
-        return Outcome::No;
-    }
-    Outcome::Ok(Block { pieces, end })
-}
 
 fn kimi_item(src: &Input, q: usize) -> Option<ParsedCall> {
     let ap = src.find(KIMI_ARGS, q)?;
