@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use super::calls::{json_args, span_pieces};
+use super::calls::{args_object, json_args, span_pieces};
 use super::coerce::{coerce_text, prop_schema};
 use super::json_scan::{self, Scan};
 use super::offered::ParsedCall;
@@ -16,6 +16,7 @@ use super::python;
 use super::text::{
     Block, Input, MarkerMatch, Outcome, Piece, is_ident_char, is_ident_start, is_ws,
 };
+use super::{channels, gemma};
 
 /// A wrapper tag around call items, with the closers that may end it. The
 /// closer is optional (models stop without it), except for GLM-style items.
@@ -187,7 +188,13 @@ fn tag_block(src: &Input, s: usize, nest: u8) -> Outcome<Block> {
             MarkerMatch::No => {}
         }
     }
-    let parsers: [fn(&Input, usize) -> Outcome<Block>; 2] = [xml_function, section_block];
+    let parsers: [fn(&Input, usize) -> Outcome<Block>; 5] = [
+        xml_function,
+        section_block,
+        apertus_block,
+        channels::block,
+        gemma::block,
+    ];
     for parser in parsers {
         match parser(src, s) {
             Outcome::Ok(b) => return Outcome::Ok(b),
@@ -505,7 +512,7 @@ fn calls_block(calls: Vec<ParsedCall>, end: usize) -> Block {
 }
 
 /// Attributes `key="value"` (or single quotes) of a tag, in order.
-fn attrs(s: &str) -> Vec<(&str, &str)> {
+pub(super) fn attrs(s: &str) -> Vec<(&str, &str)> {
     let mut out = Vec::new();
     let mut rest = s;
     loop {
@@ -1229,4 +1236,49 @@ fn kimi_item(src: &Input, q: usize) -> Option<ParsedCall> {
         }
         _ => None,
     }
+}
+
+const APERTUS_OPEN: &str = "<|tools_prefix|>";
+const APERTUS_CLOSE: &str = "<|tools_suffix|>";
+
+/// Apertus: `<|tools_prefix|>[{"NAME": {args}}, …]<|tools_suffix|>`, a
+/// JSON array of one-member objects whose key is the tool's name. Every
+/// element must name an offered tool; the closer is optional at the end.
+fn apertus_block(src: &Input, s: usize) -> Outcome<Block> {
+    let p = match src.marker(s, APERTUS_OPEN) {
+        MarkerMatch::Yes(e) => src.skip_ws(e),
+        MarkerMatch::More => return Outcome::More,
+        MarkerMatch::No => return Outcome::No,
+    };
+    if p >= src.len() {
+        return src.need();
+    }
+    if src.at(p) != Some(b'[') {
+        return Outcome::No;
+    }
+    let e = match json_scan::scan(src.b, p, src.eof, false) {
+        Scan::Complete(c) => c.end,
+        Scan::More => return Outcome::More,
+        Scan::Fail(_) => return Outcome::No,
+    };
+    let Ok(Value::Array(items)) = serde_json::from_str::<Value>(src.slice(p, e)) else {
+        return Outcome::No;
+    };
+    let mut calls = Vec::with_capacity(items.len());
+    for item in &items {
+        let Some(obj) = item.as_object().filter(|o| o.len() == 1) else {
+            return Outcome::No;
+        };
+        let Some((name, args)) = obj.iter().next() else {
+            return Outcome::No;
+        };
+        let (Some(name), Some(args)) = (src.tools.resolve(name), args_object(args)) else {
+            return Outcome::No;
+        };
+        calls.push(ParsedCall::new(name, Value::Object(args)));
+    }
+    if calls.is_empty() {
+        return Outcome::No;
+    }
+    close_block(src, calls_block(calls, e), &[APERTUS_CLOSE])
 }

@@ -122,9 +122,11 @@
 //! its start, or at `finish`; text after it waits as long.
 
 mod calls;
+mod channels;
 mod coerce;
 mod engine;
 mod families;
+mod gemma;
 mod json_scan;
 mod offered;
 mod python;

@@ -9,16 +9,42 @@
 //! - no tag: everything is body.
 //!
 //! Only one reasoning block is split off; later tags are ordinary text.
-//! Recognised pairs: `<think>`, `<thinking>`, `<seed:think>`.
+//! Recognised pairs: `<think>`, `<thinking>`, `<seed:think>`, Harmony's
+//! `<|channel|>analysis<|message|>`…`<|end|>`, Gemma 4's
+//! `<|channel>thought`…`<channel|>`, Apertus's `<|inner_prefix|>`…
+//! `<|inner_suffix|>`, Kimi K3's `<|open|>think<|sep|>`…
+//! `<|close|>think<|sep|>`. A closer with no opener counts only for the
+//! pairs whose templates pre-open reasoning.
+//!
+//! Where the template opened the reasoning itself (a closer with no
+//! opener), a call's own start token (`<tool_call>`, Kimi K2's, DeepSeek
+//! DSML's) before that closer ends the reasoning where it stands: Qwen3.5,
+//! Kimi K2 and DeepSeek V4 call tools before closing their reasoning
+//! (vLLM#39056); the closer after the call is dropped. Inside a block the
+//! text opened itself (`<think>…`), a call stays reasoning.
 
-const PAIRS: [(&str, &str); 3] = [
-    ("<think>", "</think>"),
-    ("<thinking>", "</thinking>"),
-    ("<seed:think>", "</seed:think>"),
+/// An opener, its closer, and whether the closer alone ends reasoning.
+const PAIRS: [(&str, &str, bool); 7] = [
+    ("<think>", "</think>", true),
+    ("<thinking>", "</thinking>", true),
+    ("<seed:think>", "</seed:think>", true),
+    ("<|channel|>analysis<|message|>", "<|end|>", false),
+    ("<|channel>thought", "<channel|>", false),
+    ("<|inner_prefix|>", "<|inner_suffix|>", false),
+    ("<|open|>think<|sep|>", "<|close|>think<|sep|>", true),
+];
+
+/// Call start tokens that end pre-opened reasoning where they stand.
+const CALL_STARTS: [&str; 5] = [
+    "<tool_call>",
+    "<|tool_calls_section_begin|>",
+    "<|tool_call_begin|>",
+    "<｜DSML｜tool_calls>",
+    "<｜DSML｜function_calls>",
 ];
 
 /// Longest tag, minus one: how much text might be an incomplete tag.
-const HOLD: usize = 14;
+const HOLD: usize = 30;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum FrontOut {
@@ -45,6 +71,8 @@ pub(super) struct Front {
     /// Honour a closing tag with no opener (holds all text back until the
     /// first tag or the end).
     orphan_close: bool,
+    /// Where the first call start token is, once seen (orphan mode only).
+    call_at: Option<usize>,
 }
 
 impl Front {
@@ -54,6 +82,7 @@ impl Front {
             buf: String::new(),
             scan_from: 0,
             orphan_close,
+            call_at: None,
         }
     }
 
@@ -76,9 +105,9 @@ impl Front {
                 Mode::Scan => {
                     // Earliest opener or (when honoured) closer.
                     let mut best: Option<(usize, usize, bool)> = None;
-                    for (k, (open, close)) in PAIRS.iter().enumerate() {
+                    for (k, (open, close, orphan)) in PAIRS.iter().enumerate() {
                         for (tag, is_close) in [(*open, false), (*close, true)] {
-                            if is_close && !self.orphan_close {
+                            if is_close && !(self.orphan_close && *orphan) {
                                 continue;
                             }
                             if let Some(i) = find_from(&self.buf, tag, self.scan_from)
@@ -88,17 +117,27 @@ impl Front {
                             }
                         }
                     }
+                    if self.orphan_close && self.call_at.is_none() {
+                        self.call_at = CALL_STARTS
+                            .iter()
+                            .filter_map(|c| find_from(&self.buf, c, self.scan_from))
+                            .min();
+                    }
                     match best {
                         Some((i, k, true)) => {
-                            let (_, close) = PAIRS[k];
-                            let reason = self.buf.get(..i).unwrap_or("").to_string();
+                            let (_, close, _) = PAIRS[k];
+                            // A call before the closer ended the reasoning.
+                            let c = self.call_at.filter(|&c| c < i).unwrap_or(i);
+                            let reason = self.buf.get(..c).unwrap_or("").to_string();
+                            let call = self.buf.get(c..i).unwrap_or("").to_string();
                             let rest = self.buf.get(i + close.len()..).unwrap_or("").to_string();
                             push_text(out, FrontOut::Reason(reason));
+                            push_text(out, FrontOut::Body(call));
                             self.buf = rest;
                             self.mode = Mode::Body;
                         }
                         Some((i, k, false)) => {
-                            let (open, _) = PAIRS[k];
+                            let (open, _, _) = PAIRS[k];
                             let before = self.buf.get(..i).unwrap_or("").to_string();
                             let rest = self.buf.get(i + open.len()..).unwrap_or("").to_string();
                             push_text(out, FrontOut::Body(before));
@@ -113,9 +152,12 @@ impl Front {
                                 return;
                             }
                             let keep = hold_from(&self.buf, |t| {
-                                PAIRS.iter().any(|(o, c)| {
-                                    o.starts_with(t) || (self.orphan_close && c.starts_with(t))
-                                })
+                                PAIRS.iter().any(|(o, c, orphan)| {
+                                    o.starts_with(t)
+                                        || (self.orphan_close && *orphan && c.starts_with(t))
+                                }) || (self.orphan_close
+                                    && self.call_at.is_none()
+                                    && CALL_STARTS.iter().any(|c| c.starts_with(t)))
                             });
                             if self.orphan_close {
                                 self.scan_from = keep;
@@ -129,7 +171,7 @@ impl Front {
                     }
                 }
                 Mode::Think(k) => {
-                    let (_, close) = PAIRS[k];
+                    let (_, close, _) = PAIRS[k];
                     match find_from(&self.buf, close, self.scan_from) {
                         Some(i) => {
                             let reason = self.buf.get(..i).unwrap_or("").to_string();

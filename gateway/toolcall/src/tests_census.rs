@@ -253,3 +253,273 @@ fn dots_step3_and_hunyuan() {
     );
     assert_eq!(p.content, "I will call the tool now.");
 }
+
+#[test]
+fn gpt_oss_harmony() {
+    let t = vec![
+        typed("get_weather", json!({"location": {"type": "string"}})),
+        tools(&["edit"]).remove(0),
+        tools(&["generate_file"]).remove(0),
+    ];
+    // openai/harmony docs/format.md (ec7606df9e87e3d0a1fec9f50928c1e407f0c438),
+    // "Receiving tool calls".
+    let p = check(
+        "<|channel|>analysis<|message|>Need to use function get_weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"location\":\"San Francisco\"}<|call|>",
+        &t,
+    );
+    assert_eq!(
+        p.reasoning.as_deref(),
+        Some("Need to use function get_weather.")
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("get_weather", json!({"location": "San Francisco"}))]
+    );
+    assert_eq!(p.content, "");
+    // openai/harmony tests/test_harmony.py: the recipient in the role
+    // header, and `<|constrain|>` right after the recipient.
+    let p = check(
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{\"location\": \"Tokyo\"}<|call|>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("get_weather", json!({"location": "Tokyo"}))]
+    );
+    let p = check(
+        "<|start|>assistant<|channel|>commentary to=functions.get_weather<|constrain|>json<|message|>{\"location\":\"Paris\"}<|call|>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("get_weather", json!({"location": "Paris"}))]
+    );
+    // llama.cpp tests/test-chat.cpp (0042e2079d3428ba7af410df553202aa7fdf8d7a),
+    // gpt-oss template: the stop token left out.
+    let p = check(
+        "<|channel|>analysis<|message|>Thinking about edit...<|end|><|start|>assistant<|channel|>commentary to=functions.edit <|constrain|>json<|message|>{\"oldString\": \"if (part < railCount - 1) {\", \"newString\": \"if (part < 4) {\", \"replaceAll\": false}",
+        &t,
+    );
+    assert_eq!(p.reasoning.as_deref(), Some("Thinking about edit..."));
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "edit",
+            json!({"oldString": "if (part < railCount - 1) {", "newString": "if (part < 4) {", "replaceAll": false})
+        )]
+    );
+    // The final channel is the answer; commentary without a recipient too.
+    let p = check(
+        "<|channel|>analysis<|message|>I'm\nthinking<|end|><|start|>assistant<|channel|>final<|message|>Hello, world!\nWhat's up?",
+        &t,
+    );
+    assert_eq!(p.reasoning.as_deref(), Some("I'm\nthinking"));
+    assert_eq!(p.content, "Hello, world!\nWhat's up?");
+    assert!(p.calls.is_empty());
+    // docs/format.md, "Preambles": a preamble, then the call.
+    let p = check(
+        "<|channel|>analysis<|message|>{long chain of thought}<|end|><|start|>assistant<|channel|>commentary<|message|>**Action plan**:\n1. Generate an HTML file\n---\nWill start executing the plan step by step<|end|><|start|>assistant<|channel|>commentary to=functions.generate_file<|constrain|>json<|message|>{\"template\": \"basic_html\", \"path\": \"index.html\"}<|call|>",
+        &t,
+    );
+    assert_eq!(
+        p.content,
+        "**Action plan**:\n1. Generate an HTML file\n---\nWill start executing the plan step by step"
+    );
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "generate_file",
+            json!({"template": "basic_html", "path": "index.html"})
+        )]
+    );
+    // A built-in tool that was not offered: the message stays as written.
+    let text =
+        "<|start|>assistant to=container.exec<|channel|>commentary<|message|>python3 -c 'print(1)'";
+    let p = check(text, &t);
+    assert!(p.calls.is_empty());
+    assert_eq!(p.content, text);
+    // Arguments that are not JSON: the model is told, nothing runs.
+    let p = check(
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>location=Paris<|call|>",
+        &t,
+    );
+    assert!(p.calls[0].unreadable.is_some());
+}
+
+#[test]
+fn kimi_k3_xtml() {
+    let t = vec![
+        typed("special_function", json!({"arg1": {"type": "number"}})),
+        tools(&["python"]).remove(0),
+    ];
+    // llama.cpp tests/test-chat.cpp (0042e2079d3428ba7af410df553202aa7fdf8d7a),
+    // Kimi-K3 template: the prompt opened the reasoning.
+    let p = check(
+        "I should call it<|close|>think<|sep|><|open|>response<|sep|>On it.<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool=\"special_function\" index=\"1\"<|sep|><|open|>argument key=\"arg1\" type=\"number\"<|sep|>1<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>",
+        &t,
+    );
+    assert_eq!(p.reasoning.as_deref(), Some("I should call it"));
+    assert_eq!(p.content, "On it.");
+    assert_eq!(p.calls, vec![call("special_function", json!({"arg1": 1}))]);
+    let p = check(
+        "<|open|>tools<|sep|><|open|>call tool=\"python\" index=\"1\"<|sep|><|open|>argument key=\"code\" type=\"string\"<|sep|>print('hey')<|close|>argument<|sep|><|open|>argument key=\"n\" type=\"integer\"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("python", json!({"code": "print('hey')", "n": 3}))]
+    );
+    // vLLM tests/tool_parsers/test_kimi_k3_tool_parser.py: the turn's end.
+    let p = check("Hello<|close|>message<|sep|>", &t);
+    assert_eq!(p.content, "Hello");
+}
+
+#[test]
+#[allow(clippy::approx_constant)] // vLLM's case, as written
+fn gemma_4_and_functiongemma() {
+    let t = vec![
+        tools(&["complex_function"]).remove(0),
+        tools(&["set_status"]).remove(0),
+        tools(&["bash"]).remove(0),
+        tools(&["set_config"]).remove(0),
+        typed(
+            "get_weather",
+            json!({"city": {"type": "string"}, "location": {"type": "string"},
+                                     "unit": {"type": "string"}}),
+        ),
+        tools(&["get_time"]).remove(0),
+    ];
+    // vLLM tests/tool_parsers/test_gemma4_tool_parser.py
+    // (027004de3715411197be51ced325705abcf740a7).
+    let p = check(
+        "<|tool_call>call:complex_function{nested:{inner:<|\"|>value<|\"|>},list:[<|\"|>a<|\"|>,<|\"|>b<|\"|>]}<tool_call|>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "complex_function",
+            json!({"nested": {"inner": "value"}, "list": ["a", "b"]})
+        )]
+    );
+    let p = check(
+        "<|tool_call>call:set_status{is_active:true,count:42,score:3.14}<tool_call|>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "set_status",
+            json!({"is_active": true, "count": 42, "score": 3.14})
+        )]
+    );
+    // test_gemma4_regex_and_bare_calls.py: the call closed by the turn's end.
+    let p = check(
+        "<|tool_call>call:bash{command:<|\"|>cat /work/src/entry.c<|\"|>}<turn|>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("bash", json!({"command": "cat /work/src/entry.c"}))]
+    );
+    // llama.cpp tests/test-chat.cpp (0042e207…), Gemma 4 template, with its
+    // reasoning channel.
+    let p = check(
+        "<|channel>thought\nI'm\nthinking<channel|><|tool_call>call:set_config{config:{theme:<|\"|>dark<|\"|>,count:3}}<tool_call|>",
+        &t,
+    );
+    assert_eq!(p.reasoning.as_deref(), Some("I'm\nthinking"));
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "set_config",
+            json!({"config": {"theme": "dark", "count": 3}})
+        )]
+    );
+    // Quoted keys (vLLM's streaming tests).
+    let p = check(
+        "<|tool_call>call:set_config{record_map:{<|\"|>3<|\"|>:<|\"|>new text<|\"|>}}<tool_call|>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("set_config", json!({"record_map": {"3": "new text"}}))]
+    );
+    // vLLM tests/tool_parsers/test_functiongemma_tool_parser.py
+    // (26c3628ca8265f4f5007ed8e3e28ac66dd23c8ae): two calls back to back,
+    // and members without commas between them.
+    let p = check(
+        "<start_function_call>call:get_weather{location:<escape>London<escape>}<end_function_call><start_function_call>call:get_time{timezone:<escape>UTC<escape>}<end_function_call>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![
+            call("get_weather", json!({"location": "London"})),
+            call("get_time", json!({"timezone": "UTC"}))
+        ]
+    );
+    let p = check(
+        "<start_function_call>call:get_weather{city:<escape>NYC<escape>unit:<escape>celsius<escape>}<end_function_call>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "get_weather",
+            json!({"city": "NYC", "unit": "celsius"})
+        )]
+    );
+    // A string the schema types as a string stays one (`42` is not made a number).
+    let p = check(
+        "<start_function_call>call:get_weather{city:<escape>42<escape>}<end_function_call>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("get_weather", json!({"city": "42"}))]);
+}
+
+#[test]
+fn apertus() {
+    let t = tools(&["get_weather", "get_time", "special_function"]);
+    // vLLM tests/tool_parsers/test_apertus_tool_parser.py
+    // (266c3ccc1d53a28e59a1ea6fc49ab9918d4fb693), test_multiple_tool_calls.
+    let p = check(
+        "<|tools_prefix|>[{\"get_weather\": {\"location\": \"London\"}}, {\"get_time\": {\"location\": \"London\"}}]<|tools_suffix|>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![
+            call("get_weather", json!({"location": "London"})),
+            call("get_time", json!({"location": "London"}))
+        ]
+    );
+    // llama.cpp tests/test-chat.cpp, Apertus template, with its reasoning.
+    let p = check(
+        "<|inner_prefix|>I'm\nthinking<|inner_suffix|><|tools_prefix|>[{\"special_function\": {\"arg1\": 1}}]<|tools_suffix|>",
+        &t,
+    );
+    assert_eq!(p.reasoning.as_deref(), Some("I'm\nthinking"));
+    assert_eq!(p.calls, vec![call("special_function", json!({"arg1": 1}))]);
+}
+
+#[test]
+fn a_call_before_the_closer_of_pre_opened_reasoning_ends_it() {
+    let t = vec![typed("Finish", json!({"answer": {"type": "integer"}}))];
+    // vLLM#39056 (Qwen3.5, whose template opens <think>): the call was
+    // written before </think> and was lost with the reasoning.
+    let p = check(
+        "The product is 204.\n<tool_call>\n<function=Finish>\n<parameter=answer>\n204\n</parameter>\n</function>\n</tool_call>\n</think>",
+        &t,
+    );
+    assert_eq!(p.reasoning.as_deref(), Some("The product is 204."));
+    assert_eq!(p.calls, vec![call("Finish", json!({"answer": 204}))]);
+    assert_eq!(p.content, "");
+    // Inside a block the text opened itself, a call stays reasoning.
+    let p = check(
+        "<think>maybe <tool_call>{\"name\": \"Finish\", \"arguments\": {}}</tool_call></think>No.",
+        &t,
+    );
+    assert!(p.calls.is_empty());
+    assert_eq!(p.content, "No.");
+}
