@@ -132,8 +132,10 @@ pub(super) fn json_args(
     s: usize,
 ) -> super::text::Outcome<(Map<String, Value>, usize)> {
     use super::text::Outcome;
-    if src.at(s) != Some(b'{') {
-        return Outcome::No;
+    match src.at(s) {
+        Some(b'{') => {}
+        Some(_) => return Outcome::No,
+        None => return src.need(),
     }
     match json_scan::scan(src.b, s, src.eof, false) {
         Scan::More => Outcome::More,

@@ -75,10 +75,10 @@ fn recipient(header: &str) -> Option<&str> {
 /// One Harmony message: `[<|start|>ROLE[ to=R]]<|channel|>CHANNEL[ to=R][
 /// <|constrain|>TYPE]<|message|>BODY` ending at `<|end|>`, `<|call|>`,
 /// `<|return|>`, the next `<|start|>` or the end. A message to a function
-/// tool is its call (JSON arguments); `final` and `commentary` without a
-/// recipient are content; a later `analysis` message is reasoning and
-/// dropped (only the first is split off); a message to a tool that was not
-/// offered stays content as written.
+/// tool is its call (JSON arguments); a message without a recipient is
+/// content (`final`, `commentary`, and an `analysis` message after the
+/// first, which the reasoning pass split off); a message to a tool that
+/// was not offered stays content as written.
 fn harmony(src: &Input, s: usize) -> Outcome<Block> {
     let mut role_to = None;
     let ch = match src.marker(s, "<|start|>") {
@@ -111,7 +111,6 @@ fn harmony(src: &Input, s: usize) -> Outcome<Block> {
     if header.contains('<') {
         return Outcome::No;
     }
-    let channel = header.split_whitespace().next().unwrap_or("");
     let to = recipient(&header).or(role_to);
     let b0 = m + "<|message|>".len();
     let ends = ["<|end|>", "<|call|>", "<|return|>", "<|start|>"];
@@ -143,7 +142,6 @@ fn harmony(src: &Input, s: usize) -> Outcome<Block> {
             }
             None => vec![Piece::Range(s, end)],
         },
-        None if channel == "analysis" => Vec::new(),
         None => vec![Piece::Range(b0, b1)],
     };
     Outcome::Ok(Block { pieces, end })

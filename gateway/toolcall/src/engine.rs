@@ -10,14 +10,16 @@
 
 use serde_json::Value;
 
-use super::calls::span_pieces;
+use super::calls::{json_args, span_pieces};
 use super::coerce::coerce_map;
 use super::families::block_at;
 use super::json_scan::{self, Scan};
 use super::offered::ParsedCall;
 use super::offered::Tools;
 use super::python;
-use super::text::{Block, Input, Outcome, Piece, ceil_boundary, is_ident_char, is_ident_start};
+use super::text::{
+    Block, Input, MarkerMatch, Outcome, Piece, ceil_boundary, is_ident_char, is_ident_start,
+};
 
 /// Output of the engine, in text order.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +37,8 @@ pub(super) struct Engine {
     after_call: bool,
     /// Candidate start and the buffer length at which to retry it.
     gate: Option<(usize, usize)>,
+    /// The start of the body was looked at (Functionary's first call).
+    began: bool,
 }
 
 impl Engine {
@@ -46,6 +50,22 @@ impl Engine {
     pub fn advance(&mut self, eof: bool, tools: &Tools, out: &mut Vec<Out>) {
         let src = Input::new(&self.buf, eof, tools);
         let len = src.len();
+        if !self.began {
+            match functionary_start(&src) {
+                Outcome::More if !eof => return,
+                Outcome::Ok(b) => {
+                    for p in b.pieces {
+                        if let Piece::Call(c) = p {
+                            self.after_call = true;
+                            out.push(Out::Call(coerced(c, tools)));
+                        }
+                    }
+                    self.pos = b.end;
+                }
+                _ => {}
+            }
+            self.began = true;
+        }
         let mut st = Emit {
             out,
             tools,
@@ -133,17 +153,80 @@ impl Emit<'_> {
         match p {
             Piece::Range(a, b) => self.range(src, a, b),
             Piece::Text(t) => self.text(&t),
-            Piece::Call(mut c) => {
+            Piece::Call(c) => {
                 self.after_call = true;
-                // One rule for every family: a value the schema types
-                // otherwise is converted where it reads as that type (a
-                // JSON string "5" for an integer, a set for an array).
-                if let Value::Object(args) = &mut c.arguments {
-                    *args = coerce_map(std::mem::take(args), self.tools.schema(&c.name));
-                }
-                self.out.push(Out::Call(c));
+                self.out.push(Out::Call(coerced(c, self.tools)));
             }
         }
+    }
+}
+
+/// One rule for every family: a value the schema types otherwise is
+/// converted where it reads as that type (a JSON string "5" for an integer,
+/// a set for an array).
+fn coerced(mut c: ParsedCall, tools: &Tools) -> ParsedCall {
+    if let Value::Object(args) = &mut c.arguments {
+        *args = coerce_map(std::mem::take(args), tools.schema(&c.name));
+    }
+    c
+}
+
+/// Functionary v3.2: `>>>NAME` and the JSON arguments on the next line;
+/// `>>>all` (a message to the user) is a frame, dropped.
+fn functionary(src: &Input, s: usize) -> Outcome<Block> {
+    let p = match src.marker(s, ">>>") {
+        MarkerMatch::Yes(p) => p,
+        MarkerMatch::More => return Outcome::More,
+        MarkerMatch::No => return Outcome::No,
+    };
+    match src.marker(p, "all\n") {
+        MarkerMatch::Yes(e) => {
+            return Outcome::Ok(Block {
+                pieces: Vec::new(),
+                end: e,
+            });
+        }
+        MarkerMatch::More => return Outcome::More,
+        MarkerMatch::No => {}
+    }
+    recipient_call(src, p)
+}
+
+/// Functionary v3.2's first message, whose `>>>` the prompt wrote: the
+/// body starts with an offered tool's name alone on its line, then JSON.
+fn functionary_start(src: &Input) -> Outcome<Block> {
+    recipient_call(src, 0)
+}
+
+/// `NAME\n{json}` at `p`, NAME an offered tool.
+fn recipient_call(src: &Input, p: usize) -> Outcome<Block> {
+    let mut j = p;
+    while src.at(j).is_some_and(is_ident_char) {
+        j += 1;
+        if j - p > 256 {
+            return Outcome::No;
+        }
+    }
+    if j >= src.len() {
+        return src.need();
+    }
+    if j == p || src.at(j) != Some(b'\n') {
+        return Outcome::No;
+    }
+    let Some(name) = src.tools.resolve(src.slice(p, j)) else {
+        return Outcome::No;
+    };
+    let q = src.skip_ws(j + 1);
+    if q >= src.len() {
+        return src.need();
+    }
+    match json_args(src, q) {
+        Outcome::Ok((m, e)) => Outcome::Ok(calls_block(
+            vec![ParsedCall::new(name, Value::Object(m))],
+            e,
+        )),
+        Outcome::More => Outcome::More,
+        Outcome::No => Outcome::No,
     }
 }
 
@@ -154,6 +237,8 @@ fn next_trigger(src: &Input, from: usize) -> usize {
     while let Some(&c) = b.get(i) {
         match c {
             b'<' | b'[' | b'{' | b'`' => return i,
+            // `>>>` (what follows may not have arrived yet).
+            b'>' if b.iter().skip(i + 1).take(2).all(|&c| c == b'>') => return i,
             b'f' if i == 0 || !b.get(i - 1).copied().is_some_and(is_ident_char) => return i,
             _ => i += 1,
         }
@@ -171,6 +256,7 @@ fn try_at(src: &Input, s: usize, after_call: bool) -> Outcome<Block> {
             other => other,
         },
         Some(b'<' | b'`' | b'f') => block_at(src, s, 1),
+        Some(b'>') => functionary(src, s),
         _ => Outcome::No,
     }
 }

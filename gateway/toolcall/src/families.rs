@@ -511,14 +511,42 @@ fn calls_block(calls: Vec<ParsedCall>, end: usize) -> Block {
     }
 }
 
+/// Whitespace the tokenizer wrote as its own byte symbol (MiniCPM's
+/// byte-level `Ġ`, U+0120), read as a space inside tags.
+const BPE_SPACE: char = '\u{120}';
+
+fn is_tag_space(c: char) -> bool {
+    c.is_whitespace() || c == BPE_SPACE
+}
+
+/// What may separate a tag's name from its attributes at `p`: whitespace,
+/// a byte-level `Ġ`, or nothing before `name=` (MiniCPM collapses
+/// `<function name=` into `<functionname=`).
+fn attr_gap(src: &Input, p: usize) -> Outcome<()> {
+    match src.at(p) {
+        None => src.need(),
+        Some(c) if is_ws(c) => Outcome::Ok(()),
+        Some(_) => {
+            for gap in ["\u{120}", "name="] {
+                match src.marker(p, gap) {
+                    MarkerMatch::Yes(_) => return Outcome::Ok(()),
+                    MarkerMatch::More => return Outcome::More,
+                    MarkerMatch::No => {}
+                }
+            }
+            Outcome::No
+        }
+    }
+}
+
 /// Attributes `key="value"` (or single quotes) of a tag, in order.
 pub(super) fn attrs(s: &str) -> Vec<(&str, &str)> {
     let mut out = Vec::new();
     let mut rest = s;
     loop {
-        rest = rest.trim_start();
+        rest = rest.trim_start_matches(is_tag_space);
         let Some(eq) = rest.find('=') else { break };
-        let key = rest.get(..eq).unwrap_or("").trim();
+        let key = rest.get(..eq).unwrap_or("").trim_matches(is_tag_space);
         let after = rest.get(eq + 1..).unwrap_or("").trim_start();
         let Some(q) = after.chars().next().filter(|c| *c == '"' || *c == '\'') else {
             break;
@@ -629,10 +657,10 @@ fn xml_function(src: &Input, s: usize) -> Outcome<Block> {
                 MarkerMatch::More => return Outcome::More,
                 MarkerMatch::No => return Outcome::No,
             };
-            match src.at(p) {
-                None => return src.need(),
-                Some(c) if is_ws(c) => {}
-                Some(_) => return Outcome::No,
+            match attr_gap(src, p) {
+                Outcome::Ok(()) => {}
+                Outcome::More => return Outcome::More,
+                Outcome::No => return Outcome::No,
             }
             let mut j = p;
             loop {
@@ -718,7 +746,7 @@ fn xml_function(src: &Input, s: usize) -> Outcome<Block> {
                 Err(why) => unreadable = unreadable.or(Some(why)),
             }
             cur = next;
-        } else if matches!(src.at(k + 6), Some(b' ' | b'\t' | b'>')) {
+        } else if src.at(k + 6) == Some(b'>') || matches!(attr_gap(src, k + 6), Outcome::Ok(())) {
             let Some(ke) = tag_end(src, k, close) else {
                 break;
             };

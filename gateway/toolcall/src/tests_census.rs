@@ -523,3 +523,56 @@ fn a_call_before_the_closer_of_pre_opened_reasoning_ends_it() {
     assert!(p.calls.is_empty());
     assert_eq!(p.content, "No.");
 }
+
+#[test]
+fn functionary_v3_2_recipients() {
+    let t = tools(&["special_function"]);
+    // llama.cpp tests/test-chat.cpp (0042e2079d3428ba7af410df553202aa7fdf8d7a),
+    // Functionary v3.2 template: the prompt ends with `>>>`.
+    let p = check("special_function\n{\"arg1\": 1}", &t);
+    assert_eq!(p.calls, vec![call("special_function", json!({"arg1": 1}))]);
+    // An older llama.cpp test of the same format: content, then a call.
+    let p = check(
+        ">>>all\nHello, world!\nnono\nWhat's up?>>>special_function\n{\"arg1\": 1}",
+        &t,
+    );
+    assert_eq!(p.content, "Hello, world!\nnono\nWhat's up?");
+    assert_eq!(p.calls, vec![call("special_function", json!({"arg1": 1}))]);
+    // A first line that is not an offered tool's name is text.
+    let p = check("special\n{\"arg1\": 1}", &t);
+    assert!(p.calls.is_empty());
+    let p = check("> quoted\n>> twice", &t);
+    assert_eq!(p.content, "> quoted\n>> twice");
+}
+
+#[test]
+fn minicpm5_tag_artefacts() {
+    let t = vec![typed(
+        "get_weather",
+        json!({"city": {"type": "string"}, "date": {"type": "string"}}),
+    )];
+    // vLLM tests/tool_parsers/test_minicpm5_tool_parser.py
+    // (08eaf4cf001acb35879237aa5bf4d504a4a1925d).
+    let p = check(
+        "Intro before.\n<function name=\"get_weather\"><param name=\"city\">上海</param><param name=\"date\">2024-06-27</param></function>\nOutro after.\n",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "get_weather",
+            json!({"city": "上海", "date": "2024-06-27"})
+        )]
+    );
+    // Byte-level spaces and collapsed tags, as the same tests write them.
+    let p = check(
+        "<function\u{120}name=\"get_weather\"><param\u{120}name=\"city\">Paris</param></function>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("get_weather", json!({"city": "Paris"}))]);
+    let p = check(
+        "<functionname=\"get_weather\"><paramname=\"city\">Oslo</param></function>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("get_weather", json!({"city": "Oslo"}))]);
+}

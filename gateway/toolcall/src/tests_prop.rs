@@ -40,6 +40,44 @@ const FRAGMENTS: &[&str] = &[
     "<|tool_call_begin|>functions.f:0",
     "<|tool_call_argument_begin|>",
     "<|tool_call_end|>",
+    "<｜DSML｜function_calls>",
+    "<｜DSML｜tool_calls>",
+    "<｜DSML｜invoke name=\"f\">",
+    "<｜DSML｜parameter name=\"a\" string=\"false\">",
+    "</｜DSML｜parameter>",
+    "</｜DSML｜invoke>",
+    "<invoke name=\"f\">",
+    "<parameter name=\"a\">",
+    "<dots_function_call>",
+    "<｜tool_calls_begin｜>",
+    "<｜tool_call_begin｜>function<｜tool_sep｜>",
+    "<steptml:invoke name=\"f\">",
+    "<｜tool_call_end｜>",
+    "<|channel|>analysis<|message|>",
+    "<|end|>",
+    "<|start|>assistant",
+    "<|channel|>commentary to=functions.f <|constrain|>json<|message|>",
+    "<|channel|>final<|message|>",
+    "<|call|>",
+    "<|open|>tools<|sep|>",
+    "<|open|>call tool=\"f\" index=\"1\"<|sep|>",
+    "<|open|>argument key=\"a\" type=\"number\"<|sep|>",
+    "<|close|>argument<|sep|>",
+    "<|close|>call<|sep|>",
+    "<|close|>think<|sep|>",
+    "<|tool_call>call:f{",
+    "<|\"|>",
+    "<tool_call|>",
+    "<start_function_call>call:add{",
+    "<escape>",
+    "<end_function_call>",
+    "<|channel>thought",
+    "<channel|>",
+    "<|tools_prefix|>[{\"f\": {}}]",
+    "<|inner_prefix|>",
+    ">>>",
+    ">>>all\n",
+    "f\n{}",
     "{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
     "{\"name\": \"add\", \"parameters\": {}}",
     "{\"name\": \"nope\", \"arguments\": {}}",
@@ -164,18 +202,37 @@ proptest! {
                 missing.remove(i);
             }
         }
-        let allowed: Vec<Vec<char>> = ["<think>", "<thinking>", "<seed:think>"]
+        // Only tags and frame tokens may be missing: the reasoning tags
+        // split off and the frames dropped.
+        let removable = [
+            "<think>", "</think>", "<thinking>", "</thinking>", "<seed:think>", "</seed:think>",
+            "<|channel|>analysis<|message|>", "<|end|>", "<|channel>thought", "<channel|>",
+            "<|inner_prefix|>", "<|inner_suffix|>", "<|open|>think<|sep|>", "<|close|>think<|sep|>",
+            "<|call|>", "<|return|>", "<|start|>assistant", "<|open|>response<|sep|>",
+            "<|close|>response<|sep|>", "<|close|>message<|sep|>", ">>>all",
+        ];
+        let mut pool: Vec<char> = removable
             .iter()
-            .flat_map(|o| {
-                let c = o.replacen('<', "</", 1);
-                [String::new(), o.to_string(), c.clone(), format!("{o}{c}")]
-            })
-            .map(|s| {
-                let mut v: Vec<char> = s.chars().collect();
-                v.sort_unstable();
-                v
-            })
+            .flat_map(|t| text.match_indices(t).flat_map(|(_, m)| m.chars()))
+            .filter(|c| !c.is_whitespace())
             .collect();
-        prop_assert!(allowed.contains(&missing), "lost {:?}", missing);
+        // Harmony's headers (`<|start|>…<|channel|>…<|message|>`) are frames too.
+        for (a, _) in text.match_indices("<|start|>").chain(text.match_indices("<|channel|>")) {
+            let rest = &text[a..];
+            if let Some(m) = rest.find("<|message|>") {
+                pool.extend(rest[..m + "<|message|>".len()].chars().filter(|c| !c.is_whitespace()));
+            }
+        }
+        pool.sort_unstable();
+        let mut allowed = true;
+        for c in &missing {
+            match pool.binary_search(c) {
+                Ok(i) => {
+                    pool.remove(i);
+                }
+                Err(_) => allowed = false,
+            }
+        }
+        prop_assert!(allowed, "lost {:?}", missing);
     }
 }
