@@ -39,26 +39,51 @@
 //!   (Llama 3.1, Functionary v3.1), `<function name="...">` with
 //!   `<param name="k" type="t">v</param>` children or attribute-style
 //!   `<param name="k" value="v" type="t"/>` ones (BFCL), inside a wrapper
-//!   or not; MiniMax-M2's `<minimax:tool_call><invoke name="f">` with
+//!   or not (MiniCPM's byte-level `Ġ` spaces and collapsed
+//!   `<functionname=` tags read alike); MiniMax-M2's
+//!   `<minimax:tool_call><invoke name="f">` with
 //!   `<parameter name="k">v</parameter>` children (a value may hold
 //!   `</parameter>`: it ends at the closer the next parameter or
-//!   `</invoke>` follows). In every XML family a value's entities are
-//!   decoded (`S&amp;P` is `S&P`) and a CDATA section is taken as written;
-//!   a value holding its format's own item markup (a closer the model
-//!   forgot) makes the call *unreadable* ([`ParsedCall::unreadable`]): not
-//!   an argument, and the gateway tells the model so.
+//!   `</invoke>` follows), and the same items in dots'
+//!   `<dots_function_call>`, DeepSeek V3.2's DSML
+//!   (`<｜DSML｜function_calls>`, V4's `<｜DSML｜tool_calls>`, V4.1's spaced
+//!   `<｜DSML｜ calls>`; `string="true|false"` is a hint the schema
+//!   overrides) and Step3's `<steptml:invoke>`. In every XML family a
+//!   value's entities are decoded (`S&amp;P` is `S&P`) and a CDATA section
+//!   is taken as written; a value holding its format's own item markup (a
+//!   closer the model forgot) makes the call *unreadable*
+//!   ([`ParsedCall::unreadable`]): not an argument, and the gateway tells
+//!   the model so.
 //! - **Pythonic**: `[get_weather(city="Paris"), add(a=1, b=2)]` (keyword
-//!   arguments, Python literals, nested), bare or in a wrapper
-//!   (`<|python_start|>`, `<function_calls>`, `<TOOLCALL>`); inside a wrapper
-//!   or code fence the calls may also be written without brackets, one per
-//!   line (`<|python_tag|>tool.call(code="...")` included).
-//! - **Others**: GLM-4.5 (`<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>`),
-//!   DeepSeek V3/R1/V3.1 special tokens, Kimi K2 sections.
+//!   arguments, Python literals — sets read as lists, raw line breaks in
+//!   strings kept, as LFM2 writes them —, nested), bare or in a wrapper
+//!   (`<|python_start|>`, `<function_calls>`, `<TOOLCALL>`,
+//!   `<|tool_call_start|>`); inside a wrapper or code fence the calls may
+//!   also be written without brackets, one per line
+//!   (`<|python_tag|>tool.call(code="...")` included).
+//! - **Framed messages**: gpt-oss Harmony (`<|channel|>commentary
+//!   to=functions.f <|constrain|>json<|message|>{…}<|call|>`, the recipient
+//!   in the role or the channel header; `final` and other messages without
+//!   a recipient are content; frame tokens dropped) and Kimi K3's XTML
+//!   (`<|open|>call tool="f"<|sep|><|open|>argument key="k"
+//!   type="T"<|sep|>v<|close|>argument<|sep|>…`).
+//! - **Others**: GLM-4.5/4.7 (`<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>`,
+//!   Hunyuan HY v3's `name<tool_sep>` inside `<tool_calls>`), DeepSeek
+//!   V3/R1/V3.1 special tokens, Kimi K2 sections (stray text between the
+//!   markers is content), Step3's `<｜tool_calls_begin｜>` sections, Gemma 4
+//!   (`<|tool_call>call:f{k:<|"|>v<|"|>,n:1}<tool_call|>`) and FunctionGemma
+//!   (`<start_function_call>call:f{k:<escape>v<escape>}<end_function_call>`),
+//!   Apertus (`<|tools_prefix|>[{"f": {…}}]<|tools_suffix|>`), Functionary
+//!   v3.2 (`>>>f` then JSON on the next line; the first call without `>>>`,
+//!   which the prompt wrote, when the body starts with an offered tool's
+//!   name alone on its line; `>>>all` dropped).
 //!
-//! Not supported (the text stays content): gpt-oss Harmony channels,
-//! Functionary v3.2 `>>>name` recipients, bare pythonic calls without
-//! brackets outside a wrapper or fence, positional pythonic arguments.
-//!
+//! Not supported (the text stays content): Harmony's built-in tools
+//! (`to=browser.search`, `to=python` when no such tool is offered),
+//! Functionary's `python` recipient, a message that starts `all` without
+//! `>>>`, bare pythonic calls without brackets outside a wrapper or fence,
+//! positional pythonic arguments, MiniMax-M3's namespaced markup.
+
 //! # Policies
 //!
 //! - **Only offered tools.** A call is accepted only when its name is an
@@ -98,8 +123,12 @@
 //!   ones included (models quote numbers); it is left as written when the
 //!   schema declares no type or the value does not read as it. A value of a
 //!   declared type is never changed.
-//! - **Reasoning.** `<think>…</think>` (also `<thinking>`, `<seed:think>`)
-//!   is split off into [`Parsed::reasoning`] before anything else. The first
+//! - **Reasoning.** `<think>…</think>` (also `<thinking>`, `<seed:think>`,
+//!   Harmony's `analysis` channel, Gemma 4's `<|channel>thought`, Apertus's
+//!   `<|inner_prefix|>`, Kimi K3's `<|open|>think<|sep|>`) is split off into
+//!   [`Parsed::reasoning`] before anything else. Where the template opened
+//!   the reasoning (a closer with no opener), a call's start token before
+//!   the closer ends it there and the call is read (vLLM#39056). The first
 //!   think tag decides: a closing tag with no opener makes everything before
 //!   it reasoning; an opener without a closer makes everything after it
 //!   reasoning. Because of the closing-tag rule, a [`StreamParser`] cannot

@@ -233,6 +233,56 @@ fn json_type(v: &Value) -> &'static str {
     }
 }
 
+/// A value in Gemma's notation: strings between `quote`, the rest bare,
+/// keys bare where they are words.
+fn gemma(v: &Value, quote: &str) -> String {
+    match v {
+        Value::String(s) => format!("{quote}{s}{quote}"),
+        Value::Array(items) => format!(
+            "[{}]",
+            items
+                .iter()
+                .map(|x| gemma(x, quote))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        Value::Object(map) => format!(
+            "{{{}}}",
+            map.iter()
+                .map(|(k, x)| {
+                    let bare = !k.is_empty() && k.chars().all(|c| c.is_alphanumeric() || c == '_');
+                    let key = if bare {
+                        k.clone()
+                    } else {
+                        format!("{quote}{k}{quote}")
+                    };
+                    format!("{key}:{}", gemma(x, quote))
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// DSML's `string="true"` for a string, `"false"` and JSON for the rest.
+fn dsml(calls: &[Call], block: &str) -> String {
+    let invokes = each_call(calls, "", |c| {
+        let params = each_param(c, |k, v| {
+            let is_string = v.is_string();
+            format!(
+                "<｜DSML｜parameter name=\"{k}\" string=\"{is_string}\">{}</｜DSML｜parameter>\n",
+                text(v)
+            )
+        });
+        format!(
+            "<｜DSML｜invoke name=\"{}\">\n{params}</｜DSML｜invoke>\n",
+            c.name
+        )
+    });
+    format!("<｜DSML｜{block}>\n{invokes}</｜DSML｜{block}>")
+}
+
 type Render = fn(&[Call]) -> String;
 
 fn json_calls(calls: &[Call], key: &str) -> String {
@@ -345,6 +395,96 @@ const FORMATS: &[(&str, Render)] = &[
             })
             .collect();
         format!("<|tool_calls_section_begin|>{items}<|tool_calls_section_end|>")
+    }),
+    ("dsml_v32", |calls| dsml(calls, "function_calls")),
+    ("dsml_v4", |calls| dsml(calls, "tool_calls")),
+    ("harmony", |calls| {
+        let messages = each_call(calls, "", |c| {
+            let args = Value::Object(c.arguments.clone());
+            format!(
+                "<|start|>assistant<|channel|>commentary to=functions.{} <|constrain|>json<|message|>{args}<|call|>",
+                c.name
+            )
+        });
+        format!("<|channel|>analysis<|message|>I need the tools.<|end|>{messages}")
+    }),
+    ("gemma4", |calls| {
+        each_call(calls, "", |c| {
+            let args = gemma(&Value::Object(c.arguments.clone()), "<|\"|>");
+            format!("<|tool_call>call:{}{args}<tool_call|>", c.name)
+        })
+    }),
+    ("functiongemma", |calls| {
+        each_call(calls, "", |c| {
+            let args = gemma(&Value::Object(c.arguments.clone()), "<escape>");
+            format!(
+                "<start_function_call>call:{}{args}<end_function_call>",
+                c.name
+            )
+        })
+    }),
+    ("apertus", |calls| {
+        let items: Vec<Value> = calls
+            .iter()
+            .map(|c| json!({ c.name.as_str(): c.arguments }))
+            .collect();
+        format!("<|tools_prefix|>{}<|tools_suffix|>", Value::Array(items))
+    }),
+    ("kimi_k3", |calls| {
+        let items: String = calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let params = each_param(c, |k, v| {
+                    let kind = json_type(v);
+                    format!(
+                        "<|open|>argument key=\"{}\" type=\"{kind}\"<|sep|>{}<|close|>argument<|sep|>",
+                        xml_attr(k),
+                        text(v)
+                    )
+                });
+                format!(
+                    "<|open|>call tool=\"{}\" index=\"{}\"<|sep|>{params}<|close|>call<|sep|>",
+                    c.name,
+                    i + 1
+                )
+            })
+            .collect();
+        format!("<|open|>tools<|sep|>{items}<|close|>tools<|sep|><|close|>message<|sep|>")
+    }),
+    ("step3", |calls| {
+        let items = each_call(calls, "\n", |c| {
+            let params = each_param(c, |k, v| {
+                format!(
+                    "<steptml:parameter name=\"{k}\">{}</steptml:parameter>",
+                    text(v)
+                )
+            });
+            format!(
+                "<｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"{}\">{params}</steptml:invoke><｜tool_call_end｜>",
+                c.name
+            )
+        });
+        format!("<｜tool_calls_begin｜>\n{items}\n<｜tool_calls_end｜>")
+    }),
+    ("hunyuan_v3", |calls| {
+        let items = each_call(calls, "\n", |c| {
+            let params = each_param(c, |k, v| {
+                format!(
+                    "<arg_key>{k}</arg_key>\n<arg_value>{}</arg_value>\n",
+                    text(v)
+                )
+            });
+            format!("<tool_call>{}<tool_sep>\n{params}</tool_call>", c.name)
+        });
+        format!("<tool_calls>\n{items}\n</tool_calls>")
+    }),
+    ("functionary", |calls| {
+        let messages: Vec<String> = calls
+            .iter()
+            .map(|c| format!("{}\n{}", c.name, Value::Object(c.arguments.clone())))
+            .collect();
+        messages.join(">>>")
     }),
 ];
 
