@@ -145,7 +145,11 @@ fn offered() -> Vec<OfferedTool> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    // 512 cases, or PROPTEST_CASES when set (`make fuzz`).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn arbitrary_strings_never_panic_and_stream_equals_whole(
