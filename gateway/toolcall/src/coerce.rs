@@ -11,9 +11,14 @@ use serde_json::{Map, Number, Value};
 
 use super::python_literal;
 
-/// The schema of property `key` in an object schema.
+/// The schema of property `key` in an object schema: its own, else the
+/// schema of the object's other properties (`additionalProperties`).
 pub(super) fn prop_schema<'a>(schema: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-    schema?.get("properties")?.get(key)
+    let schema = schema?;
+    schema
+        .get("properties")
+        .and_then(|p| p.get(key))
+        .or_else(|| schema.get("additionalProperties").filter(|a| a.is_object()))
 }
 
 /// Types a schema allows, in order: `type` (string or list), else the types
@@ -36,6 +41,11 @@ fn schema_types(schema: Option<&Value>) -> Vec<&str> {
         }
     }
     out
+}
+
+/// Whether a schema says what type its value has.
+pub(super) fn declares_type(schema: Option<&Value>) -> bool {
+    !schema_types(schema).is_empty()
 }
 
 /// Map a type hint written by the model (`<param type="int">`) to a JSON
@@ -104,6 +114,9 @@ fn text_as(raw: &str, ty: &str, ps: Option<&Value>) -> Option<Value> {
             _ => None,
         },
         "json" => serde_json::from_str::<Value>(s).ok(),
+        // An empty element for an object or array (MiniMax-M3 writes `{}` so).
+        "object" if s.is_empty() => Some(Value::Object(Map::new())),
+        "array" if s.is_empty() => Some(Value::Array(Vec::new())),
         "object" | "array" => {
             let v = serde_json::from_str::<Value>(s)
                 .ok()
@@ -159,7 +172,12 @@ pub(super) fn coerce_value(v: Value, ps: Option<&Value>) -> Value {
 
 fn recurse(v: Value, ps: Option<&Value>) -> Value {
     match v {
-        Value::Object(m) if ps.is_some_and(|s| s.get("properties").is_some()) => {
+        Value::Object(m)
+            if ps.is_some_and(|s| {
+                s.get("properties").is_some()
+                    || s.get("additionalProperties").is_some_and(Value::is_object)
+            }) =>
+        {
             Value::Object(coerce_map(m, ps))
         }
         Value::Array(items) => match ps.and_then(|s| s.get("items")) {

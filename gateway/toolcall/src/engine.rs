@@ -16,10 +16,10 @@ use super::families::block_at;
 use super::json_scan::{self, Scan};
 use super::offered::ParsedCall;
 use super::offered::Tools;
-use super::python;
 use super::text::{
     Block, Input, MarkerMatch, Outcome, Piece, ceil_boundary, is_ident_char, is_ident_start,
 };
+use super::{minimax_m3, python};
 
 /// Output of the engine, in text order.
 #[derive(Debug, Clone, PartialEq)]
@@ -237,6 +237,8 @@ fn next_trigger(src: &Input, from: usize) -> usize {
     while let Some(&c) = b.get(i) {
         match c {
             b'<' | b'[' | b'{' | b'`' => return i,
+            // MiniMax-M3's namespace token `]<]minimax[>[`.
+            b']' if b.get(i + 1).is_none_or(|&c| c == b'<') => return i,
             // `>>>` (what follows may not have arrived yet).
             b'>' if b.iter().skip(i + 1).take(2).all(|&c| c == b'>') => return i,
             b'f' if i == 0 || !b.get(i - 1).copied().is_some_and(is_ident_char) => return i,
@@ -257,6 +259,7 @@ fn try_at(src: &Input, s: usize, after_call: bool) -> Outcome<Block> {
         },
         Some(b'<' | b'`' | b'f') => block_at(src, s, 1),
         Some(b'>') => functionary(src, s),
+        Some(b']') => minimax_m3::block(src, s),
         _ => Outcome::No,
     }
 }

@@ -73,7 +73,9 @@
 //!   markers is content), Step3's `<｜tool_calls_begin｜>` sections, Gemma 4
 //!   (`<|tool_call>call:f{k:<|"|>v<|"|>,n:1}<tool_call|>`) and FunctionGemma
 //!   (`<start_function_call>call:f{k:<escape>v<escape>}<end_function_call>`),
-//!   Apertus (`<|tools_prefix|>[{"f": {…}}]<|tools_suffix|>`), Functionary
+//!   Apertus (`<|tools_prefix|>[{"f": {…}}]<|tools_suffix|>`), MiniMax-M3
+//!   (every tag behind `]<]minimax[>[`, arguments as elements: nested
+//!   elements an object, `<item>`s an array), Functionary
 //!   v3.2 (`>>>f` then JSON on the next line; the first call without `>>>`,
 //!   which the prompt wrote, when the body starts with an offered tool's
 //!   name alone on its line; `>>>all` dropped).
@@ -82,7 +84,7 @@
 //! (`to=browser.search`, `to=python` when no such tool is offered),
 //! Functionary's `python` recipient, a message that starts `all` without
 //! `>>>`, bare pythonic calls without brackets outside a wrapper or fence,
-//! positional pythonic arguments, MiniMax-M3's namespaced markup.
+//! positional pythonic arguments.
 
 //! # Policies
 //!
@@ -157,6 +159,7 @@ mod engine;
 mod families;
 mod gemma;
 mod json_scan;
+mod minimax_m3;
 mod offered;
 mod python;
 mod python_literal;

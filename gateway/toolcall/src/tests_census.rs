@@ -576,3 +576,61 @@ fn minicpm5_tag_artefacts() {
     );
     assert_eq!(p.calls, vec![call("get_weather", json!({"city": "Oslo"}))]);
 }
+
+#[test]
+fn minimax_m3_namespaced_elements() {
+    let t = vec![typed(
+        "create_order",
+        json!({
+            "user_id": {"type": "integer"}, "urgent": {"type": "boolean"}, "note": {"type": "string"},
+            "shipping": {"type": "object", "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}}},
+            "items": {"type": "array", "items": {"type": "object", "properties": {
+                "sku": {"type": "string"}, "qty": {"type": "integer"}}}},
+            "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+            "duplicate_demo": {"type": "object"}
+        }),
+    )];
+    // vLLM tests/tool_parsers/test_minimax_m3_tool_parser.py
+    // (06726266c0e0000947fca394f70a1148fda0ac46), build_order_call.
+    let ns = "]<]minimax[>[";
+    let text = format!(
+        "I will create it.\n{ns}<tool_call>\n{ns}<invoke name=\"create_order\">{ns}<user_id>42{ns}</user_id>{ns}<urgent>true{ns}</urgent>{ns}<note>Please leave at front desk.{ns}</note>{ns}<shipping>{ns}<city>Singapore{ns}</city>{ns}<zip>018956{ns}</zip>{ns}</shipping>{ns}<items>{ns}<item>{ns}<sku>book-001{ns}</sku>{ns}<qty>2{ns}</qty>{ns}</item>{ns}<item>{ns}<sku>pen-007{ns}</sku>{ns}<qty>5{ns}</qty>{ns}</item>{ns}</items>{ns}<metadata>{ns}<source>mobile{ns}</source>{ns}<campaign>may-launch{ns}</campaign>{ns}</metadata>{ns}<duplicate_demo>{ns}<tag>a{ns}</tag>{ns}<tag>b{ns}</tag>{ns}</duplicate_demo>{ns}</invoke>\n{ns}</tool_call>"
+    );
+    let p = check(&text, &t);
+    assert_eq!(p.content, "I will create it.");
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "create_order",
+            json!({
+                "user_id": 42, "urgent": true, "note": "Please leave at front desk.",
+                "shipping": {"city": "Singapore", "zip": 18956},
+                "items": [{"sku": "book-001", "qty": 2}, {"sku": "pen-007", "qty": 5}],
+                "metadata": {"source": "mobile", "campaign": "may-launch"},
+                "duplicate_demo": {"tag": ["a", "b"]}
+            })
+        )]
+    );
+    // build_multiple_order_call: two invokes in one block.
+    let text = format!(
+        "{ns}<tool_call>\n{ns}<invoke name=\"create_order\">{ns}<user_id>1{ns}</user_id>{ns}</invoke>\n{ns}<invoke name=\"create_order\">{ns}<user_id>2{ns}</user_id>{ns}</invoke>\n{ns}</tool_call>"
+    );
+    let p = check(&text, &t);
+    assert_eq!(
+        p.calls,
+        vec![
+            call("create_order", json!({"user_id": 1})),
+            call("create_order", json!({"user_id": 2}))
+        ]
+    );
+    // test_streaming_flushes_partial_tool_start_as_text: a cut marker is text.
+    let text = format!("plain {ns}<tool_ca");
+    let p = check(&text, &t);
+    assert!(p.calls.is_empty());
+    assert_eq!(p.content, text);
+    // A misnested element: the invoke is content, nothing runs.
+    let text = format!(
+        "{ns}<tool_call>{ns}<invoke name=\"create_order\">{ns}<user_id>1{ns}</note>{ns}</invoke>{ns}</tool_call>"
+    );
+    assert!(check(&text, &t).calls.is_empty());
+}

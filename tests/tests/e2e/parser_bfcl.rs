@@ -265,6 +265,18 @@ fn gemma(v: &Value, quote: &str) -> String {
     }
 }
 
+/// A value as MiniMax-M3's template writes it: an object's members and an
+/// array's `<item>`s as namespaced elements, anything else as text.
+fn m3(v: &Value) -> String {
+    const NS: &str = "]<]minimax[>[";
+    let element = |k: &str, x: &Value| format!("{NS}<{k}>{}{NS}</{k}>", m3(x));
+    match v {
+        Value::Object(map) => map.iter().map(|(k, x)| element(k, x)).collect(),
+        Value::Array(items) => items.iter().map(|x| element("item", x)).collect(),
+        other => text(other),
+    }
+}
+
 /// DSML's `string="true"` for a string, `"false"` and JSON for the rest.
 fn dsml(calls: &[Call], block: &str) -> String {
     let invokes = each_call(calls, "", |c| {
@@ -395,6 +407,14 @@ const FORMATS: &[(&str, Render)] = &[
             })
             .collect();
         format!("<|tool_calls_section_begin|>{items}<|tool_calls_section_end|>")
+    }),
+    ("minimax_m3", |calls| {
+        const NS: &str = "]<]minimax[>[";
+        let invokes = each_call(calls, "\n", |c| {
+            let args = m3(&Value::Object(c.arguments.clone()));
+            format!("{NS}<invoke name=\"{}\">{args}{NS}</invoke>", c.name)
+        });
+        format!("{NS}<tool_call>\n{invokes}\n{NS}</tool_call>")
     }),
     ("dsml_v32", |calls| dsml(calls, "function_calls")),
     ("dsml_v4", |calls| dsml(calls, "tool_calls")),
