@@ -13,7 +13,8 @@ use serde_json::{Map, Value};
 use super::calls::json_args;
 use super::coerce::{coerce_text, prop_schema};
 use super::offered::ParsedCall;
-use super::text::{Block, Input, MarkerMatch, Outcome, Piece};
+use super::sections::Section;
+use super::text::{Block, Input, MarkerMatch, Outcome, Piece, attrs};
 
 /// How far a header may run before it is not one.
 const MAX_HEADER: usize = 512;
@@ -29,15 +30,13 @@ const FRAMES: &[&str] = &[
     "<|close|>message<|sep|>",
 ];
 
-/// A Harmony message, a K3 tool block or a lone frame token at `s`.
+/// A Harmony message or a lone frame token at `s`.
 pub(super) fn block(src: &Input, s: usize) -> Outcome<Block> {
     let mut more = false;
-    for parser in [harmony, xtml_tools] {
-        match parser(src, s) {
-            Outcome::No => {}
-            Outcome::More => more = true,
-            ok => return ok,
-        }
+    match harmony(src, s) {
+        Outcome::No => {}
+        Outcome::More => more = true,
+        ok => return ok,
     }
     for f in FRAMES {
         match src.marker(s, f) {
@@ -162,63 +161,20 @@ const XTML_SEP: &str = "<|sep|>";
 /// tool's schema types the argument), `<|close|>call<|sep|>`, and
 /// `<|close|>tools<|sep|>` (optional at the end). A call of a tool that was
 /// not offered stays content.
-fn xtml_tools(src: &Input, s: usize) -> Outcome<Block> {
-    let p0 = match src.marker(s, XTML_OPEN) {
-        MarkerMatch::Yes(e) => e,
-        MarkerMatch::More => return Outcome::More,
-        MarkerMatch::No => return Outcome::No,
-    };
-    let mut pieces = Vec::new();
-    let mut ncalls = 0;
-    let mut end = p0;
-    loop {
-        let r = src.skip_ws(end);
-        if r >= src.len() {
-            if src.eof {
-                break;
-            }
-            return Outcome::More;
-        }
-        match src.marker(r, XTML_CLOSE) {
-            MarkerMatch::Yes(e) => {
-                end = e;
-                break;
-            }
-            MarkerMatch::More => return Outcome::More,
-            MarkerMatch::No => {}
-        }
-        let q = match src.marker(r, XTML_CALL) {
-            MarkerMatch::Yes(e) => e,
-            MarkerMatch::More => return Outcome::More,
-            MarkerMatch::No => break,
-        };
-        let Some(ce) = src.find(XTML_CALL_CLOSE, q) else {
-            if src.eof {
-                break;
-            }
-            return Outcome::More;
-        };
-        let call_end = ce + XTML_CALL_CLOSE.len();
-        match xtml_call(&src.bounded(ce), q) {
-            Some(call) => {
-                ncalls += 1;
-                pieces.push(Piece::Call(call));
-            }
-            None => pieces.push(Piece::Range(r, call_end)),
-        }
-        end = call_end;
-    }
-    if ncalls == 0 {
-        return Outcome::No;
-    }
-    Outcome::Ok(Block { pieces, end })
-}
+pub(super) const XTML: Section = Section {
+    begins: &[XTML_OPEN],
+    end: XTML_CLOSE,
+    call_begin: XTML_CALL,
+    call_end: XTML_CALL_CLOSE,
+    call_begin_optional: false,
+    item: xtml_call,
+};
 
 /// One K3 call in a bounded view ending at its `<|close|>call<|sep|>`.
 fn xtml_call(src: &Input, q: usize) -> Option<ParsedCall> {
     let te = src.find(XTML_SEP, q)?;
-    let attrs = super::families::attrs(src.slice(q, te));
-    let tool = attrs.iter().find(|(k, _)| *k == "tool")?.1;
+    let call_attrs = attrs(src.slice(q, te));
+    let tool = call_attrs.iter().find(|(k, _)| *k == "tool")?.1;
     let name = src
         .tools
         .resolve(&html_escape::decode_html_entities(tool))?;
@@ -227,9 +183,9 @@ fn xtml_call(src: &Input, q: usize) -> Option<ParsedCall> {
     let mut cur = te + XTML_SEP.len();
     while let Some(a) = src.find(XTML_ARG, cur) {
         let ae = src.find(XTML_SEP, a)?;
-        let attrs = super::families::attrs(src.slice(a + XTML_ARG.len(), ae));
-        let key = html_escape::decode_html_entities(attrs.iter().find(|(k, _)| *k == "key")?.1);
-        let hint = match attrs.iter().find(|(k, _)| *k == "type") {
+        let arg_attrs = attrs(src.slice(a + XTML_ARG.len(), ae));
+        let key = html_escape::decode_html_entities(arg_attrs.iter().find(|(k, _)| *k == "key")?.1);
+        let hint = match arg_attrs.iter().find(|(k, _)| *k == "type") {
             Some((_, "string")) => "string",
             _ => "json",
         };

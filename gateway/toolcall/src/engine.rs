@@ -12,14 +12,14 @@ use serde_json::Value;
 
 use super::calls::{json_args, span_pieces};
 use super::coerce::coerce_map;
-use super::families::block_at;
+use super::families::{block_at, section_block};
 use super::json_scan::{self, Scan};
 use super::offered::ParsedCall;
 use super::offered::Tools;
+use super::python;
 use super::text::{
     Block, Input, MarkerMatch, Outcome, Piece, ceil_boundary, is_ident_char, is_ident_start,
 };
-use super::{minimax_m3, python};
 
 /// Output of the engine, in text order.
 #[derive(Debug, Clone, PartialEq)]
@@ -259,7 +259,7 @@ fn try_at(src: &Input, s: usize, after_call: bool) -> Outcome<Block> {
         },
         Some(b'<' | b'`' | b'f') => block_at(src, s, 1),
         Some(b'>') => functionary(src, s),
-        Some(b']') => minimax_m3::block(src, s),
+        Some(b']') => section_block(src, s),
         _ => Outcome::No,
     }
 }

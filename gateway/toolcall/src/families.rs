@@ -13,10 +13,11 @@ use super::coerce::{coerce_text, prop_schema};
 use super::json_scan::{self, Scan};
 use super::offered::ParsedCall;
 use super::python;
+use super::sections::{Section, section_items};
 use super::text::{
-    Block, Input, MarkerMatch, Outcome, Piece, is_ident_char, is_ident_start, is_ws,
+    Block, Input, MarkerMatch, Outcome, Piece, attrs, is_ident_char, is_ident_start, is_ws,
 };
-use super::{channels, gemma};
+use super::{channels, gemma, minimax_m3};
 
 /// A wrapper tag around call items, with the closers that may end it. The
 /// closer is optional (models stop without it), except for GLM-style items.
@@ -511,14 +512,6 @@ fn calls_block(calls: Vec<ParsedCall>, end: usize) -> Block {
     }
 }
 
-/// Whitespace the tokenizer wrote as its own byte symbol (MiniCPM's
-/// byte-level `Ġ`, U+0120), read as a space inside tags.
-const BPE_SPACE: char = '\u{120}';
-
-fn is_tag_space(c: char) -> bool {
-    c.is_whitespace() || c == BPE_SPACE
-}
-
 /// What may separate a tag's name from its attributes at `p`: whitespace,
 /// a byte-level `Ġ`, or nothing before `name=` (MiniCPM collapses
 /// `<function name=` into `<functionname=`).
@@ -537,26 +530,6 @@ fn attr_gap(src: &Input, p: usize) -> Outcome<()> {
             Outcome::No
         }
     }
-}
-
-/// Attributes `key="value"` (or single quotes) of a tag, in order.
-pub(super) fn attrs(s: &str) -> Vec<(&str, &str)> {
-    let mut out = Vec::new();
-    let mut rest = s;
-    loop {
-        rest = rest.trim_start_matches(is_tag_space);
-        let Some(eq) = rest.find('=') else { break };
-        let key = rest.get(..eq).unwrap_or("").trim_matches(is_tag_space);
-        let after = rest.get(eq + 1..).unwrap_or("").trim_start();
-        let Some(q) = after.chars().next().filter(|c| *c == '"' || *c == '\'') else {
-            break;
-        };
-        let body = after.get(1..).unwrap_or("");
-        let Some(close) = body.find(q) else { break };
-        out.push((key, body.get(..close).unwrap_or("")));
-        rest = body.get(close + 1..).unwrap_or("");
-    }
-    out
 }
 
 /// The `>` that ends the tag whose attributes start at `from`, skipping
@@ -1058,19 +1031,6 @@ fn mistral11_item(src: &Input, q: usize) -> Outcome<Block> {
 
 const DS_SEP: &str = "<｜tool▁sep｜>";
 
-/// A section of special-token items: a begin token, items each between
-/// a call-begin and a call-end token, an end token (optional at the end).
-struct Section {
-    begins: &'static [&'static str],
-    end: &'static str,
-    call_begin: &'static str,
-    call_end: &'static str,
-    /// DeepSeek's first item may come without its call-begin token.
-    call_begin_optional: bool,
-    /// One item in a bounded (final) view ending at its call-end token.
-    item: fn(&Input, usize) -> Option<ParsedCall>,
-}
-
 const DEEPSEEK: Section = Section {
     begins: &["<｜tool▁calls▁begin｜>", "<｜tool▁calls｜>"],
     end: "<｜tool▁calls▁end｜>",
@@ -1100,10 +1060,17 @@ const STEP3: Section = Section {
 
 /// DeepSeek V3 / R1 / V3.1 special-token blocks, Kimi K2 sections
 /// (`functions.NAME:IDX <|tool_call_argument_begin|> {json}`), Step3's
-/// `function<｜tool_sep｜><steptml:invoke …>` items.
-fn section_block(src: &Input, s: usize) -> Outcome<Block> {
+/// `function<｜tool_sep｜><steptml:invoke …>` items, Kimi K3's tool block,
+/// MiniMax-M3's namespaced one.
+pub(super) fn section_block(src: &Input, s: usize) -> Outcome<Block> {
     let mut more = false;
-    for sec in [&DEEPSEEK, &KIMI, &STEP3] {
+    for sec in [
+        &DEEPSEEK,
+        &KIMI,
+        &STEP3,
+        &channels::XTML,
+        &minimax_m3::SECTION,
+    ] {
         for b in sec.begins {
             match src.marker(s, b) {
                 MarkerMatch::Yes(p) => return section_items(src, p, sec),
@@ -1113,70 +1080,6 @@ fn section_block(src: &Input, s: usize) -> Outcome<Block> {
         }
     }
     if more { Outcome::More } else { Outcome::No }
-}
-
-fn section_items(src: &Input, p0: usize, sec: &Section) -> Outcome<Block> {
-    let mut pieces = Vec::new();
-    let mut ncalls = 0;
-    let mut end = p0;
-    loop {
-        let r = src.skip_ws(end);
-        if r >= src.len() {
-            if src.eof {
-                break;
-            }
-            return Outcome::More;
-        }
-        match src.marker(r, sec.end) {
-            MarkerMatch::Yes(e) => {
-                end = e;
-                break;
-            }
-            MarkerMatch::More => return Outcome::More,
-            MarkerMatch::No => {}
-        }
-        let (q, explicit) = match src.marker(r, sec.call_begin) {
-            MarkerMatch::Yes(e) => (e, true),
-            MarkerMatch::More => return Outcome::More,
-            MarkerMatch::No if sec.call_begin_optional => (r, false),
-            MarkerMatch::No => {
-                // Stray text between the markers (Kimi K2 writes some):
-                // content, and the section goes on at its next marker.
-                let next = [src.find(sec.call_begin, r), src.find(sec.end, r)]
-                    .into_iter()
-                    .flatten()
-                    .min();
-                match next {
-                    Some(n) => {
-                        pieces.push(Piece::Range(end, n));
-                        end = n;
-                        continue;
-                    }
-                    None if src.eof => break,
-                    None => return Outcome::More,
-                }
-            }
-        };
-        let Some(ce) = src.find(sec.call_end, q) else {
-            if src.eof {
-                break;
-            }
-            return Outcome::More;
-        };
-        match (sec.item)(&src.bounded(ce), q) {
-            Some(call) => {
-                ncalls += 1;
-                pieces.push(Piece::Call(call));
-            }
-            None if explicit => pieces.push(Piece::Range(r, ce + sec.call_end.len())),
-            None => break,
-        }
-        end = ce + sec.call_end.len();
-    }
-    if ncalls == 0 {
-        return Outcome::No;
-    }
-    Outcome::Ok(Block { pieces, end })
 }
 
 /// Step3: `function<｜tool_sep｜>` (the name may follow on its own line),

@@ -164,6 +164,7 @@ mod offered;
 mod python;
 mod python_literal;
 mod reasoning;
+mod sections;
 mod text;
 
 #[cfg(test)]

@@ -17,72 +17,30 @@ use serde_json::{Map, Value};
 use super::coerce::{declares_type, prop_schema};
 use super::json_scan::MAX_DEPTH;
 use super::offered::ParsedCall;
-use super::text::{Block, Input, MarkerMatch, Outcome, Piece, is_ident_char};
+use super::sections::Section;
+use super::text::{Input, MarkerMatch, attrs, is_ident_char};
 
-pub(super) const NS: &str = "]<]minimax[>[";
+const NS: &str = "]<]minimax[>[";
 const OPEN: &str = "]<]minimax[>[<tool_call>";
 const CLOSE: &str = "]<]minimax[>[</tool_call>";
 const INVOKE: &str = "]<]minimax[>[<invoke";
 const INVOKE_CLOSE: &str = "]<]minimax[>[</invoke>";
 
-/// A block at `s`: the calls of one `<tool_call>`, its closer optional at
-/// the end. An invoke of a tool that was not offered stays content.
-pub(super) fn block(src: &Input, s: usize) -> Outcome<Block> {
-    let p0 = match src.marker(s, OPEN) {
-        MarkerMatch::Yes(e) => e,
-        MarkerMatch::More => return Outcome::More,
-        MarkerMatch::No => return Outcome::No,
-    };
-    let mut pieces = Vec::new();
-    let mut ncalls = 0;
-    let mut end = p0;
-    loop {
-        let r = src.skip_ws(end);
-        if r >= src.len() {
-            if src.eof {
-                break;
-            }
-            return Outcome::More;
-        }
-        match src.marker(r, CLOSE) {
-            MarkerMatch::Yes(e) => {
-                end = e;
-                break;
-            }
-            MarkerMatch::More => return Outcome::More,
-            MarkerMatch::No => {}
-        }
-        match src.marker(r, INVOKE) {
-            MarkerMatch::Yes(_) => {}
-            MarkerMatch::More => return Outcome::More,
-            MarkerMatch::No => break,
-        }
-        let Some(ie) = src.find(INVOKE_CLOSE, r) else {
-            if src.eof {
-                break;
-            }
-            return Outcome::More;
-        };
-        let item_end = ie + INVOKE_CLOSE.len();
-        match invoke(&src.bounded(ie), r + INVOKE.len()) {
-            Some(call) => {
-                ncalls += 1;
-                pieces.push(Piece::Call(call));
-            }
-            None => pieces.push(Piece::Range(r, item_end)),
-        }
-        end = item_end;
-    }
-    if ncalls == 0 {
-        return Outcome::No;
-    }
-    Outcome::Ok(Block { pieces, end })
-}
+/// A block: the calls of one `<tool_call>`, its closer optional at the
+/// end. An invoke of a tool that was not offered stays content.
+pub(super) const SECTION: Section = Section {
+    begins: &[OPEN],
+    end: CLOSE,
+    call_begin: INVOKE,
+    call_end: INVOKE_CLOSE,
+    call_begin_optional: false,
+    item: invoke,
+};
 
 /// One invoke's attributes and elements, in a view ending at its closer.
 fn invoke(src: &Input, p: usize) -> Option<ParsedCall> {
     let te = src.find(">", p)?;
-    let attrs = super::families::attrs(src.slice(p, te));
+    let attrs = attrs(src.slice(p, te));
     let name = src
         .tools
         .resolve(attrs.iter().find(|(k, _)| *k == "name")?.1)?;

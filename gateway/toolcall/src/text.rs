@@ -137,6 +137,34 @@ impl<'a> Input<'a> {
     }
 }
 
+/// Whitespace the tokenizer wrote as its own byte symbol (MiniCPM's
+/// byte-level `Ġ`, U+0120), read as a space inside tags.
+const BPE_SPACE: char = '\u{120}';
+
+pub(super) fn is_tag_space(c: char) -> bool {
+    c.is_whitespace() || c == BPE_SPACE
+}
+
+/// Attributes `key="value"` (or single quotes) of a tag, in order.
+pub(super) fn attrs(s: &str) -> Vec<(&str, &str)> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    loop {
+        rest = rest.trim_start_matches(is_tag_space);
+        let Some(eq) = rest.find('=') else { break };
+        let key = rest.get(..eq).unwrap_or("").trim_matches(is_tag_space);
+        let after = rest.get(eq + 1..).unwrap_or("").trim_start();
+        let Some(q) = after.chars().next().filter(|c| *c == '"' || *c == '\'') else {
+            break;
+        };
+        let body = after.get(1..).unwrap_or("");
+        let Some(close) = body.find(q) else { break };
+        out.push((key, body.get(..close).unwrap_or("")));
+        rest = body.get(close + 1..).unwrap_or("");
+    }
+    out
+}
+
 pub(super) fn is_ws(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\n' | b'\r')
 }
