@@ -29,6 +29,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import yaml
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "public-data"))
+from agentdojo_source import render  # noqa: E402
+
 SUITES = ["workspace", "travel", "banking", "slack"]
 # AgentDojo's defaults when a pipeline names no user or model.
 USER, MODEL = "Emma Johnson", "AI model developed by OpenAI"
@@ -45,22 +48,6 @@ def strings(tree, scope):
             if value is not None:
                 out[node.targets[0].id] = value
     return out
-
-
-def render(node, names):
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr):
-        parts = []
-        for v in node.values:
-            if isinstance(v, ast.Constant):
-                parts.append(str(v.value))
-            elif isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name) and v.value.id in names:
-                parts.append(names[v.value.id])
-            else:
-                return None
-        return "".join(parts)
-    return None
 
 
 def goals(wheel, suite):

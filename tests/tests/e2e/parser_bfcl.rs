@@ -23,9 +23,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value, json};
+use toolgate_tests::{json_lines, public_data};
 use toolgate_toolcall::{OfferedTool, StreamEvent, StreamParser, parse};
 
-const SETS: &[&str] = &[
+/// BFCL's answered sets (Java and JavaScript left out, see above).
+pub const SETS: &[&str] = &[
     "simple_python",
     "multiple",
     "parallel",
@@ -36,31 +38,15 @@ const SETS: &[&str] = &[
     "live_parallel_multiple",
 ];
 
-const IRRELEVANCE: &[&str] = &["irrelevance", "live_irrelevance"];
+/// BFCL's sets of questions no offered function answers.
+pub const IRRELEVANCE: &[&str] = &["irrelevance", "live_irrelevance"];
 
 /// The share of calls each format must read back exactly.
 const GOAL: f64 = 0.995;
 
 fn data_dir() -> Option<PathBuf> {
-    let dir = toolgate_tests::repo_root().join("target/public-data/bfcl");
-    if dir.join("BFCL_v4_simple_python.json").exists() {
-        Some(dir)
-    } else {
-        toolgate_tests::missing(&format!(
-            "{} is missing: `make setup` downloads bfcl-eval from PyPI and unpacks its data there",
-            dir.display()
-        ));
-        None
-    }
-}
-
-fn lines(path: PathBuf) -> Vec<Value> {
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    public_data("bfcl/BFCL_v4_simple_python.json")?;
+    public_data("bfcl")
 }
 
 fn tool_name(name: &str) -> String {
@@ -142,9 +128,9 @@ fn offered(functions: &Value) -> Vec<OfferedTool> {
 fn cases(dir: &std::path::Path) -> Vec<Case> {
     let mut out = Vec::new();
     for set in SETS {
-        let questions = lines(dir.join(format!("BFCL_v4_{set}.json")));
+        let questions = json_lines(&dir.join(format!("BFCL_v4_{set}.json")));
         let answers: BTreeMap<String, Value> =
-            lines(dir.join(format!("possible_answer/BFCL_v4_{set}.json")))
+            json_lines(&dir.join(format!("possible_answer/BFCL_v4_{set}.json")))
                 .into_iter()
                 .map(|a| {
                     (
@@ -606,7 +592,7 @@ fn no_call_is_invented_from_the_irrelevance_sets() {
     let Some(dir) = data_dir() else { return };
     let mut questions = 0;
     for set in IRRELEVANCE {
-        for q in lines(dir.join(format!("BFCL_v4_{set}.json"))) {
+        for q in json_lines(&dir.join(format!("BFCL_v4_{set}.json"))) {
             let tools = offered(&q["function"]);
             for turn in q["question"].as_array().unwrap() {
                 for message in turn.as_array().unwrap() {
