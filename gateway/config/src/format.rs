@@ -1683,6 +1683,11 @@ pub struct ToolSetFile {
     /// at once (the oldest found leave first); default 16.
     #[serde(default)]
     pub max_tools_in_prompt: Option<u32>,
+    /// With `discovery: search`: how many of the best matches for the
+    /// user's latest message are offered from the first model call on,
+    /// before any `find_tools` call (no search round trip); default 0.
+    #[serde(default)]
+    pub preload: Option<u32>,
     /// How a model uses the tools: one call at a time (`direct`, the
     /// default), or by writing one Python program that calls them as
     /// functions (`code`: the model is offered `run_code`, and `find_tools`

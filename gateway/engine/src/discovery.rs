@@ -42,8 +42,13 @@ pub const RESULT_DESCRIPTION_CHARS: usize = 300;
 pub enum Discovery {
     /// Every tool in every request.
     All,
-    /// `find_tools`, and up to `max_tools_in_prompt` tools it found.
-    Search { max_tools_in_prompt: usize },
+    /// `find_tools`, and up to `max_tools_in_prompt` tools it found; the
+    /// `preload` best matches for the user's latest message are offered
+    /// from the first model call on.
+    Search {
+        max_tools_in_prompt: usize,
+        preload: usize,
+    },
 }
 
 /// The `find_tools` tool of the set `set` (its description names the set).

@@ -245,7 +245,7 @@ impl<'a> Seen<'a> {
 }
 
 /// A message's text content (strings, or the text parts of an array).
-fn text_of(m: &Value) -> String {
+pub(crate) fn text_of(m: &Value) -> String {
     match &m["content"] {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts

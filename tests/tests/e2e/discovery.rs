@@ -99,6 +99,12 @@ max_tools_in_prompt: 2
 --- tool-sets/listed.yaml
 name: listed
 tools: ["*"]
+--- tool-sets/preloaded.yaml
+name: preloaded
+tools: ["*"]
+discovery: search
+max_tools_in_prompt: 4
+preload: 2
 "#
     )
 }
@@ -183,6 +189,48 @@ async fn a_text_model_is_offered_what_it_found_in_its_prompt() {
     assert!(system(&requests[0]).contains("find_tools"));
     assert!(!system(&requests[0]).contains("currency_convert"));
     assert!(system(&requests[1]).contains("\"currency_convert\""));
+}
+
+#[tokio::test]
+async fn a_set_that_preloads_offers_the_best_matches_for_the_message_at_once() {
+    let s = setup().await;
+    // No search round trip: the model calls the tool it was offered first.
+    let script = r#"call currency_convert {"amount": 12}"#;
+    let (status, body) = post_json(
+        &s.gateway.url("/v1/chat/completions"),
+        &json!({"model": "m", "tool_set": "preloaded", "messages": [
+            {"role": "user", "content": "How much is 12 dollars when I convert the money into euros?"},
+            {"role": "assistant", "content": "Let me see."},
+            {"role": "user", "content": [{"type": "text", "text": format!("Convert money to another currency. {script}")}]}
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let requests = s.model.requests();
+    assert_eq!(requests.len(), 2, "one tool call, one answer");
+    let first = offered(&requests[0]);
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert_eq!(first[0], "find_tools");
+    assert_eq!(
+        first[2], "currency_convert",
+        "the best match last: {first:?}"
+    );
+    let calls: Vec<&str> = body["toolgate"]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(calls, ["currency_convert"]);
+
+    // A set without `preload` still offers only the search first.
+    let (status, _) = post_json(
+        &s.gateway.url("/v1/chat/completions"),
+        &json!({"model": "m", "messages": user(SCRIPT)}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(offered(&s.model.requests()[2]), ["find_tools"]);
 }
 
 #[tokio::test]

@@ -406,12 +406,22 @@ fn tool_set(
     })
 }
 
-/// A set's `discovery` and `max_tools_in_prompt`, checked together.
+/// A set's `discovery`, `max_tools_in_prompt` and `preload`, checked
+/// together.
 fn resolve_discovery(file: &Loaded<ToolSetFile>, diags: &mut Vec<Diagnostic>) -> Option<Discovery> {
     use toolgate_config::format::Discovery as Declared;
     let max = file.value.max_tools_in_prompt;
     match file.value.discovery {
         Declared::All => {
+            if file.value.preload.is_some() {
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    file.pos("preload"),
+                    "`preload` applies only to sets with `discovery: search`",
+                    "add `discovery: search` or remove `preload`",
+                ));
+                return None;
+            }
             if max.is_some() {
                 diags.push(Diagnostic::error(
                     &file.file,
@@ -428,9 +438,24 @@ fn resolve_discovery(file: &Loaded<ToolSetFile>, diags: &mut Vec<Diagnostic>) ->
                 usize::try_from(m).ok()
             });
             match max {
-                Some(m) if (1..=discovery::MAX_IN_PROMPT).contains(&m) => Some(Discovery::Search {
-                    max_tools_in_prompt: m,
-                }),
+                Some(m) if (1..=discovery::MAX_IN_PROMPT).contains(&m) => {
+                    let preload = file.value.preload.map_or(0, |p| p as usize);
+                    if preload > m {
+                        diags.push(Diagnostic::error(
+                            &file.file,
+                            file.pos("preload"),
+                            format!(
+                                "`preload` is {preload}, more than `max_tools_in_prompt` ({m})"
+                            ),
+                            format!("give `preload` a number between 0 and {m}"),
+                        ));
+                        return None;
+                    }
+                    Some(Discovery::Search {
+                        max_tools_in_prompt: m,
+                        preload,
+                    })
+                }
                 _ => {
                     diags.push(Diagnostic::error(
                         &file.file,

@@ -150,9 +150,11 @@ pub fn plan(
         Discovery::All => None,
         Discovery::Search {
             max_tools_in_prompt,
+            preload,
         } => Some(Search {
             tool: Arc::clone(&s.search_tool),
             max_tools_in_prompt,
+            preload,
         }),
     });
     let code_searches =
@@ -256,4 +258,7 @@ pub struct Loop {
 pub struct Search {
     pub tool: Arc<Tool>,
     pub max_tools_in_prompt: usize,
+    /// How many best matches for the user's latest message are offered
+    /// from the first model call on.
+    pub preload: usize,
 }

@@ -123,29 +123,54 @@ impl Loop {
                 &self.resolved.model,
             )
             .await;
+        let messages = self.request.messages();
+        let found = self.preloaded(&messages);
         let mode = match kind {
             FormatterKind::FunctionCalling => Mode::FunctionCalling { fallback: false },
             FormatterKind::Auto => Mode::FunctionCalling { fallback: true },
-            FormatterKind::StructuredPrompt => self.structured(&self.offered_tools(&[], &[]))?,
+            FormatterKind::StructuredPrompt => self.structured(&self.offered_tools(&found, &[]))?,
         };
         tracing::debug!(formatter = mode.label(), model = %self.request.model, "tool loop");
         Ok(Run {
-            messages: self
-                .request
-                .messages()
-                .into_iter()
-                .map(Message::Client)
-                .collect(),
+            messages: messages.into_iter().map(Message::Client).collect(),
             iterations: 0,
             calls: Vec::new(),
             usage: Value::Null,
             last_call: false,
-            found: Vec::new(),
+            found,
             loaded: Vec::new(),
             model_span: tracing::Span::none(),
             mode,
             l: self,
         })
+    }
+
+    /// With a set's `preload`: its best matches for the user's latest
+    /// message, offered from the first model call on (the best last, so it
+    /// is the last to leave), as if `find_tools` had found them.
+    fn preloaded(&self, messages: &[Value]) -> Vec<Arc<Tool>> {
+        let Some(search) = self.search.as_ref().filter(|s| s.preload > 0) else {
+            return Vec::new();
+        };
+        let Some(set) = self.tool_set.as_deref().and_then(|s| self.catalog.set(s)) else {
+            return Vec::new();
+        };
+        let Some(text) = messages
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .map(formatter::text_of)
+            .filter(|t| !t.trim().is_empty())
+        else {
+            return Vec::new();
+        };
+        let query: String = text.chars().take(MAX_QUERY_CHARS).collect();
+        let mut found =
+            self.catalog
+                .find_tools(set, &query, search.preload, self.context.subject.as_deref());
+        found.retain(|t| self.gateway_tools.contains(&t.name));
+        found.reverse();
+        found
     }
 
     fn structured(&self, tools: &[Value]) -> Result<Mode, ChatError> {
