@@ -109,6 +109,16 @@ preload: 2
     )
 }
 
+/// The names of the tools the loop called, in order.
+fn called(body: &Value) -> Vec<&str> {
+    body["toolgate"]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["function"]["name"].as_str().unwrap())
+        .collect()
+}
+
 async fn setup() -> ChatSetup {
     ChatSetup::start(&config()).await
 }
@@ -129,12 +139,7 @@ async fn the_model_finds_a_tool_then_calls_it() {
             .next(),
         Some("12")
     );
-    let calls: Vec<&str> = body["toolgate"]["tool_calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["function"]["name"].as_str().unwrap())
-        .collect();
+    let calls = called(&body);
     assert_eq!(calls, ["find_tools", "currency_convert"]);
     let found = &body["toolgate"]["tool_calls"][0]["result"];
     assert_eq!(found["tools"][0]["name"], "currency_convert", "{found}");
@@ -215,12 +220,7 @@ async fn a_set_that_preloads_offers_the_best_matches_for_the_message_at_once() {
         first[2], "currency_convert",
         "the best match last: {first:?}"
     );
-    let calls: Vec<&str> = body["toolgate"]["tool_calls"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["function"]["name"].as_str().unwrap())
-        .collect();
+    let calls = called(&body);
     assert_eq!(calls, ["currency_convert"]);
 
     // A set without `preload` still offers only the search first.
