@@ -190,7 +190,7 @@ fn tag_block(src: &Input, s: usize, nest: u8) -> Outcome<Block> {
         }
     }
     let parsers: [fn(&Input, usize) -> Outcome<Block>; 5] = [
-        xml_function,
+        bare_function,
         section_block,
         apertus_block,
         channels::block,
@@ -602,6 +602,16 @@ const GLM_MARKUP: &[&str] = &[
 ];
 
 const MAX_NAME: usize = 256;
+
+/// A `<function=…>` call outside any wrapper, and the `</tool_call>` that
+/// may follow it: Qwen3-Coder leaves the opener out but writes the closer
+/// (Ollama#16686), which is then not left in the content.
+fn bare_function(src: &Input, s: usize) -> Outcome<Block> {
+    match xml_function(src, s) {
+        Outcome::Ok(b) => close_block(src, b, &["</tool_call>", "</seed:tool_call>"]),
+        other => other,
+    }
+}
 
 /// `<function=NAME>` or `<function name="NAME">`, with a JSON object body
 /// (Llama 3.1 / Functionary) or `<parameter=k>v</parameter>` /

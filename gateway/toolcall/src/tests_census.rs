@@ -634,3 +634,60 @@ fn minimax_m3_namespaced_elements() {
     );
     assert!(check(&text, &t).calls.is_empty());
 }
+
+#[test]
+fn cases_from_serving_engines_issue_trackers() {
+    let t = vec![
+        typed(
+            "GrepTool",
+            json!({"pattern": {"type": "string"}, "path": {"type": "string"}}),
+        ),
+        typed("ThinQ_Connect", json!({"body": {"type": "object"}})),
+        typed("Glob", json!({"pattern": {"type": "string"}})),
+        typed(
+            "f",
+            json!({"a": {"type": "integer"}, "b": {"type": "string"}}),
+        ),
+    ];
+    // vLLM#22975: a Qwen3-Coder call left in the content.
+    let p = check(
+        "Let me check if there might be a base.py file that's not showing up. Since we know it's being imported, let me try to grep for the implementation of BaseService.\n\n<tool_call>\n<function=GrepTool>\n<parameter=pattern>\nclass BaseService\\(\n</parameter>\n<parameter=path>\n.\n</parameter>\n</function>\n</tool_call>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "GrepTool",
+            json!({"pattern": "class BaseService\\(", "path": "."})
+        )]
+    );
+    // vLLM#57699: the last parameter not closed before </function> (BFCL
+    // live_simple_40-17-0 at temperature 0).
+    let p = check(
+        "<tool_call>\n<function=ThinQ_Connect>\n<parameter=body>\n{\"airConJobMode\": \"AIR_CLEAN\", \"windStrength\": \"HIGH\", \"monitoringEnabled\": true}\n</function>\n</tool_call>",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "ThinQ_Connect",
+            json!({"body": {"airConJobMode": "AIR_CLEAN", "windStrength": "HIGH", "monitoringEnabled": true}})
+        )]
+    );
+    // vLLM#39771: a malformed <parameter= (no `>`) loses only itself.
+    let p = check(
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=b</function>\n</tool_call>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("f", json!({"a": 1}))]);
+    // Ollama#16686 and #18530: the opener left out, the closer written.
+    let p = check(
+        "I'll use the Glob tool to list all markdown files in the current directory.\n\n<function=Glob>\n<parameter=pattern>\n*.md\n</parameter>\n</function>\n</tool_call>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("Glob", json!({"pattern": "*.md"}))]);
+    assert_eq!(
+        p.content,
+        "I'll use the Glob tool to list all markdown files in the current directory."
+    );
+}
