@@ -10,10 +10,12 @@ MOCK_LISTEN ?= 127.0.0.1:8089
 ## run: serve the shipped configuration on $(LISTEN). Without OPENAI_BASE_URL
 ## or OPENAI_API_KEY in the environment, the scripted model (tests/src/mock_llm.rs)
 ## is started on $(MOCK_LISTEN) and serves as the upstream.
-# The binaries `make run` serves; `make test` builds exactly these (same
-# packages, so the same features) for its Python end-to-end tests, so a
-# `make run` after `make test` finds them built.
-RUN_BINS := -p toolgate-server --bin toolgate -p toolgate-tests --bin mock-llm
+# The build `make run` serves from (target/debug/toolgate and mock-llm):
+# every target of the workspace, the same build `make test` makes first, so
+# `make test` builds each unit once (a build of the two binaries alone
+# resolves other features and built most dependencies a second time) and a
+# `make run` after `make test` finds everything built.
+RUN_BINS := --workspace --all-targets
 
 run:
 	$(CARGO) build $(RUN_BINS)
@@ -120,7 +122,7 @@ $(VENV)/.installed: tests/python/requirements.txt
 test: export TOOLGATE_TESTS_REQUIRE_ALL = 1
 test: setup lint
 	mdbook build docs
-	$(CARGO) build --workspace --all-targets
+	$(CARGO) build $(RUN_BINS)
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 		$(CARGO) nextest run --workspace --no-fail-fast; \
 	else \

@@ -281,7 +281,7 @@ impl Ranker {
     }
 
     /// The best `limit` tools for `query`, best first (ties in set
-    /// order): BM25, then the best [`RERANKED`] reranked by how much of
+    /// order): BM25, then the best 50 (`RERANKED`) reranked by how much of
     /// each tool's name the query covers (each word weighted by how rare it
     /// is among the names), so that `pulls_list` beats
     /// `interactions_get-pull-request-creation-cap-for-repo` for "list pull
