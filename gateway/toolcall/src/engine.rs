@@ -39,6 +39,8 @@ pub(super) struct Engine {
     gate: Option<(usize, usize)>,
     /// The start of the body was looked at (Functionary's first call).
     began: bool,
+    /// The buffer length at which an undecided start is looked at again.
+    start_retry: usize,
 }
 
 impl Engine {
@@ -51,8 +53,15 @@ impl Engine {
         let src = Input::new(&self.buf, eof, tools);
         let len = src.len();
         if !self.began {
+            // Retried only once the text has doubled, like any candidate.
+            if !eof && len < self.start_retry {
+                return;
+            }
             match functionary_start(&src) {
-                Outcome::More if !eof => return,
+                Outcome::More if !eof => {
+                    self.start_retry = 2 * len.max(1);
+                    return;
+                }
                 Outcome::Ok(b) => {
                     for p in b.pieces {
                         if let Piece::Call(c) = p {
