@@ -207,6 +207,140 @@ async def test_streaming_elicitation(ctx: Context):
         return answer
     return [TextContent(type="text", text=f"Elicitation completed: {json.dumps(answer)}")]
 
+# The tools of the suite's `input-required-result-*` scenarios (SEP-2322):
+# they ask in their answer, and the gateway hands the question to its own
+# client, which answers in a request of its own.
+
+NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+def elicit(message: str, schema: dict) -> dict:
+    return {"method": "elicitation/create", "params": {"message": message, "requestedSchema": schema}}
+
+
+def sample(text: str, max_tokens: int) -> dict:
+    return {
+        "method": "sampling/createMessage",
+        "params": {"messages": [{"role": "user", "content": {"type": "text", "text": text}}], "maxTokens": max_tokens},
+    }
+
+
+ROOTS = {"method": "roots/list", "params": {}}
+
+
+def answers(ctx: Context) -> dict:
+    """The client's answers, as JSON, by key."""
+    found = ctx.input_responses or {}
+    return {
+        key: answer.model_dump(mode="json", by_alias=True, exclude_none=True) if hasattr(answer, "model_dump") else answer
+        for key, answer in found.items()
+    }
+
+
+def accepted(answer) -> dict | None:
+    """The content of an accepted elicitation, or None."""
+    if isinstance(answer, dict) and answer.get("action") == "accept" and isinstance(answer.get("content"), dict):
+        return answer["content"]
+    return None
+
+
+def ask(requests: dict, state: str | None = None) -> InputRequiredResult:
+    return InputRequiredResult.model_validate({"inputRequests": requests, **({"requestState": state} if state else {})})
+
+
+@server.tool(description="Asks the client's name (SEP-2322)", structured_output=False)
+async def test_input_required_result_elicitation(ctx: Context):
+    content = accepted(answers(ctx).get("user_name"))
+    if content is None or not isinstance(content.get("name"), str):
+        return ask({"user_name": elicit("What is your name?", NAME_SCHEMA)})
+    return [TextContent(type="text", text=f"Hello, {content['name']}!")]
+
+
+@server.tool(description="Asks the client's model (SEP-2322)", structured_output=False)
+async def test_input_required_result_sampling(ctx: Context):
+    answer = answers(ctx).get("capital_question")
+    if not isinstance(answer, dict):
+        return ask({"capital_question": sample("What is the capital of France?", 100)})
+    return [TextContent(type="text", text=f"Sampled: {answer.get('content', {}).get('text', '')}")]
+
+
+@server.tool(description="Asks the client's roots (SEP-2322)", structured_output=False)
+async def test_input_required_result_list_roots(ctx: Context):
+    answer = answers(ctx).get("client_roots")
+    if not isinstance(answer, dict) or not isinstance(answer.get("roots"), list):
+        return ask({"client_roots": ROOTS})
+    return [TextContent(type="text", text="Roots: " + ", ".join(r.get("uri", "") for r in answer["roots"]))]
+
+
+@server.tool(description="Asks with a request state it checks (SEP-2322)", structured_output=False)
+async def test_input_required_result_request_state(ctx: Context):
+    answer = accepted(answers(ctx).get("confirm"))
+    if answer is None or ctx.request_state != "confirm-state-v1":
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+        return ask({"confirm": elicit("Please confirm", schema)}, "confirm-state-v1")
+    return [TextContent(type="text", text=f"state-ok: confirmed={answer.get('ok')}")]
+
+
+@server.tool(description="Asks three things at once (SEP-2322)", structured_output=False)
+async def test_input_required_result_multiple_inputs(ctx: Context):
+    found = answers(ctx)
+    if ctx.request_state != "multi-v1" or not {"user_name", "greeting", "client_roots"} <= found.keys():
+        return ask(
+            {
+                "user_name": elicit("What is your name?", NAME_SCHEMA),
+                "greeting": sample("Generate a greeting", 50),
+                "client_roots": ROOTS,
+            },
+            "multi-v1",
+        )
+    return [TextContent(type="text", text=f"All three answered: {sorted(found)}")]
+
+
+@server.tool(description="Asks twice, its state growing (SEP-2322)", structured_output=False)
+async def test_input_required_result_multi_round(ctx: Context):
+    found = answers(ctx)
+    if ctx.request_state == "round-2" and accepted(found.get("step2")) is not None:
+        return [TextContent(type="text", text=f"Done: color {accepted(found['step2']).get('color')}")]
+    if ctx.request_state == "round-1" and accepted(found.get("step1")) is not None:
+        name = accepted(found["step1"]).get("name", "")
+        schema = {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}
+        return ask({"step2": elicit(f"Step 2: What is your favorite color, {name}?", schema)}, "round-2")
+    return ask({"step1": elicit("Step 1: What is your name?", NAME_SCHEMA)}, "round-1")
+
+
+@server.tool(description="Asks with a state a client must not change (SEP-2322)", structured_output=False)
+async def test_input_required_result_tampered_state(ctx: Context):
+    if ctx.request_state != "untampered" or accepted(answers(ctx).get("confirm")) is None:
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+        return ask({"confirm": elicit("Please confirm", schema)}, "untampered")
+    return [TextContent(type="text", text="confirmed")]
+
+
+@server.tool(description="Asks only what the client declared it answers (SEP-2322)", structured_output=False)
+async def test_input_required_result_capabilities(ctx: Context):
+    found = answers(ctx)
+    if found:
+        return [TextContent(type="text", text=f"Answered: {sorted(found)}")]
+    declared = ctx.client_capabilities
+    requests = {}
+    if declared is not None and declared.elicitation is not None:
+        requests["user_name"] = elicit("What is your name?", NAME_SCHEMA)
+    if declared is not None and declared.sampling is not None:
+        requests["greeting"] = sample("Generate a greeting", 50)
+    if not requests:
+        return [TextContent(type="text", text="Nothing to ask this client")]
+    return ask(requests)
+
+
+@server.prompt(description="A prompt that asks for its context (SEP-2322)")
+async def test_input_required_result_prompt(ctx: Context):
+    content = accepted(answers(ctx).get("user_context"))
+    if content is None:
+        schema = {"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]}
+        return ask({"user_context": elicit("What context should the prompt use?", schema)})
+    return [UserMessage(f"Use this context: {content.get('context', '')}")]
+
+
 @server.resource("test://static-text", name="static-text", description="A static text resource", mime_type="text/plain")
 def static_text() -> str:
     return "This is the content of the static text resource."

@@ -11,8 +11,10 @@ content, errors, images and resources, a call that takes as long as asked
 (and counts the cancellations it receives), request headers, its own process
 id (so a test can kill it mid-call), a tool list that grows at run time
 (with `notifications/tools/list_changed`, on the session or on
-`subscriptions/listen` streams), and a tool whose definition changes after
-it was listed (`rug_pull` rewrites `echo`'s description).
+`subscriptions/listen` streams), a tool whose definition changes after
+it was listed (`rug_pull` rewrites `echo`'s description), and one that
+asks its client's person in its answer (`ask`, 2026-07-28's
+`input_required`).
 """
 
 import os
@@ -23,7 +25,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
-from mcp_types import EmbeddedResource, TextResourceContents, ToolAnnotations
+from mcp_types import EmbeddedResource, InputRequiredResult, TextResourceContents, ToolAnnotations
 
 server = MCPServer("toolgate-test-server", log_level="WARNING")
 stats = {"cancelled": 0, "calls": 0}
@@ -34,6 +36,23 @@ PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
     "1f15c4890000000d49444154789c63000100000500010d0a2db40000000049454e44ae426082"
 )
+
+
+@server.tool(description="Asks the person's name, then greets them.", structured_output=False)
+def ask(ctx: Context):
+    answer = (ctx.input_responses or {}).get("who")
+    if hasattr(answer, "model_dump"):
+        answer = answer.model_dump(mode="json", exclude_none=True)
+    name = (answer or {}).get("content", {}).get("name") if (answer or {}).get("action") == "accept" else None
+    if name is None and ctx.request_state != "asked":
+        schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+        return InputRequiredResult.model_validate(
+            {
+                "inputRequests": {"who": {"method": "elicitation/create", "params": {"message": "Your name?", "requestedSchema": schema}}},
+                "requestState": "asked",
+            }
+        )
+    return f"Hello, {name}!" if name else "No name given."
 
 
 @server.tool(description="Echo a message back.", structured_output=False)

@@ -98,7 +98,7 @@ mcp_servers:
     transport: stdio
     command: {python}
     args: [{test_server}, stdio]
-    tools: {{ include: [sleep, cancelled, echo, dashboard], prefix: py_ }}
+    tools: {{ include: [sleep, cancelled, echo, dashboard, ask], prefix: py_ }}
   # The same app from a second server: the same `ui://` URI upstream.
   - name: copy
     transport: stdio
@@ -371,11 +371,42 @@ def test_an_mcp_app_s_tool_and_interface_come_through(mcp_gateway, mode):
     run(go)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_2026_server_s_question_reaches_the_client_whatever_its_revision(mcp_gateway, mode):
+    """The SDK's test server (2026-07-28) asks in its answer
+    (`input_required`). A 2025-11-25 client is asked by the gateway in the
+    middle of the call; a 2026-07-28 client gets an `input_required`
+    result of the gateway's and answers in a request of its own, which the
+    SDK's client does by itself. A client that cannot answer gets the
+    gateway's decline."""
+    url, _ = mcp_gateway
+    asked = []
+
+    async def elicit(_ctx, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def go():
+        async with client(url + "/mcp/web", mode=mode, elicitation_callback=elicit) as c:
+            got = await c.call_tool("py_ask", {})
+            assert not got.is_error, got.content
+            assert got.content[0].text == "Hello, Ada!", got.content
+        assert asked == ["Your name?"]
+        async with client(url + "/mcp/web", mode=mode) as c:
+            got = await c.call_tool("py_ask", {})
+            assert got.content[0].text == "No name given.", got.content
+
+    run(go)
+
+
 def test_an_upstream_server_s_questions_reach_the_client_that_can_answer(mcp_gateway):
-    """server-everything asks for a person's input and for a model's
-    answer in the middle of a call: a client that can answer gets the
-    question through the gateway; one that cannot gets the gateway's own
-    answers (declined; a failed call that says why)."""
+    """server-everything (2025-11-25) asks for a person's input and for a
+    model's answer in the middle of a call: a client that can answer gets
+    the question through the gateway; one that cannot gets the gateway's
+    own answers (declined; a failed call that says why). A 2026-07-28
+    client is among those that cannot: such a server waits for its answer
+    during the call, and the client can only answer in a request of its
+    own."""
     url, _ = mcp_gateway
     asked = []
 
@@ -402,12 +433,14 @@ def test_an_upstream_server_s_questions_reach_the_client_that_can_answer(mcp_gat
         assert asked[0].startswith("Please provide inputs"), asked
         assert "Say hello" in asked[1], asked
 
-        async with client(url + "/mcp/web") as c:
-            got = await c.call_tool("ev_trigger-elicitation-request", {})
-            assert "declined" in " ".join(b.text for b in got.content if b.type == "text")
-            got = await c.call_tool("ev_trigger-sampling-request", {"prompt": "Say hello"})
-            assert got.is_error
-            assert "sampling" in got.content[0].text, got.content[0].text
+        for mode, answers in [("legacy", {}), ("auto", {}), ("auto", {"elicitation_callback": elicit})]:
+            async with client(url + "/mcp/web", mode=mode, **answers) as c:
+                got = await c.call_tool("ev_trigger-elicitation-request", {})
+                assert "declined" in " ".join(b.text for b in got.content if b.type == "text")
+                got = await c.call_tool("ev_trigger-sampling-request", {"prompt": "Say hello"})
+                assert got.is_error
+                assert "sampling" in got.content[0].text, got.content[0].text
+        assert len(asked) == 2, asked
 
     run(go)
 

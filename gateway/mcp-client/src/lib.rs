@@ -228,15 +228,30 @@ impl<T: Offer> McpTool<T> {
                 .set_log_level(level);
         }
         let _running = server.running.enter(relay.clone());
+        // A client that answers in a request of its own (2026-07-28): the
+        // server hears what it can answer, and gets its answers.
+        let hand_back = relay.as_ref().and_then(|r| r.hand_back.clone());
+        let meta = hand_back.as_ref().map(|h| {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            meta.set_client_capabilities(h.capabilities());
+            meta
+        });
+        if let Some(resume) = hand_back.as_ref().and_then(|h| h.resume_for(name)) {
+            params.input_responses = Some(resume.responses.clone());
+            params.request_state.clone_from(&resume.state);
+        }
         let mut rounds = 0;
         let response = loop {
             let response = match progress {
-                None => peer.call_tool_once(params.clone()).await,
-                Some(sink) => call_reporting(server, peer, params.clone(), sink).await,
+                None => call_once(peer, params.clone(), meta.clone()).await,
+                Some(sink) => {
+                    call_reporting(server, peer, params.clone(), meta.clone(), sink).await
+                }
             };
-            // A 2026-07-28 server asking for input (SEP-2322): each request
-            // answered as a gateway without a person can, the server's
-            // state echoed, the call sent again — a bounded number of times.
+            // A 2026-07-28 server asking for input (SEP-2322): handed back
+            // to a client that answers itself, or each request answered as
+            // a gateway without a person can, the server's state echoed,
+            // the call sent again — a bounded number of times.
             let Ok(CallToolResponse::InputRequired(asked)) = response else {
                 break response;
             };
@@ -246,8 +261,19 @@ impl<T: Offer> McpTool<T> {
                     "MCP server `{name}` still asked for input after {MAX_INPUT_ROUNDS} answers; the gateway gave up the call"
                 )));
             }
-            let (responses, state) =
-                answer_input_requests(name, asked, &relay.clone().unwrap_or_default()).await?;
+            let relay = relay.clone().unwrap_or_default();
+            let asked = match &hand_back {
+                Some(hand_back) => match hand_back_to(name, asked, hand_back, &relay).await? {
+                    Some(asked) => asked,
+                    None => {
+                        return Err(ToolError::Failed(format!(
+                            "MCP server `{name}` asked the client for input; the question was handed to it"
+                        )));
+                    }
+                },
+                None => asked,
+            };
+            let (responses, state) = answer_input_requests(name, asked, &relay).await?;
             if responses.is_none() {
                 // Only state to carry: the server is working; ask again
                 // after a pause that grows.
@@ -377,12 +403,13 @@ async fn call_reporting<T>(
     server: &Server<T>,
     peer: &rmcp::Peer<rmcp::RoleClient>,
     params: CallToolRequestParams,
+    meta: Option<rmcp::model::RequestMetaObject>,
     sink: &ProgressSink,
 ) -> Result<CallToolResponse, ServiceError> {
-    use rmcp::model::{CallToolRequest, ClientRequest, ServerResult};
+    use rmcp::model::{CallToolRequest, ClientRequest};
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = peer
-        .send_request_with_option(request, rmcp::service::PeerRequestOptions::no_options())
+        .send_request_with_option(request, request_options(meta))
         .await?;
     let reports = server
         .progress
@@ -394,12 +421,137 @@ async fn call_reporting<T>(
     };
     let result = forwarding(handle.await_response(), reports, sink).await;
     guard.id = None;
-    match result? {
+    call_response(result?)
+}
+
+/// `tools/call`, with `meta` in the request's `_meta` (over what the
+/// session puts there).
+async fn call_once(
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+    params: CallToolRequestParams,
+    meta: Option<rmcp::model::RequestMetaObject>,
+) -> Result<CallToolResponse, ServiceError> {
+    use rmcp::model::{CallToolRequest, ClientRequest};
+    if meta.is_none() {
+        return peer.call_tool_once(params).await;
+    }
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = peer
+        .send_request_with_option(request, request_options(meta))
+        .await?;
+    let mut guard = CancelOnDrop {
+        peer: peer.clone(),
+        id: Some(handle.id.clone()),
+    };
+    let result = handle.await_response().await;
+    guard.id = None;
+    call_response(result?)
+}
+
+fn request_options(
+    meta: Option<rmcp::model::RequestMetaObject>,
+) -> rmcp::service::PeerRequestOptions {
+    let options = rmcp::service::PeerRequestOptions::no_options();
+    match meta {
+        Some(meta) => options.with_meta(meta),
+        None => options,
+    }
+}
+
+fn call_response(result: rmcp::model::ServerResult) -> Result<CallToolResponse, ServiceError> {
+    use rmcp::model::ServerResult;
+    match result {
         ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
         ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),
         ServerResult::CreateTaskResult(result) => Ok(CallToolResponse::Task(result)),
         _ => Err(ServiceError::UnexpectedResponse),
     }
+}
+
+/// `prompts/get` for a client that answers in a request of its own: the
+/// server's questions it can answer are handed back to it (the answer is
+/// then an error the face does not pass on: it returns the questions), the
+/// rest answered as the gateway alone can, a bounded number of times.
+async fn prompt_handing_back(
+    peer: &rmcp::Peer<rmcp::RoleClient>,
+    mut params: rmcp::model::GetPromptRequestParams,
+    server: &str,
+    hand_back: &relay::HandBack,
+) -> Result<rmcp::model::GetPromptResult, ServiceError> {
+    use rmcp::model::{ClientRequest, GetPromptRequest, ServerResult};
+    let failed =
+        |e: ToolError| ServiceError::McpError(rmcp::ErrorData::internal_error(e.to_string(), None));
+    let mut meta = rmcp::model::RequestMetaObject::new();
+    meta.set_client_capabilities(hand_back.capabilities());
+    if let Some(resume) = hand_back.resume_for(server) {
+        params.input_responses = Some(resume.responses.clone());
+        params.request_state.clone_from(&resume.state);
+    }
+    let alone = relay::Relay::default();
+    for _ in 0..=MAX_INPUT_ROUNDS {
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params.clone()));
+        let handle = peer
+            .send_request_with_option(request, request_options(Some(meta.clone())))
+            .await?;
+        match handle.await_response().await? {
+            ServerResult::GetPromptResult(result) => return Ok(result),
+            ServerResult::InputRequiredResult(asked) => {
+                let Some(asked) = hand_back_to(server, asked, hand_back, &alone)
+                    .await
+                    .map_err(failed)?
+                else {
+                    return Err(failed(ToolError::Failed(format!(
+                        "MCP server `{server}` asked the client for input; the question was handed to it"
+                    ))));
+                };
+                let (responses, state) = answer_input_requests(server, asked, &alone)
+                    .await
+                    .map_err(failed)?;
+                params.input_responses = responses;
+                params.request_state = state;
+            }
+            _ => return Err(ServiceError::UnexpectedResponse),
+        }
+    }
+    Err(failed(ToolError::Failed(format!(
+        "MCP server `{server}` still asked for input after {MAX_INPUT_ROUNDS} answers; the gateway gave up"
+    ))))
+}
+
+/// A server's questions to a client that answers in a request of its own:
+/// those it can answer are handed back to it (with the gateway's own
+/// answers to the rest), and `None` is returned; when it can answer none,
+/// the questions are given back for the gateway to answer.
+async fn hand_back_to(
+    server: &str,
+    asked: rmcp::model::InputRequiredResult,
+    hand_back: &relay::HandBack,
+    relay: &relay::Relay,
+) -> Result<Option<rmcp::model::InputRequiredResult>, ToolError> {
+    let requests = asked.input_requests.clone().unwrap_or_default();
+    if requests.len() > MAX_INPUT_REQUESTS {
+        return Err(too_many(server, requests.len()));
+    }
+    let (theirs, ours): (rmcp::model::InputRequests, rmcp::model::InputRequests) = requests
+        .into_iter()
+        .partition(|(_, request)| hand_back.answers(request));
+    if theirs.is_empty() {
+        return Ok(Some(asked));
+    }
+    let answered = answer_requests(server, ours, relay).await?;
+    hand_back.hand(relay::Handed {
+        server: server.to_owned(),
+        requests: theirs,
+        state: asked.request_state,
+        answered,
+    });
+    Ok(None)
+}
+
+fn too_many(server: &str, asked: usize) -> ToolError {
+    ToolError::Failed(format!(
+        "MCP server `{server}` asked for {asked} inputs at once (at most {MAX_INPUT_REQUESTS} are answered)"
+    ))
 }
 
 /// How many times one call answers a server's input requests (SEP-2322)
@@ -416,7 +568,6 @@ async fn answer_input_requests(
     asked: rmcp::model::InputRequiredResult,
     relay: &relay::Relay,
 ) -> Result<(Option<rmcp::model::InputResponses>, Option<String>), ToolError> {
-    use rmcp::model::InputRequest;
     let requests = asked.input_requests.unwrap_or_default();
     if requests.is_empty() && asked.request_state.is_none() {
         return Err(ToolError::Failed(format!(
@@ -424,11 +575,22 @@ async fn answer_input_requests(
         )));
     }
     if requests.len() > MAX_INPUT_REQUESTS {
-        return Err(ToolError::Failed(format!(
-            "MCP server `{server}` asked for {} inputs at once (at most {MAX_INPUT_REQUESTS} are answered)",
-            requests.len()
-        )));
+        return Err(too_many(server, requests.len()));
     }
+    let answers = answer_requests(server, requests, relay).await?;
+    Ok((
+        (!answers.is_empty()).then_some(answers),
+        asked.request_state,
+    ))
+}
+
+/// Each of `requests` answered by `relay` (see [`answer_input_requests`]).
+async fn answer_requests(
+    server: &str,
+    requests: rmcp::model::InputRequests,
+    relay: &relay::Relay,
+) -> Result<rmcp::model::InputResponses, ToolError> {
+    use rmcp::model::InputRequest;
     let failed = |e: rmcp::ErrorData| ToolError::Failed(e.message.to_string());
     let value = |v: Result<Value, serde_json::Error>| {
         v.map_err(|e| {
@@ -457,10 +619,7 @@ async fn answer_input_requests(
         };
         answers.insert(key, answer);
     }
-    Ok((
-        (!answers.is_empty()).then_some(answers),
-        asked.request_state,
-    ))
+    Ok(answers)
 }
 
 /// The most input requests of one round that are answered.
@@ -1380,11 +1539,14 @@ impl<T: Offer> McpRegistry<T> {
     /// session (their subject and token) when that server is called as
     /// each caller and listed its prompts to them. An unknown name is
     /// invalid params (-32602); the server's own errors pass through.
+    /// With `hand_back`, the server's questions that the client answers
+    /// itself are handed back to it (see [`relay::HandBack`]).
     pub async fn get_prompt(
         &self,
         name: &str,
         arguments: Option<rmcp::model::JsonObject>,
         caller: Option<(&str, &str)>,
+        hand_back: Option<&relay::HandBack>,
     ) -> Result<rmcp::model::GetPromptResult, AskError> {
         let seen = self.seen_by(caller.map(|(subject, _)| subject));
         let found = seen
@@ -1400,8 +1562,13 @@ impl<T: Offer> McpRegistry<T> {
         };
         let mut params = rmcp::model::GetPromptRequestParams::new(remote);
         params.arguments = arguments;
+        let server = self.inner.servers[index].spec.name.clone();
+        let hand_back = hand_back.cloned();
         self.ask(&seen, index, caller, |peer| async move {
-            peer.get_prompt(params).await
+            match hand_back {
+                None => peer.get_prompt(params).await,
+                Some(hand_back) => prompt_handing_back(&peer, params, &server, &hand_back).await,
+            }
         })
         .await
     }
@@ -1907,6 +2074,59 @@ mod tests {
             .await
             .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn questions_a_client_answers_itself_are_handed_back_with_the_gateway_s_answers_to_the_rest()
+     {
+        let elicit = json_rpc(
+            "elicitation/create",
+            serde_json::json!({
+                "message": "Name?",
+                "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+            }),
+        );
+        let roots = json_rpc("roots/list", serde_json::json!({}));
+        let question = || {
+            asked(serde_json::json!({
+                "resultType": "input_required",
+                "inputRequests": {"name": elicit, "where": roots},
+                "requestState": "upstream"
+            }))
+        };
+        let hand_back = relay::HandBack {
+            elicit: true,
+            ..Default::default()
+        };
+        let left = hand_back_to("s", question(), &hand_back, &relay::Relay::default())
+            .await
+            .unwrap();
+        assert!(left.is_none(), "the elicitation is the client's");
+        let handed = hand_back.take().unwrap();
+        assert_eq!(handed.server, "s");
+        assert_eq!(handed.requests.keys().collect::<Vec<_>>(), ["name"]);
+        assert_eq!(handed.state.as_deref(), Some("upstream"));
+        assert_eq!(handed.answered["where"], serde_json::json!({"roots": []}));
+        assert!(hand_back.take().is_none(), "taken once");
+
+        // A client that answers none of them: the gateway answers all.
+        let none = relay::HandBack::default();
+        let left = hand_back_to("s", question(), &none, &relay::Relay::default())
+            .await
+            .unwrap();
+        assert_eq!(left.unwrap().input_requests.unwrap().len(), 2);
+        assert!(none.take().is_none());
+
+        // Answers go to the server they were given for only.
+        let resumed = relay::HandBack {
+            resume: Some(relay::Resume {
+                server: Some("s".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(resumed.resume_for("s").is_some());
+        assert!(resumed.resume_for("other").is_none());
     }
 
     #[tokio::test]

@@ -13,6 +13,12 @@
 //! to that server is running — otherwise no one could tell whose it is,
 //! and it is answered as without a client.
 //!
+//! A client of the 2026-07-28 revision cannot be asked in the middle of a
+//! call either: it answers in a request of its own. Its relay holds a
+//! [`HandBack`]: the questions it declared it can answer are handed back to
+//! it (the face returns them as its own `input_required` result), and its
+//! answers come back in the next call as a [`Resume`].
+//!
 //! Sampling, roots and logging are deprecated in the 2026-07-28 revision
 //! (SEP-2577) and still carried, for the servers and clients that use them.
 #![allow(deprecated)]
@@ -45,6 +51,92 @@ pub struct Relay {
     /// The lowest level of log messages the client wants: a server of the
     /// 2026-07-28 revision is asked for them with the call.
     pub log_level: Option<rmcp::model::LoggingLevel>,
+    /// A client that answers in a request of its own (2026-07-28): the
+    /// questions it can answer are handed back to it.
+    pub hand_back: Option<HandBack>,
+}
+
+/// A client that answers a server's questions in a later request of its
+/// own (the 2026-07-28 revision's `input_required`).
+#[derive(Clone, Debug, Default)]
+pub struct HandBack {
+    /// It answers elicitation (it declared the capability).
+    pub elicit: bool,
+    /// It answers sampling.
+    pub sample: bool,
+    /// It answers `roots/list`.
+    pub roots: bool,
+    /// Its answers to the questions handed back before.
+    pub resume: Option<Resume>,
+    /// Where the questions handed back are left for the face.
+    pub handed: Arc<Mutex<Option<Handed>>>,
+}
+
+/// A client's answers to a server's questions, sent with the request again.
+#[derive(Clone, Debug, Default)]
+pub struct Resume {
+    /// The server that asked, when known: the answers go to it only.
+    pub server: Option<String>,
+    /// The answers, by the server's keys.
+    pub responses: rmcp::model::InputResponses,
+    /// The server's own state, echoed unchanged.
+    pub state: Option<String>,
+}
+
+/// The questions of a server handed back to the client.
+#[derive(Clone, Debug)]
+pub struct Handed {
+    /// The server that asked.
+    pub server: String,
+    /// The questions the client answers, by the server's keys.
+    pub requests: rmcp::model::InputRequests,
+    /// The server's own state, to echo with the answers.
+    pub state: Option<String>,
+    /// The gateway's own answers to the questions the client could not
+    /// answer, sent with the client's.
+    pub answered: rmcp::model::InputResponses,
+}
+
+impl HandBack {
+    /// `true` when the client answers `request` itself.
+    pub fn answers(&self, request: &rmcp::model::InputRequest) -> bool {
+        use rmcp::model::InputRequest;
+        match request {
+            InputRequest::Elicitation(_) => self.elicit,
+            InputRequest::CreateMessage(_) => self.sample,
+            InputRequest::ListRoots(_) => self.roots,
+            _ => false,
+        }
+    }
+
+    /// The client's answers for `server`, once: answers given for another
+    /// server are not sent to this one.
+    pub fn resume_for(&self, server: &str) -> Option<&Resume> {
+        self.resume
+            .as_ref()
+            .filter(|r| r.server.as_deref().is_none_or(|s| s == server))
+    }
+
+    /// The capabilities the client declared, as a server is told them for
+    /// this call.
+    #[allow(deprecated)] // roots and sampling (SEP-2577), still carried
+    pub fn capabilities(&self) -> rmcp::model::ClientCapabilities {
+        let mut capabilities = rmcp::model::ClientCapabilities::default();
+        capabilities.elicitation = self.elicit.then(Default::default);
+        capabilities.sampling = self.sample.then(Default::default);
+        capabilities.roots = self.roots.then(Default::default);
+        capabilities
+    }
+
+    /// Leaves `handed` for the face.
+    pub fn hand(&self, handed: Handed) {
+        *self.handed.lock().unwrap_or_else(|p| p.into_inner()) = Some(handed);
+    }
+
+    /// The questions handed back during the call, if any.
+    pub fn take(&self) -> Option<Handed> {
+        self.handed.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
 }
 
 impl std::fmt::Debug for Relay {
@@ -55,6 +147,7 @@ impl std::fmt::Debug for Relay {
             .field("roots", &self.roots.is_some())
             .field("log", &self.log.is_some())
             .field("log_level", &self.log_level)
+            .field("hand_back", &self.hand_back)
             .finish()
     }
 }

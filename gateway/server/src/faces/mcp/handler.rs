@@ -13,8 +13,9 @@ use std::time::Duration;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, DiscoverResult, ErrorCode,
     Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ServerCapabilities,
-    ServerConfig, ServerNotification, SubscriptionFilter, ToolListChangedNotification,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, RequestStateCodec,
+    ServerCapabilities, ServerConfig, ServerNotification, SubscriptionFilter,
+    ToolListChangedNotification,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::SessionRestoreMarker;
@@ -22,6 +23,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::input;
 use super::wire::{self, CALL_TOOL};
 use crate::http::{AppState, Caller};
 #[allow(deprecated)] // logging (SEP-2577), still carried for older clients
@@ -33,7 +35,7 @@ use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, Offers, ToolSet}
 use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
 use toolgate_engine::tool::context::CallContext;
-use toolgate_engine::tool::mcp::relay::Relay;
+use toolgate_engine::tool::mcp::relay::{HandBack, Relay};
 use toolgate_engine::tool::mcp::{Asked, McpRegistry};
 use toolgate_engine::tool::{Progress, ToolError};
 
@@ -102,28 +104,33 @@ pub struct ToolSetServer {
     log_level: std::sync::Arc<std::sync::atomic::AtomicU8>,
     /// The resources this session's client subscribed to (2025-11-25).
     subscriptions: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Seals and opens the `requestState` handed to 2026-07-28 clients.
+    states: std::sync::Arc<RequestStateCodec>,
 }
 
 impl ToolSetServer {
-    /// A server whose requests bring their target (HTTP).
-    pub fn new(state: AppState) -> Self {
+    /// A server whose requests bring their target (HTTP); `states` seals
+    /// the request states it hands out (see `input`).
+    pub fn new(state: AppState, states: std::sync::Arc<RequestStateCodec>) -> Self {
         ToolSetServer {
             state,
             fixed: None,
             watching: Default::default(),
             log_level: std::sync::Arc::new(std::sync::atomic::AtomicU8::new(DEFAULT_LOG_LEVEL)),
             subscriptions: Default::default(),
+            states,
         }
     }
 
     /// A server of one set, for one local client (stdio).
-    pub fn fixed(state: AppState, target: Target) -> Self {
+    pub fn fixed(
+        state: AppState,
+        target: Target,
+        states: std::sync::Arc<RequestStateCodec>,
+    ) -> Self {
         ToolSetServer {
-            state,
             fixed: Some(target),
-            watching: Default::default(),
-            log_level: std::sync::Arc::new(std::sync::atomic::AtomicU8::new(DEFAULT_LOG_LEVEL)),
-            subscriptions: Default::default(),
+            ..ToolSetServer::new(state, states)
         }
     }
 
@@ -184,6 +191,31 @@ impl ToolSetServer {
             },
         ));
         Some(relay)
+    }
+
+    /// A request of a 2026-07-28 client for `method` and `name` (whose
+    /// state is bound to them and to its caller), with the answers it may
+    /// bring: see `input`.
+    fn hand_back(
+        &self,
+        context: &RequestContext<RoleServer>,
+        target: &Target,
+        method: &'static str,
+        name: &str,
+        responses: Option<rmcp::model::InputResponses>,
+        state: Option<String>,
+    ) -> Result<(input::Request, Option<HandBack>), McpError> {
+        let asked = input::Request {
+            method,
+            name: name.to_owned(),
+            key: format!(
+                "{}\0{}",
+                target.caller.key_name().unwrap_or_default(),
+                target.caller.subject().unwrap_or_default()
+            ),
+        };
+        let hand_back = input::hand_back(&self.states, context, &asked, responses, state)?;
+        Ok((asked, hand_back))
     }
 
     /// `mcp.list_ttl` in milliseconds.
@@ -645,10 +677,20 @@ impl ServerHandler for ToolSetServer {
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let target = self.target(&context.extensions)?;
+        // A 2026-07-28 client answers upstream questions in a request of
+        // its own: this may be it (see `input`).
+        let (asked, hand_back) = self.hand_back(
+            &context,
+            &target,
+            "tools/call",
+            &request.name,
+            request.input_responses.take(),
+            request.request_state.take(),
+        )?;
         let catalog = self.state.catalog();
         let set = catalog
             .usable_set(&target.set, target.caller.key.as_deref())
@@ -700,7 +742,13 @@ impl ServerHandler for ToolSetServer {
             arguments,
         };
         let mut ctx = call_context(&target);
-        ctx.client = self.relay(&context).map(ClientLink::new);
+        ctx.client = match &hand_back {
+            Some(hand_back) => Some(ClientLink::new(Relay {
+                hand_back: Some(hand_back.clone()),
+                ..Relay::default()
+            })),
+            None => self.relay(&context).map(ClientLink::new),
+        };
         let executor = &self.state.executor;
         let run = async {
             match token {
@@ -725,6 +773,13 @@ impl ServerHandler for ToolSetServer {
                 return Err(McpError::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
             }
         };
+        if let Some(handed) = hand_back.as_ref().and_then(HandBack::take) {
+            return Ok(CallToolResponse::InputRequired(input::input_required(
+                &self.states,
+                &asked,
+                handed,
+            )?));
+        }
         let mut result = result;
         if call.name == FIND_TOOLS {
             // An MCP client calls what it found through `call_tool` (or by
@@ -778,10 +833,18 @@ impl ServerHandler for ToolSetServer {
 
     async fn get_prompt(
         &self,
-        request: rmcp::model::GetPromptRequestParams,
+        mut request: rmcp::model::GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
         let target = self.listed_target(&context.extensions).await?;
+        let (asked, hand_back) = self.hand_back(
+            &context,
+            &target,
+            "prompts/get",
+            &request.name,
+            request.input_responses.take(),
+            request.request_state.take(),
+        )?;
         let (set, registry) = self.offers_to(&target)?;
         if !set.prompts.admits(&request.name) {
             return Err(McpError::invalid_params(
@@ -794,15 +857,24 @@ impl ServerHandler for ToolSetServer {
         }
         let name = request.name.as_str();
         let arguments = request.arguments;
-        let mut result = self
+        let answer = self
             .ask_upstream(&target, Asked::Prompt(name), |caller| {
                 let (registry, arguments) = (registry.clone(), arguments.clone());
+                let hand_back = hand_back.clone();
                 async move {
                     let caller = caller.as_ref().map(|(s, t)| (s.as_str(), t.as_str()));
-                    registry.get_prompt(name, arguments, caller).await
+                    registry
+                        .get_prompt(name, arguments, caller, hand_back.as_ref())
+                        .await
                 }
             })
-            .await?;
+            .await;
+        if let Some(handed) = hand_back.as_ref().and_then(HandBack::take) {
+            return Ok(rmcp::model::GetPromptResponse::InputRequired(
+                input::input_required(&self.states, &asked, handed)?,
+            ));
+        }
+        let mut result = answer?;
         self.bounded(&result)?;
         // A server of an older revision leaves it out; rmcp clears it again
         // for clients of one.

@@ -16,6 +16,7 @@
 //! MCP's shapes.
 
 mod handler;
+mod input;
 mod sessions;
 mod wire;
 
@@ -74,10 +75,16 @@ impl Endpoint {
         // endpoint, against the catalog in service (`http.*`), so a reload
         // that removes the keys brings the `Host` check back.
         config = config.disable_allowed_hosts();
+        let states = Arc::new(signer.request_states());
         config.session_store = Some(Arc::new(SignedStore { signer, closed }));
         let for_sessions = state.clone();
         let service = StreamableHttpService::new(
-            move || Ok(ToolSetServer::new(for_sessions.clone())),
+            move || {
+                Ok(ToolSetServer::new(
+                    for_sessions.clone(),
+                    Arc::clone(&states),
+                ))
+            },
             Arc::clone(&sessions),
             config,
         );
@@ -265,6 +272,7 @@ pub async fn serve_stdio(
         key: None,
         token: None,
     };
+    let state_secret = state.catalog().mcp_session_secret.clone();
     let server = ToolSetServer::fixed(
         state,
         Target {
@@ -274,6 +282,7 @@ pub async fn serve_stdio(
             caller,
             discovery,
         },
+        Arc::new(Signer::new(state_secret.as_ref()).request_states()),
     );
     let running = server
         .serve(rmcp::transport::stdio())

@@ -86,6 +86,16 @@ impl Signer {
         mac
     }
 
+    /// The codec of the `requestState` the MCP face hands its clients
+    /// (see `input`), under a key derived from the same secret: every
+    /// replica that shares the secret opens another's.
+    pub fn request_states(&self) -> rmcp::model::RequestStateCodec {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key)
+            .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+        mac.update(b"toolgate MCP requestState");
+        rmcp::model::RequestStateCodec::new_unchecked(mac.finalize().into_bytes().to_vec())
+    }
+
     /// A new id for a session of `owner` (the API key's name, empty when
     /// the gateway is open): `<nonce>.<tag>`.
     pub fn issue(&self, owner: &str) -> String {

@@ -1,0 +1,232 @@
+//! Upstream servers' questions handed back to a client of the 2026-07-28
+//! revision, and its answers taken back (SEP-2322, "multi round-trip
+//! requests").
+//!
+//! Such a client cannot be asked in the middle of a call. When a server
+//! asks during a `tools/call` or `prompts/get`, the questions the client
+//! declared it can answer (elicitation, sampling, roots) end the request
+//! with an `input_required` result, under the server's own keys; the
+//! client sends the request again with its answers and the `requestState`
+//! it was given. That state is the gateway's: which server asked, the
+//! server's own state, and the gateway's answers to the questions the
+//! client could not answer — sealed with rmcp's codec (HMAC-SHA256, under a
+//! key derived from `mcp.session_secret_env`, so any replica opens it) for
+//! the same method, name and API key, for [`ANSWER_WITHIN`]. A state that
+//! does not open is refused (-32602) and reaches no server.
+//!
+//! The server is told, with each such call, the capabilities the client
+//! declared, so a server that respects them asks only what it can be
+//! answered.
+
+use std::time::Duration;
+
+use rmcp::model::{
+    InputRequiredResult, InputResponses, ProtocolVersion, RequestStateCodec, SealOptions,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer};
+use serde::{Deserialize, Serialize};
+use toolgate_engine::tool::mcp::relay::{HandBack, Handed, Resume};
+
+/// How long a client has to answer a server's questions.
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(30 * 60);
+
+/// What a `requestState` handed to a client holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct State {
+    /// The server that asked.
+    server: String,
+    /// The server's own state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    state: Option<String>,
+    /// The gateway's answers to the questions the client could not answer.
+    #[serde(default, skip_serializing_if = "InputResponses::is_empty")]
+    answered: InputResponses,
+}
+
+/// The request a state belongs to: its method, the tool's or prompt's
+/// name, and the API key's name (empty when the gateway is open).
+pub struct Request {
+    pub method: &'static str,
+    pub name: String,
+    pub key: String,
+}
+
+impl Request {
+    fn bound(&self) -> Vec<u8> {
+        [self.method, &self.name, &self.key].join("\0").into_bytes()
+    }
+}
+
+/// The hand-back of a request of a 2026-07-28 client (`None` for a
+/// session of an older revision, which is asked beside the call): what it
+/// declared it can answer, and its answers, if it sends some (checked
+/// against the state they come with).
+pub fn hand_back(
+    codec: &RequestStateCodec,
+    context: &RequestContext<RoleServer>,
+    request: &Request,
+    responses: Option<InputResponses>,
+    state: Option<String>,
+) -> Result<Option<HandBack>, McpError> {
+    let stateless = context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+    if !stateless {
+        return Ok(None);
+    }
+    #[allow(deprecated)] // sampling and roots (SEP-2577), still carried
+    let (elicit, sample, roots) =
+        context
+            .client_capabilities()
+            .map_or((false, false, false), |c| {
+                (
+                    c.elicitation.is_some(),
+                    c.sampling.is_some(),
+                    c.roots.is_some(),
+                )
+            });
+    if let Some((key, _)) = responses
+        .iter()
+        .flatten()
+        .find(|(_, answer)| !answer.is_object())
+    {
+        return Err(McpError::invalid_params(
+            format!(
+                "inputResponses.{key} is not an object: each answer is the client's result for the request of that key (an elicitation, sampling or roots result)"
+            ),
+            None,
+        ));
+    }
+    let resume = match state {
+        Some(sealed) => {
+            let opened: State = codec
+                .open_json_with(&sealed, &request.bound())
+                .map_err(|e| refused(&e))?;
+            let mut responses = responses.unwrap_or_default();
+            for (key, answer) in opened.answered {
+                responses.entry(key).or_insert(answer);
+            }
+            Some(Resume {
+                server: Some(opened.server),
+                responses,
+                state: opened.state,
+            })
+        }
+        None => responses.map(|responses| Resume {
+            server: None,
+            responses,
+            state: None,
+        }),
+    };
+    Ok(Some(HandBack {
+        elicit,
+        sample,
+        roots,
+        resume,
+        handed: Default::default(),
+    }))
+}
+
+/// The `input_required` result that hands `handed` to the client.
+pub fn input_required(
+    codec: &RequestStateCodec,
+    request: &Request,
+    handed: Handed,
+) -> Result<InputRequiredResult, McpError> {
+    let state = State {
+        server: handed.server,
+        state: handed.state,
+        answered: handed.answered,
+    };
+    let bound = request.bound();
+    let sealed = codec
+        .seal_json_with(
+            &state,
+            &SealOptions::new()
+                .associated_data(&bound)
+                .ttl(ANSWER_WITHIN),
+        )
+        .map_err(|e| {
+            McpError::internal_error(format!("the request state cannot be sealed: {e}"), None)
+        })?;
+    Ok(InputRequiredResult::new(
+        Some(handed.requests),
+        Some(sealed),
+    ))
+}
+
+fn refused(e: &rmcp::model::RequestStateError) -> McpError {
+    McpError::invalid_params(
+        format!(
+            "requestState was not issued by this gateway for this request and API key, or has expired ({e}); send the request again without it"
+        ),
+        None,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn codec() -> RequestStateCodec {
+        RequestStateCodec::new_unchecked(vec![7u8; 32])
+    }
+
+    fn handed() -> Handed {
+        let requests = serde_json::from_value(serde_json::json!({
+            "user_name": {"method": "elicitation/create", "params": {
+                "message": "What is your name?",
+                "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+            }}
+        }))
+        .unwrap();
+        Handed {
+            server: "people".into(),
+            requests,
+            state: Some("upstream-state".into()),
+            answered: [("roots".to_owned(), serde_json::json!({"roots": []}))].into(),
+        }
+    }
+
+    fn open(codec: &RequestStateCodec, request: &Request, sealed: &str) -> Result<State, McpError> {
+        codec
+            .open_json_with(sealed, &request.bound())
+            .map_err(|e| refused(&e))
+    }
+
+    #[test]
+    fn a_state_opens_for_the_request_and_key_it_was_given_for_only() {
+        let codec = codec();
+        let request = |method: &'static str, name: &str, key: &str| Request {
+            method,
+            name: name.into(),
+            key: key.into(),
+        };
+        let asked = request("tools/call", "greet", "alice");
+        let result = input_required(&codec, &asked, handed()).unwrap();
+        let sealed = result.request_state.clone().unwrap();
+        assert!(result.input_requests.unwrap().contains_key("user_name"));
+        let state = open(&codec, &asked, &sealed).unwrap();
+        assert_eq!(state.server, "people");
+        assert_eq!(state.state.as_deref(), Some("upstream-state"));
+        assert!(state.answered.contains_key("roots"));
+        for other in [
+            request("tools/call", "greet", "bob"),
+            request("tools/call", "other", "alice"),
+            request("prompts/get", "greet", "alice"),
+        ] {
+            let e = open(&codec, &other, &sealed).unwrap_err();
+            assert_eq!(
+                e.code,
+                rmcp::model::ErrorCode::INVALID_PARAMS,
+                "{}",
+                e.message
+            );
+        }
+        let tampered = format!("{sealed}-TAMPERED");
+        assert!(open(&codec, &asked, &tampered).is_err());
+        let other_secret = RequestStateCodec::new_unchecked(vec![8u8; 32]);
+        assert!(open(&other_secret, &asked, &sealed).is_err());
+    }
+}
