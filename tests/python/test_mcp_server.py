@@ -371,6 +371,59 @@ def test_an_mcp_app_s_tool_and_interface_come_through(mcp_gateway, mode):
     run(go)
 
 
+NODE = ROOT / "tests/node/node_modules/.bin/node"
+INSPECTOR = ROOT / "tests/mcp/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
+
+
+def inspector(url: str, home: pathlib.Path, *args: str) -> str:
+    """The MCP Inspector's CLI (`mcp-inspector --cli`, npm, pinned in
+    tests/mcp/package.json) against `url` with the full key: its stdout."""
+    if not INSPECTOR.exists() or not NODE.exists():
+        missing(f"{INSPECTOR} is missing: run `make setup`")
+    run = subprocess.run(
+        [str(NODE), str(INSPECTOR), "--cli", url, "--transport", "http", "--header", f"Authorization: Bearer {FULL_KEY}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(home), "NO_COLOR": "1"},
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return run.stdout
+
+
+def test_the_mcp_inspector_lists_and_calls_through_the_gateway(mcp_gateway, tmp_path):
+    """The MCP Inspector, as it ships (its CLI), is a client of a set:
+    tools listed and called, server-everything's prompts and resources
+    read, an MCP App's interface found."""
+    url, _ = mcp_gateway
+    at = url + "/mcp/web"
+
+    tools = {t["name"]: t for t in json.loads(inspector(at, tmp_path, "--method", "tools/list"))["tools"]}
+    assert {"lookup", "py_echo", "ev_get-tiny-image", "copy_dashboard"} <= set(tools), sorted(tools)
+    assert tools["lookup"]["inputSchema"]["properties"]["q"] == {"type": "string"}
+
+    called = json.loads(inspector(at, tmp_path, "--method", "tools/call", "--tool-name", "py_echo", "--tool-arg", "message=through the gateway"))
+    assert called["content"][0]["text"] == "through the gateway", called
+    assert not called.get("isError"), called
+
+    prompts = {p["name"] for p in json.loads(inspector(at, tmp_path, "--method", "prompts/list"))["prompts"]}
+    assert "ev_args-prompt" in prompts, prompts
+    got = json.loads(
+        inspector(at, tmp_path, "--method", "prompts/get", "--prompt-name", "ev_args-prompt", "--prompt-args", "city=Lyon", "state=Rhone")
+    )
+    assert "Lyon" in json.dumps(got["messages"]), got
+
+    uris = {r["uri"] for r in json.loads(inspector(at, tmp_path, "--method", "resources/list"))["resources"]}
+    assert "demo://resource/static/document/architecture.md" in uris, uris
+    read = json.loads(inspector(at, tmp_path, "--method", "resources/read", "--uri", "demo://resource/static/document/architecture.md"))
+    assert read["contents"][0]["text"], read
+
+    app = json.loads(
+        inspector(at, tmp_path, "--method", "tools/call", "--tool-name", "copy_dashboard", "--app-info", "--advertise-apps").splitlines()[-1]
+    )
+    assert app["resourceUri"] == "ui://copy/py/dashboard.html", app
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_2026_server_s_question_reaches_the_client_whatever_its_revision(mcp_gateway, mode):
     """The SDK's test server (2026-07-28) asks in its answer
