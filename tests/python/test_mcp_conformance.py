@@ -9,7 +9,10 @@ are bound to 127.0.0.1 (tests/mcp/loopback.cjs).
 
 The set holds the tools the suite calls (`test_simple_text`,
 `test_image_content`...), offered by an MCP server written with the Python
-SDK (tests/mcp/conformance_tools.py) that the gateway proxies, and
+SDK (tests/mcp/conformance_tools.py) that the gateway proxies, those of its
+Tasks scenarios (`greet`, `slow_compute`...), offered by an MCP server
+written with rmcp and its task manager (tests/src/bin/mcp-tasks-server.rs),
+and
 `json_schema_2020_12_tool`, a YAML tool whose declared schema must reach the
 client intact. Every scenario must pass except those listed, with the
 reason, in tests/mcp/conformance/expected-failures-<revision>.yaml; the
@@ -18,6 +21,7 @@ suite also fails when a listed scenario starts passing.
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -30,12 +34,20 @@ PYTHON = ROOT / ".venv/bin/python"
 TOOLS = ROOT / "tests/mcp/conformance_tools.py"
 EXPECTED = ROOT / "tests/mcp/conformance"
 
+# The tools of the Tasks scenarios (tests/src/bin/mcp-tasks-server.rs).
+TASKS_TOOLS = ["greet", "slow_compute", "failing_job", "protocol_error_job", "confirm_delete", "multi_input", "test_tool_with_task"]
+
 TOOLS_YAML = """
 mcp_servers:
   - name: conformance
     transport: stdio
     command: {python}
     args: [{tools}]
+    tools: {{ include: {conformance_tools} }}
+  - name: tasks
+    transport: stdio
+    command: {tasks}
+    tools: {{ include: {tasks_tools} }}
 tools:
   - name: json_schema_2020_12_tool
     description: Tool with JSON Schema 2020-12 features
@@ -70,9 +82,19 @@ def conformance_gateway(tmp_path_factory):
     (config / "tools.d").mkdir()
     (config / "tool-sets").mkdir()
     (config / "toolgate.yaml").write_text("defaults:\n  tool_set: conformance\n")
-    (config / "tools.d" / "conformance.yaml").write_text(TOOLS_YAML.format(python=PYTHON, tools=TOOLS))
+    # Two servers without a prefix: each lists its tools by name.
+    conformance_tools = re.findall(r"@server\.tool\([^\n]*\)\n(?:async )?def (\w+)", TOOLS.read_text())
+    (config / "tools.d" / "conformance.yaml").write_text(
+        TOOLS_YAML.format(
+            python=PYTHON,
+            tools=TOOLS,
+            conformance_tools=json.dumps(conformance_tools),
+            tasks=binary("mcp-tasks-server"),
+            tasks_tools=json.dumps(TASKS_TOOLS),
+        )
+    )
     (config / "tool-sets" / "conformance.yaml").write_text(
-        'name: conformance\ntools: [json_schema_2020_12_tool, "test_*"]\n'
+        f'name: conformance\ntools: [json_schema_2020_12_tool, "test_*", {", ".join(TASKS_TOOLS)}]\n'
         'prompts: ["test_*"]\nresources: ["test://*"]\n'
     )
     proc = subprocess.Popen(
@@ -123,34 +145,70 @@ STATELESS_EXPECTED = {
 }
 
 
-def test_the_stateless_scenario_passes_check_by_check(conformance_gateway, tmp_path):
-    """`server-stateless` run alone, its checks read one by one."""
+def scenario_checks(url: str, scenario: str, out, *extra: str) -> list[dict]:
+    """One server scenario of the suite (2026-07-28) run alone against
+    the set: its checks."""
     run = subprocess.run(
         [
             str(NODE),
             str(SUITE),
             "server",
             "--url",
-            conformance_gateway + "/mcp/conformance",
+            url + "/mcp/conformance",
             "--scenario",
-            "server-stateless",
+            scenario,
             "--spec-version",
             "2026-07-28",
+            *extra,
             "-o",
-            str(tmp_path),
+            str(out),
         ],
         capture_output=True,
         text=True,
         timeout=600,
     )
-    results = list(tmp_path.glob("*/checks.json"))
+    results = list(out.glob("*/checks.json"))
     assert results, run.stdout[-2000:] + run.stderr[-2000:]
-    checks = json.loads(results[0].read_text())
+    return json.loads(results[0].read_text())
+
+
+def test_the_stateless_scenario_passes_check_by_check(conformance_gateway, tmp_path):
+    """`server-stateless` run alone, its checks read one by one."""
+    checks = scenario_checks(conformance_gateway, "server-stateless", tmp_path)
     assert len(checks) > 20, checks
     failed = {c["id"]: c.get("errorMessage", "") for c in checks if c["status"] not in ("SUCCESS", "WARNING")}
     assert set(failed) == set(STATELESS_EXPECTED), failed
     for check, tool in STATELESS_EXPECTED.items():
         assert tool in failed[check], failed[check]
+
+
+def tasks_scenarios() -> list[str]:
+    """The suite's server scenarios of the Tasks extension (SEP-2663)."""
+    if not SUITE.exists() or not NODE.exists():
+        return ["-"]
+    listed = subprocess.run([str(NODE), str(SUITE), "list", "--server"], capture_output=True, text=True, timeout=60)
+    return re.findall(r"^\s*- (tasks-[\w-]+) \[extension\]", listed.stdout, re.M) or ["-"]
+
+
+# Scenarios of the extension the suite itself does not score yet.
+TASKS_PENDING = {"tasks-status-notifications"}
+
+
+@pytest.mark.parametrize("scenario", tasks_scenarios())
+def test_the_tasks_extension_scenarios_pass_check_by_check(conformance_gateway, scenario, tmp_path):
+    """The Tasks extension is not in a revision's requirements, so the
+    baseline runs do not run its scenarios: each runs here (`--force`),
+    its checks read one by one. The tasks are an upstream server's (rmcp's
+    task manager), carried through the gateway under the gateway's ids."""
+    if scenario == "-":
+        missing(f"{SUITE} is missing: run `make setup`")
+    checks = scenario_checks(conformance_gateway, scenario, tmp_path, "--force")
+    if scenario in TASKS_PENDING:
+        assert [c["status"] for c in checks] == ["SKIPPED"], checks
+        return
+    assert checks
+    failed = {c["id"]: c.get("errorMessage", "") for c in checks if c["status"] not in ("SUCCESS", "WARNING")}
+    assert not failed, failed
 
 
 DRIVER = ROOT / "tests/mcp/conformance_client.py"

@@ -295,9 +295,36 @@ impl<T: Offer> McpTool<T> {
                     wire: Arc::new(wire),
                 })
             }
+            Ok(CallToolResponse::Task(task)) => match &hand_back {
+                Some(hand_back) if hand_back.tasks => {
+                    hand_back.hand(relay::Handed::Task {
+                        server: name.clone(),
+                        task,
+                    });
+                    Err(ToolError::Failed(format!(
+                        "MCP server `{name}` runs the call as a task, which the client follows"
+                    )))
+                }
+                _ => Err(ToolError::Failed(format!(
+                    "MCP server `{name}` started a task for the call, which the caller's client cannot follow"
+                ))),
+            },
             Ok(_) => Err(ToolError::Failed(format!(
-                "MCP server `{name}` started a background task for the call, which the gateway does not support"
+                "MCP server `{name}` answered the call with a result the gateway does not know"
             ))),
+            Err(ServiceError::McpError(e))
+                if e.code == rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+                    && hand_back.is_some() =>
+            {
+                let text = format!(
+                    "MCP server `{name}` needs a capability the client did not declare: {}",
+                    e.message
+                );
+                if let Some(hand_back) = &hand_back {
+                    hand_back.hand(relay::Handed::Refused(e));
+                }
+                Err(ToolError::Failed(text))
+            }
             // The caller's own session: it is closed (by the caller of
             // this function), the next call opens a new one.
             Err(e) if per_user && needs_token(&e) => Err(ToolError::NotConnected(format!(
@@ -539,12 +566,12 @@ async fn hand_back_to(
         return Ok(Some(asked));
     }
     let answered = answer_requests(server, ours, relay).await?;
-    hand_back.hand(relay::Handed {
+    hand_back.hand(relay::Handed::Input(relay::Questions {
         server: server.to_owned(),
         requests: theirs,
         state: asked.request_state,
         answered,
-    });
+    }));
     Ok(None)
 }
 
@@ -878,6 +905,8 @@ impl<T> Snapshot<T> {
                 .iter()
                 .find(|(_, t)| t.uri_template == *template)
                 .map(|(i, _)| *i),
+            // A name is the registry's to look up (`McpRegistry::index_of`).
+            Asked::Server(_) => None,
         }
     }
 }
@@ -891,6 +920,8 @@ pub enum Asked<'a> {
     Resource(&'a str),
     /// A resource template, by its URI template (completions).
     Template(&'a str),
+    /// A server, by name (a task it runs).
+    Server(&'a str),
 }
 
 /// Why a request other than a tool call failed: the error in MCP's terms,
@@ -1474,7 +1505,10 @@ impl<T: Offer> McpRegistry<T> {
         caller: &str,
     ) -> Option<(String, toolgate_config::format::CredentialsDecl)> {
         let seen = self.seen_by(Some(caller));
-        let index = seen.index_for(what)?;
+        let index = match what {
+            Asked::Server(name) => self.index_of(name)?,
+            _ => seen.index_for(what)?,
+        };
         if !seen.own.contains(&index) {
             return None;
         }
@@ -1569,6 +1603,44 @@ impl<T: Offer> McpRegistry<T> {
                 None => peer.get_prompt(params).await,
                 Some(hand_back) => prompt_handing_back(&peer, params, &server, &hand_back).await,
             }
+        })
+        .await
+    }
+
+    /// The index of the server named `name`.
+    fn index_of(&self, name: &str) -> Option<usize> {
+        self.inner.servers.iter().position(|s| s.spec.name == name)
+    }
+
+    /// A request about a task `server` runs (`tasks/get`, `tasks/update`
+    /// or `tasks/cancel`, SEP-2663), sent as a client that follows tasks,
+    /// over `caller`'s own session at a server called as each caller. An
+    /// unknown server is invalid params (-32602), like an unknown task.
+    pub async fn task_request(
+        &self,
+        server: &str,
+        request: rmcp::model::ClientRequest,
+        caller: Option<(&str, &str)>,
+    ) -> Result<rmcp::model::ServerResult, AskError> {
+        let seen = self.seen_by(caller.map(|(subject, _)| subject));
+        let Some(index) = self.index_of(server) else {
+            return Err(rmcp::ErrorData::invalid_params(
+                format!("the task's MCP server `{server}` is no longer configured"),
+                None,
+            )
+            .into());
+        };
+        let follows = relay::HandBack {
+            tasks: true,
+            ..Default::default()
+        };
+        let mut meta = rmcp::model::RequestMetaObject::new();
+        meta.set_client_capabilities(follows.capabilities());
+        self.ask(&seen, index, caller, |peer| async move {
+            peer.send_request_with_option(request, request_options(Some(meta)))
+                .await?
+                .await_response()
+                .await
         })
         .await
     }
@@ -2102,7 +2174,9 @@ mod tests {
             .await
             .unwrap();
         assert!(left.is_none(), "the elicitation is the client's");
-        let handed = hand_back.take().unwrap();
+        let Some(relay::Handed::Input(handed)) = hand_back.take() else {
+            panic!("questions are handed back")
+        };
         assert_eq!(handed.server, "s");
         assert_eq!(handed.requests.keys().collect::<Vec<_>>(), ["name"]);
         assert_eq!(handed.state.as_deref(), Some("upstream"));

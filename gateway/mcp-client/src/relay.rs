@@ -66,6 +66,9 @@ pub struct HandBack {
     pub sample: bool,
     /// It answers `roots/list`.
     pub roots: bool,
+    /// It follows tasks (the Tasks extension, SEP-2663): a server may run
+    /// its call as one.
+    pub tasks: bool,
     /// Its answers to the questions handed back before.
     pub resume: Option<Resume>,
     /// Where the questions handed back are left for the face.
@@ -83,9 +86,26 @@ pub struct Resume {
     pub state: Option<String>,
 }
 
+/// What a server handed back to the client instead of a result.
+#[derive(Clone, Debug)]
+pub enum Handed {
+    /// Questions the client answers in its next request.
+    Input(Questions),
+    /// The server runs the call as a task, which the client follows.
+    Task {
+        /// The server that runs it.
+        server: String,
+        /// The task, under the server's id.
+        task: rmcp::model::CreateTaskResult,
+    },
+    /// The server refused the call for a capability the client did not
+    /// declare (`-32021`): the client's own error.
+    Refused(rmcp::ErrorData),
+}
+
 /// The questions of a server handed back to the client.
 #[derive(Clone, Debug)]
-pub struct Handed {
+pub struct Questions {
     /// The server that asked.
     pub server: String,
     /// The questions the client answers, by the server's keys.
@@ -125,6 +145,15 @@ impl HandBack {
         capabilities.elicitation = self.elicit.then(Default::default);
         capabilities.sampling = self.sample.then(Default::default);
         capabilities.roots = self.roots.then(Default::default);
+        if self.tasks {
+            capabilities
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(
+                    rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                    Default::default(),
+                );
+        }
         capabilities
     }
 
@@ -133,7 +162,7 @@ impl HandBack {
         *self.handed.lock().unwrap_or_else(|p| p.into_inner()) = Some(handed);
     }
 
-    /// The questions handed back during the call, if any.
+    /// What was handed back during the call, if anything.
     pub fn take(&self) -> Option<Handed> {
         self.handed.lock().unwrap_or_else(|p| p.into_inner()).take()
     }

@@ -35,7 +35,7 @@ use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, Offers, ToolSet}
 use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
 use toolgate_engine::tool::context::CallContext;
-use toolgate_engine::tool::mcp::relay::{HandBack, Relay};
+use toolgate_engine::tool::mcp::relay::{HandBack, Handed, Relay};
 use toolgate_engine::tool::mcp::{Asked, McpRegistry};
 use toolgate_engine::tool::{Progress, ToolError};
 
@@ -216,6 +216,42 @@ impl ToolSetServer {
         };
         let hand_back = input::hand_back(&self.states, context, &asked, responses, state)?;
         Ok((asked, hand_back))
+    }
+
+    /// What a task id is bound to: the tool set and the caller.
+    fn task_scope(&self, target: &Target) -> input::Request {
+        input::Request {
+            method: "tasks",
+            name: target.set.clone(),
+            key: format!(
+                "{}\0{}",
+                target.caller.key_name().unwrap_or_default(),
+                target.caller.subject().unwrap_or_default()
+            ),
+        }
+    }
+
+    /// `request` about the task the gateway calls `id`, asked of the
+    /// server that runs it under the server's id (`with_id` puts it in);
+    /// the answer as the server gave it.
+    async fn ask_task(
+        &self,
+        context: &RequestContext<RoleServer>,
+        id: &str,
+        with_id: impl Fn(String) -> rmcp::model::ClientRequest,
+    ) -> Result<rmcp::model::ServerResult, McpError> {
+        let target = self.target(&context.extensions)?;
+        let (server, task) = input::open_task(&self.states, &self.task_scope(&target), id)?;
+        let registry = self.state.catalog().mcp().clone();
+        let request = with_id(task);
+        self.ask_upstream(&target, Asked::Server(&server), |caller| {
+            let (registry, request, server) = (registry.clone(), request.clone(), server.clone());
+            async move {
+                let caller = caller.as_ref().map(|(s, t)| (s.as_str(), t.as_str()));
+                registry.task_request(&server, request, caller).await
+            }
+        })
+        .await
     }
 
     /// `mcp.list_ttl` in milliseconds.
@@ -609,6 +645,7 @@ impl ServerHandler for ToolSetServer {
                 .enable_resources_subscribe()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(
@@ -773,12 +810,24 @@ impl ServerHandler for ToolSetServer {
                 return Err(McpError::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
             }
         };
-        if let Some(handed) = hand_back.as_ref().and_then(HandBack::take) {
-            return Ok(CallToolResponse::InputRequired(input::input_required(
-                &self.states,
-                &asked,
-                handed,
-            )?));
+        // What the server handed back instead of a result: questions, a
+        // task, or the client's missing capability.
+        match hand_back.as_ref().and_then(HandBack::take) {
+            Some(Handed::Input(questions)) => {
+                return Ok(CallToolResponse::InputRequired(input::input_required(
+                    &self.states,
+                    &asked,
+                    questions,
+                )?));
+            }
+            Some(Handed::Task { server, mut task }) => {
+                let ours = self.task_scope(&target);
+                task.task.task_id =
+                    input::task_id(&self.states, &ours, &server, &task.task.task_id)?;
+                return Ok(CallToolResponse::Task(task));
+            }
+            Some(Handed::Refused(e)) => return Err(e),
+            None => {}
         }
         let mut result = result;
         if call.name == FIND_TOOLS {
@@ -869,9 +918,9 @@ impl ServerHandler for ToolSetServer {
                 }
             })
             .await;
-        if let Some(handed) = hand_back.as_ref().and_then(HandBack::take) {
+        if let Some(Handed::Input(questions)) = hand_back.as_ref().and_then(HandBack::take) {
             return Ok(rmcp::model::GetPromptResponse::InputRequired(
-                input::input_required(&self.states, &asked, handed)?,
+                input::input_required(&self.states, &asked, questions)?,
             ));
         }
         let mut result = answer?;
@@ -1024,6 +1073,59 @@ impl ServerHandler for ToolSetServer {
                 tracing::debug!(tool_set = %target.set, "told an MCP client the tool list changed");
             }
         });
+    }
+
+    // Tasks (SEP-2663) of upstream servers, under the gateway's ids; rmcp
+    // answers -32021 to a client that did not declare the extension.
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, McpError> {
+        use rmcp::model::{ClientRequest, GetTaskParams, GetTaskRequest, ServerResult};
+        let answer = self
+            .ask_task(&context, &request.task_id, |task| {
+                ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(task)))
+            })
+            .await?;
+        let ServerResult::GetTaskResult(mut result) = answer else {
+            return Err(McpError::internal_error(
+                "the task's MCP server answered tasks/get with something else",
+                None,
+            ));
+        };
+        result.task.task.task_id = request.task_id;
+        Ok(result)
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        use rmcp::model::{ClientRequest, UpdateTaskParams, UpdateTaskRequest};
+        let responses = request.input_responses;
+        self.ask_task(&context, &request.task_id, |task| {
+            ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(UpdateTaskParams::new(
+                task,
+                responses.clone(),
+            )))
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        use rmcp::model::{CancelTaskParams, CancelTaskRequest, ClientRequest};
+        self.ask_task(&context, &request.task_id, |task| {
+            ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(task)))
+        })
+        .await
+        .map(drop)
     }
 
     /// 2026-07-28: `subscriptions/listen` for tool list changes.

@@ -17,6 +17,13 @@
 //! The server is told, with each such call, the capabilities the client
 //! declared, so a server that respects them asks only what it can be
 //! answered.
+//!
+//! A client that follows tasks (the Tasks extension, SEP-2663) may get a
+//! task where a server runs the call as one: its id is the gateway's,
+//! sealed the same way (which server runs it, the server's id) for the
+//! tool set, key and subject; `tasks/get`, `tasks/update` and
+//! `tasks/cancel` open it and ask that server. An id that does not open is
+//! an unknown task (-32602).
 
 use std::time::Duration;
 
@@ -26,10 +33,13 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde::{Deserialize, Serialize};
-use toolgate_engine::tool::mcp::relay::{HandBack, Handed, Resume};
+use toolgate_engine::tool::mcp::relay::{HandBack, Questions, Resume};
 
 /// How long a client has to answer a server's questions.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(30 * 60);
+
+/// How long a task id handed to a client opens.
+pub const TASK_IDS_OPEN_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// What a `requestState` handed to a client holds.
 #[derive(Debug, Serialize, Deserialize)]
@@ -76,14 +86,15 @@ pub fn hand_back(
         return Ok(None);
     }
     #[allow(deprecated)] // sampling and roots (SEP-2577), still carried
-    let (elicit, sample, roots) =
+    let (elicit, sample, roots, tasks) =
         context
             .client_capabilities()
-            .map_or((false, false, false), |c| {
+            .map_or((false, false, false, false), |c| {
                 (
                     c.elicitation.is_some(),
                     c.sampling.is_some(),
                     c.roots.is_some(),
+                    c.supports_tasks(),
                 )
             });
     if let Some((key, _)) = responses
@@ -123,6 +134,7 @@ pub fn hand_back(
         elicit,
         sample,
         roots,
+        tasks,
         resume,
         handed: Default::default(),
     }))
@@ -132,7 +144,7 @@ pub fn hand_back(
 pub fn input_required(
     codec: &RequestStateCodec,
     request: &Request,
-    handed: Handed,
+    handed: Questions,
 ) -> Result<InputRequiredResult, McpError> {
     let state = State {
         server: handed.server,
@@ -156,6 +168,54 @@ pub fn input_required(
     ))
 }
 
+/// What a task id handed to a client holds.
+#[derive(Debug, Serialize, Deserialize)]
+struct TaskId {
+    /// The server that runs the task.
+    server: String,
+    /// The server's id of the task.
+    task: String,
+}
+
+/// The gateway's id of `server`'s task `task`, for the set and caller of
+/// `request` (its `key`, its set as `name`).
+pub fn task_id(
+    codec: &RequestStateCodec,
+    request: &Request,
+    server: &str,
+    task: &str,
+) -> Result<String, McpError> {
+    let bound = request.bound();
+    codec
+        .seal_json_with(
+            &TaskId {
+                server: server.to_owned(),
+                task: task.to_owned(),
+            },
+            &SealOptions::new()
+                .associated_data(&bound)
+                .ttl(TASK_IDS_OPEN_FOR),
+        )
+        .map_err(|e| McpError::internal_error(format!("the task id cannot be sealed: {e}"), None))
+}
+
+/// The server and the server's id of a task the gateway handed out for
+/// `request`'s set and caller; an id that does not open is an unknown
+/// task (-32602).
+pub fn open_task(
+    codec: &RequestStateCodec,
+    request: &Request,
+    id: &str,
+) -> Result<(String, String), McpError> {
+    let opened: TaskId = codec.open_json_with(id, &request.bound()).map_err(|_| {
+        McpError::invalid_params(
+            "unknown task: its id was not issued by this gateway to this API key and tool set, or has expired",
+            Some(serde_json::json!({"taskId": id})),
+        )
+    })?;
+    Ok((opened.server, opened.task))
+}
+
 fn refused(e: &rmcp::model::RequestStateError) -> McpError {
     McpError::invalid_params(
         format!(
@@ -173,7 +233,7 @@ mod tests {
         RequestStateCodec::new_unchecked(vec![7u8; 32])
     }
 
-    fn handed() -> Handed {
+    fn handed() -> Questions {
         let requests = serde_json::from_value(serde_json::json!({
             "user_name": {"method": "elicitation/create", "params": {
                 "message": "What is your name?",
@@ -181,7 +241,7 @@ mod tests {
             }}
         }))
         .unwrap();
-        Handed {
+        Questions {
             server: "people".into(),
             requests,
             state: Some("upstream-state".into()),
@@ -228,5 +288,26 @@ mod tests {
         assert!(open(&codec, &asked, &tampered).is_err());
         let other_secret = RequestStateCodec::new_unchecked(vec![8u8; 32]);
         assert!(open(&other_secret, &asked, &sealed).is_err());
+    }
+
+    #[test]
+    fn a_task_id_opens_for_the_set_and_caller_it_was_given_to_only() {
+        let codec = codec();
+        let scope = |set: &str, key: &str| Request {
+            method: "tasks",
+            name: set.into(),
+            key: key.into(),
+        };
+        let id = task_id(&codec, &scope("ops", "alice"), "jobs", "upstream-7").unwrap();
+        assert_eq!(
+            open_task(&codec, &scope("ops", "alice"), &id).unwrap(),
+            ("jobs".to_owned(), "upstream-7".to_owned())
+        );
+        for (set, key) in [("ops", "bob"), ("web", "alice")] {
+            let e = open_task(&codec, &scope(set, key), &id).unwrap_err();
+            assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+            assert!(e.message.contains("unknown task"), "{}", e.message);
+        }
+        assert!(open_task(&codec, &scope("ops", "alice"), "upstream-7").is_err());
     }
 }
