@@ -55,6 +55,19 @@ def ask(ctx: Context):
     return f"Hello, {name}!" if name else "No name given."
 
 
+@server.resource("asked://{topic}", name="asked", description="Asks the reader's name first.", mime_type="text/plain")
+def asked_resource(topic: str, ctx: Context):
+    answer = (ctx.input_responses or {}).get("who")
+    if hasattr(answer, "model_dump"):
+        answer = answer.model_dump(mode="json", exclude_none=True)
+    if (answer or {}).get("action") != "accept":
+        schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+        return InputRequiredResult.model_validate(
+            {"inputRequests": {"who": {"method": "elicitation/create", "params": {"message": "Who reads?", "requestedSchema": schema}}}}
+        )
+    return f"{answer['content']['name']} reads about {topic}."
+
+
 @server.tool(description="Echo a message back.", structured_output=False)
 def echo(message: str) -> str:
     stats["calls"] += 1

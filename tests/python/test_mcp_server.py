@@ -153,7 +153,7 @@ def configure(root: pathlib.Path, backend: str) -> pathlib.Path:
     )
     (root / "tool-sets" / "web.yaml").write_text(
         'name: web\ndescription: Look things up.\ntools: [lookup, slow, whoami, "ev_*", "py_*", copy_dashboard]\n'
-        'prompts: ["ev_*"]\nresources: ["demo://resource/static/*", "demo://resource/dynamic/text/*", "ui://*"]\n'
+        'prompts: ["ev_*"]\nresources: ["demo://resource/static/*", "demo://resource/dynamic/text/*", "ui://*", "asked://*"]\n'
     )
     (root / "tool-sets" / "small.yaml").write_text("name: small\ntools: [lookup]\n")
     (root / "tool-sets" / "found.yaml").write_text(
@@ -278,7 +278,8 @@ def test_the_prompts_and_resources_a_set_offers_come_from_its_servers(mcp_gatewa
             assert text.contents[0].text
 
             templates = [t.uri_template for t in (await c.list_resource_templates()).resource_templates]
-            assert templates == ["demo://resource/dynamic/text/{resourceId}"], templates
+            # Two servers declare `asked://{topic}`: listed once.
+            assert templates == ["demo://resource/dynamic/text/{resourceId}", "asked://{topic}"], templates
             dynamic = await c.read_resource("demo://resource/dynamic/text/7")
             assert "7" in dynamic.contents[0].text
 
@@ -448,6 +449,26 @@ def test_a_2026_server_s_question_reaches_the_client_whatever_its_revision(mcp_g
         async with client(url + "/mcp/web", mode=mode) as c:
             got = await c.call_tool("py_ask", {})
             assert got.content[0].text == "No name given.", got.content
+
+    run(go)
+
+
+def test_a_resource_s_question_reaches_a_2026_client(mcp_gateway):
+    """Reading a resource, a server of 2026-07-28 asks the reader: a
+    2026-07-28 client gets the question in an `input_required` result of
+    the gateway's, and its answer reaches the server."""
+    url, _ = mcp_gateway
+    asked = []
+
+    async def elicit(_ctx, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def go():
+        async with client(url + "/mcp/web", mode="auto", elicitation_callback=elicit) as c:
+            read = await c.read_resource("asked://weather")
+            assert read.contents[0].text == "Ada reads about weather.", read
+        assert asked == ["Who reads?"]
 
     run(go)
 

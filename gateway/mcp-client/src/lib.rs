@@ -495,33 +495,38 @@ fn call_response(result: rmcp::model::ServerResult) -> Result<CallToolResponse, 
     }
 }
 
-/// `prompts/get` for a client that answers in a request of its own: the
-/// server's questions it can answer are handed back to it (the answer is
-/// then an error the face does not pass on: it returns the questions), the
-/// rest answered as the gateway alone can, a bounded number of times.
-async fn prompt_handing_back(
+/// A request (`prompts/get`, `resources/read`) for a client that answers
+/// in a request of its own: `request` builds it with the answers and state
+/// of the round (the client's own at first, when it brings some), `done`
+/// takes its result. The server's questions the client can answer are
+/// handed back to it (the answer is then an error the face does not pass
+/// on: it returns the questions), the rest answered as the gateway alone
+/// can, a bounded number of times.
+async fn handing_back<R>(
     peer: &rmcp::Peer<rmcp::RoleClient>,
-    mut params: rmcp::model::GetPromptRequestParams,
     server: &str,
     hand_back: &relay::HandBack,
-) -> Result<rmcp::model::GetPromptResult, ServiceError> {
-    use rmcp::model::{ClientRequest, GetPromptRequest, ServerResult};
+    request: impl Fn(Option<rmcp::model::InputResponses>, Option<String>) -> rmcp::model::ClientRequest,
+    done: impl Fn(rmcp::model::ServerResult) -> Option<R>,
+) -> Result<R, ServiceError> {
+    use rmcp::model::ServerResult;
     let failed =
         |e: ToolError| ServiceError::McpError(rmcp::ErrorData::internal_error(e.to_string(), None));
     let mut meta = rmcp::model::RequestMetaObject::new();
     meta.set_client_capabilities(hand_back.capabilities());
-    if let Some(resume) = hand_back.resume_for(server) {
-        params.input_responses = Some(resume.responses.clone());
-        params.request_state.clone_from(&resume.state);
-    }
+    let (mut responses, mut state) = match hand_back.resume_for(server) {
+        Some(resume) => (Some(resume.responses.clone()), resume.state.clone()),
+        None => (None, None),
+    };
     let alone = relay::Relay::default();
     for _ in 0..=MAX_INPUT_ROUNDS {
-        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params.clone()));
         let handle = peer
-            .send_request_with_option(request, request_options(Some(meta.clone())))
+            .send_request_with_option(
+                request(responses.take(), state.take()),
+                request_options(Some(meta.clone())),
+            )
             .await?;
         match handle.await_response().await? {
-            ServerResult::GetPromptResult(result) => return Ok(result),
             ServerResult::InputRequiredResult(asked) => {
                 let Some(asked) = hand_back_to(server, asked, hand_back, &alone)
                     .await
@@ -531,13 +536,11 @@ async fn prompt_handing_back(
                         "MCP server `{server}` asked the client for input; the question was handed to it"
                     ))));
                 };
-                let (responses, state) = answer_input_requests(server, asked, &alone)
+                (responses, state) = answer_input_requests(server, asked, &alone)
                     .await
                     .map_err(failed)?;
-                params.input_responses = responses;
-                params.request_state = state;
             }
-            _ => return Err(ServiceError::UnexpectedResponse),
+            other => return done(other).ok_or(ServiceError::UnexpectedResponse),
         }
     }
     Err(failed(ToolError::Failed(format!(
@@ -1548,16 +1551,19 @@ impl<T: Offer> McpRegistry<T> {
     }
 
     /// The servers' resource templates whose URI template `keep` accepts,
-    /// as `caller` sees them.
+    /// as `caller` sees them, each URI template once.
     pub fn resource_templates(
         &self,
         keep: &dyn Fn(&str) -> bool,
         caller: Option<&str>,
     ) -> Vec<rmcp::model::ResourceTemplate> {
+        // A template two servers declare is listed once: the first
+        // declared server's, which reads what it describes.
+        let mut seen = std::collections::HashSet::new();
         self.seen_by(caller)
             .templates
             .iter()
-            .filter(|(_, t)| keep(&t.uri_template))
+            .filter(|(_, t)| keep(&t.uri_template) && seen.insert(t.uri_template.clone()))
             .map(|(_, t)| t.clone())
             .collect()
     }
@@ -1599,10 +1605,21 @@ impl<T: Offer> McpRegistry<T> {
         let server = self.inner.servers[index].spec.name.clone();
         let hand_back = hand_back.cloned();
         self.ask(&seen, index, caller, |peer| async move {
-            match hand_back {
-                None => peer.get_prompt(params).await,
-                Some(hand_back) => prompt_handing_back(&peer, params, &server, &hand_back).await,
-            }
+            use rmcp::model::{ClientRequest, GetPromptRequest, ServerResult};
+            let Some(hand_back) = hand_back else {
+                return peer.get_prompt(params).await;
+            };
+            let request = |responses, state| {
+                let mut params = params.clone();
+                params.input_responses = responses;
+                params.request_state = state;
+                ClientRequest::GetPromptRequest(GetPromptRequest::new(params))
+            };
+            handing_back(&peer, &server, &hand_back, request, |result| match result {
+                ServerResult::GetPromptResult(result) => Some(result),
+                _ => None,
+            })
+            .await
         })
         .await
     }
@@ -1649,10 +1666,12 @@ impl<T: Offer> McpRegistry<T> {
     /// first whose resource template describes it (over `caller`'s own
     /// session, like [`get_prompt`](Self::get_prompt)). A URI no server
     /// serves is invalid params (-32602) with the URI in its data (SEP-2164).
+    /// With `hand_back`, as [`get_prompt`](Self::get_prompt).
     pub async fn read_resource(
         &self,
         uri: &str,
         caller: Option<(&str, &str)>,
+        hand_back: Option<&relay::HandBack>,
     ) -> Result<rmcp::model::ReadResourceResult, AskError> {
         let seen = self.seen_by(caller.map(|(subject, _)| subject));
         let Some(index) = seen.index_for(&Asked::Resource(uri)) else {
@@ -1660,9 +1679,24 @@ impl<T: Offer> McpRegistry<T> {
         };
         let server = &self.inner.servers[index].spec.name;
         let params = rmcp::model::ReadResourceRequestParams::new(extras::upstream_uri(server, uri));
+        let hand_back = hand_back.cloned();
         let mut result = self
             .ask(&seen, index, caller, |peer| async move {
-                peer.read_resource(params).await
+                use rmcp::model::{ClientRequest, ReadResourceRequest, ServerResult};
+                let Some(hand_back) = hand_back else {
+                    return peer.read_resource(params).await;
+                };
+                let request = |responses, state| {
+                    let mut params = params.clone();
+                    params.input_responses = responses;
+                    params.request_state = state;
+                    ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params))
+                };
+                handing_back(&peer, server, &hand_back, request, |result| match result {
+                    ServerResult::ReadResourceResult(result) => Some(result),
+                    _ => None,
+                })
+                .await
             })
             .await?;
         extras::offered_contents(server, &mut result);

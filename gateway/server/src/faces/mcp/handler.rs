@@ -933,21 +933,37 @@ impl ServerHandler for ToolSetServer {
 
     async fn read_resource(
         &self,
-        request: rmcp::model::ReadResourceRequestParams,
+        mut request: rmcp::model::ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
         let target = self.listed_target(&context.extensions).await?;
+        let (asked, hand_back) = self.hand_back(
+            &context,
+            &target,
+            "resources/read",
+            &request.uri,
+            request.input_responses.take(),
+            request.request_state.take(),
+        )?;
         let registry = self.offering_uri(&target, &request.uri)?;
         let uri = request.uri.as_str();
-        let mut result = self
+        let answer = self
             .ask_upstream(&target, Asked::Resource(uri), |caller| {
-                let registry = registry.clone();
+                let (registry, hand_back) = (registry.clone(), hand_back.clone());
                 async move {
                     let caller = caller.as_ref().map(|(s, t)| (s.as_str(), t.as_str()));
-                    registry.read_resource(uri, caller).await
+                    registry
+                        .read_resource(uri, caller, hand_back.as_ref())
+                        .await
                 }
             })
-            .await?;
+            .await;
+        if let Some(Handed::Input(questions)) = hand_back.as_ref().and_then(HandBack::take) {
+            return Ok(rmcp::model::ReadResourceResponse::InputRequired(
+                input::input_required(&self.states, &asked, questions)?,
+            ));
+        }
+        let mut result = answer?;
         self.bounded(&result)?;
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(rmcp::model::ReadResourceResponse::Complete(result))

@@ -3,8 +3,9 @@
 //! requests").
 //!
 //! Such a client cannot be asked in the middle of a call. When a server
-//! asks during a `tools/call` or `prompts/get`, the questions the client
-//! declared it can answer (elicitation, sampling, roots) end the request
+//! asks during a `tools/call`, `prompts/get` or `resources/read`, the
+//! questions the client declared it can answer (elicitation, sampling,
+//! roots) end the request
 //! with an `input_required` result, under the server's own keys; the
 //! client sends the request again with its answers and the `requestState`
 //! it was given. That state is the gateway's: which server asked, the
