@@ -425,6 +425,16 @@ def test_the_mcp_inspector_lists_and_calls_through_the_gateway(mcp_gateway, tmp_
     assert app["resourceUri"] == "ui://copy/py/dashboard.html", app
 
 
+def answering_ada(asked: list):
+    """An elicitation callback: notes the question, answers `Ada`."""
+
+    async def elicit(_ctx, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    return elicit
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_a_2026_server_s_question_reaches_the_client_whatever_its_revision(mcp_gateway, mode):
     """The SDK's test server (2026-07-28) asks in its answer
@@ -435,10 +445,7 @@ def test_a_2026_server_s_question_reaches_the_client_whatever_its_revision(mcp_g
     gateway's decline."""
     url, _ = mcp_gateway
     asked = []
-
-    async def elicit(_ctx, params):
-        asked.append(params.message)
-        return types.ElicitResult(action="accept", content={"name": "Ada"})
+    elicit = answering_ada(asked)
 
     async def go():
         async with client(url + "/mcp/web", mode=mode, elicitation_callback=elicit) as c:
@@ -459,10 +466,7 @@ def test_a_resource_s_question_reaches_a_2026_client(mcp_gateway):
     the gateway's, and its answer reaches the server."""
     url, _ = mcp_gateway
     asked = []
-
-    async def elicit(_ctx, params):
-        asked.append(params.message)
-        return types.ElicitResult(action="accept", content={"name": "Ada"})
+    elicit = answering_ada(asked)
 
     async def go():
         async with client(url + "/mcp/web", mode="auto", elicitation_callback=elicit) as c:
