@@ -329,6 +329,23 @@ impl Gateway {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
+
+    /// A chat completion of `mock-model` whose one user message is
+    /// `script` (the scripted model's script): the response's body.
+    pub async fn chat(&self, script: &str) -> Value {
+        reqwest::Client::new()
+            .post(self.url("/v1/chat/completions"))
+            .json(&serde_json::json!({
+                "model": "mock-model",
+                "messages": [{"role": "user", "content": script}]
+            }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
 }
 
 /// A gateway in front of the scripted model, with a recording backend for

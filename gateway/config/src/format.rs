@@ -1373,6 +1373,29 @@ pub struct McpServerDecl {
     /// tool it does not name is trusted as first seen.
     #[serde(default)]
     pub pins: Option<String>,
+    /// The server's sampling requests (it asks a model to answer during a
+    /// call) that the call's client cannot answer, answered by the
+    /// gateway's own model: `{model: NAME}`, a model the gateway's
+    /// `upstreams` serve. Default: not answered (the call fails, saying
+    /// so). A client of the MCP face that can answer still answers.
+    #[serde(default)]
+    pub sampling: Option<McpSamplingDecl>,
+}
+
+/// The gateway's model answering an MCP server's sampling requests.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpSamplingDecl {
+    /// The model, by a name the gateway's `upstreams` route.
+    pub model: String,
+    /// The most tokens one answer may take: a request asking for more
+    /// gets this many. Default 1024.
+    #[serde(default = "default_sampling_tokens")]
+    pub max_tokens: u32,
+}
+
+fn default_sampling_tokens() -> u32 {
+    1024
 }
 
 /// What a changed MCP tool definition does (`on_change`).

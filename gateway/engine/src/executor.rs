@@ -133,6 +133,34 @@ pub struct Executor {
     approvals: Arc<Approvals>,
 }
 
+/// The call's context with the gateway's model answering the server's
+/// sampling requests, for a server whose declaration names a model
+/// (`sampling`) and a call whose client cannot answer them; `None` when
+/// nothing changes.
+fn sampling_by_model(
+    catalog: &Catalog,
+    mcp: &crate::tool::mcp::McpTool,
+    ctx: &CallContext,
+) -> Option<CallContext> {
+    use crate::tool::mcp::relay::Relay;
+    let sampling = mcp.sampling()?;
+    let relay = Relay::of(ctx).cloned().unwrap_or_default();
+    if relay.sample.is_some() {
+        return None;
+    }
+    let resolved = catalog.upstreams.resolve(&sampling.model)?;
+    let mut ctx = ctx.clone();
+    ctx.client = Some(toolgate::ClientLink::new(Relay {
+        sample: Some(crate::tool::sampling::answerer(
+            resolved,
+            sampling.max_tokens,
+            catalog.settings.limits.max_response_bytes,
+        )),
+        ..relay
+    }));
+    Some(ctx)
+}
+
 impl Executor {
     pub fn new(http: reqwest::Client) -> Self {
         Executor {
@@ -720,28 +748,11 @@ impl Executor {
                 native.call(args, ctx).await.map(Output::from)
             }
             // Dropped on timeout, which tells the server to cancel the call.
-            ToolKind::Mcp(mcp) => match mcp.credentials() {
-                None => crate::tool::mcp::call(mcp, &args, ctx, progress, None).await,
-                Some(how) => {
-                    let connections = catalog.connections.as_deref().ok_or_else(|| {
-                        ToolError::Failed(
-                            "this MCP server is called as each caller, and the gateway has no `connections`".into(),
-                        )
-                    })?;
-                    let store = connections.store(self.shared.as_ref());
-                    let args = &args;
-                    connections
-                        .with_token(&store, &how, ctx, |token| async move {
-                            let result =
-                                crate::tool::mcp::call(mcp, args, ctx, progress, Some(&token))
-                                    .await;
-                            // The server refused the token.
-                            let refused = matches!(result, Err(ToolError::NotConnected(_)));
-                            (result, refused)
-                        })
-                        .await
-                }
-            },
+            ToolKind::Mcp(mcp) => {
+                let answered = sampling_by_model(catalog, mcp, ctx);
+                let ctx = answered.as_ref().unwrap_or(ctx);
+                self.invoke_mcp(mcp, &args, ctx, catalog, progress).await
+            }
             ToolKind::Search => catalog
                 .run_find_tools(ctx.tool_set.as_deref(), &args, ctx.subject.as_deref())
                 .map(Output::from),
@@ -749,6 +760,38 @@ impl Executor {
                 .run_program(catalog, call, ctx, &args)
                 .await
                 .map(Output::from),
+        }
+    }
+
+    /// An MCP tool's call: over the gateway's session, or as the caller
+    /// with their token for a server called as each caller.
+    async fn invoke_mcp(
+        &self,
+        mcp: &crate::tool::mcp::McpTool,
+        args: &Value,
+        ctx: &CallContext,
+        catalog: &Catalog,
+        progress: Option<&ProgressSink>,
+    ) -> Result<Output, ToolError> {
+        match mcp.credentials() {
+            None => crate::tool::mcp::call(mcp, args, ctx, progress, None).await,
+            Some(how) => {
+                let connections = catalog.connections.as_deref().ok_or_else(|| {
+                    ToolError::Failed(
+                        "this MCP server is called as each caller, and the gateway has no `connections`".into(),
+                    )
+                })?;
+                let store = connections.store(self.shared.as_ref());
+                connections
+                    .with_token(&store, &how, ctx, |token| async move {
+                        let result =
+                            crate::tool::mcp::call(mcp, args, ctx, progress, Some(&token)).await;
+                        // The server refused the token.
+                        let refused = matches!(result, Err(ToolError::NotConnected(_)));
+                        (result, refused)
+                    })
+                    .await
+            }
         }
     }
 

@@ -129,6 +129,12 @@ impl<T: Offer> McpTool<T> {
         self.credentials().is_some()
     }
 
+    /// The gateway's model answering the server's sampling requests, when
+    /// its declaration names one (`sampling`).
+    pub fn sampling(&self) -> Option<toolgate_config::format::McpSamplingDecl> {
+        self.server.upgrade()?.spec.sampling.clone()
+    }
+
     /// Calls the tool over the server's session. Dropping the future (the
     /// executor's timeout, a cancelled request) sends
     /// `notifications/cancelled` to the server.

@@ -35,6 +35,9 @@ pub struct ServerSpec {
     /// Why the server is never started (e.g. a variable its headers need is
     /// unset); `None` when it can run.
     pub disabled: Option<String>,
+    /// The gateway's model answering the server's sampling requests that
+    /// no client of the call can answer (`sampling`); `None`: not answered.
+    pub sampling: Option<toolgate_config::format::McpSamplingDecl>,
 }
 
 impl ServerSpec {

@@ -517,6 +517,15 @@ async fn chat_gateway(
     bin: &str,
     tools: &str,
 ) -> (toolgate_tests::mock_llm::MockLlm, Gateway, ConfigDir) {
+    chat_gateway_of(&everything_yaml(bin, "10s"), tools).await
+}
+
+/// A gateway whose default set `mcp` holds `tools` of the `servers`
+/// (YAML), in front of the scripted model.
+async fn chat_gateway_of(
+    servers: &str,
+    tools: &str,
+) -> (toolgate_tests::mock_llm::MockLlm, Gateway, ConfigDir) {
     let model = toolgate_tests::mock_llm::MockLlm::start().await;
     let gateway_yaml = format!(
         "defaults:\n  tool_set: mcp\nupstreams:\n  - name: mock\n    base_url: {}\n",
@@ -525,7 +534,7 @@ async fn chat_gateway(
     let set = format!("name: mcp\ntools: {tools}\n");
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml),
-        ("tools.d/everything.yaml", &everything_yaml(bin, "10s")),
+        ("tools.d/everything.yaml", servers),
         ("tool-sets/mcp.yaml", &set),
     ]);
     let catalog = load_catalog(dir.path(), &[]);
@@ -537,18 +546,9 @@ async fn chat_gateway(
 async fn an_mcp_tool_in_the_chat_loop() {
     let bin = require!(everything());
     let (model, gw, _dir) = chat_gateway(&bin, "[everything_echo, \"everything_get-*\"]").await;
-    let body: Value = reqwest::Client::new()
-        .post(gw.url("/v1/chat/completions"))
-        .json(&json!({
-            "model": "mock-model",
-            "messages": [{"role": "user", "content": "call everything_echo {\"message\": \"hi\"} call everything_get-sum {\"a\": 1, \"b\": 2}"}]
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = gw
+        .chat("call everything_echo {\"message\": \"hi\"} call everything_get-sum {\"a\": 1, \"b\": 2}")
+        .await;
     assert_eq!(
         body["choices"][0]["message"]["content"],
         "Tool results: [everything_echo] Echo: hi | [everything_get-sum] The sum of 1 and 2 is 3.",
@@ -656,4 +656,52 @@ async fn base64_in_structured_content_never_reaches_the_model() {
     let upstream = result.mcp_result.expect("the server's result is kept");
     assert!(upstream.to_string().len() > 40_000);
     catalog.mcp().shutdown().await;
+}
+
+/// server-everything asks for a model's answer (sampling) in the middle of
+/// a call made by the chat loop, where no client can answer: with
+/// `sampling: {model}` the gateway's own model answers (one chat
+/// completion without tools, within `max_tokens`); without it the call
+/// fails, saying why.
+#[tokio::test]
+async fn the_gateway_s_model_answers_a_server_s_sampling_request_when_its_declaration_allows() {
+    let bin = require!(everything());
+    for allowed in [true, false] {
+        let sampling = if allowed {
+            "    sampling: { model: mock-model, max_tokens: 64 }\n"
+        } else {
+            ""
+        };
+        let servers = format!(
+            "mcp_servers:\n  - name: everything\n    transport: stdio\n    command: {bin}\n    args: [stdio]\n    tools:\n      include: [trigger-sampling-request]\n      prefix: everything_\n{sampling}"
+        );
+        let (model, gw, _dir) = chat_gateway_of(&servers, "[\"everything_*\"]").await;
+        let body = gw
+            .chat("call everything_trigger-sampling-request {\"prompt\": \"Say hello\", \"maxTokens\": 500}")
+            .await;
+        let call = &body["toolgate"]["tool_calls"][0];
+        let requests = model.requests();
+        let asked: Vec<&Value> = requests
+            .iter()
+            .filter(|r| r["messages"].to_string().contains("Say hello") && r.get("tools").is_none())
+            .collect();
+        if allowed {
+            assert_eq!(call["success"], true, "{body}");
+            assert!(
+                call["result"].to_string().contains("LLM sampling result"),
+                "{call}"
+            );
+            assert_eq!(
+                asked.len(),
+                1,
+                "one chat completion for the sampling request: {requests:?}"
+            );
+            assert_eq!(asked[0]["max_tokens"], 64, "the declaration's cap");
+            assert_eq!(asked[0]["model"], "mock-model");
+        } else {
+            assert_eq!(call["success"], false, "{body}");
+            assert!(call.to_string().contains("sampling"), "{call}");
+            assert!(asked.is_empty(), "{requests:?}");
+        }
+    }
 }

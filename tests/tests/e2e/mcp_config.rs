@@ -81,7 +81,7 @@ fn every_declaration_error_is_reported_with_its_position() {
             "tools.d/mcp.yaml:33:17: error: tool `web_lookup` of MCP server `literal` collides with the tool `web_lookup` declared at tools.d/mcp.yaml:4 — set a `tools.prefix` on the server, or rename one of the two",
             "tools.d/mcp.yaml:33:25: error: the name of tool `aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa` would be too long: `web_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa` is 67 characters long, over the limit of 64 — use a shorter `tools.prefix`, or remove the tool from `include`",
             "tools.d/mcp.yaml:35:11: error: MCP server `literal` is also declared at tools.d/mcp.yaml:29:11 — rename one of the two servers",
-            "tools.d/mcp.yaml:41:13: error: mcp_servers[6].commnd: unknown field `commnd`, expected one of `name`, `transport`, `command`, `args`, `env`, `cwd`, `url`, `headers`, `oauth`, `credentials`, `tools`, `timeout`, `startup_timeout`, `cache`, `required`, `on_change`, `pins` — remove the field or fix its spelling (`toolgate schema` lists every field)",
+            "tools.d/mcp.yaml:41:13: error: mcp_servers[6].commnd: unknown field `commnd`, expected one of `name`, `transport`, `command`, `args`, `env`, `cwd`, `url`, `headers`, `oauth`, `credentials`, `tools`, `timeout`, `startup_timeout`, `cache`, `required`, `on_change`, `pins`, `sampling` — remove the field or fix its spelling (`toolgate schema` lists every field)",
         ],
         "{errors:#?}"
     );

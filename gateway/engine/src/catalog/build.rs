@@ -59,7 +59,7 @@ pub(super) fn build(
                 .map(|t| (t.name.clone(), t.origin.clone())),
         )
         .collect();
-    let mcp_specs = super::mcp::check_servers(&raw, env, &reserved, &mut diags);
+    let mcp_specs = super::mcp::check_servers(&raw, env, &reserved, &upstreams, &mut diags);
 
     let tool_names: BTreeSet<&str> = pending
         .iter()

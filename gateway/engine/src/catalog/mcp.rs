@@ -71,6 +71,7 @@ impl McpChecker {
             file: s.file.file.clone(),
             pos: s.at(""),
             disabled,
+            sampling: decl.sampling.clone(),
         });
     }
 
@@ -743,6 +744,7 @@ pub(super) fn check_servers(
     raw: &RawConfig,
     env: &dyn Fn(&str) -> Option<String>,
     reserved: &HashMap<String, String>,
+    upstreams: &crate::upstream::Upstreams,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<ServerSpec> {
     let mut checker = McpChecker::default();
@@ -757,6 +759,7 @@ pub(super) fn check_servers(
             .collect();
         for (i, decl) in file.value.mcp_servers.iter().enumerate() {
             if let Some(decl) = decl {
+                check_sampling(file, i, decl, upstreams, diags);
                 checker.check(ServerCheck {
                     dir: &raw.dir,
                     file,
@@ -773,6 +776,38 @@ pub(super) fn check_servers(
     }
     checker.finish(&raw.tool_files, diags);
     checker.specs
+}
+
+/// `sampling`: a model the gateway's routes serve, and a token budget.
+fn check_sampling(
+    file: &Loaded<RawToolFile>,
+    index: usize,
+    decl: &McpServerDecl,
+    upstreams: &crate::upstream::Upstreams,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let Some(sampling) = &decl.sampling else {
+        return;
+    };
+    if upstreams.resolve(&sampling.model).is_none() {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos(&format!("mcp_servers[{index}].sampling.model")),
+            format!(
+                "MCP server `{}` has its sampling requests answered by model `{}`, which no upstream route serves",
+                decl.name, sampling.model
+            ),
+            "name a model that `upstreams` routes (GET /v1/models lists them), or remove `sampling`",
+        ));
+    }
+    if sampling.max_tokens == 0 {
+        diags.push(Diagnostic::error(
+            &file.file,
+            file.pos(&format!("mcp_servers[{index}].sampling.max_tokens")),
+            "`sampling.max_tokens` is 0: no answer could be given".to_owned(),
+            "give the most tokens one answer may take, e.g. 1024",
+        ));
+    }
 }
 
 /// The registry of a valid catalog: its servers, the names of its other
