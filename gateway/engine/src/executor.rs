@@ -151,7 +151,7 @@ fn sampling_by_model(
     let resolved = catalog.upstreams.resolve(&sampling.model)?;
     let mut ctx = ctx.clone();
     ctx.client = Some(toolgate::ClientLink::new(Relay {
-        sample: Some(crate::tool::sampling::answerer(
+        sample: Some(crate::sampling::answerer(
             resolved,
             sampling.max_tokens,
             catalog.settings.limits.max_response_bytes,

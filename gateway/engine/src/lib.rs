@@ -14,8 +14,9 @@
 //! [`limits`] caps concurrency and rates, [`audit`] writes one line per tool
 //! call, [`metrics`] counts everything (a leaf: it knows no other module),
 //! [`secrets`] keeps configured secrets out of what clients see,
-//! [`template`] renders HTTP tools' requests, and [`credentials`] gives HTTP
-//! tools the calling user's own token for their upstream.
+//! [`template`] renders HTTP tools' requests, [`credentials`] gives HTTP
+//! tools the calling user's own token for their upstream, and [`sampling`]
+//! lets the gateway's model answer an MCP server's sampling requests.
 
 pub mod approvals;
 pub mod audit;
@@ -35,6 +36,7 @@ pub mod metrics;
 pub mod openai;
 pub mod policy;
 pub mod prompt;
+pub mod sampling;
 pub mod secrets;
 pub mod shared;
 pub mod telemetry;

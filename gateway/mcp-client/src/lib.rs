@@ -525,7 +525,12 @@ async fn handing_back<R>(
         None => (None, None),
     };
     let alone = relay::Relay::default();
-    for _ in 0..=MAX_INPUT_ROUNDS {
+    for round in 0..=MAX_INPUT_ROUNDS {
+        if round > 0 && responses.is_none() {
+            // Only state to carry: the server is working; ask again after
+            // a pause that grows, as a call does.
+            tokio::time::sleep(Duration::from_millis(50 << round.min(6))).await;
+        }
         let handle = peer
             .send_request_with_option(
                 request(responses.take(), state.take()),

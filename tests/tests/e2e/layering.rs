@@ -303,7 +303,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
                 "conversations",
                 "approvals",
             ],
-            &["discovery", "code"],
+            &["discovery", "code", "sampling"],
             &["catalog"],
             &["executor"],
             &["chat"],

@@ -3,7 +3,6 @@
 
 pub mod http;
 pub mod mcp;
-pub mod sampling;
 
 pub use toolgate::{
     ArgError, Progress, ProgressSink, ToolError, context, is_valid_name, native, strict,
