@@ -39,6 +39,16 @@ use toolgate_engine::tool::mcp::relay::{HandBack, Handed, Relay};
 use toolgate_engine::tool::mcp::{Asked, McpRegistry};
 use toolgate_engine::tool::{Progress, ToolError};
 
+/// Who a request state or task id is handed to: the API key's name and
+/// the caller's subject.
+fn whom(target: &Target) -> String {
+    format!(
+        "{}\0{}",
+        target.caller.key_name().unwrap_or_default(),
+        target.caller.subject().unwrap_or_default()
+    )
+}
+
 /// How often a session's watcher asks whether its client is still there.
 const GONE_CHECK_EVERY: Duration = Duration::from_secs(30);
 
@@ -208,11 +218,7 @@ impl ToolSetServer {
         let asked = input::Request {
             method,
             name: name.to_owned(),
-            key: format!(
-                "{}\0{}",
-                target.caller.key_name().unwrap_or_default(),
-                target.caller.subject().unwrap_or_default()
-            ),
+            key: whom(target),
         };
         let hand_back = input::hand_back(&self.states, context, &asked, responses, state)?;
         Ok((asked, hand_back))
@@ -223,11 +229,7 @@ impl ToolSetServer {
         input::Request {
             method: "tasks",
             name: target.set.clone(),
-            key: format!(
-                "{}\0{}",
-                target.caller.key_name().unwrap_or_default(),
-                target.caller.subject().unwrap_or_default()
-            ),
+            key: whom(target),
         }
     }
 
@@ -1110,6 +1112,9 @@ impl ServerHandler for ToolSetServer {
                 None,
             ));
         };
+        // A finished task inlines the tool's result: bounded like a
+        // prompt or a resource.
+        self.bounded(&result)?;
         result.task.task.task_id = request.task_id;
         Ok(result)
     }
