@@ -1,7 +1,8 @@
 """The console (`/console`) in a real headless browser: Debian's chromium
 (installed by `make deb`), driven by Playwright for Python, against
-`toolgate serve` with the shipped configuration (plus three API keys and an MCP server written with the Python SDK) and the scripted
-model.
+`toolgate serve` with the shipped configuration (plus four API keys, an
+MCP server written with the Python SDK, and a published MCP App server,
+`@modelcontextprotocol/server-basic-vanillajs`) and the scripted model.
 
 Screenshots of every page are written to $TOOLGATE_SCREENSHOTS when it is
 set (`make screenshots` sets it to docs/console), else to a temporary
@@ -10,6 +11,7 @@ folder.
 
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +32,12 @@ def sync_playwright():
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-KEYS = {"admin": "admin-key-0123456789", "carol": "carol-key-0123456789", "bob": "bob-key-0123456789"}
+KEYS = {
+    "admin": "admin-key-0123456789",
+    "carol": "carol-key-0123456789",
+    "bob": "bob-key-0123456789",
+    "dave": "dave-key-0123456789",
+}
 
 CONSOLE_YAML = """
 auth:
@@ -44,6 +51,10 @@ auth:
       console: own
     - name: bob
       key_env: TG_BOB_KEY
+    - name: dave
+      key_env: TG_DAVE_KEY
+      tool_sets: [apps-bare]
+      console: own
 """
 
 MCP_YAML = """
@@ -53,7 +64,15 @@ mcp_servers:
     command: {python}
     args: ["{script}", stdio]
     tools: {{ include: [add, echo], prefix: py_ }}
+  - name: apps
+    transport: stdio
+    command: {node}
+    args: ["{app_server}", --stdio]
+    tools: {{ prefix: apps_ }}
 """
+
+NODE = ROOT / "tests/node/node_modules/.bin/node"
+APP_SERVER = ROOT / "tests/mcp/node_modules/@modelcontextprotocol/server-basic-vanillajs/dist/index.js"
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +86,21 @@ def console(tmp_path_factory, model):
     shipped = (ROOT / "toolgate.yaml").read_text()
     assert "\nconsole:\n  enabled: true" in shipped, "the shipped configuration enables the console"
     (config / "toolgate.yaml").write_text(shipped + CONSOLE_YAML)
+    for needed in (NODE, APP_SERVER):
+        if not needed.exists():
+            missing(f"{needed} is missing: run `make setup`")
     (config / "tools.d" / "mcp.yaml").write_text(
-        MCP_YAML.format(python=sys.executable, script=ROOT / "tests" / "mcp" / "test_server.py")
+        MCP_YAML.format(
+            python=sys.executable, script=ROOT / "tests" / "mcp" / "test_server.py", node=NODE, app_server=APP_SERVER
+        )
     )
     (config / "tool-sets" / "mcp.yaml").write_text('name: mcp\ndescription: The Python MCP server.\ntools: ["py_*"]\n')
+    (config / "tool-sets" / "apps.yaml").write_text(
+        'name: apps\ndescription: An MCP App server.\ntools: ["apps_*"]\nresources: ["ui://*"]\n'
+    )
+    (config / "tool-sets" / "apps-bare.yaml").write_text(
+        'name: apps-bare\ndescription: The same tools, not their interfaces.\ntools: ["apps_*"]\n'
+    )
     env = {
         **os.environ,
         "NO_COLOR": "1",
@@ -79,6 +109,7 @@ def console(tmp_path_factory, model):
         "TG_ADMIN_KEY": KEYS["admin"],
         "TG_CAROL_KEY": KEYS["carol"],
         "TG_BOB_KEY": KEYS["bob"],
+        "TG_DAVE_KEY": KEYS["dave"],
     }
     proc = subprocess.Popen(
         [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
@@ -290,6 +321,68 @@ def test_a_key_without_access_is_refused_and_a_limited_key_sees_only_its_own(con
     expect(rows.first).to_contain_text('"2 + 2"')
     assert "admin" not in page.locator("#main").inner_text()
     assert "100 - 1" not in page.locator("#main").inner_text()
+    page.context.close()
+
+
+def open_tool(page, name):
+    page.evaluate(f"htmx.ajax('GET', '/console/ui/tools/{name}', {{target: '#main'}})")
+    expect(page.locator("#page-title")).to_have_text(name)
+
+
+def test_an_mcp_app_runs_sandboxed_under_its_tool_s_result_and_calls_its_server(console, tmp_path):
+    """A published MCP App (server-basic-vanillajs, built on the official
+    App SDK) behind the gateway: calling its tool in the console shows
+    its interface, which gets the call's result, calls its server's tool
+    through the gateway and logs to the console, from an opaque origin
+    that cannot read the console's key."""
+    page = open_console(console)
+    open_tool(page, "apps_get-time")
+    expect(page.locator(".facts")).to_contain_text("from MCP server apps")
+    page.get_by_role("button", name="Call apps_get-time", exact=True).click()
+    result = page.locator("#result .result")
+    expect(result).to_have_attribute("data-outcome", "ok")
+    expect(result.locator(".app h4")).to_contain_text("ui://apps/get-time/mcp-app.html")
+    app = page.frame_locator("iframe.app-frame")
+    # The interface shows the time of the call's own result (its
+    # structuredContent), handed over after the App SDK's handshake.
+    called = result.locator(".data").inner_text()
+    expect(app.locator("#server-time")).to_have_text(re.compile(r"^\d{4}-\d\d-\d\dT"))
+    first = app.locator("#server-time").inner_text()
+    assert first in called, (first, called)
+    # Its button calls the server's `get-time` through the gateway.
+    with page.expect_response(lambda r: r.url.endswith("/console/ui/apps/call")) as answer:
+        app.locator("#get-time-btn").click()
+    assert answer.value.status == 200, answer.value.text()
+    assert answer.value.json()["structuredContent"]["time"], answer.value.json()
+    expect(app.locator("#server-time")).not_to_have_text(first)
+    # It logs to its host.
+    app.locator("#log-text").fill("hello from the app")
+    app.locator("#send-log-btn").click()
+    expect(result.locator(".app-log")).to_contain_text("hello from the app")
+    # The sandbox holds: an opaque origin, no access to the console.
+    frame = page.frames[-1]
+    assert frame.evaluate("window.origin") == "null"
+    assert frame.evaluate("(() => { try { return sessionStorage.length, 'read'; } catch (e) { return e.name; } })()") == "SecurityError"
+    assert frame.evaluate("(() => { try { return parent.document.title; } catch (e) { return e.name; } })()") == "SecurityError"
+    csp = page.request.get(console["base"] + "/console/app-frame").headers["content-security-policy"]
+    assert csp.startswith("sandbox allow-scripts;") and "connect-src 'none'" in csp, csp
+    shoot(page, tmp_path, "mcp-app")
+    # The interface asks for its own server's tools only.
+    asked = page.evaluate(
+        """() => fetch('/console/ui/apps/call', {method: 'POST', headers: {'HX-Request': 'true',
+             'Authorization': 'Bearer ' + sessionStorage.getItem('toolgate.key'), 'Content-Type': 'application/json'},
+             body: JSON.stringify({tool: 'apps_get-time', name: 'add', arguments: {a: 1, b: 2}})}).then(r => r.status)"""
+    )
+    assert asked == 404
+    page.context.close()
+
+    # A set that holds the tool but not its interface: the result says so.
+    page = open_console(console, key="dave")
+    open_tool(page, "apps_get-time")
+    page.get_by_role("button", name="Call apps_get-time", exact=True).click()
+    expect(page.locator("#result .result")).to_have_attribute("data-outcome", "ok")
+    expect(page.locator("#result .app")).to_contain_text("Not shown: no tool set of yours")
+    assert page.locator("iframe").count() == 0
     page.context.close()
 
 

@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use super::{Catalog, ToolSet};
+use super::{Catalog, Offers, ToolSet};
 use crate::auth::ApiKey;
 use crate::discovery::FIND_TOOLS;
 use crate::tool::Tool;
+use crate::tool::mcp::McpRegistry;
 
 /// Where a call is made from.
 #[derive(Debug, Clone, Copy)]
@@ -32,6 +33,22 @@ pub enum CallRefused {
     Forbidden { name: String, key: String },
     #[error("tool `{name}` is unavailable: {reason}")]
     Unavailable { name: String, reason: String },
+}
+
+/// `true` when a set's `resources` offer `uri` to `caller` (a subject):
+/// an entry names or matches it, or it matches the URI template of a
+/// template an entry offers.
+pub fn offers_uri(
+    resources: &Offers,
+    registry: &McpRegistry,
+    uri: &str,
+    caller: Option<&str>,
+) -> bool {
+    resources.admits(uri)
+        || registry
+            .resource_templates(&|t| resources.admits(t), caller)
+            .iter()
+            .any(|t| crate::tool::mcp::extras::template_matches(&t.uri_template, uri))
 }
 
 /// `true` when `name` is one of `set`'s tools, usable or not (declared,
@@ -107,6 +124,23 @@ impl Catalog {
                 None => CallRefused::Unknown(name.to_owned()),
             }),
         }
+    }
+
+    /// `true` when a set the key may use holds the tool `name` and offers
+    /// the resource `uri` to `caller` (a subject): how the console decides
+    /// whether it shows a tool's MCP App, by the rule the MCP face reads
+    /// resources by ([`offers_uri`]).
+    pub fn offers_with_tool(
+        &self,
+        key: Option<&ApiKey>,
+        name: &str,
+        uri: &str,
+        caller: Option<&str>,
+    ) -> bool {
+        self.sets()
+            .filter(|s| key.is_none_or(|k| k.may_use(&s.name)))
+            .filter(|s| member(s, name))
+            .any(|s| offers_uri(&s.resources, &self.mcp, uri, caller))
     }
 
     /// `true` for a tool the catalog knows, usable or not.

@@ -33,7 +33,7 @@ use crate::upstream::Upstreams;
 use toolgate_config::{ConfigErrors, Diagnostic, GatewayFile};
 
 pub use crate::secrets::Secret;
-pub use access::{CallRefused, CallScope};
+pub use access::{CallRefused, CallScope, offers_uri};
 pub use browsers::{BrowserRefusal, BrowserRequest, BrowserRules};
 pub use toolset::{McpPattern, Offers, ToolSet};
 

@@ -1,6 +1,8 @@
-// toolgate console: the key, errors, focus, and the playground's stream.
-// Every piece of HTML inserted here was rendered (and escaped) by the
-// gateway; text from models and tools is only ever set as text.
+// toolgate console: the key, errors, focus, the playground's stream, and
+// the host of MCP Apps. Every piece of HTML inserted here was rendered
+// (and escaped) by the gateway; text from models and tools is only ever
+// set as text. An MCP App's HTML is never inserted here: it runs in a
+// sandboxed frame of its own (an opaque origin; see `apps.rs`).
 (function () {
   "use strict";
   var KEY = "toolgate.key";
@@ -61,6 +63,7 @@
       if (title) { title.focus(); }
     }
     if (document.getElementById("play-form")) { setUpPlayground(); }
+    setUpApps();
   });
 
   function setUpKeyForm() {
@@ -197,6 +200,120 @@
       button.disabled = false;
       document.getElementById("play-message").focus();
     });
+  }
+
+  // MCP Apps: this page hosts a tool's interface (MCP Apps protocol
+  // 2026-01-26, JSON-RPC over postMessage). The interface runs in
+  // /console/app-frame, sandboxed without allow-same-origin; it gets the
+  // call's arguments and result, may call the tools of its own server
+  // (through the gateway, with this tab's key) and may log here. Nothing
+  // else is offered: other requests get "method not found".
+  var APP_PROTOCOLS = ["2026-01-26", "2025-11-21"];
+  var APP_MAX_HEIGHT = 2000;
+
+  function setUpApps() {
+    var holders = document.querySelectorAll(".mcp-app:not([data-ready])");
+    Array.prototype.forEach.call(holders, function (holder) {
+      holder.dataset.ready = "1";
+      var section = holder.closest("section.app");
+      var data = JSON.parse(holder.dataset.app);
+      startApp(holder, section.querySelector(".app-log"), data);
+    });
+  }
+
+  function startApp(holder, log, data) {
+    var frame = element("iframe", {
+      "sandbox": "allow-scripts",
+      "src": holder.dataset.frame,
+      "title": "MCP App " + data.uri,
+      "class": "app-frame"
+    });
+    holder.appendChild(frame);
+    var handed = false;
+
+    function post(message) {
+      if (frame.contentWindow) { frame.contentWindow.postMessage(message, "*"); }
+    }
+    function reply(id, result) { post({ jsonrpc: "2.0", id: id, result: result }); }
+    function fail(id, code, message) {
+      post({ jsonrpc: "2.0", id: id, error: { code: code, message: message } });
+    }
+    function notify(method, params) { post({ jsonrpc: "2.0", method: method, params: params }); }
+    function note(level, text) {
+      var item = element("li", { "class": "app-log-" + level }, text);
+      log.appendChild(item);
+    }
+
+    function callTool(id, params) {
+      params = params || {};
+      fetch("/console/ui/apps/call", {
+        method: "POST",
+        headers: headers({ "Content-Type": "application/json" }),
+        body: JSON.stringify({ tool: data.tool.name, name: String(params.name), arguments: params.arguments || {} })
+      }).then(function (response) {
+        return response.text().then(function (text) {
+          if (response.ok) { reply(id, JSON.parse(text)); }
+          else { fail(id, -32603, errorText(response.status, text)); }
+        });
+      }).catch(function () { fail(id, -32603, "The gateway could not be reached."); });
+    }
+
+    function onMessage(e) {
+      if (!frame.isConnected) { window.removeEventListener("message", onMessage); return; }
+      if (e.source !== frame.contentWindow) { return; }
+      var m = e.data;
+      if (m && m.type === "toolgate/app-frame-ready" && !handed) {
+        handed = true;
+        post({ type: "toolgate/app-html", html: data.html });
+        return;
+      }
+      if (!m || m.jsonrpc !== "2.0" || typeof m.method !== "string") { return; }
+      var asks = m.id !== undefined && m.id !== null;
+      var params = m.params || {};
+      switch (m.method) {
+        case "ui/initialize":
+          reply(m.id, {
+            protocolVersion: APP_PROTOCOLS.indexOf(params.protocolVersion) >= 0 ? params.protocolVersion : APP_PROTOCOLS[0],
+            hostInfo: { name: "toolgate-console", version: "1" },
+            hostCapabilities: { serverTools: {}, logging: {} },
+            hostContext: {
+              toolInfo: { tool: data.tool },
+              theme: window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light",
+              displayMode: "inline",
+              availableDisplayModes: ["inline"],
+              containerDimensions: { maxHeight: APP_MAX_HEIGHT },
+              locale: navigator.language,
+              platform: "web"
+            }
+          });
+          break;
+        case "ui/notifications/initialized":
+          notify("ui/notifications/tool-input", { arguments: data.arguments || {} });
+          notify("ui/notifications/tool-result", data.result);
+          break;
+        case "tools/call":
+          if (asks) { callTool(m.id, params); }
+          break;
+        case "ui/notifications/size-changed":
+          if (typeof params.height === "number") {
+            frame.style.height = Math.max(40, Math.min(APP_MAX_HEIGHT, Math.ceil(params.height))) + "px";
+          }
+          break;
+        case "notifications/message":
+          note(String(params.level || "info"), typeof params.data === "string" ? params.data : JSON.stringify(params.data));
+          break;
+        case "ui/request-display-mode":
+          if (asks) { reply(m.id, { mode: "inline" }); }
+          break;
+        case "ping":
+          if (asks) { reply(m.id, {}); }
+          break;
+        default:
+          if (asks) { fail(m.id, -32601, "the toolgate console does not offer " + m.method); }
+          else if (m.method.indexOf("ui/") === 0 || m.method.indexOf("notifications/") === 0) { /* nothing to do */ }
+      }
+    }
+    window.addEventListener("message", onMessage);
   }
 
   document.addEventListener("DOMContentLoaded", function () {

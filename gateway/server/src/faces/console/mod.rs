@@ -17,6 +17,7 @@
 //! request carries `HX-Request`, which a page of another origin cannot
 //! send without a CORS preflight the gateway never grants.
 
+mod apps;
 mod form;
 mod pages;
 mod play;
@@ -38,6 +39,8 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/console", get(shell))
         .route("/console/static/{file}", get(asset))
+        .route("/console/app-frame", get(apps::frame))
+        .route("/console/ui/apps/call", post(apps::call))
         .route("/console/ui/catalog", get(pages::catalog))
         .route(
             "/console/ui/tools/{name}",
@@ -55,10 +58,10 @@ pub fn routes() -> Router<AppState> {
         .route("/console/ui/play", post(play::play))
 }
 
-/// `true` for the paths that need no key: the shell and its assets, which
-/// hold no data.
+/// `true` for the paths that need no key: the shell, its assets and the
+/// frame MCP Apps run in, which hold no data.
 pub fn is_open(path: &str) -> bool {
-    path == "/console" || path.starts_with("/console/static/")
+    path == "/console" || path == "/console/app-frame" || path.starts_with("/console/static/")
 }
 
 /// The templates, parsed once.
@@ -131,16 +134,21 @@ fn render(name: &str, context: impl serde::Serialize) -> Result<String, ApiError
 }
 
 /// The headers every console answer carries: nothing but the gateway's
-/// own scripts, styles and connections, no framing, no referrer.
+/// own scripts, styles, connections and frames (the one MCP Apps run in,
+/// `/console/app-frame`), no framing of the console, no referrer.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-    connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+    connect-src 'self'; frame-src 'self'; form-action 'self'; frame-ancestors 'none'; \
+    base-uri 'none'";
 
-fn secured(mut response: Response, cache: &'static str) -> Response {
+fn secured(response: Response, cache: &'static str) -> Response {
+    with_policy(response, HeaderValue::from_static(CSP), cache)
+}
+
+/// `response` with `policy` as its Content-Security-Policy, no sniffing,
+/// no referrer and `cache` as its Cache-Control.
+fn with_policy(mut response: Response, policy: HeaderValue, cache: &'static str) -> Response {
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
+    headers.insert(header::CONTENT_SECURITY_POLICY, policy);
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -271,9 +279,26 @@ mod tests {
     }
 
     #[test]
+    fn an_app_s_html_stays_inside_its_attribute() {
+        let hostile = "<script>alert('x')</script>\"><img src=x onerror=alert(1)> &amp;";
+        let html = render(
+            "result.html",
+            serde_json::json!({"ok": true, "app": {"uri": "ui://s/a.html", "frame": "/console/app-frame", "html": hostile}}),
+        )
+        .unwrap();
+        let start = html.find("data-app='").unwrap() + "data-app='".len();
+        let attribute = &html[start..start + html[start..].find('\'').unwrap()];
+        assert!(!attribute.contains(['<', '>', '&']), "{attribute}");
+        let decoded: serde_json::Value = serde_json::from_str(attribute).unwrap();
+        assert_eq!(decoded["html"], hostile);
+    }
+
+    #[test]
     fn only_the_page_and_its_assets_are_open() {
         assert!(is_open("/console"));
         assert!(is_open("/console/static/console.js"));
+        assert!(is_open("/console/app-frame"));
+        assert!(!is_open("/console/ui/apps/call"));
         assert!(!is_open("/console/ui/catalog"));
         assert!(!is_open("/console/"));
         assert!(!is_open("/consoles"));

@@ -264,7 +264,29 @@ pub async fn try_tool(
         }
     };
     let shown = serde_json::to_string_pretty(&arguments).unwrap_or_default();
-    let result = crate::faces::tools::run_tool(&state, &caller, &context, name, arguments).await?;
+    let result =
+        crate::faces::tools::run_tool(&state, &caller, &context, name.clone(), arguments.clone())
+            .await?;
+    // The tool's MCP App, run under the result with the call's arguments
+    // and result.
+    let catalog = state.catalog();
+    let who = caller.subject();
+    let mut app = None;
+    if let Some(tool) = catalog.tool_as(&name, who.as_deref()) {
+        app = super::apps::shown(&state, &catalog, &caller, &context, &tool).await;
+        if let Some(app) = app.as_mut().filter(|a| a.get("html").is_some()) {
+            app["tool"] = json!({
+                "name": tool.name,
+                "description": tool.description,
+                "inputSchema": tool.parameters,
+            });
+            app["arguments"] = arguments;
+            app["result"] = crate::faces::mcp::wire::result(&result)
+                .ok()
+                .and_then(|r| serde_json::to_value(r).ok())
+                .unwrap_or_default();
+        }
+    }
     let data = match &result.data {
         Some(Value::String(s)) => s.clone(),
         Some(v) => serde_json::to_string_pretty(v).unwrap_or_default(),
@@ -286,6 +308,7 @@ pub async fn try_tool(
             "duration_ms": format!("{:.1}", result.duration_ms),
             "cached": result.cached,
             "truncated": result.truncated,
+            "app": app,
         }),
     )?;
     Ok(fragment(html))

@@ -432,7 +432,7 @@ impl ToolSetServer {
     fn offering_uri(&self, target: &Target, uri: &str) -> Result<McpRegistry, McpError> {
         let (set, registry) = self.offers_to(target)?;
         let who = target.caller.subject();
-        if offers_uri(&set, &registry, uri, who.as_deref()) {
+        if toolgate_engine::catalog::offers_uri(&set.resources, &registry, uri, who.as_deref()) {
             Ok(registry)
         } else {
             Err(McpError::invalid_params(
@@ -569,16 +569,6 @@ fn cache_scope(registry: &McpRegistry, caller: Option<&str>) -> CacheScope {
     } else {
         CacheScope::Public
     }
-}
-
-/// `true` when `set` offers `uri`: it names or matches the URI, or a
-/// template it offers describes it.
-fn offers_uri(set: &SetOffers, registry: &McpRegistry, uri: &str, caller: Option<&str>) -> bool {
-    set.resources.admits(uri)
-        || registry
-            .resource_templates(&|t| set.resources.admits(t), caller)
-            .iter()
-            .any(|t| toolgate_engine::tool::mcp::extras::template_matches(&t.uri_template, uri))
 }
 
 /// The context of a call from `target` (audit line, rate limits, the

@@ -18,7 +18,7 @@
 mod handler;
 mod input;
 mod sessions;
-mod wire;
+pub(crate) mod wire;
 
 use std::sync::Arc;
 
