@@ -442,8 +442,16 @@ def test_a_2026_server_s_question_reaches_the_client_whatever_its_revision(mcp_g
     middle of the call; a 2026-07-28 client gets an `input_required`
     result of the gateway's and answers in a request of its own, which the
     SDK's client does by itself. A client that cannot answer gets the
-    gateway's decline."""
-    url, _ = mcp_gateway
+    gateway's decline. The audit log tells a call handed to the client
+    from a failed one."""
+    url, config = mcp_gateway
+    audit = config / "audit.jsonl"
+
+    def asks():
+        lines = [json.loads(line) for line in audit.read_text().splitlines()] if audit.exists() else []
+        return [e["outcome"] for e in lines if e["tool"] == "py_ask"]
+
+    before = len(asks())
     asked = []
     elicit = answering_ada(asked)
 
@@ -458,6 +466,14 @@ def test_a_2026_server_s_question_reaches_the_client_whatever_its_revision(mcp_g
             assert got.content[0].text == "No name given.", got.content
 
     run(go)
+    # The first call of a 2026-07-28 client ends with the question handed
+    # to it; its answer is a call of its own.
+    expected = ["handed_to_client", "ok", "ok"] if mode == "auto" else ["ok", "ok"]
+    deadline = time.time() + 10
+    while len(asks()) < before + len(expected):
+        assert time.time() < deadline, asks()
+        time.sleep(0.1)
+    assert asks()[before:] == expected
 
 
 def test_a_resource_s_question_reaches_a_2026_client(mcp_gateway):

@@ -272,7 +272,7 @@ impl<T: Offer> McpTool<T> {
                 Some(hand_back) => match hand_back_to(name, asked, hand_back, &relay).await? {
                     Some(asked) => asked,
                     None => {
-                        return Err(ToolError::Failed(format!(
+                        return Err(ToolError::HandedToClient(format!(
                             "MCP server `{name}` asked the client for input; the question was handed to it"
                         )));
                     }
@@ -307,7 +307,7 @@ impl<T: Offer> McpTool<T> {
                         server: name.clone(),
                         task,
                     });
-                    Err(ToolError::Failed(format!(
+                    Err(ToolError::HandedToClient(format!(
                         "MCP server `{name}` runs the call as a task, which the client follows"
                     )))
                 }

@@ -43,6 +43,11 @@ pub enum ToolError {
     /// them): the message says how to connect.
     #[error("{0}")]
     NotConnected(String),
+    /// The call goes on with the client, not a failure: an MCP server
+    /// asked the client questions, or runs the call as a task the client
+    /// follows (MCP 2026-07-28); the client's next request continues it.
+    #[error("{0}")]
+    HandedToClient(String),
     /// The caller's API key used up its tool calls per minute.
     #[error(
         "the tool-call rate limit of this API key is reached; retry in {} s",
@@ -73,6 +78,7 @@ impl ToolError {
             ToolError::RateLimited(_) => "rate_limited",
             ToolError::Unapproved(_) => "approval_pending",
             ToolError::NotConnected(_) => "not_connected",
+            ToolError::HandedToClient(_) => "handed_to_client",
         }
     }
 }

@@ -239,6 +239,8 @@ fn error_for(e: &ToolError) -> ApiError {
         }
         ToolError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         ToolError::Unapproved(_) | ToolError::NotConnected(_) => StatusCode::FORBIDDEN,
+        // Only an MCP client of a set hands a call back (never the tool API).
+        ToolError::HandedToClient(_) => StatusCode::CONFLICT,
     };
     let mut err = ApiError::new(status, e.code(), e.to_string());
     match e {
