@@ -14,7 +14,7 @@ id (so a test can kill it mid-call), a tool list that grows at run time
 `subscriptions/listen` streams), a tool whose definition changes after
 it was listed (`rug_pull` rewrites `echo`'s description), and one that
 asks its client's person in its answer (`ask`, 2026-07-28's
-`input_required`).
+`input_required`), and one that logs while it works (`chatty`).
 """
 
 import os
@@ -66,6 +66,13 @@ def asked_resource(topic: str, ctx: Context):
             {"inputRequests": {"who": {"method": "elicitation/create", "params": {"message": "Who reads?", "requestedSchema": schema}}}}
         )
     return f"{answer['content']['name']} reads about {topic}."
+
+
+@server.tool(description="Logs at debug, info and warning while it works, then answers.", structured_output=False)
+async def chatty(ctx: Context) -> str:
+    for level in ("debug", "info", "warning"):
+        await ctx.log(level, f"chatty at {level}")  # deprecated by SEP-2577, still carried
+    return "done"
 
 
 @server.tool(description="Echo a message back.", structured_output=False)

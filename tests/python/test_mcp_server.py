@@ -98,7 +98,7 @@ mcp_servers:
     transport: stdio
     command: {python}
     args: [{test_server}, stdio]
-    tools: {{ include: [sleep, cancelled, echo, dashboard, ask], prefix: py_ }}
+    tools: {{ include: [sleep, cancelled, echo, dashboard, ask, chatty], prefix: py_ }}
   # The same app from a second server: the same `ui://` URI upstream.
   - name: copy
     transport: stdio
@@ -346,6 +346,30 @@ def test_a_subscribed_resource_s_updates_reach_the_client(mcp_gateway):
     run(go)
 
 
+def test_a_2026_client_listening_to_a_resource_gets_its_updates(mcp_gateway):
+    """A 2026-07-28 client has no session to subscribe on: it names the
+    resource in a `subscriptions/listen` stream, the gateway holds the
+    upstream subscription (server-everything, 2025-11-25) while the stream
+    lasts, and the server's updates come on that stream."""
+    url, _ = mcp_gateway
+    uri = "demo://resource/static/document/architecture.md"
+
+    async def go():
+        async with client(url + "/mcp/web", mode="auto") as c, client(url + "/mcp/web") as legacy:
+            async with c.listen(resource_subscriptions=[uri, "demo://not/offered"]) as sub:
+                # Updates start when a tool of the server's session asks.
+                await legacy.call_tool("ev_toggle-subscriber-updates", {})
+                try:
+                    with anyio.fail_after(20):
+                        async for event in sub:
+                            assert event.uri == uri, event
+                            break
+                finally:
+                    await legacy.call_tool("ev_toggle-subscriber-updates", {})
+
+    run(go)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_an_mcp_app_s_tool_and_interface_come_through(mcp_gateway, mode):
     """An upstream tool's `_meta` names its `ui://` interface; both reach
@@ -474,6 +498,43 @@ def test_a_2026_server_s_question_reaches_the_client_whatever_its_revision(mcp_g
         assert time.time() < deadline, asks()
         time.sleep(0.1)
     assert asks()[before:] == expected
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.filterwarnings("ignore:The logging capability")
+def test_an_upstream_server_s_log_messages_reach_the_client_at_the_level_it_asked(mcp_gateway, mode):
+    """A server logs at debug, info and warning during a call: the client
+    gets the messages at the level it asked for or above, within its call
+    (2026-07-28: `logLevel` in each request's `_meta`; 2025-11-25:
+    `logging/setLevel` on the session). A 2026-07-28 client that asks for
+    none gets none."""
+    url, _ = mcp_gateway
+
+    def recorder(seen):
+        async def on_log(params):
+            seen.append(params.data)
+
+        return on_log
+
+    async def go():
+        seen, quiet = [], []
+        opt_in = {"log_level": "info"} if mode == "auto" else {}
+        async with client(url + "/mcp/web", mode=mode, logging_callback=recorder(seen), **opt_in) as c:
+            if mode == "legacy":
+                await c.set_logging_level("info")
+            got = await c.call_tool("py_chatty", {})
+            assert got.content[0].text == "done", got.content
+            with anyio.fail_after(10):
+                while len(seen) < 2:
+                    await anyio.sleep(0.05)
+        assert seen == ["chatty at info", "chatty at warning"]
+        if mode == "auto":
+            async with client(url + "/mcp/web", mode=mode, logging_callback=recorder(quiet)) as c:
+                got = await c.call_tool("py_chatty", {})
+                assert got.content[0].text == "done", got.content
+            assert quiet == []
+
+    run(go)
 
 
 def test_a_resource_s_question_reaches_a_2026_client(mcp_gateway):

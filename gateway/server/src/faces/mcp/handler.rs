@@ -52,6 +52,50 @@ fn whom(target: &Target) -> String {
 /// How often a session's watcher asks whether its client is still there.
 const GONE_CHECK_EVERY: Duration = Duration::from_secs(30);
 
+/// At most this many resources one client subscribes to (a session's
+/// `resources/subscribe`, a `subscriptions/listen` stream's
+/// `resourceSubscriptions`): each may hold an upstream subscription.
+const MAX_SUBSCRIPTIONS: usize = 256;
+
+/// The upstream servers' `notifications/resources/updated`, by the URIs
+/// the gateway offers, across reloads (a replaced catalog's servers close;
+/// the new ones are listened to then). No catalog is held while waiting.
+struct Updates {
+    receivers: Vec<tokio::sync::broadcast::Receiver<String>>,
+}
+
+impl Updates {
+    fn new(state: &AppState) -> Updates {
+        Updates {
+            receivers: state.catalog().mcp().updates(),
+        }
+    }
+
+    /// The next updated resource's URI; never, without servers.
+    async fn next(&mut self, state: &AppState) -> String {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            if self.receivers.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            let (got, _, _) =
+                futures::future::select_all(self.receivers.iter_mut().map(|r| Box::pin(r.recv())))
+                    .await;
+            match got {
+                Ok(uri) => return uri,
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::debug!(
+                        missed,
+                        "an MCP client missed resource updates (it reads them too slowly)"
+                    );
+                }
+                // A server of a replaced catalog closed.
+                Err(RecvError::Closed) => self.receivers = state.catalog().mcp().updates(),
+            }
+        }
+    }
+}
+
 /// Progress reports (and upstream log messages) waiting to be sent to a
 /// slow client; beyond, they are dropped (the next one says more).
 const PROGRESS_BACKLOG: usize = 32;
@@ -182,24 +226,7 @@ impl ToolSetServer {
         }
         let level = std::sync::Arc::clone(&self.log_level);
         relay.log_level = Some(level_of(level.load(std::sync::atomic::Ordering::Relaxed)));
-        // Passed on in order by one task, which ends with the call; a slow
-        // client loses messages rather than holding them without bound.
-        let (queue, mut messages) =
-            tokio::sync::mpsc::channel::<LoggingMessageNotificationParam>(PROGRESS_BACKLOG);
-        tokio::spawn(async move {
-            while let Some(message) = messages.recv().await {
-                if peer.notify_logging_message(message).await.is_err() {
-                    break;
-                }
-            }
-        });
-        relay.log = Some(std::sync::Arc::new(
-            move |message: LoggingMessageNotificationParam| {
-                if severity(message.level) >= level.load(std::sync::atomic::Ordering::Relaxed) {
-                    let _ = queue.try_send(message);
-                }
-            },
-        ));
+        relay.log = Some(log_to(peer, level));
         Some(relay)
     }
 
@@ -370,38 +397,21 @@ impl ToolSetServer {
     /// then its subscriptions end. No catalog is held while waiting (a
     /// reload's servers are listened to once the old ones close).
     async fn relay_updates(self, peer: rmcp::Peer<RoleServer>) {
-        use tokio::sync::broadcast::error::RecvError;
-        let mut receivers = self.state.catalog().mcp().updates();
+        let mut updates = Updates::new(&self.state);
         let mut check = tokio::time::interval(GONE_CHECK_EVERY);
         check.tick().await;
         loop {
-            let next = async {
-                if receivers.is_empty() {
-                    std::future::pending::<()>().await;
-                }
-                let (got, _, _) =
-                    futures::future::select_all(receivers.iter_mut().map(|r| Box::pin(r.recv())))
-                        .await;
-                got
-            };
             tokio::select! {
-                got = next => match got {
-                    Ok(uri) => {
-                        let wanted = self.subscribed().contains(&uri);
-                        if wanted && peer
-                            .notify_resource_updated(rmcp::model::ResourceUpdatedNotificationParam::new(uri))
-                            .await
-                            .is_err()
-                        {
-                            break;
-                        }
+                uri = updates.next(&self.state) => {
+                    let wanted = self.subscribed().contains(&uri);
+                    if wanted && peer
+                        .notify_resource_updated(rmcp::model::ResourceUpdatedNotificationParam::new(uri))
+                        .await
+                        .is_err()
+                    {
+                        break;
                     }
-                    Err(RecvError::Lagged(missed)) => {
-                        tracing::debug!(missed, "an MCP client missed resource updates (it reads them too slowly)");
-                    }
-                    // A server of a replaced catalog closed.
-                    Err(RecvError::Closed) => receivers = self.state.catalog().mcp().updates(),
-                },
+                }
                 _ = check.tick() => if peer.is_transport_closed() { break; },
             }
         }
@@ -543,6 +553,51 @@ const fn level_of(rank: u8) -> LoggingLevel {
         5 => LoggingLevel::Critical,
         6 => LoggingLevel::Alert,
         _ => LoggingLevel::Emergency,
+    }
+}
+
+/// Log messages for the client of `peer`, those at `level` or above (read
+/// at each message). Passed on in order by one task, which ends with the
+/// call; a slow client loses messages rather than holding them without
+/// bound.
+#[allow(deprecated)] // logging (SEP-2577), still carried
+fn log_to(
+    peer: rmcp::Peer<RoleServer>,
+    level: std::sync::Arc<std::sync::atomic::AtomicU8>,
+) -> std::sync::Arc<dyn Fn(LoggingMessageNotificationParam) + Send + Sync> {
+    let (queue, mut messages) =
+        tokio::sync::mpsc::channel::<LoggingMessageNotificationParam>(PROGRESS_BACKLOG);
+    tokio::spawn(async move {
+        while let Some(message) = messages.recv().await {
+            if peer.notify_logging_message(message).await.is_err() {
+                break;
+            }
+        }
+    });
+    std::sync::Arc::new(move |message: LoggingMessageNotificationParam| {
+        if severity(message.level) >= level.load(std::sync::atomic::Ordering::Relaxed) {
+            let _ = queue.try_send(message);
+        }
+    })
+}
+
+/// The relay of a 2026-07-28 client's request: its questions handed back,
+/// and, when the request asks for log messages (`_meta` `logLevel`), the
+/// upstream server's messages at that level or above passed on within
+/// the request.
+#[allow(deprecated)] // logging (SEP-2577), still carried
+fn handing_back(hand_back: HandBack, context: &RequestContext<RoleServer>) -> Relay {
+    let level = context.meta.log_level();
+    Relay {
+        hand_back: Some(hand_back),
+        log_level: level,
+        log: level.map(|level| {
+            log_to(
+                context.peer.clone(),
+                std::sync::Arc::new(std::sync::atomic::AtomicU8::new(severity(level))),
+            )
+        }),
+        ..Relay::default()
     }
 }
 
@@ -772,10 +827,7 @@ impl ServerHandler for ToolSetServer {
         };
         let mut ctx = call_context(&target);
         ctx.client = match &hand_back {
-            Some(hand_back) => Some(ClientLink::new(Relay {
-                hand_back: Some(hand_back.clone()),
-                ..Relay::default()
-            })),
+            Some(hand_back) => Some(ClientLink::new(handing_back(hand_back.clone(), &context))),
             None => self.relay(&context).map(ClientLink::new),
         };
         let executor = &self.state.executor;
@@ -974,9 +1026,9 @@ impl ServerHandler for ToolSetServer {
         Ok(())
     }
 
-    // A subscription to an offered resource is accepted; the upstream
-    // server's change notifications are not relayed (yet), so the client
-    // learns of changes only by reading again.
+    // 2025-11-25 sessions: a subscription to an offered resource holds
+    // one upstream (shared by the clients that want it); its updates are
+    // relayed by `relay_updates`.
     async fn subscribe(
         &self,
         request: rmcp::model::SubscribeRequestParams,
@@ -988,7 +1040,17 @@ impl ServerHandler for ToolSetServer {
         // `notifications/initialized`, which starts the relay and its
         // clean-up) holds an upstream subscription.
         let relayed = self.watching.load(std::sync::atomic::Ordering::SeqCst);
-        if relayed && self.subscribed().insert(request.uri.clone()) {
+        let added = {
+            let mut subscribed = self.subscribed();
+            if subscribed.len() >= MAX_SUBSCRIPTIONS && !subscribed.contains(&request.uri) {
+                return Err(McpError::invalid_params(
+                    format!("a session subscribes to at most {MAX_SUBSCRIPTIONS} resources"),
+                    None,
+                ));
+            }
+            relayed && subscribed.insert(request.uri.clone())
+        };
+        if added {
             registry.subscribe_resource(&request.uri).await;
         }
         Ok(())
@@ -1139,7 +1201,10 @@ impl ServerHandler for ToolSetServer {
         .map(drop)
     }
 
-    /// 2026-07-28: `subscriptions/listen` for tool list changes.
+    /// 2026-07-28: `subscriptions/listen` for list changes and for
+    /// resources (at most [`MAX_SUBSCRIPTIONS`]; those the set does not
+    /// offer are listened to in vain: the acknowledgement is sent before
+    /// the request's set is known).
     fn accepted_subscription_filter(
         &self,
         requested: &SubscriptionFilter,
@@ -1148,16 +1213,61 @@ impl ServerHandler for ToolSetServer {
         accepted.tools_list_changed = requested.tools_list_changed;
         accepted.prompts_list_changed = requested.prompts_list_changed;
         accepted.resources_list_changed = requested.resources_list_changed;
+        accepted.resource_subscriptions = requested
+            .resource_subscriptions
+            .as_ref()
+            .map(|uris| uris.iter().take(MAX_SUBSCRIPTIONS).cloned().collect());
         Some(accepted)
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
         let target = self.target(&context.request_context().extensions)?;
-        let mut seen = self.fingerprint(&target);
+        // The resources the set offers, each holding an upstream
+        // subscription while the stream lasts.
+        let mut uris = std::collections::HashSet::new();
+        for uri in context.accepted().resource_subscriptions.iter().flatten() {
+            if let Ok(registry) = self.offering_uri(&target, uri)
+                && uris.insert(uri.clone())
+            {
+                registry.subscribe_resource(uri).await;
+            }
+        }
+        let listened = self.listen_to(&context, &target, &uris).await;
+        let registry = self.state.catalog().mcp().clone();
+        for uri in &uris {
+            registry.unsubscribe_resource(uri).await;
+        }
+        listened
+    }
+}
+
+impl ToolSetServer {
+    /// One `subscriptions/listen` stream until it is cancelled: list
+    /// changes as accepted, and the updates of `uris`.
+    async fn listen_to(
+        &self,
+        context: &SubscriptionContext,
+        target: &Target,
+        uris: &std::collections::HashSet<String>,
+    ) -> Result<(), McpError> {
+        let mut seen = self.fingerprint(target);
+        let mut updates = Updates::new(&self.state);
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),
-                changed = self.next_change(&target, &mut seen, &|| false) => {
+                uri = updates.next(&self.state), if !uris.is_empty() => {
+                    if uris.contains(&uri) {
+                        let note = ServerNotification::ResourceUpdatedNotification(
+                            rmcp::model::ResourceUpdatedNotification::new(
+                                rmcp::model::ResourceUpdatedNotificationParam::new(uri),
+                            ),
+                        );
+                        if context.sink().send(note).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+                changed = self.next_change(target, &mut seen, &|| false) => {
                     if changed.is_none() {
                         return Ok(());
                     }
