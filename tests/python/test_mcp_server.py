@@ -559,9 +559,11 @@ def test_an_upstream_server_s_questions_reach_the_client_that_can_answer(mcp_gat
     model's answer in the middle of a call: a client that can answer gets
     the question through the gateway; one that cannot gets the gateway's
     own answers (declined; a failed call that says why). A 2026-07-28
-    client is among those that cannot: such a server waits for its answer
-    during the call, and the client can only answer in a request of its
-    own."""
+    client answers in a request of its own while such a server waits in
+    the middle of its call: the gateway parks the call, hands the client
+    the question in an `input_required` result, and passes its answer on
+    when it calls again (the SDK's client does it by itself); the call is
+    audited once."""
     url, _ = mcp_gateway
     asked = []
 
@@ -575,29 +577,44 @@ def test_an_upstream_server_s_questions_reach_the_client_that_can_answer(mcp_gat
             role="assistant", content=types.TextContent(type="text", text="Sampled by the client"), model="client-model"
         )
 
-    async def go():
-        async with client(url + "/mcp/web", elicitation_callback=elicit, sampling_callback=sample) as c:
-            got = await c.call_tool("ev_trigger-elicitation-request", {})
-            text = " ".join(b.text for b in got.content if b.type == "text")
-            assert not got.is_error, text
-            assert "Ada Lovelace" in text, text
-            got = await c.call_tool("ev_trigger-sampling-request", {"prompt": "Say hello"})
-            text = " ".join(b.text for b in got.content if b.type == "text")
-            assert not got.is_error, text
-            assert "Sampled by the client" in text, text
-        assert asked[0].startswith("Please provide inputs"), asked
-        assert "Say hello" in asked[1], asked
+    _, config = mcp_gateway
+    audit = config / "audit.jsonl"
 
-        for mode, answers in [("legacy", {}), ("auto", {}), ("auto", {"elicitation_callback": elicit})]:
-            async with client(url + "/mcp/web", mode=mode, **answers) as c:
+    def outcomes():
+        lines = [json.loads(line) for line in audit.read_text().splitlines()] if audit.exists() else []
+        return [e["outcome"] for e in lines if e["tool"] == "ev_trigger-elicitation-request"]
+
+    async def go():
+        for mode in MODES:
+            async with client(url + "/mcp/web", mode=mode, elicitation_callback=elicit, sampling_callback=sample) as c:
+                got = await c.call_tool("ev_trigger-elicitation-request", {})
+                text = " ".join(b.text for b in got.content if b.type == "text")
+                assert not got.is_error, text
+                assert "Ada Lovelace" in text, text
+                got = await c.call_tool("ev_trigger-sampling-request", {"prompt": "Say hello"})
+                text = " ".join(b.text for b in got.content if b.type == "text")
+                assert not got.is_error, text
+                assert "Sampled by the client" in text, text
+        assert [a.startswith("Please provide inputs") for a in asked] == [True, False, True, False], asked
+        assert "Say hello" in asked[1] and "Say hello" in asked[3], asked
+
+        for mode in MODES:
+            async with client(url + "/mcp/web", mode=mode) as c:
                 got = await c.call_tool("ev_trigger-elicitation-request", {})
                 assert "declined" in " ".join(b.text for b in got.content if b.type == "text")
                 got = await c.call_tool("ev_trigger-sampling-request", {"prompt": "Say hello"})
                 assert got.is_error
                 assert "sampling" in got.content[0].text, got.content[0].text
-        assert len(asked) == 2, asked
+        assert len(asked) == 4, asked
 
+    before = len(outcomes())
     run(go)
+    # One line per call, parked or not.
+    deadline = time.time() + 10
+    while len(outcomes()) < before + 4:
+        assert time.time() < deadline, outcomes()
+        time.sleep(0.1)
+    assert outcomes()[before:] == ["ok"] * 4
 
 
 @pytest.mark.parametrize("mode", MODES)

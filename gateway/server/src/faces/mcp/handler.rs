@@ -8,6 +8,7 @@
 //! the executor like every other call (validation, timeout, cache, output
 //! cap, audit, metrics, the key's tool-call rate).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
@@ -23,8 +24,8 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::input;
 use super::wire::{self, CALL_TOOL};
+use super::{input, parked};
 use crate::http::{AppState, Caller};
 #[allow(deprecated)] // logging (SEP-2577), still carried for older clients
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
@@ -160,12 +161,19 @@ pub struct ToolSetServer {
     subscriptions: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// Seals and opens the `requestState` handed to 2026-07-28 clients.
     states: std::sync::Arc<RequestStateCodec>,
+    /// The calls that wait for a 2026-07-28 client's answer.
+    parked: std::sync::Arc<parked::Calls>,
 }
 
 impl ToolSetServer {
     /// A server whose requests bring their target (HTTP); `states` seals
-    /// the request states it hands out (see `input`).
-    pub fn new(state: AppState, states: std::sync::Arc<RequestStateCodec>) -> Self {
+    /// the request states it hands out (see `input`), `parked` holds the
+    /// calls that wait for an answer (see `parked`).
+    pub fn new(
+        state: AppState,
+        states: std::sync::Arc<RequestStateCodec>,
+        parked: std::sync::Arc<parked::Calls>,
+    ) -> Self {
         ToolSetServer {
             state,
             fixed: None,
@@ -173,6 +181,7 @@ impl ToolSetServer {
             log_level: std::sync::Arc::new(std::sync::atomic::AtomicU8::new(DEFAULT_LOG_LEVEL)),
             subscriptions: Default::default(),
             states,
+            parked,
         }
     }
 
@@ -184,7 +193,7 @@ impl ToolSetServer {
     ) -> Self {
         ToolSetServer {
             fixed: Some(target),
-            ..ToolSetServer::new(state, states)
+            ..ToolSetServer::new(state, states, Default::default())
         }
     }
 
@@ -241,14 +250,14 @@ impl ToolSetServer {
         name: &str,
         responses: Option<rmcp::model::InputResponses>,
         state: Option<String>,
-    ) -> Result<(input::Request, Option<HandBack>), McpError> {
+    ) -> Result<(input::Request, input::Handing), McpError> {
         let asked = input::Request {
             method,
             name: name.to_owned(),
             key: whom(target),
         };
-        let hand_back = input::hand_back(&self.states, context, &asked, responses, state)?;
-        Ok((asked, hand_back))
+        let handing = input::hand_back(&self.states, context, &asked, responses, state)?;
+        Ok((asked, handing))
     }
 
     /// What a task id is bound to: the tool set and the caller.
@@ -581,6 +590,50 @@ fn log_to(
     })
 }
 
+/// `call` run by the executor, owning what it needs (a task of its own:
+/// see `parked`). A call dropped before it ends (its client cancelled, or
+/// never answered) is still written to the audit log, as a failure.
+fn run_owned(
+    state: AppState,
+    catalog: Arc<Catalog>,
+    call: ToolCall,
+    ctx: CallContext,
+) -> impl std::future::Future<Output = ToolResult> + Send + 'static {
+    struct Unfinished {
+        audit: Option<(AppState, Arc<Catalog>, ToolCall, CallContext)>,
+        started: std::time::Instant,
+    }
+    impl Drop for Unfinished {
+        fn drop(&mut self) {
+            if let Some((state, catalog, call, ctx)) = self.audit.take() {
+                let result = ToolResult::failure(
+                    ToolError::Failed(
+                        "the call was abandoned: its client cancelled it or never answered its server's question".into(),
+                    ),
+                    self.started,
+                );
+                tokio::spawn(async move {
+                    state.executor.record(&catalog, &call, &ctx, &result).await;
+                });
+            }
+        }
+    }
+    async move {
+        let mut unfinished = Unfinished {
+            audit: Some((
+                state.clone(),
+                Arc::clone(&catalog),
+                call.clone(),
+                ctx.clone(),
+            )),
+            started: std::time::Instant::now(),
+        };
+        let result = state.executor.run(&catalog, &call, &ctx).await;
+        unfinished.audit = None;
+        result
+    }
+}
+
 /// The relay of a 2026-07-28 client's request: its questions handed back,
 /// and, when the request asks for log messages (`_meta` `logLevel`), the
 /// upstream server's messages at that level or above passed on within
@@ -767,7 +820,7 @@ impl ServerHandler for ToolSetServer {
         let target = self.target(&context.extensions)?;
         // A 2026-07-28 client answers upstream questions in a request of
         // its own: this may be it (see `input`).
-        let (asked, hand_back) = self.hand_back(
+        let (asked, handing) = self.hand_back(
             &context,
             &target,
             "tools/call",
@@ -826,11 +879,36 @@ impl ServerHandler for ToolSetServer {
             arguments,
         };
         let mut ctx = call_context(&target);
+        let executor = &self.state.executor;
+        let hand_back = handing.hand_back;
+        // The client's answers to a server that asked in the middle of the
+        // call: the parked call goes on (see `parked`).
+        if let Some((id, answers)) = handing.parked {
+            let running = self.parked.resume(&id, answers)?;
+            return self.follow(running, &asked, &catalog, &context).await;
+        }
+        // A 2026-07-28 client that can answer, and a server of an older
+        // revision that may ask mid-call: the call runs in a task of its
+        // own, to be parked at a question (not when the client follows
+        // progress, which only its first request could carry).
+        let parking = hand_back
+            .as_ref()
+            .filter(|h| (h.elicit || h.sample || h.roots) && token.is_none())
+            .filter(|_| self.parked.has_room());
+        if let Some(parking) = parking {
+            let (asks, questions) = tokio::sync::mpsc::channel(1);
+            ctx.client = Some(ClientLink::new(parked::questions(
+                handing_back(parking.clone(), &context),
+                &asks,
+            )));
+            let run = run_owned(self.state.clone(), Arc::clone(&catalog), call, ctx);
+            let running = parked::Running::start(run, questions, Some(parking.clone()));
+            return self.follow(running, &asked, &catalog, &context).await;
+        }
         ctx.client = match &hand_back {
             Some(hand_back) => Some(ClientLink::new(handing_back(hand_back.clone(), &context))),
             None => self.relay(&context).map(ClientLink::new),
         };
-        let executor = &self.state.executor;
         let run = async {
             match token {
                 None => executor.run(&catalog, &call, &ctx).await,
@@ -854,34 +932,14 @@ impl ServerHandler for ToolSetServer {
                 return Err(McpError::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
             }
         };
-        // What the server handed back instead of a result: questions, a
-        // task, or the client's missing capability.
-        match hand_back.as_ref().and_then(HandBack::take) {
-            Some(Handed::Input(questions)) => {
-                return Ok(CallToolResponse::InputRequired(input::input_required(
-                    &self.states,
-                    &asked,
-                    questions,
-                )?));
-            }
-            Some(Handed::Task { server, mut task }) => {
-                let ours = self.task_scope(&target);
-                task.task.task_id =
-                    input::task_id(&self.states, &ours, &server, &task.task.task_id)?;
-                return Ok(CallToolResponse::Task(task));
-            }
-            Some(Handed::Refused(e)) => return Err(e),
-            None => {}
-        }
-        let mut result = result;
-        if call.name == FIND_TOOLS {
-            // An MCP client calls what it found through `call_tool` (or by
-            // name): it needs each tool's input schema.
-            wire::add_input_schemas(&mut result, |name| {
-                catalog.tool_as(name, who).map(|t| t.parameters.clone())
-            });
-        }
-        encode(&result)
+        self.answer(
+            result,
+            hand_back.as_ref(),
+            &asked,
+            &target,
+            &catalog,
+            &call.name,
+        )
     }
 
     // Prompts and resources of upstream MCP servers, as far as the set
@@ -938,6 +996,7 @@ impl ServerHandler for ToolSetServer {
             request.input_responses.take(),
             request.request_state.take(),
         )?;
+        let hand_back = hand_back.hand_back;
         let (set, registry) = self.offers_to(&target)?;
         if !set.prompts.admits(&request.name) {
             return Err(McpError::invalid_params(
@@ -989,6 +1048,7 @@ impl ServerHandler for ToolSetServer {
             request.input_responses.take(),
             request.request_state.take(),
         )?;
+        let hand_back = hand_back.hand_back;
         let registry = self.offering_uri(&target, &request.uri)?;
         let uri = request.uri.as_str();
         let answer = self
@@ -1242,6 +1302,99 @@ impl ServerHandler for ToolSetServer {
 }
 
 impl ToolSetServer {
+    /// A finished call as the client gets it: what a server of the
+    /// 2026-07-28 revision handed back instead of a result (questions, a
+    /// task, the client's missing capability), else the result.
+    fn answer(
+        &self,
+        result: ToolResult,
+        hand_back: Option<&HandBack>,
+        asked: &input::Request,
+        target: &Target,
+        catalog: &Catalog,
+        name: &str,
+    ) -> Result<CallToolResponse, McpError> {
+        let who = target.caller.subject();
+        let who = who.as_deref();
+        // What the server handed back instead of a result: questions, a
+        // task, or the client's missing capability.
+        match hand_back.and_then(HandBack::take) {
+            Some(Handed::Input(questions)) => {
+                return Ok(CallToolResponse::InputRequired(input::input_required(
+                    &self.states,
+                    asked,
+                    questions,
+                )?));
+            }
+            Some(Handed::Task { server, mut task }) => {
+                let ours = self.task_scope(target);
+                task.task.task_id =
+                    input::task_id(&self.states, &ours, &server, &task.task.task_id)?;
+                return Ok(CallToolResponse::Task(task));
+            }
+            Some(Handed::Refused(e)) => return Err(e),
+            None => {}
+        }
+        let mut result = result;
+        if name == FIND_TOOLS {
+            // An MCP client calls what it found through `call_tool` (or by
+            // name): it needs each tool's input schema.
+            wire::add_input_schemas(&mut result, |name| {
+                catalog.tool_as(name, who).map(|t| t.parameters.clone())
+            });
+        }
+        encode(&result)
+    }
+
+    /// Follows a call run in a task of its own (see `parked`) to its
+    /// answer, or parks it at its server's question: the client's
+    /// `input_required` result. A client that cancels its request, or a
+    /// parked call that expires, ends the call.
+    async fn follow(
+        &self,
+        running: parked::Running,
+        asked: &input::Request,
+        catalog: &Catalog,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let target = self.target(&context.extensions)?;
+        let hand_back = running.hand_back().cloned();
+        let now = tokio::select! {
+            now = running.next() => now,
+            () = context.ct.cancelled() => {
+                return Err(McpError::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
+            }
+        };
+        match now {
+            parked::Now::Done(result) => {
+                let name = asked.name.clone();
+                self.answer(result, hand_back.as_ref(), asked, &target, catalog, &name)
+            }
+            parked::Now::Asks {
+                key,
+                request,
+                parked,
+            } => {
+                let Some(id) = self.parked.park(parked) else {
+                    return Err(McpError::internal_error(
+                        format!(
+                            "{} calls already wait for their clients' answers; call again later",
+                            parked::MAX_PARKED
+                        ),
+                        None,
+                    ));
+                };
+                Ok(CallToolResponse::InputRequired(input::parked_required(
+                    &self.states,
+                    asked,
+                    id,
+                    key,
+                    *request,
+                )?))
+            }
+        }
+    }
+
     /// One `subscriptions/listen` stream until it is cancelled: list
     /// changes as accepted, and the updates of `uris`.
     async fn listen_to(

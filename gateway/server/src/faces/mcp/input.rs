@@ -53,6 +53,21 @@ struct State {
     /// The gateway's answers to the questions the client could not answer.
     #[serde(default, skip_serializing_if = "InputResponses::is_empty")]
     answered: InputResponses,
+    /// The call that waits for the answers, parked on this replica (a
+    /// server of an older revision asked in the middle of it: see
+    /// `parked`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parked: Option<String>,
+}
+
+/// A request of a 2026-07-28 client, as far as it answers questions.
+#[derive(Default)]
+pub struct Handing {
+    /// What it can answer, and its answers for a server that asked in
+    /// its result.
+    pub hand_back: Option<HandBack>,
+    /// The parked call its answers are for, with the answers.
+    pub parked: Option<(String, InputResponses)>,
 }
 
 /// The request a state belongs to: its method, the tool's or prompt's
@@ -79,12 +94,12 @@ pub fn hand_back(
     request: &Request,
     responses: Option<InputResponses>,
     state: Option<String>,
-) -> Result<Option<HandBack>, McpError> {
+) -> Result<Handing, McpError> {
     let stateless = context
         .protocol_version()
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
     if !stateless {
-        return Ok(None);
+        return Ok(Handing::default());
     }
     #[allow(deprecated)] // sampling and roots (SEP-2577), still carried
     let (elicit, sample, roots, tasks) =
@@ -110,12 +125,16 @@ pub fn hand_back(
             None,
         ));
     }
+    let mut parked = None;
     let resume = match state {
         Some(sealed) => {
             let opened: State = codec
                 .open_json_with(&sealed, &request.bound())
                 .map_err(|e| refused(&e))?;
             let mut responses = responses.unwrap_or_default();
+            if let Some(id) = opened.parked {
+                parked = Some((id, std::mem::take(&mut responses)));
+            }
             for (key, answer) in opened.answered {
                 responses.entry(key).or_insert(answer);
             }
@@ -131,14 +150,18 @@ pub fn hand_back(
             state: None,
         }),
     };
-    Ok(Some(HandBack {
-        elicit,
-        sample,
-        roots,
-        tasks,
-        resume,
-        handed: Default::default(),
-    }))
+    let resume = resume.filter(|_| parked.is_none());
+    Ok(Handing {
+        hand_back: Some(HandBack {
+            elicit,
+            sample,
+            roots,
+            tasks,
+            resume,
+            handed: Default::default(),
+        }),
+        parked,
+    })
 }
 
 /// The `input_required` result that hands `handed` to the client.
@@ -151,11 +174,39 @@ pub fn input_required(
         server: handed.server,
         state: handed.state,
         answered: handed.answered,
+        parked: None,
     };
+    seal(codec, request, &state, handed.requests)
+}
+
+/// The `input_required` result that asks the client `question` (under
+/// `key`) for the call parked as `id`.
+pub fn parked_required(
+    codec: &RequestStateCodec,
+    request: &Request,
+    id: String,
+    key: String,
+    question: rmcp::model::InputRequest,
+) -> Result<InputRequiredResult, McpError> {
+    let state = State {
+        server: String::new(),
+        state: None,
+        answered: InputResponses::new(),
+        parked: Some(id),
+    };
+    seal(codec, request, &state, [(key, question)].into())
+}
+
+fn seal(
+    codec: &RequestStateCodec,
+    request: &Request,
+    state: &State,
+    requests: rmcp::model::InputRequests,
+) -> Result<InputRequiredResult, McpError> {
     let bound = request.bound();
     let sealed = codec
         .seal_json_with(
-            &state,
+            state,
             &SealOptions::new()
                 .associated_data(&bound)
                 .ttl(ANSWER_WITHIN),
@@ -163,10 +214,7 @@ pub fn input_required(
         .map_err(|e| {
             McpError::internal_error(format!("the request state cannot be sealed: {e}"), None)
         })?;
-    Ok(InputRequiredResult::new(
-        Some(handed.requests),
-        Some(sealed),
-    ))
+    Ok(InputRequiredResult::new(Some(requests), Some(sealed)))
 }
 
 /// What a task id handed to a client holds.

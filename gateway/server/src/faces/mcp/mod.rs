@@ -17,6 +17,7 @@
 
 mod handler;
 mod input;
+mod parked;
 mod sessions;
 pub(crate) mod wire;
 
@@ -76,6 +77,7 @@ impl Endpoint {
         // that removes the keys brings the `Host` check back.
         config = config.disable_allowed_hosts();
         let states = Arc::new(signer.request_states());
+        let parked = Arc::new(parked::Calls::default());
         config.session_store = Some(Arc::new(SignedStore { signer, closed }));
         let for_sessions = state.clone();
         let service = StreamableHttpService::new(
@@ -83,6 +85,7 @@ impl Endpoint {
                 Ok(ToolSetServer::new(
                     for_sessions.clone(),
                     Arc::clone(&states),
+                    Arc::clone(&parked),
                 ))
             },
             Arc::clone(&sessions),
