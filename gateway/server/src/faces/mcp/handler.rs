@@ -1262,7 +1262,7 @@ impl ServerHandler for ToolSetServer {
     }
 
     /// 2026-07-28: `subscriptions/listen` for list changes and for
-    /// resources (at most [`MAX_SUBSCRIPTIONS`]; those the set does not
+    /// resources (at most `MAX_SUBSCRIPTIONS`; those the set does not
     /// offer are listened to in vain: the acknowledgement is sent before
     /// the request's set is known).
     fn accepted_subscription_filter(
