@@ -129,7 +129,7 @@ test: setup lint
 		$(CARGO) test --workspace --no-fail-fast; \
 	fi
 	$(CARGO) build $(RUN_BINS)
-	$(PYTHON) -m pytest -q -rs tests/python
+	$(PYTHON) -m pytest -q -rs -n 2 --dist loadfile tests/python
 
 ## lint: rustfmt, clippy (which also holds code to the declared
 ## rust-version), rustdoc, and cargo-deny (licenses, duplicate versions,

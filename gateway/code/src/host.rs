@@ -307,6 +307,14 @@ async fn died(
     let status = child.wait().await.ok();
     let stderr = errors.await.unwrap_or_default();
     let signal = status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s));
+    // What the worker said before it died, for the operator (a limit and
+    // a fault can end it with the same signal).
+    tracing::warn!(
+        signal,
+        status = ?status,
+        stderr = %stderr.chars().rev().take(2000).collect::<String>().chars().rev().collect::<String>(),
+        "a code-mode worker ended without answering"
+    );
     let (kind, message) = match signal {
         Some(sig) if sig == libc::SIGXCPU || sig == libc::SIGKILL => (
             FailureKind::Timeout,
