@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: book mdbook run setup deb cargo-deny test check lint fmt bench bench-guards fuzz demo schema screenshots clean
+.PHONY: book mdbook run search-model setup deb cargo-deny test check lint fmt bench bench-guards fuzz demo schema screenshots clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -17,7 +17,7 @@ MOCK_LISTEN ?= 127.0.0.1:8089
 # `make run` after `make test` finds everything built.
 RUN_BINS := --workspace --all-targets
 
-run:
+run: $(SEARCH_MODEL)
 	$(CARGO) build $(RUN_BINS)
 	@if [ -z "$$OPENAI_BASE_URL$$OPENAI_API_KEY" ]; then \
 		echo "No OPENAI_BASE_URL or OPENAI_API_KEY: the scripted model answers on $(MOCK_LISTEN)"; \
@@ -27,6 +27,18 @@ run:
 	else \
 		target/debug/toolgate serve --config $(CONFIG) --listen $(LISTEN); \
 	fi
+
+## search-model: the static embedding model the shipped configuration's
+## tool search ranks with (`search.model`): potion-base-2M (MIT), as the
+## crate yantrikdb 0.23.4 on crates.io carries it, pinned by hash, into
+## target/models/potion-base-2M.
+SEARCH_MODEL := target/models/potion-base-2M/model.safetensors
+SEARCH_MODEL_CRATE := https://static.crates.io/crates/yantrikdb/yantrikdb-0.23.4.crate
+SEARCH_MODEL_SHA256 := 4563469dda349e5e9fd103b885351ca61e0f73454e25e4c0b14d9358b632120a
+search-model: $(SEARCH_MODEL)
+$(SEARCH_MODEL): deploy/search-model/fetch.py
+	python3 deploy/search-model/fetch.py $(SEARCH_MODEL_CRATE) $(SEARCH_MODEL_SHA256) yantrikdb-0.23.4/assets/potion-base-2M target/models/potion-base-2M
+	touch $@
 
 VENV := .venv
 # Public data sets from PyPI (tests/public-data/requirements.txt), unpacked.
@@ -51,7 +63,7 @@ MDBOOK_VERSION := 0.5.4
 ## Responses compliance suite's runtime (tests/openresponses/package.json),
 ## mdBook (built from crates.io once, when missing, for the docs/ book), cargo-deny
 ## (built from crates.io once, when missing) and the Debian packages of `deb`
-setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) $(OPENRESPONSES_NODE) $(PUBLIC_DATA) cargo-deny mdbook deb
+setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) $(OPENRESPONSES_NODE) $(PUBLIC_DATA) $(SEARCH_MODEL) cargo-deny mdbook deb
 
 $(PUBLIC_DATA): tests/public-data/requirements.txt tests/public-data/extract.py tests/public-data/agentdojo_source.py $(VENV)/.installed
 	rm -rf target/public-data
@@ -165,7 +177,7 @@ fmt:
 	$(CARGO) fmt --all
 
 ## bench: benchmarks, in release mode (run nothing else meanwhile)
-bench: $(MCP_NODE) $(OPENAPI_NODE) deb
+bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) deb
 	$(CARGO) build --release -p toolgate-server --bin toolgate -p toolgate-tests --bins
 	target/release/bench-catalog
 	target/release/bench-parser

@@ -433,6 +433,23 @@ pub fn public_data(rel: &str) -> Option<PathBuf> {
     }
 }
 
+/// The static embedding model `make search-model` fetches
+/// (target/models/potion-base-2M), loaded.
+pub fn search_model() -> Option<std::sync::Arc<toolgate_engine::embeddings::Embeddings>> {
+    let dir = repo_root().join("target/models/potion-base-2M");
+    if !dir.join("model.safetensors").exists() {
+        missing(&format!(
+            "{} is missing: `make search-model` (part of `make setup`) fetches it from crates.io",
+            dir.display()
+        ));
+        return None;
+    }
+    Some(
+        toolgate_engine::embeddings::Embeddings::load(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display())),
+    )
+}
+
 /// The values of a file of JSON lines (blank lines skipped).
 pub fn json_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)

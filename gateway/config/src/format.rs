@@ -87,6 +87,10 @@ pub struct GatewayFile {
     /// run the tool loop and read recent calls. Off unless enabled.
     #[serde(default)]
     pub console: ConsoleDecl,
+    /// Tool search (`find_tools` and `preload`): how a request is matched
+    /// to tools. Without a model, by words alone.
+    #[serde(default)]
+    pub search: SearchDecl,
     /// Upstream accounts of the people who call: tools and MCP servers
     /// declared with `credentials` act as the calling user, with a token
     /// the user connected (OAuth authorization code, kept encrypted) or one
@@ -256,6 +260,19 @@ impl Default for ConsoleDecl {
             allowed_hosts: Vec::new(),
         }
     }
+}
+
+/// `search`: what tool search ranks with besides words.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchDecl {
+    /// A folder holding a static embedding model in the model2vec layout
+    /// (`model.safetensors`, `tokenizer.json`, `config.json`), relative to
+    /// the configuration folder, e.g. the `potion-base-2M` that `make
+    /// search-model` fetches. Tool search then ranks by meaning as well as
+    /// by words, so that a request finds a tool it shares no word with.
+    /// Read at start and at each reload.
+    pub model: Option<String>,
 }
 
 /// What an API key may do with the console.

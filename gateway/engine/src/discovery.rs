@@ -4,7 +4,10 @@
 //! stop words) over each tool's name, description and parameter names;
 //! names are split into words (`repos_create-fork`, `listForRepo`), with
 //! the usual synonyms of API verbs; BM25's best matches are reranked by
-//! how much of each name the query covers. The index is built at catalog
+//! how much of each name the query covers. With a static embedding model
+//! (`search.model`, see [`crate::embeddings`]) each tool's score adds the
+//! cosine between the request and the tool's name and description, so that
+//! a request finds a tool it shares no word with. The index is built at catalog
 //! load for sets that search (on a thread of its own, see [`warm`]), and
 //! rebuilt on the next search when the set's tools change (an MCP
 //! server's list does).
@@ -19,6 +22,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bm25::{DefaultTokenizer, Embedder, EmbedderBuilder, Language, Scorer, Tokenizer};
 use serde_json::{Value, json};
 
+use crate::embeddings::{self, Embeddings};
 use crate::tool::{Annotations, Tool, ToolKind, ToolSpec};
 
 /// The search tool's name in every set.
@@ -118,10 +122,19 @@ struct Built {
     ranker: Ranker,
 }
 
+/// The embedding half of a search: a model and each tool's vector.
+struct Dense {
+    model: Arc<Embeddings>,
+    /// One row of `model.dim()` numbers per tool, in the tools' order (a
+    /// zero row for a tool with no token the model knows).
+    vectors: Vec<f32>,
+}
+
 /// BM25 over tool documents, with the name-coverage rerank: a set's
 /// search, built once for tools that are not the gateway's and asked many
 /// times.
 pub struct Ranker {
+    dense: Option<Dense>,
     embedder: Embedder,
     scorer: Scorer<u32>,
     /// Per tool, per word of its name: the terms that stand for it (its
@@ -153,27 +166,44 @@ impl<'a> Indexed<'a> {
 /// The positions in `tools` of the `limit` best matches for `query`, best
 /// first: the same ranking as a set's search, for tools that are not the
 /// gateway's (a client's deferred tools).
-pub fn rank(tools: &[Indexed<'_>], query: &str, limit: usize) -> Vec<usize> {
-    Ranker::new(tools).search(query, limit)
+pub fn rank(
+    tools: &[Indexed<'_>],
+    query: &str,
+    limit: usize,
+    model: Option<&Arc<Embeddings>>,
+) -> Vec<usize> {
+    Ranker::new(tools, model).search(query, limit)
 }
 
 impl SearchIndex {
     /// The index of `tools`, built now unless it is already theirs.
     /// The `limit` tools of `tools` (the set's tools now) that best match
     /// `query`, best first.
-    pub fn search(&self, tools: Vec<Arc<Tool>>, query: &str, limit: usize) -> Vec<Arc<Tool>> {
-        self.of(tools).search(query, limit)
+    /// `model` is the catalog's embedding model, if it has one.
+    pub fn search(
+        &self,
+        tools: Vec<Arc<Tool>>,
+        query: &str,
+        limit: usize,
+        model: Option<&Arc<Embeddings>>,
+    ) -> Vec<Arc<Tool>> {
+        self.of(tools, model).search(query, limit)
     }
 
-    fn of(&self, tools: Vec<Arc<Tool>>) -> Arc<Built> {
+    fn of(&self, tools: Vec<Arc<Tool>>, model: Option<&Arc<Embeddings>>) -> Arc<Built> {
         let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(b) = built.as_ref()
             && b.tools.len() == tools.len()
             && b.tools.iter().zip(&tools).all(|(a, b)| Arc::ptr_eq(a, b))
+            && match (&b.ranker.dense, model) {
+                (None, None) => true,
+                (Some(d), Some(m)) => Arc::ptr_eq(&d.model, m),
+                _ => false,
+            }
         {
             return Arc::clone(b);
         }
-        let fresh = Arc::new(Built::new(tools));
+        let fresh = Arc::new(Built::new(tools, model));
         *built = Some(Arc::clone(&fresh));
         fresh
     }
@@ -182,12 +212,12 @@ impl SearchIndex {
 /// Builds `index` for `tools` on a thread of its own, ahead of the first
 /// search (which waits for it if it comes first). Where no thread can be
 /// started, the first search builds it.
-pub fn warm(index: &Arc<SearchIndex>, tools: Vec<Arc<Tool>>) {
+pub fn warm(index: &Arc<SearchIndex>, tools: Vec<Arc<Tool>>, model: Option<Arc<Embeddings>>) {
     let index = Arc::clone(index);
     let spawned = std::thread::Builder::new()
         .name("toolgate-search-index".into())
         .spawn(move || {
-            index.of(tools);
+            index.of(tools, model.as_ref());
         });
     if let Err(e) = spawned {
         tracing::debug!("the search index will be built on the first search: {e}");
@@ -195,9 +225,9 @@ pub fn warm(index: &Arc<SearchIndex>, tools: Vec<Arc<Tool>>) {
 }
 
 impl Built {
-    fn new(tools: Vec<Arc<Tool>>) -> Built {
+    fn new(tools: Vec<Arc<Tool>>, model: Option<&Arc<Embeddings>>) -> Built {
         let indexed: Vec<Indexed<'_>> = tools.iter().map(|t| Indexed::of(t)).collect();
-        let ranker = Ranker::new(&indexed);
+        let ranker = Ranker::new(&indexed, model);
         Built { tools, ranker }
     }
 
@@ -211,8 +241,21 @@ impl Built {
 }
 
 impl Ranker {
-    /// The index of `tools`.
-    pub fn new(tools: &[Indexed<'_>]) -> Ranker {
+    /// The index of `tools`, with their vectors when there is a `model`.
+    pub fn new(tools: &[Indexed<'_>], model: Option<&Arc<Embeddings>>) -> Ranker {
+        let dense = model.map(|model| {
+            let dim = model.dim();
+            let mut vectors = vec![0.0; tools.len() * dim];
+            for (row, tool) in vectors.chunks_exact_mut(dim).zip(tools) {
+                if let Some(v) = model.embed(&meaning(tool)) {
+                    row.copy_from_slice(&v);
+                }
+            }
+            Dense {
+                model: Arc::clone(model),
+                vectors,
+            }
+        });
         let docs: Vec<String> = tools.iter().map(document).collect();
         let corpus: Vec<&str> = docs.iter().map(String::as_str).collect();
         let embedder: Embedder =
@@ -273,6 +316,7 @@ impl Ranker {
             })
             .collect();
         Ranker {
+            dense,
             embedder,
             scorer,
             name_terms,
@@ -286,8 +330,42 @@ impl Ranker {
     /// is among the names), so that `pulls_list` beats
     /// `interactions_get-pull-request-creation-cap-for-repo` for "list pull
     /// requests" (a long name that mentions the words is not what was
-    /// asked for).
+    /// asked for). With a model, each tool's score is then
+    /// `DENSE_WEIGHT × its cosine with the query + (1 − DENSE_WEIGHT) ×
+    /// its lexical score / the best lexical score`, and a tool no word
+    /// matched is found when its cosine is at least `MIN_COSINE`.
     pub fn search(&self, query: &str, limit: usize) -> Vec<usize> {
+        let lexical = self.lexical(query);
+        let Some((dense, asked)) = self
+            .dense
+            .as_ref()
+            .and_then(|d| Some((d, d.model.embed(query)?)))
+        else {
+            return lexical.into_iter().map(|(i, _)| i).take(limit).collect();
+        };
+        let best = lexical.first().map_or(0.0, |(_, s)| *s);
+        let mut scores: Vec<(usize, f32, bool)> = dense
+            .vectors
+            .chunks_exact(dense.model.dim())
+            .enumerate()
+            .map(|(i, row)| (i, DENSE_WEIGHT * embeddings::dot(row, &asked), false))
+            .collect();
+        if best > 0.0 {
+            for (i, s) in lexical {
+                if let Some(t) = scores.get_mut(i) {
+                    t.1 += (1.0 - DENSE_WEIGHT) * s / best;
+                    t.2 = true;
+                }
+            }
+        }
+        scores.retain(|(_, s, matched)| *matched || *s >= DENSE_WEIGHT * MIN_COSINE);
+        scores.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scores.into_iter().map(|(i, _, _)| i).take(limit).collect()
+    }
+
+    /// Every tool a word of `query` matched, with its score, best first:
+    /// BM25 with the name-coverage rerank of its best `RERANKED`.
+    fn lexical(&self, query: &str) -> Vec<(usize, f32)> {
         let query = split_separators(query);
         let mut matches = self.scorer.matches(&self.embedder.embed(&query));
         matches.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
@@ -310,8 +388,7 @@ impl Ranker {
         matches[..top].sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         matches
             .into_iter()
-            .map(|m| m.id as usize)
-            .take(limit)
+            .map(|m| (m.id as usize, m.score))
             .collect()
     }
 }
@@ -358,6 +435,19 @@ fn document(tool: &Indexed<'_>) -> String {
     }
     doc
 }
+
+/// What a tool's vector is made of: its name as words and its description
+/// (the model reads at most its first tokens).
+fn meaning(tool: &Indexed<'_>) -> String {
+    format!("{}: {}", words(tool.name), tool.description)
+}
+
+/// The share of a tool's score that is its cosine with the request, when
+/// there is a model (chosen on the GitHub tuning tasks of
+/// `tests/openapi/github-tasks-tuning.yaml`).
+const DENSE_WEIGHT: f32 = 0.5;
+/// The least cosine that finds a tool no word of the request matched.
+const MIN_COSINE: f32 = 0.3;
 
 /// How many of BM25's best matches are reranked by name coverage.
 const RERANKED: usize = 50;
@@ -493,7 +583,7 @@ mod tests {
         let names = |found: Vec<Arc<Tool>>| -> Vec<String> {
             found.iter().map(|t| t.name.clone()).collect()
         };
-        let built = index.of(tools.clone());
+        let built = index.of(tools.clone(), None);
         assert_eq!(
             names(built.search("open a new issue", 1)),
             ["issues_create"]
@@ -510,8 +600,8 @@ mod tests {
         );
         assert!(built.search("zebra", 5).is_empty());
         // Same tools: the same index; other tools: a new one.
-        assert!(Arc::ptr_eq(&built, &index.of(tools.clone())));
-        let fewer = index.of(tools[..2].to_vec());
+        assert!(Arc::ptr_eq(&built, &index.of(tools.clone(), None)));
+        let fewer = index.of(tools[..2].to_vec(), None);
         assert!(!Arc::ptr_eq(&built, &fewer));
         assert!(fewer.search("weather city", 5).is_empty());
     }
@@ -534,9 +624,9 @@ mod tests {
                 parameters: &params,
             },
         ];
-        assert_eq!(rank(&tools, "weather in a city", 5), vec![1]);
-        assert_eq!(rank(&tools, "what time is it", 1), vec![0]);
-        assert!(rank(&tools, "quantum", 5).is_empty());
+        assert_eq!(rank(&tools, "weather in a city", 5, None), vec![1]);
+        assert_eq!(rank(&tools, "what time is it", 1, None), vec![0]);
+        assert!(rank(&tools, "quantum", 5, None).is_empty());
     }
 
     #[test]
@@ -545,7 +635,9 @@ mod tests {
         let tools: Vec<Arc<Tool>> = (0..6)
             .map(|i| tool(&format!("same_{i}"), "identical text", obj.clone()))
             .collect();
-        let found = SearchIndex::default().of(tools).search("identical", 3);
+        let found = SearchIndex::default()
+            .of(tools, None)
+            .search("identical", 3);
         let names: Vec<&str> = found.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["same_0", "same_1", "same_2"]);
     }

@@ -27,6 +27,7 @@ pub mod code;
 pub mod conversations;
 pub mod credentials;
 pub mod discovery;
+pub mod embeddings;
 pub mod executor;
 pub mod formatter;
 pub mod guards;

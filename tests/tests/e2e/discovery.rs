@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use serde_json::{Value, json};
-use toolgate_tests::{ChatSetup, offered, post_json, post_sse, user};
+use toolgate_tests::{ChatSetup, offered, post_json, post_sse, search_model, user};
 
 /// Tools with distinct purposes, and fillers that search must rank below.
 const TOOLS: &[(&str, &str, &str)] = &[
@@ -271,4 +271,37 @@ async fn a_client_tool_may_not_take_the_search_tools_name() {
             .unwrap()
             .contains("find_tools")
     );
+}
+
+/// With `search.model`, a request that shares no word with a tool finds it
+/// by meaning; by words alone it finds nothing.
+#[tokio::test]
+async fn with_a_model_a_request_finds_a_tool_it_shares_no_word_with() {
+    let Some(model) = search_model() else { return };
+    let script = r#"call find_tools {"query": "will it rain in Oslo tomorrow"}"#;
+    for (ranking, expect) in [("words", None), ("model", Some("weather_current"))] {
+        let config = if ranking == "model" {
+            config().replacen(
+                "defaults:",
+                &format!("search:\n  model: {:?}\ndefaults:", model.path),
+                1,
+            )
+        } else {
+            config()
+        };
+        let s = ChatSetup::start(&config).await;
+        let (status, body) = post_json(
+            &s.url("/v1/chat/completions"),
+            &json!({"model": "m", "messages": user(script)}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(called(&body), ["find_tools"]);
+        let found = &body["toolgate"]["tool_calls"][0]["result"];
+        assert_eq!(
+            found["tools"][0]["name"].as_str(),
+            expect,
+            "{ranking}: {found}"
+        );
+    }
 }

@@ -292,6 +292,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
                 "openai",
                 "template",
                 "jwt",
+                "embeddings",
             ],
             &["auth", "prompt", "shared", "audit", "guards", "policy"],
             &["credentials"],

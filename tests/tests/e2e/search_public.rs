@@ -13,15 +13,18 @@
 //!   source by `tests/public-data/extract.py`).
 //!
 //! Each query is ranked by the gateway's search (`discovery::Ranker`, what
-//! `find_tools` runs) and by a plain BM25 over name, description and
-//! parameter names, in the same run. recall@5 is the share of a query's
+//! `find_tools` runs) with the static embedding model `make search-model`
+//! fetches and by words alone, and by a plain BM25 over name, description
+//! and parameter names, in the same run. The model's share of the score
+//! was chosen on the GitHub tuning tasks (`e2e/openapi.rs`), not on these
+//! sets. recall@5 is the share of a query's
 //! tools in the first five (of at most five: a task that needs nine tools
 //! is complete with five of them there), averaged; hit@1 the share of
 //! queries whose first result is one of their tools. The test prints both
 //! for both rankers, and fails below the figures the gateway's search
 //! reached, less a margin, as a guard against regressions. (The goal,
-//! recall@5 0.95 and hit@1 0.80, is not reached; on AgentDojo plain BM25's
-//! hit@1 is higher.)
+//! recall@5 0.95 and hit@1 0.80, is not reached: see docs/tools.md for
+//! what is still missed.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -30,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bm25::{Embedder, EmbedderBuilder, Language, Scorer};
 use serde_json::Value;
 use toolgate_engine::discovery::{Indexed, Ranker};
-use toolgate_tests::{json_lines, public_data};
+use toolgate_tests::{json_lines, public_data, search_model};
 
 use super::parser_bfcl::{IRRELEVANCE, SETS};
 
@@ -217,13 +220,13 @@ fn score(set: &Set, ranked: impl Fn(&str) -> Vec<usize>) -> Score {
     }
 }
 
-/// recall@5 and hit@1 the gateway's search reached on each set, less a
-/// margin.
-const FLOORS: [(&str, f64, f64); 2] = [("BFCL v4", 0.74, 0.52), ("AgentDojo", 0.60, 0.58)];
+/// recall@5 and hit@1 the gateway's search with the model reached on each
+/// set, less a margin.
+const FLOORS: [(&str, f64, f64); 2] = [("BFCL v4", 0.79, 0.54), ("AgentDojo", 0.68, 0.64)];
 
 #[test]
 fn tool_search_on_public_retrieval_sets() {
-    let (Some(bfcl), Some(agentdojo)) = (bfcl(), agentdojo()) else {
+    let (Some(bfcl), Some(agentdojo), Some(model)) = (bfcl(), agentdojo(), search_model()) else {
         return;
     };
     let mut report = Vec::new();
@@ -245,17 +248,21 @@ fn tool_search_on_public_retrieval_sets() {
                 parameters: &t.parameters,
             })
             .collect();
-        let ranker = Ranker::new(&indexed);
+        let words = Ranker::new(&indexed, None);
+        let lexical = score(&set, |q| words.search(q, 5));
+        let ranker = Ranker::new(&indexed, Some(&model));
         let ours = score(&set, |q| ranker.search(q, 5));
         let baseline = Bm25::new(&set.tools);
         let bm25 = score(&set, |q| baseline.rank(q, 5));
         report.push(format!(
-            "{:<10} {:>5} tools {:>5} queries  find_tools recall@5 {:.3} hit@1 {:.3}  |  BM25 recall@5 {:.3} hit@1 {:.3}",
+            "{:<10} {:>5} tools {:>5} queries  find_tools with the model recall@5 {:.3} hit@1 {:.3}  |  by words alone {:.3} {:.3}  |  BM25 {:.3} {:.3}",
             set.name,
             set.tools.len(),
             set.queries.len(),
             ours.recall,
             ours.hit,
+            lexical.recall,
+            lexical.hit,
             bm25.recall,
             bm25.hit
         ));

@@ -97,6 +97,7 @@ pub(super) fn build(
     let mcp_session_secret = super::settings::mcp_session_secret(&raw.gateway, env, &mut diags);
     let redis_url = super::settings::redis_url(&raw.gateway, env, &mut diags);
     let connections = super::connections::check(&raw, env, &mut diags);
+    let search_model = super::settings::search_model(&raw, &mut diags);
 
     diag::sort(&mut diags);
     if diags.iter().any(Diagnostic::is_error) {
@@ -129,6 +130,7 @@ pub(super) fn build(
         policies,
         policy_version,
         connections,
+        search_model,
     };
     // Sets that search get their index built now, on a thread of its own
     // so the load does not wait for it (a search that comes first waits
@@ -136,7 +138,11 @@ pub(super) fn build(
     // after they list them.
     for set in catalog.sets() {
         if matches!(set.discovery, crate::discovery::Discovery::Search { .. }) {
-            crate::discovery::warm(&set.index, catalog.tools_in(set, None).collect());
+            crate::discovery::warm(
+                &set.index,
+                catalog.tools_in(set, None).collect(),
+                catalog.search_model.clone(),
+            );
         }
     }
     Ok(catalog)

@@ -69,6 +69,8 @@ pub struct Catalog {
     pub policy_version: String,
     /// Users' upstream accounts and token exchanges (`connections`).
     pub connections: Option<Arc<crate::credentials::Connections>>,
+    /// The embedding model tool search ranks with (`search.model`).
+    pub search_model: Option<Arc<crate::embeddings::Embeddings>>,
 }
 
 /// A declared tool that cannot be used, and why.

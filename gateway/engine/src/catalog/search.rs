@@ -19,7 +19,8 @@ impl Catalog {
         caller: Option<&str>,
     ) -> Vec<Arc<Tool>> {
         let tools: Vec<Arc<Tool>> = self.tools_in(set, caller).collect();
-        set.index.search(tools, query, limit)
+        set.index
+            .search(tools, query, limit, self.search_model.as_ref())
     }
 
     /// A `find_tools` call by `caller` in the set `set` (arguments already

@@ -133,6 +133,31 @@ pub(crate) fn check_console(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnost
     }
 }
 
+/// The model of `search.model`, read from its folder (relative to the
+/// configuration folder); a model that cannot be read is an error at its
+/// line.
+pub(crate) fn search_model(
+    raw: &toolgate_config::RawConfig,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<std::sync::Arc<crate::embeddings::Embeddings>> {
+    let file = &raw.gateway;
+    let dir = raw.dir.join(file.value.search.model.as_ref()?);
+    match crate::embeddings::Embeddings::load(&dir) {
+        Ok(model) => Some(model),
+        Err(e) => {
+            // Files named as from the configuration folder.
+            let prefix = format!("{}/", raw.dir.display());
+            diags.push(Diagnostic::error(
+                &file.file,
+                file.pos("search.model"),
+                format!("`search.model`: {}", e.to_string().replace(&prefix, "")),
+                "name a folder with a model2vec model's model.safetensors, tokenizer.json and config.json (`make search-model` fetches potion-base-2M into target/models), or leave `search.model` out to search by words alone",
+            ));
+            None
+        }
+    }
+}
+
 /// The most calls `approvals.max_pending` may hold.
 pub const MAX_PENDING_APPROVALS: usize = 10_000;
 

@@ -720,16 +720,21 @@ impl Run {
                 parameters: t.pointer("/function/parameters").unwrap_or(&Value::Null),
             })
             .collect();
-        let tools: Vec<Value> = discovery::rank(&indexed, query, limit)
-            .into_iter()
-            .filter_map(|i| indexed.get(i))
-            .map(|t| {
-                json!({
-                    "name": t.name,
-                    "description": toolgate::truncate_chars(t.description, RESULT_DESCRIPTION_CHARS),
-                })
+        let tools: Vec<Value> = discovery::rank(
+            &indexed,
+            query,
+            limit,
+            self.l.catalog.search_model.as_ref(),
+        )
+        .into_iter()
+        .filter_map(|i| indexed.get(i))
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "description": toolgate::truncate_chars(t.description, RESULT_DESCRIPTION_CHARS),
             })
-            .collect();
+        })
+        .collect();
         let data = if tools.is_empty() {
             json!({"tools": [], "note": "No tool matches. Search again with other words."})
         } else {
