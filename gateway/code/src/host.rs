@@ -260,6 +260,12 @@ impl Worker {
         command
             .args(&self.args)
             .env_clear()
+            // mimalloc (the binary's allocator) otherwise maps its first
+            // 1 GiB arena writable at start, before the memory limit is
+            // set: the limit then counts all of it, and the program's next
+            // mapping fails however little it uses. Committed on demand,
+            // the arena counts what the program uses.
+            .env("MIMALLOC_ARENA_EAGER_COMMIT", "0")
             .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
