@@ -7,6 +7,18 @@ LISTEN ?= 127.0.0.1:8080
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
+## search-model: the static embedding model the shipped configuration's
+## tool search ranks with (`search.model`): potion-base-2M (MIT), as the
+## crate yantrikdb 0.23.4 on crates.io carries it, pinned by hash, into
+## target/models/potion-base-2M.
+SEARCH_MODEL := target/models/potion-base-2M/model.safetensors
+SEARCH_MODEL_CRATE := https://static.crates.io/crates/yantrikdb/yantrikdb-0.23.4.crate
+SEARCH_MODEL_SHA256 := 4563469dda349e5e9fd103b885351ca61e0f73454e25e4c0b14d9358b632120a
+search-model: $(SEARCH_MODEL)
+$(SEARCH_MODEL): deploy/search-model/fetch.py
+	python3 deploy/search-model/fetch.py $(SEARCH_MODEL_CRATE) $(SEARCH_MODEL_SHA256) yantrikdb-0.23.4/assets/potion-base-2M target/models/potion-base-2M
+	touch $@
+
 ## run: serve the shipped configuration on $(LISTEN). Without OPENAI_BASE_URL
 ## or OPENAI_API_KEY in the environment, the scripted model (tests/src/mock_llm.rs)
 ## is started on $(MOCK_LISTEN) and serves as the upstream.
@@ -27,18 +39,6 @@ run: $(SEARCH_MODEL)
 	else \
 		target/debug/toolgate serve --config $(CONFIG) --listen $(LISTEN); \
 	fi
-
-## search-model: the static embedding model the shipped configuration's
-## tool search ranks with (`search.model`): potion-base-2M (MIT), as the
-## crate yantrikdb 0.23.4 on crates.io carries it, pinned by hash, into
-## target/models/potion-base-2M.
-SEARCH_MODEL := target/models/potion-base-2M/model.safetensors
-SEARCH_MODEL_CRATE := https://static.crates.io/crates/yantrikdb/yantrikdb-0.23.4.crate
-SEARCH_MODEL_SHA256 := 4563469dda349e5e9fd103b885351ca61e0f73454e25e4c0b14d9358b632120a
-search-model: $(SEARCH_MODEL)
-$(SEARCH_MODEL): deploy/search-model/fetch.py
-	python3 deploy/search-model/fetch.py $(SEARCH_MODEL_CRATE) $(SEARCH_MODEL_SHA256) yantrikdb-0.23.4/assets/potion-base-2M target/models/potion-base-2M
-	touch $@
 
 VENV := .venv
 # Public data sets from PyPI (tests/public-data/requirements.txt), unpacked.
