@@ -7,8 +7,8 @@ LISTEN ?= 127.0.0.1:8080
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
-## search-model: the static embedding model the shipped configuration's
-## tool search ranks with (`search.model`): potion-base-2M (MIT), as the
+## search-model: a static embedding model for tool search (`search.model`),
+## which the tests and benchmarks use: potion-base-2M (MIT), as the
 ## crate yantrikdb 0.23.4 on crates.io carries it, pinned by hash, into
 ## target/models/potion-base-2M.
 SEARCH_MODEL := target/models/potion-base-2M/model.safetensors
@@ -29,7 +29,7 @@ $(SEARCH_MODEL): deploy/search-model/fetch.py
 # `make run` after `make test` finds everything built.
 RUN_BINS := --workspace --all-targets
 
-run: $(SEARCH_MODEL)
+run:
 	$(CARGO) build $(RUN_BINS)
 	@if [ -z "$$OPENAI_BASE_URL$$OPENAI_API_KEY" ]; then \
 		echo "No OPENAI_BASE_URL or OPENAI_API_KEY: the scripted model answers on $(MOCK_LISTEN)"; \
