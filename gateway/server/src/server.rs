@@ -24,6 +24,8 @@ use std::sync::Arc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+mod idle;
+
 use crate::http::AppState;
 use crate::reload::{self, Live, Loader, Outcome, Reloader, Trigger, WatchHandle};
 use crate::router::Gateway;
@@ -445,17 +447,23 @@ async fn serve_connections(
     let slots = Arc::new(tokio::sync::Semaphore::new(cap));
     let waiting = Arc::new(Waiting::default());
     let open = tokio_util::task::TaskTracker::new();
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder
-        .http1()
+    let mut auto = Builder::new(TokioExecutor::new());
+    auto.http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
-    builder
-        .http2()
+    auto.http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(limits.header_timeout)
         .keep_alive_timeout(limits.header_timeout);
-    let builder = Arc::new(builder);
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let builders = Arc::new(Builders {
+        http1,
+        auto,
+        idle: limits.header_timeout,
+    });
     let serve = |stream, slot| {
         let unasked = Arc::new(Unasked {
             used: std::sync::atomic::AtomicBool::new(false),
@@ -465,7 +473,7 @@ async fn serve_connections(
         open.spawn(serve_connection(
             stream,
             app.clone(),
-            Arc::clone(&builder),
+            Arc::clone(&builders),
             stop.clone(),
             Some(slot),
             Some(unasked),
@@ -540,7 +548,36 @@ async fn serve_connections(
     Ok(())
 }
 
+/// While draining, a connection that has not had its first request yet
+/// waits for it (the header timeout, or the grace period, ends the wait):
+/// `Some` with how the connection ended if it ended first.
+macro_rules! until_first {
+    ($conn:expr, $used:expr, $first:expr) => {
+        if $used.load(std::sync::atomic::Ordering::Relaxed) {
+            None
+        } else {
+            tokio::select! {
+                ended = $conn => Some(ended),
+                () = $first.notified() => None,
+            }
+        }
+    };
+}
+
 type ConnBuilder = hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>;
+
+/// How connections are served: HTTP/1 request by request (see [`idle`]),
+/// and, for a connection that opens with HTTP/2's preface, hyper-util's
+/// connection that serves either.
+struct Builders {
+    http1: hyper::server::conn::http1::Builder,
+    auto: ConnBuilder,
+    /// How long a connection may idle before its next request.
+    idle: std::time::Duration,
+}
+
+/// HTTP/2's connection preface.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Serves one connection until it ends. Once `stop` is cancelled, a
 /// connection that has had a request closes after the one in progress (at
@@ -548,10 +585,15 @@ type ConnBuilder = hyper_util::server::conn::auto::Builder<hyper_util::rt::Tokio
 /// answered first (with `Connection: close`, the gateway is draining)
 /// rather than closed under a request its client may already be sending
 /// (the header timeout and the grace period bound the wait).
+///
+/// HTTP/1 is served one hyper connection per exchange: between requests
+/// the connection holds its socket and nothing of hyper's ([`idle`]), and
+/// closes when no request begins within `limits.header_timeout` (hyper's
+/// own header timeout then bounds the request's head).
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     app: Gateway,
-    builder: Arc<ConnBuilder>,
+    builders: Arc<Builders>,
     stop: CancellationToken,
     _slot: Option<tokio::sync::OwnedSemaphorePermit>,
     unasked: Option<Arc<Unasked>>,
@@ -565,50 +607,126 @@ async fn serve_connection(
     let _ = stream.set_nodelay(true);
     let used = Arc::new(AtomicBool::new(false));
     let first = Arc::new(tokio::sync::Notify::new());
-    let (seen, first_seen) = (Arc::clone(&used), Arc::clone(&first));
-    let service = hyper::service::service_fn(move |req| {
+    let exchange = Arc::new(idle::Exchange::default());
+    let (seen, first_seen, ex) = (Arc::clone(&used), Arc::clone(&first), Arc::clone(&exchange));
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         if !seen.swap(true, Ordering::Relaxed) {
             first_seen.notify_one();
             if let Some(u) = &unasked {
                 u.used.store(true, Ordering::Relaxed);
             }
         }
-        hyper::service::Service::call(&app, req)
-    });
-    let conn =
-        builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service);
-    tokio::pin!(conn);
-    tokio::select! {
-        result = conn.as_mut() => {
-            if let Err(e) = result {
-                tracing::debug!("connection ended: {e}");
+        ex.begin(http_body::Body::is_end_stream(req.body()));
+        let req = req.map(|body| idle::Tracked::request(body, Arc::clone(&ex)));
+        let answer = hyper::service::Service::call(&app, req);
+        let ex = Arc::clone(&ex);
+        async move {
+            let answer = answer.await?;
+            if answer.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {
+                ex.upgraded();
             }
-            return;
+            Ok::<_, std::convert::Infallible>(answer.map(|body| idle::Tracked::answer(body, ex)))
         }
-        // At the cap, and it has asked nothing yet: closed for a new one.
-        () = shed.cancelled() => {
-            tracing::debug!("a connection that sent no request was closed to make room");
-            return;
-        }
-        () = stop.cancelled() => {}
-    }
-    if !used.load(Ordering::Relaxed) {
-        // Its first request is on its way (or the header timeout, or the
-        // grace period, ends the wait).
-        tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(e) = result {
-                    tracing::debug!("connection ended: {e}");
+    });
+    let mut io = idle::Watched::new(stream, Arc::clone(&exchange));
+    let mut service = service;
+    let mut opened = false;
+    loop {
+        if io.ahead.is_empty() {
+            // Idle: the socket alone until the next request's first bytes.
+            let had_one = used.load(Ordering::Relaxed);
+            let readable = tokio::select! {
+                ready = io.stream.readable() => ready.is_ok(),
+                () = tokio::time::sleep(builders.idle) => false,
+                // At the cap, and it has asked nothing yet: closed for a new one.
+                () = shed.cancelled(), if !had_one => {
+                    tracing::debug!("a connection that sent no request was closed to make room");
+                    false
                 }
+                // Draining: an idle connection closes at once.
+                () = stop.cancelled(), if had_one => false,
+            };
+            if !readable {
                 return;
             }
-            () = first.notified() => {}
+            if !opened {
+                opened = true;
+                let mut head = [0u8; H2_PREFACE.len()];
+                let n = io.stream.peek(&mut head).await.unwrap_or(0);
+                if n == 0 {
+                    return;
+                }
+                if head[..n] == H2_PREFACE[..n] {
+                    // HTTP/2 (or too little yet to tell): as it comes.
+                    let conn = builders.auto.serve_connection_with_upgrades(
+                        hyper_util::rt::TokioIo::new(io.stream),
+                        service,
+                    );
+                    tokio::pin!(conn);
+                    tokio::select! {
+                        result = conn.as_mut() => return ended(result),
+                        // At the cap, and it has asked nothing yet: closed for a new one.
+                        () = shed.cancelled() => {
+                            tracing::debug!("a connection that sent no request was closed to make room");
+                            return;
+                        }
+                        () = stop.cancelled() => {}
+                    }
+                    if let Some(result) = until_first!(conn.as_mut(), used, first) {
+                        return ended(result);
+                    }
+                    // Closed after the request in progress (at once when
+                    // idle); HTTP/2: GOAWAY, the streams in progress finish.
+                    conn.as_mut().graceful_shutdown();
+                    return ended(conn.await);
+                }
+            }
+        }
+        let conn = builders
+            .http1
+            .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+            .with_upgrades();
+        let mut conn = Box::new(conn);
+        let parked = std::future::poll_fn(|cx| match std::pin::Pin::new(&mut *conn).poll(cx) {
+            std::task::Poll::Ready(result) => std::task::Poll::Ready(Some(result)),
+            std::task::Poll::Pending if exchange.take_parked() => std::task::Poll::Ready(None),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        });
+        let outcome = tokio::select! {
+            outcome = parked => outcome,
+            () = shed.cancelled(), if !used.load(Ordering::Relaxed) => {
+                tracing::debug!("a connection that sent no request was closed to make room");
+                return;
+            }
+            () = stop.cancelled() => {
+                let mut conn = std::pin::Pin::new(&mut *conn);
+                if let Some(result) = until_first!(conn.as_mut(), used, first) {
+                    return ended(result);
+                }
+                // Closed after the request in progress, at once when idle.
+                conn.as_mut().graceful_shutdown();
+                return ended(conn.await);
+            }
+        };
+        match outcome {
+            Some(result) => return ended(result),
+            None => {
+                // The exchange is over: hyper's connection is taken apart.
+                let Some(parts) = conn.into_parts() else {
+                    return;
+                };
+                exchange.reset();
+                io = parts.io.into_inner();
+                io.ahead = parts.read_buf;
+                service = parts.service;
+            }
         }
     }
-    // HTTP/1: closed after the request in progress (at once when idle);
-    // HTTP/2: GOAWAY, the streams in progress finish.
-    conn.as_mut().graceful_shutdown();
-    if let Err(e) = conn.await {
+}
+
+/// How a connection ended, for the debug log.
+fn ended<E: std::fmt::Display>(result: Result<(), E>) {
+    if let Err(e) = result {
         tracing::debug!("connection ended: {e}");
     }
 }

@@ -129,3 +129,136 @@ async fn sighup_reloads_the_configuration() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["data"], "new");
 }
+
+/// One HTTP/1 answer read off `s`: its status and body (by
+/// `Content-Length`); `None` when the server closed the connection first.
+fn answer(s: &mut std::net::TcpStream) -> Option<(u16, String)> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(0) => return None,
+            Ok(_) => head.push(byte[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+            Err(e) => panic!("reading an answer: {e} (after {head:?})"),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let status = head[9..12].parse().unwrap();
+    let len = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// HTTP/1 keep-alive as clients use it. Between requests a connection
+/// holds its socket and nothing of hyper's (`server::idle`), so each of
+/// these crosses that point: a pause between requests, requests sent
+/// together, a request's head split by a pause, a body the route does not
+/// read, an upgrade on a connection that has served a request, and a quiet
+/// connection closed after `limits.header_timeout`.
+#[tokio::test]
+async fn a_keep_alive_connection_is_served_across_pauses_pipelining_and_upgrades() {
+    use std::io::{Read, Write};
+    let model = MockLlm::start().await;
+    let dir = ConfigDir::new(&[(
+        "toolgate.yaml",
+        &format!(
+            "upstreams:\n  - name: mock\n    base_url: {}\nlimits:\n  header_timeout: 2s\n",
+            model.base_url()
+        ),
+    )]);
+    let server = Server::start(dir.path(), &[]).await;
+    let addr = server.addr.clone();
+    tokio::task::spawn_blocking(move || {
+        let get = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        let pause = || std::thread::sleep(Duration::from_millis(300));
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(get).unwrap();
+        assert_eq!(answer(&mut s).unwrap().0, 200, "first");
+        pause();
+        s.write_all(get).unwrap();
+        assert_eq!(answer(&mut s).unwrap().0, 200, "after a pause");
+        // Two requests in one write, then three.
+        s.write_all(&get.repeat(2)).unwrap();
+        for i in 0..2 {
+            assert_eq!(answer(&mut s).unwrap().0, 200, "pipelined {i}");
+        }
+        s.write_all(&get.repeat(3)).unwrap();
+        for i in 0..3 {
+            assert_eq!(answer(&mut s).unwrap().0, 200, "pipelined {i} of 3");
+        }
+        // A head split by a pause.
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHo").unwrap();
+        pause();
+        s.write_all(b"st: localhost\r\n\r\n").unwrap();
+        assert_eq!(answer(&mut s).unwrap().0, 200, "a split head");
+        // A body the route never reads, arriving after its answer: its
+        // bytes are not a request.
+        s.write_all(b"POST /healthz HTTP/1.1\r\nHost: localhost\r\nContent-Length: 24\r\n\r\n")
+            .unwrap();
+        let (status, _) = answer(&mut s).unwrap();
+        assert!(matches!(status, 405 | 415), "a POST to /healthz: {status}");
+        pause();
+        // (Writes may fail here: hyper closes rather than wait for a body
+        // nobody reads.)
+        let _ = s.write_all(b"GET /nowhere HTTP/1.1\r\n\r\n");
+        pause();
+        let _ = s.write_all(get);
+        match answer(&mut s) {
+            Some((status, _)) => assert_eq!(status, 200, "after an unread body"),
+            None => {
+                // hyper may close rather than drain: then a new connection.
+                s = std::net::TcpStream::connect(&addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            }
+        }
+        // An upgrade on a connection that has served a request: the
+        // WebSocket answers a ping.
+        s.write_all(get).unwrap();
+        assert_eq!(answer(&mut s).unwrap().0, 200);
+        pause();
+        s.write_all(
+            b"GET /v1/responses HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+              Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        )
+        .unwrap();
+        let (status, _) = answer(&mut s).unwrap();
+        assert_eq!(status, 101, "the upgrade");
+        let mask = [1u8, 2, 3, 4];
+        let mut ping = vec![0x89, 0x84];
+        ping.extend_from_slice(&mask);
+        ping.extend(b"ping".iter().zip(mask.iter().cycle()).map(|(b, m)| b ^ m));
+        s.write_all(&ping).unwrap();
+        let mut pong = [0u8; 6];
+        s.read_exact(&mut pong).unwrap();
+        assert_eq!(&pong, b"\x8a\x04ping", "the WebSocket's pong");
+        // A connection that stays quiet after its request is closed.
+        let mut quiet = std::net::TcpStream::connect(&addr).unwrap();
+        quiet.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        quiet.write_all(get).unwrap();
+        assert_eq!(answer(&mut quiet).unwrap().0, 200);
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        quiet
+            .read_to_end(&mut rest)
+            .expect("an idle connection is closed");
+        assert!(rest.is_empty(), "{rest:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "{:?}",
+            started.elapsed()
+        );
+    })
+    .await
+    .unwrap();
+}

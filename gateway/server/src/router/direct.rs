@@ -14,7 +14,6 @@ use axum::Router;
 use axum::extract::{Extension, State};
 use axum::http::{Method, Request};
 use axum::response::{IntoResponse, Response};
-use hyper::body::Incoming;
 use hyper_util::service::TowerToHyperService;
 use tracing::Instrument;
 
@@ -45,12 +44,16 @@ impl Gateway {
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
-impl hyper::service::Service<Request<Incoming>> for Gateway {
+impl<B> hyper::service::Service<Request<B>> for Gateway
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError> + std::fmt::Display,
+{
     type Response = Response;
     type Error = Infallible;
     type Future = Answer;
 
-    fn call(&self, req: Request<Incoming>) -> Answer {
+    fn call(&self, req: Request<B>) -> Answer {
         if req.method() == Method::POST && req.uri().path() == CHAT {
             let state = self.state.clone();
             Box::pin(async move { Ok(chat(state, req).await) })
@@ -62,7 +65,11 @@ impl hyper::service::Service<Request<Incoming>> for Gateway {
 
 /// `POST /v1/chat/completions`: observed, admitted and read as the layers
 /// do, then the router's own handler.
-async fn chat(state: AppState, req: Request<Incoming>) -> Response {
+async fn chat<B>(state: AppState, req: Request<B>) -> Response
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: std::fmt::Display,
+{
     let (mut parts, body) = req.into_parts();
     let observed = Observed::begin(&parts, Route::Direct(CHAT));
     let request_id = observed.id.clone();
