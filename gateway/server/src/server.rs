@@ -658,11 +658,11 @@ async fn serve_connection(
                 }
                 if head[..n] == H2_PREFACE[..n] {
                     // HTTP/2 (or too little yet to tell): as it comes.
-                    let conn = builders.auto.serve_connection_with_upgrades(
+                    // Boxed: every connection's task would carry its size.
+                    let mut conn = Box::pin(builders.auto.serve_connection_with_upgrades(
                         hyper_util::rt::TokioIo::new(io.stream),
                         service,
-                    );
-                    tokio::pin!(conn);
+                    ));
                     tokio::select! {
                         result = conn.as_mut() => return ended(result),
                         // At the cap, and it has asked nothing yet: closed for a new one.
@@ -715,9 +715,10 @@ async fn serve_connection(
                 let Some(parts) = conn.into_parts() else {
                     return;
                 };
+                tracing::trace!(ahead = parts.read_buf.len(), "a connection idles");
                 exchange.reset();
                 io = parts.io.into_inner();
-                io.ahead = parts.read_buf;
+                io.read_ahead(parts.read_buf);
                 service = parts.service;
             }
         }

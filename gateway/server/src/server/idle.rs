@@ -167,6 +167,17 @@ impl Watched {
             exchange,
         }
     }
+
+    /// What hyper had read and not parsed when its connection was taken
+    /// apart. Kept only when there is some: an empty `Bytes` split off
+    /// hyper's read buffer would keep all of that buffer.
+    pub(super) fn read_ahead(&mut self, bytes: Bytes) {
+        self.ahead = if bytes.is_empty() {
+            Bytes::new()
+        } else {
+            bytes
+        };
+    }
 }
 
 impl AsyncRead for Watched {
@@ -180,6 +191,10 @@ impl AsyncRead for Watched {
             let n = this.ahead.len().min(buf.remaining());
             buf.put_slice(&this.ahead[..n]);
             this.ahead.advance(n);
+            if this.ahead.is_empty() {
+                // An empty `Bytes` still holds the buffer it came from.
+                this.ahead = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         if Exchange::over(this.exchange.0.load(Ordering::Relaxed)) {
