@@ -51,6 +51,10 @@ AGENTS_NODE := tests/agents/node_modules/.installed
 OPENRESPONSES_NODE := tests/openresponses/node_modules/.installed
 
 CARGO_DENY_VERSION := 0.20.2
+## oha: the constant-rate load generator of tests/bench/proxy.sh (wrk keeps
+## a fixed number of requests in flight, so its tail hides queueing)
+OHA_VERSION := 1.16.0
+OHA := target/tools/bin/oha
 MDBOOK_VERSION := 0.5.4
 
 ## setup: what the tests need besides Rust: a Python venv with the official
@@ -104,6 +108,9 @@ deb:
 		$$sudo apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+
+$(OHA):
+	$(CARGO) install --locked --no-default-features --root target/tools oha --version $(OHA_VERSION)
 
 cargo-deny:
 	@cargo-deny --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deny --version $(CARGO_DENY_VERSION)
@@ -177,7 +184,7 @@ fmt:
 	$(CARGO) fmt --all
 
 ## bench: benchmarks, in release mode (run nothing else meanwhile)
-bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) deb
+bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) $(OHA) deb
 	$(CARGO) build --release -p toolgate-server --bin toolgate -p toolgate-tests --bins
 	target/release/bench-catalog
 	target/release/bench-parser

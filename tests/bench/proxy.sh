@@ -18,13 +18,17 @@
 # request: a figure that does not depend on how the 2 cores were shared
 # between wrk, the upstream and the proxy.
 #
+# Then the tail at a constant rate: oha at 50% and 90% of nginx's
+# throughput, nginx and toolgate alternately (see below).
+#
 # Then the tool loop: the scripted model asks for the builtin `calculator`
 # and answers after its result. The gateway's own time per loop iteration
 # is its request time minus the model calls' and the tool's time, all three
 # read from its own /metrics histograms (sums over the run).
 #
 # Needs release builds of `toolgate` and `mock-llm` (make bench builds them),
-# nginx and wrk (`make deb` installs them).
+# nginx and wrk (`make deb` installs them), and oha (`make bench` installs
+# it into target/tools).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -207,6 +211,37 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 
+# Tail latency at a constant rate. wrk keeps CONNECTIONS requests in
+# flight, so a stall slows wrk down instead of showing in its tail. oha
+# sends at a fixed rate (50% and 90% of nginx's median throughput above)
+# and counts each request's latency from when it was due
+# (--latency-correction). nginx and toolgate alternately, ROUNDS times.
+OHA=${OHA:-target/tools/bin/oha}
+[ -x "$OHA" ] || { echo "$OHA is missing: run \`make target/tools/bin/oha\` (make bench does)" >&2; exit 1; }
+ngx_peak=$(awk '$1=="nginx" {print $2}' "$work/results" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+: > "$work/rate"
+for round in $(seq "$ROUNDS"); do
+  for share in 50 90; do
+    rate=$(python3 -c "import sys; print(int(float(sys.argv[1]) * int(sys.argv[2]) / 100))" "$ngx_peak" "$share")
+    for path in nginx toolgate; do
+      case $path in nginx) addr=$NGX ;; toolgate) addr=$GATE ;; esac
+      "$OHA" -z "${DURATION}s" -c "$CONNECTIONS" -q "$rate" --latency-correction --no-tui --output-format json \
+        -m POST -H 'content-type: application/json' -H 'authorization: Bearer sk-bench-0123456789abcdef' \
+        -d '{"model":"bench-model","messages":[{"role":"user","content":"Hello!"}]}' \
+        "http://$addr/v1/chat/completions" > "$work/oha.json"
+      python3 - "$work/oha.json" "$path" "$share" "$rate" >> "$work/rate" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+codes = r.get("statusCodeDistribution", {})
+if set(codes) - {"200"} or r.get("errorDistribution"):
+    sys.exit(f"{sys.argv[2]}: errors at a constant rate: {codes} {r.get('errorDistribution')}")
+p = r["latencyPercentiles"]
+print(sys.argv[2], sys.argv[3], sys.argv[4], r["summary"]["requestsPerSec"], p["p50"] * 1000, p["p99"] * 1000)
+PY
+    done
+  done
+done
+
 # The loop: gateway time per iteration from the gateway's own metrics.
 metric_sum() { # name [label filter]
   curl -sf "http://$LOOP/metrics" | awk -v n="$1_sum" -v f="${2:-}" '$1 ~ "^"n && index($1, f) {s += $2} END {printf "%.9f\n", s}'
@@ -259,10 +294,10 @@ PY
 gate_idle=$(idle_kib "$GATE" "$GATE_PID")
 ngx_idle=$(idle_kib "$NGX" $(pgrep -P "$NGX_PID"))
 
-python3 - "$work/results" "$DURATION" "$ROUNDS" "$CONNECTIONS" "$req_s" "$req_n" "$up_s" "$up_n" "$tool_s" "$tool_n" "$loop_p50" "$rss_kib" "$gate_idle" "$ngx_idle" "$IDLE" <<'PY'
+python3 - "$work/results" "$work/rate" "$DURATION" "$ROUNDS" "$CONNECTIONS" "$req_s" "$req_n" "$up_s" "$up_n" "$tool_s" "$tool_n" "$loop_p50" "$rss_kib" "$gate_idle" "$ngx_idle" "$IDLE" <<'PY'
 import statistics, sys, os, datetime
-path, duration, rounds, conns = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-req_s, req_n, up_s, up_n, tool_s, tool_n, loop_p50, rss, gate_idle, ngx_idle, idle = map(float, sys.argv[5:])
+path, rate_path, duration, rounds, conns = sys.argv[1:6]
+req_s, req_n, up_s, up_n, tool_s, tool_n, loop_p50, rss, gate_idle, ngx_idle, idle = map(float, sys.argv[6:])
 runs = {}
 for line in open(path):
     name, rps, p50, p99, cpu = line.split()
@@ -285,6 +320,15 @@ print(f"CPU per proxied request (user + system, the proxy's own processes): tool
       f"nginx {n[3]:.1f} us, {t[3]/n[3]:.2f}x; hyper alone {med['hyper'][3]:.1f} us "
       f"({med['hyper'][0]/n[0]:.2f}x nginx's throughput), so the gateway's own work costs "
       f"{t[3]-med['hyper'][3]:.1f} us per request")
+rate = {}
+for line in open(rate_path):
+    name, share, target, rps, p50, p99 = line.split()
+    rate.setdefault((name, int(share)), []).append((int(target), float(rps), float(p50), float(p99)))
+for share in (50, 90):
+    n_, t_ = ([statistics.median(x[i] for x in rate[(k, share)]) for i in range(4)] for k in ("nginx", "toolgate"))
+    print(f"at a constant {share}% of nginx's throughput ({n_[0]:.0f} req/s, oha, latency from when each request was due): "
+          f"p99 toolgate {t_[3]:.3f} ms, nginx {n_[3]:.3f} ms, {t_[3]/n_[3]:.2f}x (goal <= 1.5); "
+          f"p50 {t_[2]:.3f} / {n_[2]:.3f} ms; sent {t_[1]:.0f} / {n_[1]:.0f} req/s")
 print(f"memory per idle keep-alive connection ({int(idle)} open): toolgate {gate_idle:.1f} KiB, nginx {ngx_idle:.1f} KiB "
       f"(per open stream: bench-load)")
 iters = up_n  # one model call per loop iteration

@@ -550,7 +550,9 @@ async fn serve_connections(
 
 /// While draining, a connection that has not had its first request yet
 /// waits for it (the header timeout, or the grace period, ends the wait):
-/// `Some` with how the connection ended if it ended first.
+/// `Some` with how the connection ended if it ended first. (A macro: as an
+/// async function generic over the connection, the compiler could not
+/// prove the spawned connection task `Send`.)
 macro_rules! until_first {
     ($conn:expr, $used:expr, $first:expr) => {
         if $used.load(std::sync::atomic::Ordering::Relaxed) {
@@ -635,24 +637,32 @@ async fn serve_connection(
         if io.ahead.is_empty() {
             // Idle: the socket alone until the next request's first bytes.
             let had_one = used.load(Ordering::Relaxed);
-            let readable = tokio::select! {
-                ready = io.stream.readable() => ready.is_ok(),
-                () = tokio::time::sleep(builders.idle) => false,
+            // The first bytes are peeked at (HTTP/2's preface?), later
+            // ones only awaited; either within the idle bound.
+            let mut head = [0u8; H2_PREFACE.len()];
+            let first_bytes = async {
+                if opened {
+                    io.stream.readable().await.map(|()| None)
+                } else {
+                    io.stream.peek(&mut head).await.map(Some)
+                }
+            };
+            let woke = tokio::select! {
+                ready = first_bytes => ready.ok(),
+                () = tokio::time::sleep(builders.idle) => None,
                 // At the cap, and it has asked nothing yet: closed for a new one.
                 () = shed.cancelled(), if !had_one => {
                     tracing::debug!("a connection that sent no request was closed to make room");
-                    false
+                    None
                 }
                 // Draining: an idle connection closes at once.
-                () = stop.cancelled(), if had_one => false,
+                () = stop.cancelled(), if had_one => None,
             };
-            if !readable {
+            let Some(peeked) = woke else {
                 return;
-            }
-            if !opened {
+            };
+            if let Some(n) = peeked {
                 opened = true;
-                let mut head = [0u8; H2_PREFACE.len()];
-                let n = io.stream.peek(&mut head).await.unwrap_or(0);
                 if n == 0 {
                     return;
                 }
