@@ -110,7 +110,7 @@ deb:
 	fi
 
 $(OHA):
-	$(CARGO) install --locked --no-default-features --root target/tools oha --version $(OHA_VERSION)
+	$(CARGO) install --locked --root target/tools oha --version $(OHA_VERSION)
 
 cargo-deny:
 	@cargo-deny --version >/dev/null 2>&1 || $(CARGO) install --locked cargo-deny --version $(CARGO_DENY_VERSION)
