@@ -611,27 +611,29 @@ async fn serve_connection(
     let first = Arc::new(tokio::sync::Notify::new());
     let exchange = Arc::new(idle::Exchange::default());
     let (seen, first_seen, ex) = (Arc::clone(&used), Arc::clone(&first), Arc::clone(&exchange));
-    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        if !seen.swap(true, Ordering::Relaxed) {
-            first_seen.notify_one();
-            if let Some(u) = &unasked {
-                u.used.store(true, Ordering::Relaxed);
+    let mut service =
+        hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            if !seen.swap(true, Ordering::Relaxed) {
+                first_seen.notify_one();
+                if let Some(u) = &unasked {
+                    u.used.store(true, Ordering::Relaxed);
+                }
             }
-        }
-        ex.begin(http_body::Body::is_end_stream(req.body()));
-        let req = req.map(|body| idle::Tracked::request(body, Arc::clone(&ex)));
-        let answer = hyper::service::Service::call(&app, req);
-        let ex = Arc::clone(&ex);
-        async move {
-            let answer = answer.await?;
-            if answer.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {
-                ex.upgraded();
+            ex.begin(http_body::Body::is_end_stream(req.body()));
+            let req = req.map(|body| idle::Tracked::request(body, Arc::clone(&ex)));
+            let answer = hyper::service::Service::call(&app, req);
+            let ex = Arc::clone(&ex);
+            async move {
+                let answer = answer.await?;
+                if answer.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {
+                    ex.upgraded();
+                }
+                Ok::<_, std::convert::Infallible>(
+                    answer.map(|body| idle::Tracked::answer(body, ex)),
+                )
             }
-            Ok::<_, std::convert::Infallible>(answer.map(|body| idle::Tracked::answer(body, ex)))
-        }
-    });
+        });
     let mut io = idle::Watched::new(stream, Arc::clone(&exchange));
-    let mut service = service;
     let mut opened = false;
     loop {
         if io.ahead.is_empty() {
