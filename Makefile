@@ -156,7 +156,10 @@ test: setup lint
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace
+	# `--lib --examples` (no example target matches): dev-dependencies take part
+	# in feature resolution, as in clippy --all-targets, so doc reuses the
+	# dependencies clippy checked instead of building its own variants.
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --lib --examples
 	cargo-deny --log-level error check licenses bans sources
 
 ## fuzz: the property tests of every parser of untrusted input (model text
