@@ -4,6 +4,9 @@
 //! directly with the rmcp client over the same transport, in the same run
 //! (rounds alternate, so both see the same machine load). Prints per-call
 //! times and the ratio gateway / direct; the target is at most 1.5x.
+//! Then the hop as a client sees it: the tool API of a `toolgate serve`
+//! process against a bare JSON-RPC client on the server's stdio, with the
+//! gateway's CPU time per call.
 //!
 //! Run with `make bench` (release mode, nothing else running; `make setup`
 //! installs the server).
@@ -226,4 +229,216 @@ async fn main() {
     };
     println!("target <= 1.5x: {verdict}");
     gateway.catalog.mcp().shutdown().await;
+    drop(direct);
+
+    hop(&bin, dir.path()).await;
+}
+
+/// The MCP hop as a client sees it: `POST /v1/tools/everything_echo/invoke`
+/// on a `toolgate serve` process (keep-alive client) against the same
+/// server's `echo` called by a bare JSON-RPC client on its stdio (a line
+/// written, a line read: the least any client can do). Sequential calls,
+/// rounds alternating; the gateway's CPU time per call is read from
+/// `/proc` (every thread's time on a CPU, in ns).
+async fn hop(bin: &str, tools: &Path) {
+    const CALLS: usize = 400;
+    std::fs::write(tools.join("toolgate.yaml"), "reload: { watch: false }\n").unwrap();
+    let mut gate = std::process::Command::new(toolgate())
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(tools)
+        .env("TOOLGATE_LOG", "warn,toolgate_server::server=info")
+        .env("NO_COLOR", "1")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = gate.id();
+    let addr = listening(gate.stderr.take().unwrap());
+    let url = format!("http://{addr}/v1/tools/everything_echo/invoke");
+    let client = reqwest::Client::new();
+    let api = |i: usize| {
+        let (client, url) = (&client, &url);
+        async move {
+            let r = client
+                .post(url)
+                .json(&json!({"arguments": {"message": format!("hello {i}")}}))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "tool API: {}", r.status());
+            r.bytes().await.unwrap();
+        }
+    };
+    let mut bare = Bare::start(bin).await;
+    for i in 0..WARMUP {
+        api(i).await;
+        bare.call(i).await;
+    }
+    let (mut b, mut a, mut cpu) = (Vec::new(), Vec::new(), Duration::ZERO);
+    for round in 0..ROUNDS {
+        for first in [round % 2 == 0, round % 2 != 0] {
+            if first {
+                for i in 0..CALLS {
+                    let t = Instant::now();
+                    bare.call(i).await;
+                    b.push(t.elapsed());
+                }
+            } else {
+                let before = cpu_time(pid);
+                for i in 0..CALLS {
+                    let t = Instant::now();
+                    api(i).await;
+                    a.push(t.elapsed());
+                }
+                cpu += cpu_time(pid) - before;
+            }
+        }
+    }
+    let _ = gate.kill();
+    let _ = gate.wait();
+    b.sort();
+    a.sort();
+    let (bm, am) = (percentile(&b, 0.5), percentile(&a, 0.5));
+    println!();
+    println!(
+        "the MCP hop: `echo` through `toolgate serve`'s tool API (keep-alive HTTP client) against a bare JSON-RPC client on the server's stdio, {ROUNDS} alternating rounds of {CALLS} sequential calls"
+    );
+    println!(
+        "  per call, median (p99): bare {:.3} ({:.3}) ms, tool API {:.3} ({:.3}) ms: {:.2}x (goal <= 1.1x)",
+        ms(bm),
+        ms(percentile(&b, 0.99)),
+        ms(am),
+        ms(percentile(&a, 0.99)),
+        am.as_secs_f64() / bm.as_secs_f64()
+    );
+    println!(
+        "  gateway CPU per call (all its threads): {:.1} us (goal <= 50)",
+        cpu.as_secs_f64() * 1e6 / (ROUNDS * CALLS) as f64
+    );
+}
+
+/// The `toolgate` binary next to this one.
+fn toolgate() -> std::path::PathBuf {
+    let bin = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("toolgate");
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo build --release -p toolgate-server --bin toolgate`",
+        bin.display()
+    );
+    bin
+}
+
+/// The address a starting `toolgate serve` prints.
+fn listening(stderr: std::process::ChildStderr) -> String {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(at) = line.find("listening on http://")
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(line[at + "listening on http://".len()..].trim().to_owned());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the gateway did not start")
+}
+
+/// On-CPU time of every thread of a process, from `/proc/PID/task/*/schedstat`.
+fn cpu_time(pid: u32) -> Duration {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let path = task.unwrap().path().join("schedstat");
+        if let Ok(s) = std::fs::read_to_string(path) {
+            ns += s
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Duration::from_nanos(ns)
+}
+
+/// A bare MCP client: JSON-RPC lines on a child's stdin and stdout.
+struct Bare {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    id: u64,
+}
+
+impl Bare {
+    async fn start(bin: &str) -> Bare {
+        let mut child = tokio::process::Command::new(bin)
+            .arg("stdio")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut bare = Bare {
+            _child: child,
+            stdin,
+            lines: tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout)),
+            id: 0,
+        };
+        bare.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bare", "version": "0"}}),
+        )
+        .await;
+        bare.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        bare
+    }
+
+    async fn send(&mut self, message: &serde_json::Value) {
+        let mut line = message.to_string();
+        line.push('\n');
+        tokio::io::AsyncWriteExt::write_all(&mut self.stdin, line.as_bytes())
+            .await
+            .unwrap();
+    }
+
+    /// Sends a request and reads lines up to its response.
+    async fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.id += 1;
+        let id = self.id;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        loop {
+            let line = self
+                .lines
+                .next_line()
+                .await
+                .unwrap()
+                .expect("the server closed");
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == json!(id) {
+                assert!(v.get("error").is_none(), "{method}: {v}");
+                return v;
+            }
+        }
+    }
+
+    async fn call(&mut self, i: usize) {
+        let r = self
+            .request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"message": format!("hello {i}")}}),
+            )
+            .await;
+        assert_ne!(r["result"]["isError"], json!(true));
+    }
 }
