@@ -290,7 +290,8 @@ async fn hop(bin: &str, tools: &Path) {
                     api(i).await;
                     a.push(t.elapsed());
                 }
-                cpu += cpu_time(pid) - before;
+                // Saturating: a thread that ended during the round took its time with it.
+                cpu += cpu_time(pid).saturating_sub(before);
             }
         }
     }
