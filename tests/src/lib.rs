@@ -395,6 +395,46 @@ pub fn toolgate_bin() -> PathBuf {
     bin
 }
 
+/// The `toolgate` binary next to the running one (the benchmarks' release
+/// build: `target/release/bench-*` and `target/release/toolgate`).
+pub fn toolgate_beside_this_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .unwrap()
+        .join(format!("toolgate{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: `cargo build --release -p toolgate-server --bin toolgate`",
+        bin.display()
+    );
+    bin
+}
+
+/// The address a starting `toolgate serve` prints on `stderr` (its log
+/// must let `toolgate_server::server=info` through); warnings and errors
+/// it logs are echoed with a `gateway:` prefix, for the life of the process.
+pub fn serve_address(stderr: std::process::ChildStderr) -> String {
+    use std::io::BufRead;
+    const LISTENING: &str = "listening on http://";
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(at) = line.find(LISTENING) {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(line[at + LISTENING.len()..].trim().to_owned());
+                }
+            } else if line.contains("WARN") || line.contains("ERROR") {
+                eprintln!("gateway: {line}");
+            }
+        }
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the gateway did not start")
+}
+
 /// Set by `make test` (and so by CI): a test whose prerequisite is missing
 /// fails instead of skipping.
 pub const REQUIRE_ALL: &str = "TOOLGATE_TESTS_REQUIRE_ALL";

@@ -15,8 +15,6 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,17 +47,6 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
-}
-
-fn toolgate() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().unwrap().join("toolgate");
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo build --release -p toolgate-server --bin toolgate`",
-        bin.display()
-    );
-    bin
 }
 
 /// One streaming request; `Ok` when it ends with the expected answer.
@@ -153,7 +140,7 @@ builtins:
             "name: default\ntools: [calculator]\n",
         ),
     ]);
-    let mut child = Command::new(toolgate())
+    let mut child = Command::new(toolgate_tests::toolgate_beside_this_binary())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(dir.path())
         .env(
@@ -166,24 +153,7 @@ builtins:
         .spawn()
         .unwrap();
     let pid = child.id();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if let Some(at) = line.find("listening on http://") {
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(line[at + "listening on http://".len()..].trim().to_owned());
-                }
-            } else if line.contains("WARN") || line.contains("ERROR") {
-                eprintln!("gateway: {line}");
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the gateway did not start");
+    let addr = toolgate_tests::serve_address(child.stderr.take().unwrap());
     let url = format!("http://{addr}/v1/chat/completions");
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(usize::MAX)

@@ -243,7 +243,7 @@ async fn main() {
 async fn hop(bin: &str, tools: &Path) {
     const CALLS: usize = 400;
     std::fs::write(tools.join("toolgate.yaml"), "reload: { watch: false }\n").unwrap();
-    let mut gate = std::process::Command::new(toolgate())
+    let mut gate = std::process::Command::new(toolgate_tests::toolgate_beside_this_binary())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(tools)
         .env("TOOLGATE_LOG", "warn,toolgate_server::server=info")
@@ -253,7 +253,7 @@ async fn hop(bin: &str, tools: &Path) {
         .spawn()
         .unwrap();
     let pid = gate.id();
-    let addr = listening(gate.stderr.take().unwrap());
+    let addr = toolgate_tests::serve_address(gate.stderr.take().unwrap());
     let url = format!("http://{addr}/v1/tools/everything_echo/invoke");
     let client = reqwest::Client::new();
     let api = |i: usize| {
@@ -316,40 +316,6 @@ async fn hop(bin: &str, tools: &Path) {
         "  gateway CPU per call (all its threads): {:.1} us (goal <= 50)",
         cpu.as_secs_f64() * 1e6 / (ROUNDS * CALLS) as f64
     );
-}
-
-/// The `toolgate` binary next to this one.
-fn toolgate() -> std::path::PathBuf {
-    let bin = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("toolgate");
-    assert!(
-        bin.exists(),
-        "{} is missing: `cargo build --release -p toolgate-server --bin toolgate`",
-        bin.display()
-    );
-    bin
-}
-
-/// The address a starting `toolgate serve` prints.
-fn listening(stderr: std::process::ChildStderr) -> String {
-    use std::io::BufRead;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if let Some(at) = line.find("listening on http://")
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(line[at + "listening on http://".len()..].trim().to_owned());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("the gateway did not start")
 }
 
 /// On-CPU time of every thread of a process, from `/proc/PID/task/*/schedstat`.
