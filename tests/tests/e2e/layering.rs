@@ -27,7 +27,11 @@ const LAYERS: &[&[&str]] = &[
         "toolgate-code",
     ],
     &["toolgate"],
-    &["toolgate-builtins", "toolgate-mcp-client"],
+    &[
+        "toolgate-builtins",
+        "toolgate-mcp-client",
+        "tool-macros-tests",
+    ],
     &["toolgate-engine"],
     &["toolgate-server"],
     &["toolgate-tests", "custom-tools"],
