@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 mod idle;
+mod threads;
 
 use crate::http::AppState;
 use crate::reload::{self, Live, Loader, Outcome, Reloader, Trigger, WatchHandle};
@@ -426,7 +427,8 @@ impl Waiting {
 }
 
 /// Accepts connections until `stop`, then waits for the open ones to
-/// finish (each is told to close once its requests are answered).
+/// finish (each is told to close once its requests are answered). Each is
+/// served on one of the connection threads ([`threads`]), in turn.
 ///
 /// Bounded for hostile clients: at most [`connection_cap`] open at once;
 /// at the cap a new connection takes the place of the oldest one that has
@@ -464,20 +466,26 @@ async fn serve_connections(
         auto,
         idle: limits.header_timeout,
     });
-    let serve = |stream, slot| {
+    let threads = threads::Threads::start_per_core()?;
+    // A connection comes as a non-blocking socket registered with no event
+    // loop: its thread registers it with its own.
+    let serve = |stream: std::net::TcpStream, slot| {
         let unasked = Arc::new(Unasked {
             used: std::sync::atomic::AtomicBool::new(false),
             shed: CancellationToken::new(),
         });
         waiting.push(&unasked, cap);
-        open.spawn(serve_connection(
-            stream,
-            app.clone(),
-            Arc::clone(&builders),
-            stop.clone(),
-            Some(slot),
-            Some(unasked),
-        ));
+        open.spawn_on(
+            serve_connection(
+                stream,
+                app.clone(),
+                Arc::clone(&builders),
+                stop.clone(),
+                Some(slot),
+                Some(unasked),
+            ),
+            threads.next(),
+        );
     };
     loop {
         let (stream, _peer) = tokio::select! {
@@ -510,7 +518,10 @@ async fn serve_connections(
                 }
             }
         };
-        serve(stream, slot);
+        match stream.into_std() {
+            Ok(stream) => serve(stream, slot),
+            Err(e) => tracing::debug!("an accepted connection could not be served: {e}"),
+        }
     }
     // Connections the kernel has completed but that were not accepted yet
     // would be reset when the listener closes, their requests lost (a
@@ -534,17 +545,15 @@ async fn serve_connections(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        match stream
-            .set_nonblocking(true)
-            .and_then(|()| tokio::net::TcpStream::from_std(stream))
-        {
-            Ok(stream) => serve(stream, slot),
+        match stream.set_nonblocking(true) {
+            Ok(()) => serve(stream, slot),
             Err(e) => tracing::debug!("a queued connection could not be served: {e}"),
         }
     }
     drop(listener);
     open.close();
     open.wait().await;
+    drop(threads);
     Ok(())
 }
 
@@ -593,7 +602,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// closes when no request begins within `limits.header_timeout` (hyper's
 /// own header timeout then bounds the request's head).
 async fn serve_connection(
-    stream: tokio::net::TcpStream,
+    stream: std::net::TcpStream,
     app: Gateway,
     builders: Arc<Builders>,
     stop: CancellationToken,
@@ -606,6 +615,13 @@ async fn serve_connection(
     // and a token's check takes its lock, which all connections would
     // otherwise share.
     let stop = stop.child_token();
+    let stream = match tokio::net::TcpStream::from_std(stream) {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::debug!("an accepted connection could not be served: {e}");
+            return;
+        }
+    };
     let _ = stream.set_nodelay(true);
     let used = Arc::new(AtomicBool::new(false));
     let first = Arc::new(tokio::sync::Notify::new());

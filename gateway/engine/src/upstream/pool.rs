@@ -11,7 +11,10 @@
 //! connection back only once hyper says it can take another request
 //! ([`Lease::release_when_ready`]); one dropped in the middle of its answer
 //! closes. Each connection runs in a task of its own for as long as it
-//! lives.
+//! lives, on the thread that opened it; an exchange takes an idle
+//! connection of its own thread first (the server runs each client
+//! connection on one thread, see `toolgate_server`'s `server::threads`), so
+//! that on a one-thread runtime its answer wakes no other thread.
 //!
 //! Bounds: at most [`MAX_IDLE`] idle connections are kept (one more is
 //! closed on its return), and an idle connection older than
@@ -21,6 +24,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -37,6 +41,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 pub const MAX_IDLE: usize = 1024;
 /// An idle connection older than this is closed rather than used.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// How many of the most recently used idle connections an exchange looks
+/// through for one of its own thread.
+const HOME_SCAN: usize = 64;
 /// How long a connection whose answer was dropped before its end may take
 /// to become ready for another request before it is closed.
 const READY_WAIT: Duration = Duration::from_secs(5);
@@ -71,20 +78,29 @@ pub struct Pool {
 struct Idle {
     sender: Sender,
     since: Instant,
+    /// The thread whose runtime runs the connection's task.
+    home: ThreadId,
+}
+
+/// A connection's sending half and the thread its task runs on.
+#[derive(Debug)]
+struct Conn {
+    sender: Sender,
+    home: ThreadId,
 }
 
 /// A connection taken for one exchange, given back with
 /// [`release`](Lease::release) once its answer was read to the end.
 #[derive(Debug)]
 pub struct Lease {
-    sender: Sender,
+    conn: Conn,
     pool: Arc<Pool>,
 }
 
 impl Lease {
     /// The connection goes back to the pool, unless the pool is full.
     pub fn release(self) {
-        self.pool.put(self.sender);
+        self.pool.put(self.conn);
     }
 
     /// For an answer dropped before its end was polled: the connection
@@ -92,13 +108,13 @@ impl Lease {
     /// (within [`READY_WAIT`]); a connection hyper closes instead (the
     /// answer was cut in its middle) is dropped.
     pub fn release_when_ready(self) {
-        let Lease { mut sender, pool } = self;
+        let Lease { mut conn, pool } = self;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
         runtime.spawn(async move {
-            if let Ok(Ok(())) = tokio::time::timeout(READY_WAIT, sender.ready()).await {
-                pool.put(sender);
+            if let Ok(Ok(())) = tokio::time::timeout(READY_WAIT, conn.sender.ready()).await {
+                pool.put(conn);
             }
         });
     }
@@ -156,23 +172,23 @@ impl Pool {
         *req.uri_mut() = origin;
         req.headers_mut().insert(HOST, self.host.clone());
         loop {
-            let (mut sender, reused) = match self.take() {
-                Some(sender) => (sender, true),
+            let (mut conn, reused) = match self.take() {
+                Some(conn) => (conn, true),
                 None => {
                     self.sweep_idle();
                     (self.connect().await?, false)
                 }
             };
-            if let Err(e) = sender.ready().await {
+            if let Err(e) = conn.sender.ready().await {
                 if reused {
                     continue;
                 }
                 return Err(e.into());
             }
-            match sender.try_send_request(req).await {
+            match conn.sender.try_send_request(req).await {
                 Ok(response) => {
                     let lease = Lease {
-                        sender,
+                        conn,
                         pool: Arc::clone(self),
                     };
                     return Ok((response, lease));
@@ -185,29 +201,37 @@ impl Pool {
         }
     }
 
-    /// The most recently used idle connection still open, closing those
-    /// idle for too long.
-    fn take(&self) -> Option<Sender> {
+    /// The most recently used idle connection still open, one of this
+    /// thread's first, closing those idle for too long.
+    fn take(&self) -> Option<Conn> {
+        let here = std::thread::current().id();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         expire(&mut idle);
-        while let Some(Idle { sender, .. }) = idle.pop_back() {
+        loop {
+            let pick = idle
+                .iter()
+                .rev()
+                .take(HOME_SCAN)
+                .position(|i| i.home == here)
+                .map_or(idle.len().checked_sub(1)?, |back| idle.len() - 1 - back);
+            let Idle { sender, home, .. } = idle.remove(pick)?;
             if !sender.is_closed() {
-                return Some(sender);
+                return Some(Conn { sender, home });
             }
         }
-        None
     }
 
-    fn put(&self, sender: Sender) {
-        if sender.is_closed() {
+    fn put(&self, conn: Conn) {
+        if conn.sender.is_closed() {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         expire(&mut idle);
         if idle.len() < self.max_idle {
             idle.push_back(Idle {
-                sender,
+                sender: conn.sender,
                 since: Instant::now(),
+                home: conn.home,
             });
         }
     }
@@ -229,7 +253,7 @@ impl Pool {
     }
 
     /// A new connection, run by a task of its own until it closes.
-    async fn connect(&self) -> Result<Sender, PoolError> {
+    async fn connect(&self) -> Result<Conn, PoolError> {
         let io = tower_service::Service::call(&mut self.connector.clone(), self.target.clone())
             .await
             .map_err(|e| PoolError::Connect(e.into()))?;
@@ -239,7 +263,10 @@ impl Pool {
                 tracing::debug!("an upstream connection ended: {e}");
             }
         });
-        Ok(sender)
+        Ok(Conn {
+            sender,
+            home: std::thread::current().id(),
+        })
     }
 }
 
@@ -449,6 +476,83 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Runs `steps` on a thread of its own with a one-thread runtime, as
+    /// the server runs a client connection; the thread's runtime (and the
+    /// connections it opened) lives until `end` is sent or dropped.
+    fn on_a_thread(
+        steps: impl AsyncFnOnce() + Send + 'static,
+        end: std::sync::mpsc::Receiver<()>,
+    ) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(steps());
+            let _ = end.recv();
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn an_exchange_takes_an_idle_connection_of_its_own_thread_first() {
+        let (uri, connections) = server().await;
+        let pool = pool(&uri);
+        let (said, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        // Thread A holds its connection while thread B opens one of its
+        // own; A gives its back last, so it is the most recent idle one.
+        let (release_a, a_releases) = std::sync::mpsc::channel::<()>();
+        let (end_a, a_ends) = std::sync::mpsc::channel();
+        let (p, u, tell) = (Arc::clone(&pool), uri.clone(), said.clone());
+        let a = on_a_thread(
+            async move || {
+                let (response, lease) = p.send(post(&u)).await.unwrap();
+                response.into_body().collect().await.unwrap();
+                tell.send(("a", std::thread::current().id())).unwrap();
+                let _ = tokio::task::spawn_blocking(move || a_releases.recv()).await;
+                lease.release();
+                tell.send(("a released", std::thread::current().id()))
+                    .unwrap();
+            },
+            a_ends,
+        );
+        let (_, thread_a) = heard.recv().await.unwrap();
+        let (take_b, b_takes) = std::sync::mpsc::channel::<()>();
+        let (end_b, b_ends) = std::sync::mpsc::channel();
+        let (p, u, tell) = (Arc::clone(&pool), uri.clone(), said.clone());
+        let b = on_a_thread(
+            async move || {
+                let (response, lease) = p.send(post(&u)).await.unwrap();
+                response.into_body().collect().await.unwrap();
+                lease.release();
+                tell.send(("b", std::thread::current().id())).unwrap();
+                let _ = tokio::task::spawn_blocking(move || b_takes.recv()).await;
+                let taken = p.take().unwrap();
+                let home = taken.home;
+                p.put(taken);
+                tell.send(("b took", home)).unwrap();
+            },
+            b_ends,
+        );
+        let (_, thread_b) = heard.recv().await.unwrap();
+        release_a.send(()).unwrap();
+        assert_eq!(heard.recv().await.unwrap().0, "a released");
+        assert_eq!(connections.load(Ordering::SeqCst), 2);
+        {
+            let idle = pool.idle.lock().unwrap();
+            let homes: Vec<_> = idle.iter().map(|i| i.home).collect();
+            assert_eq!(homes, [thread_b, thread_a], "A's is the most recent");
+        }
+        take_b.send(()).unwrap();
+        assert_eq!(heard.recv().await.unwrap(), ("b took", thread_b));
+        // B gave its own back, now the most recent; a thread with none of
+        // its own takes the most recent one.
+        assert_eq!(pool.take().unwrap().home, thread_b);
+        drop((end_a, end_b));
+        a.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(connections.load(Ordering::SeqCst), 2, "no connection more");
     }
 
     #[tokio::test]
