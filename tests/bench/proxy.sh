@@ -113,7 +113,9 @@ pids+=($!)
 GATE_PID=$!
 
 # The same HTTP stack with nothing of the gateway's between server and
-# client (tests/src/bin/bench-hyper-proxy.rs): the floor toolgate builds on.
+# client (tests/src/bin/bench-hyper-proxy.rs), served the same way (a
+# thread per core, each with its own client; BENCH_HYPER_SHARED=1 for one
+# work-stealing runtime instead): the floor toolgate builds on.
 "$BIN/bench-hyper-proxy" "$HYPER" "http://$UP/v1/chat/completions" &
 pids+=($!)
 HYPER_PID=$!

@@ -8,6 +8,12 @@
 //!
 //!     bench-hyper-proxy LISTEN_ADDR UPSTREAM_URL
 //!
+//! Connections are served the way the gateway serves them: one
+//! single-threaded runtime per core, each accepted connection handed to
+//! the next in turn, and each thread with a pooled client of its own. With
+//! `BENCH_HYPER_SHARED=1` they are served on tokio's work-stealing runtime
+//! with one client instead (the gateway's shape before 2026-11-28).
+//!
 //! With `BENCH_HYPER_LEAN=1` it is leaner still, to measure what a
 //! leaner HTTP layer could save: an HTTP/1-only server, and each client
 //! connection with an upstream connection of its own (hyper's
@@ -78,8 +84,57 @@ async fn forward_lean(
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() {
+type Pooled = Client<HttpConnector, Full<Bytes>>;
+
+fn client() -> Pooled {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    Client::builder(TokioExecutor::new()).build(http)
+}
+
+thread_local! {
+    /// The pooled client of a connection thread.
+    static CLIENT: Pooled = client();
+}
+
+/// Serves one client connection until it ends.
+async fn serve(stream: tokio::net::TcpStream, client: Pooled, upstream: hyper::Uri, lean: bool) {
+    let _ = stream.set_nodelay(true);
+    if lean {
+        let slot = Arc::new(tokio::sync::Mutex::new(None));
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            forward_lean(Arc::clone(&slot), upstream.clone(), request)
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
+        return;
+    }
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        forward(client.clone(), upstream.clone(), request)
+    });
+    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
+/// One single-threaded runtime per core, each on a thread of its own.
+fn connection_threads() -> Vec<tokio::runtime::Handle> {
+    let n = std::thread::available_parallelism().map_or(1, usize::from);
+    (0..n)
+        .map(|_| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let handle = runtime.handle().clone();
+            std::thread::spawn(move || runtime.block_on(std::future::pending::<()>()));
+            handle
+        })
+        .collect()
+}
+
+fn main() {
     let mut args = std::env::args().skip(1);
     let listen = args
         .next()
@@ -89,38 +144,44 @@ async fn main() {
         .expect("usage: bench-hyper-proxy LISTEN_ADDR UPSTREAM_URL")
         .parse()
         .expect("UPSTREAM_URL is a URL");
-    let mut http = HttpConnector::new();
-    http.set_nodelay(true);
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build(http);
-    let listener = tokio::net::TcpListener::bind(&listen).await.unwrap();
     let lean = std::env::var_os("BENCH_HYPER_LEAN").is_some_and(|v| v == "1");
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        let client = client.clone();
-        let upstream = upstream.clone();
-        if lean {
-            tokio::spawn(async move {
-                let slot = Arc::new(tokio::sync::Mutex::new(None));
-                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    forward_lean(Arc::clone(&slot), upstream.clone(), request)
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-            continue;
-        }
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                forward(client.clone(), upstream.clone(), request)
-            });
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+    let shared = std::env::var_os("BENCH_HYPER_SHARED").is_some_and(|v| v == "1");
+    if shared {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            let client = client();
+            let listener = tokio::net::TcpListener::bind(&listen).await.unwrap();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                tokio::spawn(serve(stream, client.clone(), upstream.clone(), lean));
+            }
         });
+        return;
     }
+    let threads = connection_threads();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(&listen).await.unwrap();
+        for next in 0.. {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let Ok(stream) = stream.into_std() else {
+                continue;
+            };
+            let upstream = upstream.clone();
+            threads[next % threads.len()].spawn(async move {
+                let Ok(stream) = tokio::net::TcpStream::from_std(stream) else {
+                    return;
+                };
+                let client = CLIENT.with(Pooled::clone);
+                serve(stream, client, upstream, lean).await;
+            });
+        }
+    });
 }
