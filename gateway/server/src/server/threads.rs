@@ -10,7 +10,9 @@
 //! (`docs/benchmarks.md` measures both).
 //!
 //! What stays on the main runtime: the listener, signals, reloads, the MCP
-//! servers' sessions and other background work started at start-up.
+//! servers' shared sessions and other background work started at start-up
+//! (a `per_user` server's session runs on the thread of the request that
+//! opened it).
 //!
 //! The threads end when [`Threads`] is dropped, after serving has ended;
 //! what still runs on them then is dropped, as the main runtime's tasks are
