@@ -1329,6 +1329,19 @@ impl<T: Offer> McpRegistry<T> {
     /// for a restart. Each wait is bounded by the server's
     /// `startup_timeout`. Must run inside a Tokio runtime.
     pub async fn start(&self) {
+        self.start_on(&[]).await;
+    }
+
+    /// As [`start`](Self::start), with each server's session (its
+    /// supervisor, rmcp's service loop and the transport's I/O) on one of
+    /// `runtimes`, taken in turn, or on the current runtime when there are
+    /// none. A gateway serving each connection on a thread of its own puts
+    /// the sessions on those threads: a call from a connection of the
+    /// session's thread then wakes no other thread.
+    pub async fn start_on(&self, runtimes: &[tokio::runtime::Handle]) {
+        /// Whose turn it is, over every registry of the process: a
+        /// reload's new servers do not all go to the first runtime.
+        static TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let first = !self
             .inner
             .started
@@ -1337,7 +1350,13 @@ impl<T: Offer> McpRegistry<T> {
             server.add_owner(Arc::downgrade(&self.inner));
             // Servers taken over from a previous catalog already run.
             if server.claim_supervision() {
-                tokio::spawn(session::supervise(Arc::clone(server)));
+                let supervise = session::supervise(Arc::clone(server));
+                if runtimes.is_empty() {
+                    tokio::spawn(supervise);
+                } else {
+                    let turn = TURN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    runtimes[turn % runtimes.len()].spawn(supervise);
+                }
             }
         }
         let waits = self.inner.servers.iter().map(|s| async move {

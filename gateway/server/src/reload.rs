@@ -191,6 +191,8 @@ pub struct Reloader {
     /// Digest of the files of the catalog in service; held while
     /// reloading, so reloads run one at a time.
     files: tokio::sync::Mutex<[u8; 32]>,
+    /// Where new MCP servers' sessions run (see `McpRegistry::start_on`).
+    sessions_on: Vec<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -202,13 +204,21 @@ impl std::fmt::Debug for Reloader {
 impl Reloader {
     /// A reloader of `dir` into `live`, whose catalog was loaded from the
     /// files as they are now.
-    pub fn new(live: Arc<Live>, loader: Loader, dir: PathBuf) -> Reloader {
+    /// `sessions_on`: the runtimes new MCP servers' sessions run on, in
+    /// turn (the current one when empty).
+    pub fn new(
+        live: Arc<Live>,
+        loader: Loader,
+        dir: PathBuf,
+        sessions_on: Vec<tokio::runtime::Handle>,
+    ) -> Reloader {
         let files = fingerprint(&dir);
         Reloader {
             live,
             loader,
             dir,
             files: tokio::sync::Mutex::new(files),
+            sessions_on,
         }
     }
 
@@ -281,7 +291,7 @@ impl Reloader {
                     );
                 }
                 let kept = catalog.adopt_mcp_sessions(&old);
-                catalog.mcp().start().await;
+                catalog.mcp().start_on(&self.sessions_on).await;
                 for w in &catalog.warnings {
                     tracing::warn!("{w}");
                 }

@@ -122,10 +122,17 @@ struct Prepared {
 
 /// Protects the process, starts the MCP servers, opens the audit log and
 /// puts `catalog` in service, watched for changes when configured.
-async fn prepare(catalog: Catalog, options: Options) -> Result<Prepared, ServeError> {
+///
+/// The MCP servers' sessions run on `runtimes` (in turn), or on the current
+/// runtime when there are none.
+async fn prepare(
+    catalog: Catalog,
+    options: Options,
+    runtimes: &[tokio::runtime::Handle],
+) -> Result<Prepared, ServeError> {
     toolgate_builtins::process::protect_gateway();
     tracing::info!("catalog: {}", catalog.summary());
-    catalog.mcp().start().await;
+    catalog.mcp().start_on(runtimes).await;
     let audit = match &catalog.settings.audit {
         Some(decl) => Some(AuditLog::open(decl, &options.dir).await?),
         None => None,
@@ -146,7 +153,12 @@ async fn prepare(catalog: Catalog, options: Options) -> Result<Prepared, ServeEr
     if let Some(redis) = &state.shared {
         redis.spawn(state.stopping.clone()).await;
     }
-    let reloader = Arc::new(Reloader::new(live, options.loader, options.dir));
+    let reloader = Arc::new(Reloader::new(
+        live,
+        options.loader,
+        options.dir,
+        runtimes.to_vec(),
+    ));
     let watch = if reload_settings.watch {
         Some(reload::watch(
             Arc::clone(&reloader),
@@ -203,7 +215,7 @@ pub async fn stdio(
         watch,
         audit,
         ..
-    } = prepare(catalog, options).await?;
+    } = prepare(catalog, options, &[]).await?;
     let served = crate::faces::mcp::serve_stdio(state.clone(), set, discovery).await;
     drop(watch);
     finish(&state, audit).await;
@@ -217,12 +229,15 @@ pub async fn start(
     options: Options,
 ) -> Result<Running, ServeError> {
     let signals = options.signals;
+    // The connection threads, started first: the MCP servers' sessions run
+    // on them too.
+    let threads = threads::Threads::start_per_core()?;
     let Prepared {
         state,
         reloader,
         watch,
         audit,
-    } = prepare(catalog, options).await?;
+    } = prepare(catalog, options, threads.handles()).await?;
     let stop = CancellationToken::new();
     let force = CancellationToken::new();
     if signals {
@@ -234,6 +249,7 @@ pub async fn start(
     tracing::info!("listening on http://{addr}");
     let task = tokio::spawn(run(
         listener,
+        threads,
         state.clone(),
         stop.clone(),
         force,
@@ -272,6 +288,7 @@ async fn drain(state: AppState, stop: CancellationToken, force: CancellationToke
 
 async fn run(
     listener: tokio::net::TcpListener,
+    threads: threads::Threads,
     state: AppState,
     stop: CancellationToken,
     force: CancellationToken,
@@ -279,8 +296,13 @@ async fn run(
     audit: Option<AuditLog>,
 ) -> Result<(), ServeError> {
     let limits = state.catalog().settings.limits.clone();
-    let serve = serve_connections(listener, Gateway::new(state.clone()), stop.clone(), limits);
-    tokio::pin!(serve);
+    let mut serve = Box::pin(serve_connections(
+        listener,
+        &threads,
+        Gateway::new(state.clone()),
+        stop.clone(),
+        limits,
+    ));
     let grace_over = async {
         stop.cancelled().await;
         state.stopping.cancel();
@@ -309,6 +331,9 @@ async fn run(
     };
     drop(watch);
     finish(&state, audit).await;
+    // The threads end after the MCP sessions on them have been closed.
+    drop(serve);
+    drop(threads);
     tracing::info!("stopped");
     Ok(served?)
 }
@@ -438,6 +463,7 @@ impl Waiting {
 /// request body has its own deadline, see `http::body_deadline`).
 async fn serve_connections(
     listener: tokio::net::TcpListener,
+    threads: &threads::Threads,
     app: Gateway,
     stop: CancellationToken,
     limits: toolgate_config::format::Limits,
@@ -466,7 +492,6 @@ async fn serve_connections(
         auto,
         idle: limits.header_timeout,
     });
-    let threads = threads::Threads::start_per_core()?;
     // A connection comes as a non-blocking socket registered with no event
     // loop: its thread registers it with its own.
     let serve = |stream: std::net::TcpStream, slot| {
@@ -553,7 +578,6 @@ async fn serve_connections(
     drop(listener);
     open.close();
     open.wait().await;
-    drop(threads);
     Ok(())
 }
 

@@ -9,14 +9,17 @@
 //! runtime wakes an idle worker for much of what it schedules
 //! (`docs/benchmarks.md` measures both).
 //!
-//! What stays on the main runtime: the listener, signals, reloads, the MCP
-//! servers' shared sessions and other background work started at start-up
-//! (a `per_user` server's session runs on the thread of the request that
-//! opened it).
+//! The MCP servers' shared sessions run on these threads too, each server's
+//! on one of them in turn (a `per_user` server's session runs on the thread
+//! of the request that opened it): a call from a connection of the
+//! session's thread wakes no other thread, a call from another thread wakes
+//! the session's, a single-threaded runtime that has no idle workers to
+//! wake besides. What stays on the main runtime: the listener, signals,
+//! reloads and other background work.
 //!
-//! The threads end when [`Threads`] is dropped, after serving has ended;
-//! what still runs on them then is dropped, as the main runtime's tasks are
-//! at exit.
+//! The threads end when [`Threads`] is dropped, after serving has ended and
+//! the MCP sessions have been closed; what still runs on them then is
+//! dropped, as the main runtime's tasks are at exit.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -76,6 +79,11 @@ impl Threads {
             .or_else(|| std::thread::available_parallelism().ok().map(usize::from))
             .unwrap_or(1);
         Threads::start(count)
+    }
+
+    /// Every thread's runtime.
+    pub(super) fn handles(&self) -> &[Handle] {
+        &self.handles
     }
 
     /// The runtime of the next thread in turn.
