@@ -137,9 +137,12 @@ $(VENV)/.installed: tests/python/requirements.txt
 ## the Python SDK end-to-end tests, against the binaries `make run` serves).
 ## Nothing skips here: a test whose prerequisite is missing fails with the
 ## reason (TOOLGATE_TESTS_REQUIRE_ALL); each runner prints how many tests
-## ran and were skipped.
+## ran and were skipped. The set-up and the lints run side by side (two
+## jobs, each one's output printed when it ends): installing is mostly one
+## core's work, and the lints' build leaves a core idle at times.
 test: export TOOLGATE_TESTS_REQUIRE_ALL = 1
-test: setup lint
+test:
+	$(MAKE) --no-print-directory -j2 -Otarget setup lint
 	mdbook build docs
 	$(CARGO) build $(RUN_BINS)
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -153,7 +156,7 @@ test: setup lint
 ## lint: rustfmt, clippy (which also holds code to the declared
 ## rust-version), rustdoc, and cargo-deny (licenses, duplicate versions,
 ## sources); warnings are errors
-lint:
+lint: cargo-deny
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# `--lib --examples` (no example target matches): dev-dependencies take part
