@@ -151,24 +151,23 @@ async fn a_long_call_is_cut_by_the_timeout_and_the_session_survives() {
 /// tool's timeout and answer with an error).
 #[tokio::test]
 async fn a_served_gateway_runs_each_mcp_session_on_its_connection_threads() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let bin = require!(everything());
     let dir = ConfigDir::new(&[("tools.d/everything.yaml", &everything_yaml(&bin, "10s"))]);
     let served = toolgate_tests::Served::start(dir.path(), &[]).await;
     let mut stream = std::net::TcpStream::connect(served.addr).unwrap();
-    // A first request, answered while this runtime runs: the listener has
-    // accepted the connection and handed it to a connection thread.
+    // A first request, whose answer starts to come while this runtime runs:
+    // the listener has accepted the connection and handed it to a
+    // connection thread.
     stream
         .write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
         .unwrap();
     stream.set_nonblocking(true).unwrap();
-    let mut seen = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !answered(&seen) {
-        let mut buf = [0u8; 4096];
-        match stream.read(&mut buf) {
+    loop {
+        match stream.peek(&mut [0u8; 1]) {
             Ok(0) => panic!("the gateway closed the connection"),
-            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Ok(_) => break,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 assert!(
                     tokio::time::Instant::now() < deadline,
@@ -179,41 +178,24 @@ async fn a_served_gateway_runs_each_mcp_session_on_its_connection_threads() {
             Err(e) => panic!("{e}"),
         }
     }
-    // The call, with this runtime's thread blocked until it is answered.
+    // From here on this runtime's thread is blocked until each answer is read.
     stream.set_nonblocking(false).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
+    let (status, _) = crate::serve::answer(&mut stream).expect("an answer to /healthz");
+    assert_eq!(status, 200);
     let body = r#"{"arguments": {"message": "from another thread"}}"#;
     write!(
         stream,
         "POST /v1/tools/everything_echo/invoke HTTP/1.1\r\nhost: 127.0.0.1\r\n\
-         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (status, answer) = crate::serve::answer(&mut stream).expect("an answer to the call");
+    assert_eq!(status, 200, "{answer}");
     assert!(answer.contains("Echo: from another thread"), "{answer}");
-}
-
-/// Whether `bytes` hold a whole HTTP/1.1 answer with a `content-length`.
-fn answered(bytes: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(bytes);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        return false;
-    };
-    let length = head
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse::<usize>().ok())
-                .flatten()
-        })
-        .unwrap_or(0);
-    body.len() >= length
 }
 
 #[tokio::test]

@@ -132,7 +132,7 @@ async fn sighup_reloads_the_configuration() {
 
 /// One HTTP/1 answer read off `s`: its status and body (by
 /// `Content-Length`); `None` when the server closed the connection first.
-fn answer(s: &mut std::net::TcpStream) -> Option<(u16, String)> {
+pub(crate) fn answer(s: &mut std::net::TcpStream) -> Option<(u16, String)> {
     use std::io::Read;
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
