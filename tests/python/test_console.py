@@ -324,6 +324,35 @@ def test_a_key_without_access_is_refused_and_a_limited_key_sees_only_its_own(con
     page.context.close()
 
 
+def test_the_last_page_asked_for_is_the_one_shown(console):
+    """A page still loading when another is asked for never replaces it:
+    the catalog's answer is held until the tool page is shown, and is
+    then let through."""
+    page = open_console(console)
+    expect(page.locator("#page-title")).to_have_text("Catalog")
+    held = []
+    page.route("**/console/ui/catalog", lambda route: held.append(route))
+    page.get_by_role("button", name="Catalog").click()
+    # The catalog is asked for and held; then a tool of the old catalog.
+    deadline = time.monotonic() + 10
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(20)
+    assert held, "the catalog's request never reached the route"
+    page.get_by_role("button", name="calculator", exact=True).first.click()
+    expect(page.locator("#page-title")).to_have_text("calculator")
+    page.unroute("**/console/ui/catalog")
+    try:
+        held[0].continue_()
+    except Exception:
+        pass  # the browser already cancelled it
+    page.wait_for_timeout(500)
+    expect(page.locator("#page-title")).to_have_text("calculator")
+    page.get_by_label("expression").fill("6 * 7")
+    page.get_by_role("button", name="Call calculator", exact=True).click()
+    expect(page.locator("#result .data")).to_have_text("42")
+    page.context.close()
+
+
 def open_tool(page, name):
     page.evaluate(f"htmx.ajax('GET', '/console/ui/tools/{name}', {{target: '#main'}})")
     expect(page.locator("#page-title")).to_have_text(name)
