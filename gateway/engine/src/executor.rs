@@ -739,7 +739,10 @@ impl Executor {
             ToolKind::Http(http) => {
                 let connections = catalog.connections.as_deref();
                 let store = connections.map(|c| c.store(self.shared.as_ref()));
-                http.call_traced(&self.http, &args, ctx, connections.zip(store.as_ref()))
+                // Boxed, like the MCP and code calls below: the call's
+                // future holds a large state only while that kind runs, and
+                // every call's future (moved into the batch) stays small.
+                Box::pin(http.call_traced(&self.http, &args, ctx, connections.zip(store.as_ref())))
                     .await
                     .map(Output::from)
             }
@@ -751,13 +754,12 @@ impl Executor {
             ToolKind::Mcp(mcp) => {
                 let answered = sampling_by_model(catalog, mcp, ctx);
                 let ctx = answered.as_ref().unwrap_or(ctx);
-                self.invoke_mcp(mcp, &args, ctx, catalog, progress).await
+                Box::pin(self.invoke_mcp(mcp, &args, ctx, catalog, progress)).await
             }
             ToolKind::Search => catalog
                 .run_find_tools(ctx.tool_set.as_deref(), &args, ctx.subject.as_deref())
                 .map(Output::from),
-            ToolKind::Code => self
-                .run_program(catalog, call, ctx, &args)
+            ToolKind::Code => Box::pin(self.run_program(catalog, call, ctx, &args))
                 .await
                 .map(Output::from),
         }
@@ -1059,5 +1061,26 @@ mod tests {
         let (v, t) = cap_output(json!({"a": 1}), 100);
         assert!(!t);
         assert_eq!(v, json!({"a": 1}));
+    }
+}
+
+#[cfg(test)]
+mod future_size {
+    use super::*;
+
+    fn size_of_future<'a, F>(
+        _: impl FnOnce(&'a Executor, &'a Catalog, &'a ToolCall, &'a CallContext) -> F,
+    ) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// A call's future is moved into the batch that runs it (and boxed
+    /// once more by callers): the large states of HTTP, MCP and code calls
+    /// are boxed where they run, so a builtin's call does not copy them.
+    /// (The MCP call alone was 8.8 KB, and every call's future 9.8 KB.)
+    #[test]
+    fn a_call_s_future_holds_no_kind_s_large_state() {
+        let run = size_of_future(|e, c, t, x| e.run(c, t, x));
+        assert!(run <= 4096, "Executor::run's future is {run} bytes");
     }
 }

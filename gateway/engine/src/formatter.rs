@@ -44,18 +44,11 @@ pub struct Call {
 
 impl Call {
     pub fn from_openai(v: &Value) -> Call {
+        let function = &v["function"];
         Call {
             id: v["id"].as_str().unwrap_or_default().to_owned(),
-            name: v
-                .pointer("/function/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            arguments: v
-                .pointer("/function/arguments")
-                .and_then(Value::as_str)
-                .unwrap_or("{}")
-                .to_owned(),
+            name: function["name"].as_str().unwrap_or_default().to_owned(),
+            arguments: function["arguments"].as_str().unwrap_or("{}").to_owned(),
             unreadable: None,
         }
     }

@@ -2,7 +2,9 @@
 //! extension fields it removes, and the raw rest it forwards untouched.
 
 use bytes::Bytes;
+use indexmap::IndexMap;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::openai::{RawRequest, raw};
 
@@ -288,24 +290,32 @@ impl ChatRequest {
         tools: &[Value],
         overrides: &[(&str, Value)],
     ) -> Bytes {
-        let mut body = self.raw.clone();
-        body.insert("model".into(), raw(&model));
-        body.insert("messages".into(), raw(&messages));
+        // Which value each field takes, in the order of the map the same
+        // inserts and removals would give on a copy of `raw`; the values are
+        // then written once, straight into the body (no copy of the raw
+        // fields, no intermediate string per field).
+        let mut parts: IndexMap<&str, Part<'_, _>> = self
+            .raw
+            .iter()
+            .map(|(k, v)| (k.as_str(), Part::Raw(v.as_ref())))
+            .collect();
+        parts.insert("model", Part::Model(model));
+        parts.insert("messages", Part::Messages(messages));
         if tools.is_empty() {
-            body.shift_remove("tools");
-            body.shift_remove("tool_choice");
-            body.shift_remove("parallel_tool_calls");
+            parts.shift_remove("tools");
+            parts.shift_remove("tool_choice");
+            parts.shift_remove("parallel_tool_calls");
         } else {
-            body.insert("tools".into(), raw(&tools));
+            parts.insert("tools", Part::Tools(tools));
         }
         for (k, v) in overrides {
             if v.is_null() {
-                body.shift_remove(*k);
+                parts.shift_remove(*k);
             } else {
-                body.insert((*k).to_owned(), raw(v));
+                parts.insert(k, Part::Value(v));
             }
         }
-        Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+        Bytes::from(serde_json::to_vec(&parts).unwrap_or_default())
     }
 
     /// The body for a transparent proxy call: the original bytes when
@@ -317,6 +327,28 @@ impl ChatRequest {
         let mut body = self.raw.clone();
         body.insert("model".into(), raw(&upstream_model));
         Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    }
+}
+
+/// One field of an upstream body: the client's raw JSON or what the
+/// gateway puts in its place.
+enum Part<'a, M> {
+    Raw(&'a RawValue),
+    Model(&'a str),
+    Messages(&'a [M]),
+    Tools(&'a [Value]),
+    Value(&'a Value),
+}
+
+impl<M: serde::Serialize> serde::Serialize for Part<'_, M> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Part::Raw(v) => v.serialize(s),
+            Part::Model(v) => v.serialize(s),
+            Part::Messages(v) => v.serialize(s),
+            Part::Tools(v) => v.serialize(s),
+            Part::Value(v) => v.serialize(s),
+        }
     }
 }
 
@@ -470,6 +502,49 @@ mod tests {
             let _ = ChatRequest::parse(&bytes);
             let deep = format!("{{\"model\": \"m\", \"messages\": {}{}", "[".repeat(200_000), "]".repeat(200_000));
             prop_assert!(ChatRequest::parse(deep.as_bytes()).is_err());
+        }
+
+        /// The body written in one pass is the one a copy of the raw
+        /// fields, changed field by field, would give: same fields, same
+        /// order, same values.
+        #[test]
+        fn upstream_body_is_the_raw_fields_changed_in_place(
+            fields in prop::collection::vec((prop::sample::select(vec![
+                "model", "messages", "tools", "tool_choice", "parallel_tool_calls",
+                "stream", "stream_options", "temperature", "x",
+            ]), json_value()), 0..9),
+            with_tools in any::<bool>(),
+            overrides in prop::collection::vec((prop::sample::select(vec![
+                "stream", "stream_options", "tool_choice", "temperature", "y",
+            ]), json_value()), 0..4),
+        ) {
+            let fields: RawRequest = fields
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), raw(v)))
+                .collect();
+            let req = ChatRequest { raw: fields, ..ChatRequest::parse(br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#).unwrap() };
+            let messages = [json!({"role": "user", "content": "hi"})];
+            let tools = if with_tools { vec![json!({"type": "function"})] } else { Vec::new() };
+            let overrides: Vec<(&str, Value)> = overrides.iter().map(|(k, v)| (*k, v.clone())).collect();
+            let mut expected = req.raw.clone();
+            expected.insert("model".into(), raw(&"real"));
+            expected.insert("messages".into(), raw(&messages));
+            if tools.is_empty() {
+                expected.shift_remove("tools");
+                expected.shift_remove("tool_choice");
+                expected.shift_remove("parallel_tool_calls");
+            } else {
+                expected.insert("tools".into(), raw(&tools));
+            }
+            for (k, v) in &overrides {
+                if v.is_null() {
+                    expected.shift_remove(*k);
+                } else {
+                    expected.insert((*k).to_owned(), raw(v));
+                }
+            }
+            let body = req.upstream_body("real", &messages, &tools, &overrides);
+            prop_assert_eq!(String::from_utf8(body.to_vec()).unwrap(), serde_json::to_string(&expected).unwrap());
         }
     }
 }

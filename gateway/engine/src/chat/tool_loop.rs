@@ -252,13 +252,15 @@ impl Loop {
                     }
                 }
             }
-            let Some(message) = completion.pointer("/choices/0/message") else {
+            // Indexed, not `pointer`: a JSON pointer allocates per token.
+            let choice = completion.get("choices").and_then(|c| c.get(0));
+            let Some(message) = choice.and_then(|c| c.get("message")) else {
                 return Err(run.invalid("the completion has no choices[0].message".into()));
             };
             let mut turn = run.turn_of(message);
             run.check_call_count(turn.calls.len())?;
-            turn.finish_reason = completion
-                .pointer("/choices/0/finish_reason")
+            turn.finish_reason = choice
+                .and_then(|c| c.get("finish_reason"))
                 .and_then(Value::as_str)
                 .map(str::to_owned);
             let (next, finish) = run.decide(&turn, iteration);
