@@ -190,6 +190,8 @@ fmt:
 	$(CARGO) fmt --all
 
 ## bench: benchmarks, in release mode (run nothing else meanwhile)
+# valgrind counts the instructions per request (tests/bench/instructions.sh).
+bench: DEB_PACKAGES += valgrind
 bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) $(OHA) deb
 	$(CARGO) build --release -p toolgate-server --bin toolgate -p toolgate-tests --bins
 	target/release/bench-catalog
@@ -198,6 +200,7 @@ bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) $(OHA) deb
 	target/release/bench-mcp-face
 	TOOLGATE_WORKER_BIN=target/release/toolgate target/release/bench-code
 	tests/bench/proxy.sh
+	tests/bench/instructions.sh
 	target/release/bench-load
 	$(MAKE) bench-guards
 

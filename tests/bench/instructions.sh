@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Instructions the gateway executes per request, counted by valgrind
+# (cachegrind, no cache simulation): a figure that does not move with the
+# machine's load, unlike CPU time on a shared 2-core machine.
+#
+# One gateway configuration, three kinds of request, each measured in a
+# fresh gateway process under cachegrind: the same warm-up (one request of
+# each kind), then wrk (1 connection) for DURATION seconds of one kind.
+# A run with the warm-up only is subtracted, and the rest divided by the
+# requests wrk made:
+#
+#   proxy  a chat completion passed through to the scripted model (no tool
+#          set): the baseline, an HTTP exchange on each side;
+#   loop   the tool loop: the scripted model asks for the builtin
+#          calculator, then answers (two model calls, one tool call);
+#   mcp    an MCP tool (server-everything's echo, stdio) through the tool
+#          API.
+#
+# Usage: tests/bench/instructions.sh   (make bench runs it; needs valgrind,
+# wrk, and the MCP servers of tests/mcp installed: `make bench` does)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+TOOLGATE=${TOOLGATE:-target/release/toolgate}
+BIN=${BIN:-target/release}
+DURATION=${DURATION:-8}
+EVERYTHING=tests/mcp/node_modules/.bin/mcp-server-everything
+for need in valgrind wrk curl; do
+  command -v "$need" >/dev/null || { echo "instructions.sh: $need is missing (make bench installs it)" >&2; exit 1; }
+done
+[ -x "$EVERYTHING" ] || { echo "instructions.sh: $EVERYTHING is missing (make bench installs it)" >&2; exit 1; }
+
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+MOCK=127.0.0.1:$(port)
+GATE=127.0.0.1:$(port)
+
+"$BIN/mock-llm" "$MOCK" >/dev/null &
+pids+=($!)
+mkdir -p "$work/config/tools.d" "$work/config/tool-sets"
+cat > "$work/config/toolgate.yaml" <<YAML
+reload: { watch: false }
+upstreams:
+  - name: mock
+    base_url: http://$MOCK/v1
+builtins:
+  enabled: [calculator]
+YAML
+printf 'name: calc\ntools: [calculator]\n' > "$work/config/tool-sets/calc.yaml"
+cat > "$work/config/tools.d/everything.yaml" <<YAML
+mcp_servers:
+  - name: everything
+    transport: stdio
+    command: $PWD/$EVERYTHING
+    args: [stdio]
+    tools: { include: [echo], prefix: everything_ }
+YAML
+
+cat > "$work/proxy.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"model":"mock-model","messages":[{"role":"user","content":"Hello!"}]}'
+LUA
+cat > "$work/loop.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [[{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}]]
+LUA
+cat > "$work/mcp.lua" <<'LUA'
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"arguments": {"message": "hello 42"}}'
+LUA
+declare -A path=(
+  [proxy]=/v1/chat/completions
+  [loop]=/v1/chat/completions
+  [mcp]=/v1/tools/everything_echo/invoke
+)
+
+# measure KIND -> "requests instructions" (KIND "none": the warm-up only)
+measure() {
+  local out="$work/cg.$1" g n=0
+  TOOLGATE_LOG=warn valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$out" \
+    "$TOOLGATE" serve --config "$work/config" --listen "$GATE" 2>"$work/valgrind.$1" &
+  g=$!
+  for _ in $(seq 300); do curl -sf "http://$GATE/healthz" >/dev/null && break; sleep 0.2; done
+  local ok=
+  for _ in $(seq 100); do
+    curl -sf -X POST "http://$GATE${path[mcp]}" -H 'content-type: application/json' \
+      -d '{"arguments": {"message": "hi"}}' | grep -q 'Echo: hi' && ok=1 && break
+    sleep 0.3
+  done
+  [ -n "$ok" ] || { echo "instructions.sh: the MCP tool never answered" >&2; kill "$g"; exit 1; }
+  curl -sf "http://$GATE/v1/chat/completions" -H 'content-type: application/json' \
+    -d '{"model":"mock-model","messages":[{"role":"user","content":"Hello!"}]}' >/dev/null
+  curl -sf "http://$GATE/v1/chat/completions" -H 'content-type: application/json' \
+    -d '{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}' \
+    | grep -q '42' || { echo "instructions.sh: the tool loop did not run the tool" >&2; kill "$g"; exit 1; }
+  if [ "$1" != none ]; then
+    local r
+    r=$(wrk -t1 -c1 -d"${DURATION}s" -s "$work/$1.lua" "http://$GATE${path[$1]}")
+    if grep -q "Non-2xx" <<<"$r"; then echo "instructions.sh: $1: errors under load" >&2; echo "$r" >&2; kill "$g"; exit 1; fi
+    n=$(awk '/requests in/ {print $1}' <<<"$r")
+  fi
+  kill -TERM "$g"
+  wait "$g" || true
+  echo "$n $(awk '/^summary:/ {print $2}' "$out")"
+}
+
+read -r _ base <<<"$(measure none)"
+declare -A per
+for kind in proxy loop mcp; do
+  read -r n total <<<"$(measure "$kind")"
+  per[$kind]=$(( (total - base) / n ))
+  echo "$kind: $n requests, $(( total - base )) instructions after the warm-up"
+done
+python3 - "${per[proxy]}" "${per[loop]}" "${per[mcp]}" <<'PY'
+import sys
+proxy, loop, mcp = map(int, sys.argv[1:])
+print(f"instructions per request (valgrind), against a proxied request measured in the same run:")
+print(f"  proxied chat completion: {proxy:,} (1.00x)")
+print(f"  tool loop (2 model calls, 1 builtin call): {loop:,} ({loop / proxy:.2f}x)")
+print(f"  MCP tool through the tool API: {mcp:,} ({mcp / proxy:.2f}x)")
+PY
