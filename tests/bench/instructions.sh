@@ -29,11 +29,8 @@ for need in valgrind wrk curl; do
 done
 [ -x "$EVERYTHING" ] || { echo "instructions.sh: $EVERYTHING is missing (make bench installs it)" >&2; exit 1; }
 
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=tests/bench/common.sh
+. tests/bench/common.sh
 MOCK=127.0.0.1:$(port)
 GATE=127.0.0.1:$(port)
 
@@ -58,21 +55,9 @@ mcp_servers:
     tools: { include: [echo], prefix: everything_ }
 YAML
 
-cat > "$work/proxy.lua" <<'LUA'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"model":"mock-model","messages":[{"role":"user","content":"Hello!"}]}'
-LUA
-cat > "$work/loop.lua" <<'LUA'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = [[{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}]]
-LUA
-cat > "$work/mcp.lua" <<'LUA'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"arguments": {"message": "hello 42"}}'
-LUA
+wrk_post proxy '{"model":"mock-model","messages":[{"role":"user","content":"Hello!"}]}'
+wrk_post loop "$LOOP_BODY"
+wrk_post mcp '{"arguments": {"message": "hello 42"}}'
 declare -A path=(
   [proxy]=/v1/chat/completions
   [loop]=/v1/chat/completions
@@ -95,8 +80,7 @@ measure() {
   [ -n "$ok" ] || { echo "instructions.sh: the MCP tool never answered" >&2; kill "$g"; exit 1; }
   curl -sf "http://$GATE/v1/chat/completions" -H 'content-type: application/json' \
     -d '{"model":"mock-model","messages":[{"role":"user","content":"Hello!"}]}' >/dev/null
-  curl -sf "http://$GATE/v1/chat/completions" -H 'content-type: application/json' \
-    -d '{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}' \
+  curl -sf "http://$GATE/v1/chat/completions" -H 'content-type: application/json' -d "$LOOP_BODY" \
     | grep -q '42' || { echo "instructions.sh: the tool loop did not run the tool" >&2; kill "$g"; exit 1; }
   if [ "$1" != none ]; then
     local r

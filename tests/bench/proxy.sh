@@ -43,12 +43,9 @@ for tool in nginx wrk; do
 done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
-work=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
+# shellcheck source=tests/bench/common.sh
+. tests/bench/common.sh
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=127.0.0.1:$(port)
 NGX=127.0.0.1:$(port)
 GATE=127.0.0.1:$(port)
@@ -142,25 +139,15 @@ for addr in "$GATE" "$LOOP" "$MOCK"; do
   for _ in $(seq 100); do curl -sf "http://$addr/healthz" >/dev/null 2>&1 || curl -sf "http://$addr/v1/models" >/dev/null 2>&1 && break; sleep 0.1; done
 done
 
-cat > "$work/plain.lua" <<'LUA'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer sk-bench-0123456789abcdef"
-wrk.body = '{"model":"bench-model","messages":[{"role":"user","content":"Hello!"}]}'
-LUA
-cat > "$work/loop.lua" <<'LUA'
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = [[{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}]]
-LUA
+wrk_post plain '{"model":"bench-model","messages":[{"role":"user","content":"Hello!"}]}' sk-bench-0123456789abcdef
+wrk_post loop "$LOOP_BODY"
 
 # Sanity: each path gives the fixed completion; the loop really runs the tool.
 for addr in "$UP" "$NGX" "$GATE" "$HYPER"; do
   curl -sf "http://$addr/v1/chat/completions" -H 'authorization: Bearer sk-bench-0123456789abcdef' -H 'content-type: application/json' \
     -d '{"model":"bench-model","messages":[{"role":"user","content":"Hello!"}]}' | grep -q 'How can I help' || { echo "no completion from $addr" >&2; exit 1; }
 done
-curl -sf "http://$LOOP/v1/chat/completions" -H 'content-type: application/json' \
-  -d '{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}' \
+curl -sf "http://$LOOP/v1/chat/completions" -H 'content-type: application/json' -d "$LOOP_BODY" \
   | grep -q '42' || { echo "the tool loop did not run the tool" >&2; exit 1; }
 
 # cpu_ticks PID... -> user + system clock ticks of those processes so far

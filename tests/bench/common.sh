@@ -1,0 +1,27 @@
+# What the benchmark scripts share; sourced, not run.
+#   $work          a temporary folder, removed on exit with the processes in $pids
+#   port           a free port on 127.0.0.1
+#   wrk_post NAME BODY [KEY]
+#                  $work/NAME.lua: a wrk script POSTing BODY as JSON (with
+#                  KEY as a bearer token when given)
+#   LOOP_BODY      a chat request the scripted model answers by calling the
+#                  builtin calculator (tool set `calc`), then with its result
+
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wrk_post() {
+  {
+    echo 'wrk.method = "POST"'
+    echo 'wrk.headers["Content-Type"] = "application/json"'
+    [ -z "${3:-}" ] || echo "wrk.headers[\"Authorization\"] = \"Bearer $3\""
+    echo "wrk.body = [[$2]]"
+  } > "$work/$1.lua"
+}
+
+# shellcheck disable=SC2034 # used by the scripts that source this one
+LOOP_BODY='{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}'
