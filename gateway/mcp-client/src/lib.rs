@@ -288,6 +288,11 @@ impl<T: Offer> McpTool<T> {
             params.input_responses = responses;
             params.request_state = state;
         };
+        // The server's log messages sent before its answer reach the
+        // client before the call's answer does.
+        if let Some(log) = relay.as_ref().and_then(|r| r.log.as_ref()) {
+            (log.flushed)().await;
+        }
         match response {
             Ok(CallToolResponse::Complete(result)) => {
                 let wire = serde_json::to_value(&result).map_err(|e| {

@@ -46,14 +46,28 @@ pub struct Relay {
     pub sample: Option<Ask<CreateMessageRequestParams, CreateMessageResult>>,
     /// Asks the client's roots (`roots/list`).
     pub roots: Option<Ask<(), ListRootsResult>>,
-    /// Hands the client a log message (it filters by the level it set).
-    pub log: Option<Arc<dyn Fn(LoggingMessageNotificationParam) + Send + Sync>>,
+    /// Hands the client the server's log messages (it filters by the
+    /// level it set).
+    pub log: Option<LogSink>,
     /// The lowest level of log messages the client wants: a server of the
     /// 2026-07-28 revision is asked for them with the call.
     pub log_level: Option<rmcp::model::LoggingLevel>,
     /// A client that answers in a request of its own (2026-07-28): the
     /// questions it can answer are handed back to it.
     pub hand_back: Option<HandBack>,
+}
+
+/// Where a call's log messages go. A server's log messages during a call
+/// reach its client before the call's answer: they are handed over in the
+/// order the server sent them (see `session`), and the call waits for
+/// `flushed` before it answers.
+#[derive(Clone)]
+pub struct LogSink {
+    /// Queues one message for the client.
+    pub send: Arc<dyn Fn(LoggingMessageNotificationParam) + Send + Sync>,
+    /// Ends when the messages queued so far have been sent on (or could
+    /// not be: the client is gone).
+    pub flushed: Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>,
 }
 
 /// A client that answers a server's questions in a later request of its

@@ -756,19 +756,8 @@ impl ClientHandler for Handler {
         self.running.only().unwrap_or_default().roots().await
     }
 
-    #[allow(deprecated)]
-    async fn on_logging_message(
-        &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        match self.running.only().and_then(|relay| relay.log) {
-            Some(log) => log(params),
-            None => {
-                tracing::debug!(target: "toolgate::mcp::log", mcp_server = %self.server, level = ?params.level, "{}", params.data)
-            }
-        }
-    }
+    // Log messages never reach here: `Inbound` hands them over as they
+    // arrive.
 }
 
 /// Runs a server until it is stopped: sessions one after the other, with
@@ -1091,7 +1080,7 @@ async fn list_tools(
 /// 2026-07-28 revision (`server/discover`, per-request `_meta`), and the
 /// `initialize` handshake for servers that do not know it (on the same
 /// connection when the server answers `server/discover` with an error, or
-/// does not answer it within rmcp's 10 s; see [`LateDiscovery`]).
+/// does not answer it within rmcp's 10 s; see [`Inbound`]).
 fn lifecycle() -> ClientLifecycleMode {
     ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -1099,34 +1088,110 @@ fn lifecycle() -> ClientLifecycleMode {
     }
 }
 
-/// A stdio transport that drops a late answer to `server/discover`: when
-/// a server reads its first request only after rmcp gave up waiting and
-/// sent `initialize` on the same pipe (a first `npx -y` run fetching its
-/// package), the discovery answer arrives first and would be taken for
-/// `initialize`'s ("conflict initialized response id"). Once `initialize`
-/// is sent, answers to the earlier `server/discover` are not passed on.
-/// A late discovery *result* (the server speaks 2026-07-28, and now
-/// refuses `initialize` on that connection) is noted in `modern`, so the
-/// server is started again asking only `server/discover`.
-struct LateDiscovery<T> {
+/// A server's transport as the session reads it.
+///
+/// Each log message of the server is handed to the client of the one call
+/// running as it arrives, in the order the server sent it: rmcp would hand
+/// notifications to the handler in tasks of their own, which may run after
+/// the call's answer, and the client would never see a message the server
+/// sent before it. With no such client the message is logged at debug
+/// level.
+///
+/// On stdio (`late_discovery`), a late answer to `server/discover` is
+/// dropped: when a server reads its first request only after rmcp gave up
+/// waiting and sent `initialize` on the same pipe (a first `npx -y` run
+/// fetching its package), the discovery answer arrives first and would be
+/// taken for `initialize`'s ("conflict initialized response id"). Once
+/// `initialize` is sent, answers to the earlier `server/discover` are not
+/// passed on. A late discovery *result* (the server speaks 2026-07-28,
+/// and now refuses `initialize` on that connection) is noted in `modern`,
+/// so the server is started again asking only `server/discover`.
+struct Inbound<T> {
     inner: T,
+    server: String,
+    running: Arc<super::relay::Running>,
+    late_discovery: Option<LateDiscovery>,
+}
+
+struct LateDiscovery {
     discover: Option<rmcp::model::RequestId>,
     initialize_sent: bool,
     modern: Arc<std::sync::atomic::AtomicBool>,
 }
 
-impl<T> LateDiscovery<T> {
-    fn new(inner: T, modern: Arc<std::sync::atomic::AtomicBool>) -> Self {
-        LateDiscovery {
+impl<T> Inbound<T> {
+    fn new<O>(inner: T, server: &Server<O>) -> Self {
+        Inbound {
             inner,
+            server: server.spec.name.clone(),
+            running: Arc::clone(&server.running),
+            late_discovery: None,
+        }
+    }
+
+    fn dropping_late_discovery(mut self, modern: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.late_discovery = Some(LateDiscovery {
             discover: None,
             initialize_sent: false,
             modern,
+        });
+        self
+    }
+
+    /// Hands `message` on when it is a log message; `true` then.
+    #[allow(deprecated)] // logging (SEP-2577), still carried
+    fn handed_log(&self, message: &rmcp::service::RxJsonRpcMessage<RoleClient>) -> bool {
+        let rmcp::model::JsonRpcMessage::Notification(n) = message else {
+            return false;
+        };
+        let rmcp::model::ServerNotification::LoggingMessageNotification(log) = &n.notification
+        else {
+            return false;
+        };
+        let params = &log.params;
+        match self.running.only().and_then(|relay| relay.log) {
+            Some(log) => (log.send)(params.clone()),
+            None => {
+                tracing::debug!(target: "toolgate::mcp::log", mcp_server = %self.server, level = ?params.level, "{}", params.data)
+            }
         }
+        true
     }
 }
 
-impl<T> rmcp::transport::Transport<RoleClient> for LateDiscovery<T>
+impl LateDiscovery {
+    fn sent(&mut self, item: &rmcp::service::TxJsonRpcMessage<RoleClient>) {
+        if let rmcp::model::JsonRpcMessage::Request(r) = item {
+            match &r.request {
+                rmcp::model::ClientRequest::DiscoverRequest(_) => {
+                    self.discover = Some(r.id.clone())
+                }
+                rmcp::model::ClientRequest::InitializeRequest(_) => self.initialize_sent = true,
+                _ => {}
+            }
+        }
+    }
+
+    /// `true` for a late answer to `server/discover`, not to pass on.
+    fn drops(&self, message: &rmcp::service::RxJsonRpcMessage<RoleClient>) -> bool {
+        let answered = match message {
+            rmcp::model::JsonRpcMessage::Response(r) => Some(&r.id),
+            rmcp::model::JsonRpcMessage::Error(e) => e.id.as_ref(),
+            _ => None,
+        };
+        if !(self.initialize_sent && answered.is_some() && answered == self.discover.as_ref()) {
+            return false;
+        }
+        tracing::debug!("a late answer to `server/discover` was dropped (`initialize` was sent)");
+        if matches!(message, rmcp::model::JsonRpcMessage::Response(_)) {
+            self.modern
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        true
+    }
+}
+
+impl<T> rmcp::transport::Transport<RoleClient> for Inbound<T>
 where
     T: rmcp::transport::Transport<RoleClient>,
 {
@@ -1136,14 +1201,8 @@ where
         &mut self,
         item: rmcp::service::TxJsonRpcMessage<RoleClient>,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
-        if let rmcp::model::JsonRpcMessage::Request(r) = &item {
-            match &r.request {
-                rmcp::model::ClientRequest::DiscoverRequest(_) => {
-                    self.discover = Some(r.id.clone())
-                }
-                rmcp::model::ClientRequest::InitializeRequest(_) => self.initialize_sent = true,
-                _ => {}
-            }
+        if let Some(late) = &mut self.late_discovery {
+            late.sent(&item);
         }
         self.inner.send(item)
     }
@@ -1151,19 +1210,12 @@ where
     async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleClient>> {
         loop {
             let message = self.inner.receive().await?;
-            let answered = match &message {
-                rmcp::model::JsonRpcMessage::Response(r) => Some(&r.id),
-                rmcp::model::JsonRpcMessage::Error(e) => e.id.as_ref(),
-                _ => None,
-            };
-            if self.initialize_sent && answered.is_some() && answered == self.discover.as_ref() {
-                tracing::debug!(
-                    "a late answer to `server/discover` was dropped (`initialize` was sent)"
-                );
-                if matches!(message, rmcp::model::JsonRpcMessage::Response(_)) {
-                    self.modern
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
-                }
+            if self.handed_log(&message)
+                || self
+                    .late_discovery
+                    .as_ref()
+                    .is_some_and(|l| l.drops(&message))
+            {
                 continue;
             }
             return Some(message);
@@ -1327,7 +1379,10 @@ async fn open<T>(
                 tokio::spawn(forward_stderr(server.spec.name.clone(), stderr));
             }
             handler
-                .serve_with_lifecycle(LateDiscovery::new(transport, Arc::clone(modern)), mode)
+                .serve_with_lifecycle(
+                    Inbound::new(transport, server).dropping_late_discovery(Arc::clone(modern)),
+                    mode,
+                )
                 .await
         }
         Transport::Http(http) => {
@@ -1348,7 +1403,9 @@ async fn open<T>(
                     CallerHeaders::default(),
                     config.auth_header(token.to_owned()),
                 );
-                return Ok(handler.serve_with_lifecycle(transport, mode).await);
+                return Ok(handler
+                    .serve_with_lifecycle(Inbound::new(transport, server), mode)
+                    .await);
             }
             match &http.oauth {
                 None => {
@@ -1356,7 +1413,9 @@ async fn open<T>(
                         CallerHeaders::default(),
                         config,
                     );
-                    handler.serve_with_lifecycle(transport, mode).await
+                    handler
+                        .serve_with_lifecycle(Inbound::new(transport, server), mode)
+                        .await
                 }
                 Some(oauth) => {
                     let manager = super::oauth::authorize(&server.spec.name, &http.url, oauth)
@@ -1368,7 +1427,9 @@ async fn open<T>(
                     let client =
                         rmcp::transport::AuthClient::new(CallerHeaders::default(), manager);
                     let transport = StreamableHttpClientTransport::with_client(client, config);
-                    handler.serve_with_lifecycle(transport, mode).await
+                    handler
+                        .serve_with_lifecycle(Inbound::new(transport, server), mode)
+                        .await
                 }
             }
         }

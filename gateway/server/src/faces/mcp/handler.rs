@@ -36,7 +36,7 @@ use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, Offers, ToolSet}
 use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
 use toolgate_engine::tool::context::CallContext;
-use toolgate_engine::tool::mcp::relay::{HandBack, Handed, Relay};
+use toolgate_engine::tool::mcp::relay::{HandBack, Handed, LogSink, Relay};
 use toolgate_engine::tool::mcp::{Asked, McpRegistry};
 use toolgate_engine::tool::{Progress, ToolError};
 
@@ -100,6 +100,9 @@ impl Updates {
 /// Progress reports (and upstream log messages) waiting to be sent to a
 /// slow client; beyond, they are dropped (the next one says more).
 const PROGRESS_BACKLOG: usize = 32;
+/// How long a call's answer waits for the log messages before it to be
+/// sent on to its client.
+const LOG_FLUSH_WAIT: Duration = Duration::from_secs(1);
 
 /// Awaits `call`, sending the progress reports it makes meanwhile (and
 /// those left when it ends) to the client as `notifications/progress`
@@ -570,24 +573,39 @@ const fn level_of(rank: u8) -> LoggingLevel {
 /// call; a slow client loses messages rather than holding them without
 /// bound.
 #[allow(deprecated)] // logging (SEP-2577), still carried
-fn log_to(
-    peer: rmcp::Peer<RoleServer>,
-    level: std::sync::Arc<std::sync::atomic::AtomicU8>,
-) -> std::sync::Arc<dyn Fn(LoggingMessageNotificationParam) + Send + Sync> {
+fn log_to(peer: rmcp::Peer<RoleServer>, level: Arc<std::sync::atomic::AtomicU8>) -> LogSink {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     let (queue, mut messages) =
         tokio::sync::mpsc::channel::<LoggingMessageNotificationParam>(PROGRESS_BACKLOG);
+    // How many messages were queued, and how many sent on: a call waits
+    // for the second to reach the first before it answers.
+    let queued = Arc::new(AtomicU64::new(0));
+    let (sent_on, sent) = tokio::sync::watch::channel(0u64);
     tokio::spawn(async move {
         while let Some(message) = messages.recv().await {
             if peer.notify_logging_message(message).await.is_err() {
                 break;
             }
+            sent_on.send_modify(|n| *n += 1);
         }
     });
-    std::sync::Arc::new(move |message: LoggingMessageNotificationParam| {
-        if severity(message.level) >= level.load(std::sync::atomic::Ordering::Relaxed) {
-            let _ = queue.try_send(message);
-        }
-    })
+    let counted = Arc::clone(&queued);
+    LogSink {
+        send: Arc::new(move |message: LoggingMessageNotificationParam| {
+            if severity(message.level) >= level.load(Relaxed) && queue.try_send(message).is_ok() {
+                counted.fetch_add(1, Relaxed);
+            }
+        }),
+        flushed: Arc::new(move || {
+            let target = queued.load(Relaxed);
+            let mut sent = sent.clone();
+            Box::pin(async move {
+                // Bounded: a client that reads nothing does not hold the
+                // call's answer; a forwarder that ended has nothing left.
+                let _ = tokio::time::timeout(LOG_FLUSH_WAIT, sent.wait_for(|n| *n >= target)).await;
+            })
+        }),
+    }
 }
 
 /// `call` run by the executor, owning what it needs (a task of its own:
