@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: book mdbook run search-model setup deb cargo-deny test check lint fmt bench bench-guards fuzz demo schema screenshots clean
+.PHONY: book mdbook run search-model setup deb cargo-deny test check lint lint-code deny fmt bench bench-guards fuzz demo schema screenshots clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -137,12 +137,14 @@ $(VENV)/.installed: tests/python/requirements.txt
 ## the Python SDK end-to-end tests, against the binaries `make run` serves).
 ## Nothing skips here: a test whose prerequisite is missing fails with the
 ## reason (TOOLGATE_TESTS_REQUIRE_ALL); each runner prints how many tests
-## ran and were skipped. The set-up and the lints run side by side (two
-## jobs, each one's output printed when it ends): installing is mostly one
-## core's work, and the lints' build leaves a core idle at times.
+## ran and were skipped. The set-up and the code's lints run side by side
+## (two jobs, each one's output printed when it ends): installing is mostly
+## one core's work, and the lints' build leaves a core idle at times. The
+## dependency check waits for the set-up, which builds cargo-deny.
 test: export TOOLGATE_TESTS_REQUIRE_ALL = 1
 test:
-	$(MAKE) --no-print-directory -j2 -Otarget setup lint
+	$(MAKE) --no-print-directory -j2 -Otarget setup lint-code
+	$(MAKE) --no-print-directory deny
 	mdbook build docs
 	$(CARGO) build $(RUN_BINS)
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -154,15 +156,19 @@ test:
 	$(PYTHON) -m pytest -q -rs -n 2 --dist loadfile tests/python
 
 ## lint: rustfmt, clippy (which also holds code to the declared
-## rust-version), rustdoc, and cargo-deny (licenses, duplicate versions,
-## sources); warnings are errors
-lint: cargo-deny
+## rust-version), rustdoc (lint-code), and cargo-deny (deny: licenses,
+## duplicate versions, sources); warnings are errors
+lint: lint-code deny
+
+lint-code:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# `--lib --examples` (no example target matches): dev-dependencies take part
 	# in feature resolution, as in clippy --all-targets, so doc reuses the
 	# dependencies clippy checked instead of building its own variants.
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --lib --examples
+
+deny: cargo-deny
 	cargo-deny --log-level error check licenses bans sources
 
 ## fuzz: the property tests of every parser of untrusted input (model text
