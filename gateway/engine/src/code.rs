@@ -298,21 +298,11 @@ mod tests {
     use super::*;
 
     fn tool(name: &str, parameters: Value) -> Tool {
-        Tool::new(
-            ToolSpec {
-                name: name.into(),
-                description: "Lists the \"\"\"issues\"\"\" of a repository.".into(),
-                category: None,
-                parameters,
-                timeout: None,
-                cache_ttl: None,
-                annotations: Annotations::default(),
-                output_schema: None,
-                origin: "test".into(),
-            },
-            ToolKind::Search,
+        crate::tool::test_tool(
+            name,
+            "Lists the \"\"\"issues\"\"\" of a repository.",
+            parameters,
         )
-        .unwrap()
     }
 
     #[test]

@@ -88,11 +88,21 @@ impl Message {
     pub fn to_openai(&self) -> Cow<'_, Value> {
         match self {
             Message::Client(v) => Cow::Borrowed(v),
-            Message::Calls { content, calls } => Cow::Owned(json!({
-                "role": "assistant",
-                "content": content,
-                "tool_calls": calls.iter().map(Call::to_openai).collect::<Vec<_>>(),
-            })),
+            Message::Calls { content, calls } => {
+                // Built by hand: `json!` would copy the calls by
+                // serializing them.
+                let mut m = serde_json::Map::new();
+                m.insert("role".into(), Value::String("assistant".into()));
+                m.insert(
+                    "content".into(),
+                    content.clone().map_or(Value::Null, Value::String),
+                );
+                m.insert(
+                    "tool_calls".into(),
+                    Value::Array(calls.iter().map(Call::to_openai).collect()),
+                );
+                Cow::Owned(Value::Object(m))
+            }
             Message::Result { call_id, content } => {
                 Cow::Owned(json!({"role": "tool", "tool_call_id": call_id, "content": content}))
             }

@@ -269,25 +269,26 @@ impl Tool {
     /// the schema and `strict: true` when there is one, else the canonical
     /// schema.
     pub fn to_openai(&self) -> Value {
+        // Built by hand: `json!` would copy the schema by serializing it.
+        let mut function = serde_json::Map::new();
+        function.insert("name".into(), Value::String(self.name.clone()));
+        function.insert(
+            "description".into(),
+            Value::String(self.description.clone()),
+        );
         match &self.strict {
-            Ok(strict) => serde_json::json!({
-                "type": "function",
-                "function": {
-                    "name": self.name,
-                    "description": self.description,
-                    "parameters": strict,
-                    "strict": true,
-                }
-            }),
-            Err(_) => serde_json::json!({
-                "type": "function",
-                "function": {
-                    "name": self.name,
-                    "description": self.description,
-                    "parameters": self.parameters,
-                }
-            }),
+            Ok(strict) => {
+                function.insert("parameters".into(), strict.clone());
+                function.insert("strict".into(), Value::Bool(true));
+            }
+            Err(_) => {
+                function.insert("parameters".into(), self.parameters.clone());
+            }
         }
+        let mut tool = serde_json::Map::new();
+        tool.insert("type".into(), Value::String("function".into()));
+        tool.insert("function".into(), Value::Object(function));
+        Value::Object(tool)
     }
 
     /// The arguments as the canonical schema expects them: a model that
@@ -309,4 +310,54 @@ pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
         return Err("the schema's `type` must be `object`".to_owned());
     }
     jsonschema::validator_for(schema).map_err(|e| e.to_string())
+}
+
+/// A tool of the tests (of kind `Search`: it runs nothing).
+#[cfg(test)]
+pub(crate) fn test_tool(name: &str, description: &str, parameters: Value) -> Tool {
+    Tool::new(
+        ToolSpec {
+            name: name.into(),
+            description: description.into(),
+            category: None,
+            parameters,
+            timeout: None,
+            cache_ttl: None,
+            annotations: Annotations::default(),
+            output_schema: None,
+            origin: "test".into(),
+        },
+        ToolKind::Search,
+    )
+    .unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(parameters: Value) -> Tool {
+        test_tool("lookup", "Looks \"it\" up.", parameters)
+    }
+
+    #[test]
+    fn a_tool_in_openai_s_format_has_its_strict_schema_when_it_has_one() {
+        let strict = tool(serde_json::json!({"type": "object",
+            "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}, "required": ["q"]}));
+        let rendered = strict.strict.clone().unwrap();
+        assert_eq!(
+            strict.to_openai(),
+            serde_json::json!({"type": "function", "function": {"name": "lookup",
+                "description": "Looks \"it\" up.", "parameters": rendered, "strict": true}})
+        );
+        // `not` has no strict rendering: the canonical schema, no `strict`.
+        let loose = tool(serde_json::json!({"type": "object",
+            "properties": {"q": {"not": {"type": "null"}}}}));
+        assert!(loose.strict.is_err());
+        assert_eq!(
+            loose.to_openai(),
+            serde_json::json!({"type": "function", "function": {"name": "lookup",
+                "description": "Looks \"it\" up.", "parameters": loose.parameters}})
+        );
+    }
 }
