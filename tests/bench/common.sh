@@ -4,6 +4,10 @@
 #   wrk_post NAME BODY [KEY]
 #                  $work/NAME.lua: a wrk script POSTing BODY as JSON (with
 #                  KEY as a bearer token when given)
+#   calc_config DIR [LINE]
+#                  a gateway configuration in DIR (LINE first, when given):
+#                  the scripted model at $MOCK as upstream, the builtin
+#                  calculator in the tool set `calc`
 #   LOOP_BODY      a chat request the scripted model answers by calling the
 #                  builtin calculator (tool set `calc`), then with its result
 
@@ -25,3 +29,18 @@ wrk_post() {
 
 # shellcheck disable=SC2034 # used by the scripts that source this one
 LOOP_BODY='{"model":"mock-model","messages":[{"role":"user","content":"call calculator {\"expression\": \"6*7\"}"}],"tool_set":"calc"}'
+
+calc_config() {
+  mkdir -p "$1/tools.d" "$1/tool-sets"
+  {
+    [ -z "${2:-}" ] || echo "$2"
+    cat <<YAML
+upstreams:
+  - name: mock
+    base_url: http://$MOCK/v1
+builtins:
+  enabled: [calculator]
+YAML
+  } > "$1/toolgate.yaml"
+  printf 'name: calc\ntools: [calculator]\n' > "$1/tool-sets/calc.yaml"
+}

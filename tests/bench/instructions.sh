@@ -36,16 +36,7 @@ GATE=127.0.0.1:$(port)
 
 "$BIN/mock-llm" "$MOCK" >/dev/null &
 pids+=($!)
-mkdir -p "$work/config/tools.d" "$work/config/tool-sets"
-cat > "$work/config/toolgate.yaml" <<YAML
-reload: { watch: false }
-upstreams:
-  - name: mock
-    base_url: http://$MOCK/v1
-builtins:
-  enabled: [calculator]
-YAML
-printf 'name: calc\ntools: [calculator]\n' > "$work/config/tool-sets/calc.yaml"
+calc_config "$work/config" "reload: { watch: false }"
 cat > "$work/config/tools.d/everything.yaml" <<YAML
 mcp_servers:
   - name: everything

@@ -120,15 +120,7 @@ HYPER_PID=$!
 # The tool loop: the scripted model as upstream, one builtin tool.
 "$BIN/mock-llm" "$MOCK" >/dev/null &
 pids+=($!)
-mkdir -p "$work/loop/tools.d" "$work/loop/tool-sets"
-cat > "$work/loop/toolgate.yaml" <<YAML
-upstreams:
-  - name: mock
-    base_url: http://$MOCK/v1
-builtins:
-  enabled: [calculator]
-YAML
-printf 'name: calc\ntools: [calculator]\n' > "$work/loop/tool-sets/calc.yaml"
+calc_config "$work/loop"
 TOOLGATE_LOG=warn "$TOOLGATE" serve --config "$work/loop" --listen "$LOOP" &
 pids+=($!)
 
