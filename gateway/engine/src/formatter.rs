@@ -110,9 +110,62 @@ impl Message {
     }
 }
 
+/// Written straight into the upstream body, with the same bytes as
+/// [`Message::to_openai`]'s value (its keys in the same, sorted, order)
+/// but without building it: the loop writes its whole conversation on
+/// every model call.
 impl serde::Serialize for Message {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.to_openai().serialize(s)
+        use serde::ser::SerializeMap;
+        match self {
+            Message::Client(v) => v.serialize(s),
+            Message::Calls { content, calls } => {
+                let mut m = s.serialize_map(Some(3))?;
+                m.serialize_entry("content", content)?;
+                m.serialize_entry("role", "assistant")?;
+                m.serialize_entry("tool_calls", &OpenAiCalls(calls))?;
+                m.end()
+            }
+            Message::Result { call_id, content } => {
+                let mut m = s.serialize_map(Some(3))?;
+                m.serialize_entry("content", content)?;
+                m.serialize_entry("role", "tool")?;
+                m.serialize_entry("tool_call_id", call_id)?;
+                m.end()
+            }
+        }
+    }
+}
+
+/// An assistant turn's calls as [`Call::to_openai`] gives them, written
+/// without building them.
+struct OpenAiCalls<'a>(&'a [Call]);
+
+impl serde::Serialize for OpenAiCalls<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(OpenAiCall))
+    }
+}
+
+struct OpenAiCall<'a>(&'a Call);
+
+impl serde::Serialize for OpenAiCall<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Function<'a>(&'a Call);
+        impl serde::Serialize for Function<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("arguments", &self.0.arguments)?;
+                m.serialize_entry("name", &self.0.name)?;
+                m.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("function", &Function(self.0))?;
+        m.serialize_entry("id", &self.0.id)?;
+        m.serialize_entry("type", "function")?;
+        m.end()
     }
 }
 
@@ -371,6 +424,33 @@ mod tests {
 
     fn client(messages: &[Value]) -> Vec<Message> {
         messages.iter().cloned().map(Message::Client).collect()
+    }
+
+    proptest::proptest! {
+        /// A message is written into the upstream body with the bytes its
+        /// OpenAI value has, without building that value.
+        #[test]
+        fn a_message_is_written_as_its_openai_value_is(
+            content in proptest::option::of(".{0,12}"),
+            calls in proptest::collection::vec((".{0,6}", ".{0,6}", ".{0,12}"), 0..3),
+            call_id in ".{0,6}",
+            text in ".{0,12}",
+        ) {
+            let calls = calls
+                .into_iter()
+                .map(|(id, name, arguments)| Call { id, name, arguments, unreadable: None })
+                .collect();
+            for m in [
+                Message::Calls { content: content.clone(), calls },
+                Message::Result { call_id: call_id.clone(), content: text.clone() },
+                Message::Client(json!({"role": "user", "content": text, "z": [1, {"b": call_id}]})),
+            ] {
+                proptest::prop_assert_eq!(
+                    serde_json::to_string(&m).unwrap(),
+                    serde_json::to_string(&m.to_openai()).unwrap()
+                );
+            }
+        }
     }
 
     #[test]

@@ -12,6 +12,6 @@ mod tool_loop;
 pub use events::{
     Answer, CallFunction, CallRecord, ChatError, Event, FinishReason, Report, Summary,
 };
-pub use plan::Loop;
+pub use plan::{Loop, OfferedTools};
 pub use plan::{NO_TOOL_SET, Passthrough, Plan, PlanError, Services, plan};
-pub use request::{ChatRequest, DeferredTools, RequestError};
+pub use request::{ChatRequest, DeferredTools, RequestError, UpstreamTools};

@@ -197,6 +197,7 @@ pub fn plan(
         (None, _) => gateway.iter().map(|t| t.to_openai()).collect(),
     };
     tools.extend(request.client_tools.iter().cloned());
+    let tools = OfferedTools::new(tools);
     let settings = &catalog.settings;
     let max_iterations = request
         .max_tool_iterations
@@ -231,7 +232,7 @@ pub struct Loop {
     pub tool_set: Option<String>,
     /// Tools offered to the model: the set's (none when it searches, see
     /// `search`), then the client's.
-    pub tools: Vec<Value>,
+    pub tools: OfferedTools,
     /// Names of the set's tools (run by the gateway), `find_tools` among
     /// them when the set searches.
     pub gateway_tools: HashSet<String>,
@@ -261,4 +262,33 @@ pub struct Search {
     /// How many best matches for the user's latest message are offered
     /// from the first model call on.
     pub preload: usize,
+}
+
+/// The tools a loop offers the model on every call: as values (read by the
+/// structured prompt, the searches and the sub-agents) and as the JSON
+/// array written into each model call's body, serialized once for the
+/// whole loop rather than on every call.
+#[derive(Debug)]
+pub struct OfferedTools {
+    values: Vec<Value>,
+    json: Box<serde_json::value::RawValue>,
+}
+
+impl OfferedTools {
+    pub fn new(values: Vec<Value>) -> OfferedTools {
+        let json = serde_json::value::to_raw_value(&values).unwrap_or_else(|_| {
+            // A `Value` always serializes; an empty array is never used.
+            serde_json::value::RawValue::from_string("[]".to_owned()).unwrap_or_default()
+        });
+        OfferedTools { values, json }
+    }
+
+    pub fn values(&self) -> &[Value] {
+        &self.values
+    }
+
+    /// The same tools as one JSON array.
+    pub fn json(&self) -> &serde_json::value::RawValue {
+        &self.json
+    }
 }

@@ -287,7 +287,7 @@ impl ChatRequest {
         &self,
         model: &str,
         messages: &[impl serde::Serialize],
-        tools: &[Value],
+        tools: UpstreamTools<'_>,
         overrides: &[(&str, Value)],
     ) -> Bytes {
         // Which value each field takes, in the order of the map the same
@@ -330,13 +330,35 @@ impl ChatRequest {
     }
 }
 
+/// The tools of an upstream body.
+#[derive(Debug, Clone, Copy)]
+pub enum UpstreamTools<'a> {
+    Values(&'a [Value]),
+    /// The same, already written as one JSON array.
+    Json(&'a RawValue),
+}
+
+impl UpstreamTools<'_> {
+    fn is_empty(&self) -> bool {
+        match self {
+            UpstreamTools::Values(v) => v.is_empty(),
+            // `[`, then nothing but `]` (and white space) before it closes.
+            UpstreamTools::Json(j) => j
+                .get()
+                .trim_start()
+                .strip_prefix('[')
+                .is_none_or(|rest| rest.trim_start().starts_with(']')),
+        }
+    }
+}
+
 /// One field of an upstream body: the client's raw JSON or what the
 /// gateway puts in its place.
 enum Part<'a, M> {
     Raw(&'a RawValue),
     Model(&'a str),
     Messages(&'a [M]),
-    Tools(&'a [Value]),
+    Tools(UpstreamTools<'a>),
     Value(&'a Value),
 }
 
@@ -346,7 +368,8 @@ impl<M: serde::Serialize> serde::Serialize for Part<'_, M> {
             Part::Raw(v) => v.serialize(s),
             Part::Model(v) => v.serialize(s),
             Part::Messages(v) => v.serialize(s),
-            Part::Tools(v) => v.serialize(s),
+            Part::Tools(UpstreamTools::Values(v)) => v.serialize(s),
+            Part::Tools(UpstreamTools::Json(v)) => v.serialize(s),
             Part::Value(v) => v.serialize(s),
         }
     }
@@ -448,7 +471,7 @@ mod tests {
         let body = req.upstream_body(
             "real",
             &[json!({"role": "user", "content": "x"})],
-            &[json!({"type": "function"})],
+            UpstreamTools::Values(&[json!({"type": "function"})]),
             &[("tool_choice", json!("auto")), ("stream", Value::Null)],
         );
         let v: Value = serde_json::from_slice(&body).unwrap();
@@ -543,8 +566,13 @@ mod tests {
                     expected.insert((*k).to_owned(), raw(v));
                 }
             }
-            let body = req.upstream_body("real", &messages, &tools, &overrides);
-            prop_assert_eq!(String::from_utf8(body.to_vec()).unwrap(), serde_json::to_string(&expected).unwrap());
+            let expected = serde_json::to_string(&expected).unwrap();
+            let body = req.upstream_body("real", &messages, UpstreamTools::Values(&tools), &overrides);
+            prop_assert_eq!(String::from_utf8(body.to_vec()).unwrap(), expected.clone());
+            // The same tools written once beforehand give the same body.
+            let json = serde_json::value::to_raw_value(&tools).unwrap();
+            let body = req.upstream_body("real", &messages, UpstreamTools::Json(&json), &overrides);
+            prop_assert_eq!(String::from_utf8(body.to_vec()).unwrap(), expected.clone());
         }
     }
 }

@@ -122,6 +122,7 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
     ];
     let tools: Vec<Value> = parent
         .tools
+        .values()
         .iter()
         .filter(|t| {
             let name = t
@@ -140,7 +141,7 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
         resolved: parent.resolved.clone(),
         request: parent.request.derived(&messages),
         tool_set: parent.tool_set.clone(),
-        tools,
+        tools: super::plan::OfferedTools::new(tools),
         gateway_tools,
         search: parent.search.clone(),
         deferred: None,

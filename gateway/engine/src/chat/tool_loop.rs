@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use super::events::{Answer, CallRecord, ChatError, Event, FinishReason, Report, Summary};
 use super::plan::Loop;
-use super::request::DeferredTools;
+use super::request::{DeferredTools, UpstreamTools};
 use super::subagent;
 use crate::discovery::{
     self, DEFAULT_RESULTS, FIND_TOOLS, Indexed, MAX_QUERY_CHARS, MAX_RESULTS,
@@ -189,14 +189,14 @@ impl Loop {
     /// search and the ones `loaded` after the client's.
     fn offered_tools(&self, found: &[Arc<Tool>], loaded: &[Value]) -> Cow<'_, [Value]> {
         if self.search.is_none() && self.deferred.is_none() {
-            return Cow::Borrowed(&self.tools);
+            return Cow::Borrowed(self.tools.values());
         }
         let mut tools: Vec<Value> = Vec::new();
         if let Some(search) = &self.search {
             tools.push(search.tool.to_openai());
             tools.extend(found.iter().map(|t| t.to_openai()));
         }
-        tools.extend(self.tools.iter().cloned());
+        tools.extend(self.tools.values().iter().cloned());
         if let Some(deferred) = &self.deferred {
             tools.push(deferred_search_tool(&deferred.search));
             tools.extend(loaded.iter().cloned());
@@ -375,19 +375,27 @@ impl Run {
         } else {
             self.l.offered_tools(&self.found, &self.loaded)
         };
+        // Borrowed only when they are the loop's planned tools, serialized
+        // once for every call.
+        let planned = !self.last_call && matches!(tools, Cow::Borrowed(_));
         let tools = tools.as_ref();
         Ok(match &self.mode {
             Mode::FunctionCalling { .. } => {
                 if iteration > 1 && forced && !tools.is_empty() {
                     overrides.push(("tool_choice", tool_choice));
                 }
-                req.upstream_body(model, &self.messages, tools, &overrides)
+                let offered = if planned {
+                    UpstreamTools::Json(self.l.tools.json())
+                } else {
+                    UpstreamTools::Values(tools)
+                };
+                req.upstream_body(model, &self.messages, offered, &overrides)
             }
             Mode::Structured { template, .. } => {
                 let plain =
                     formatter::to_plain_messages(template, &self.messages, tools, &tool_choice)
                         .map_err(ChatError::Internal)?;
-                req.upstream_body(model, &plain, &[], &overrides)
+                req.upstream_body(model, &plain, UpstreamTools::Values(&[]), &overrides)
             }
         })
     }
