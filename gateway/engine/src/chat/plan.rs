@@ -277,7 +277,8 @@ pub struct OfferedTools {
 impl OfferedTools {
     pub fn new(values: Vec<Value>) -> OfferedTools {
         let json = serde_json::value::to_raw_value(&values).unwrap_or_else(|_| {
-            // A `Value` always serializes; an empty array is never used.
+            // Never taken: a `Value` always serializes (its keys are
+            // strings).
             serde_json::value::RawValue::from_string("[]".to_owned()).unwrap_or_default()
         });
         OfferedTools { values, json }

@@ -186,7 +186,8 @@ impl Loop {
 
     /// The tools a model call offers: with a search, `find_tools` and the
     /// tools `found` before the client's; with deferred client tools, their
-    /// search and the ones `loaded` after the client's.
+    /// search and the ones `loaded` after the client's. Borrowed only when
+    /// they are the planned tools, whose JSON `OfferedTools` holds.
     fn offered_tools(&self, found: &[Arc<Tool>], loaded: &[Value]) -> Cow<'_, [Value]> {
         if self.search.is_none() && self.deferred.is_none() {
             return Cow::Borrowed(self.tools.values());
