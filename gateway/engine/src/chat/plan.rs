@@ -271,16 +271,12 @@ pub struct Search {
 #[derive(Debug)]
 pub struct OfferedTools {
     values: Vec<Value>,
-    json: Box<serde_json::value::RawValue>,
+    json: Option<Box<serde_json::value::RawValue>>,
 }
 
 impl OfferedTools {
     pub fn new(values: Vec<Value>) -> OfferedTools {
-        let json = serde_json::value::to_raw_value(&values).unwrap_or_else(|_| {
-            // Never taken: a `Value` always serializes (its keys are
-            // strings).
-            serde_json::value::RawValue::from_string("[]".to_owned()).unwrap_or_default()
-        });
+        let json = serde_json::value::to_raw_value(&values).ok();
         OfferedTools { values, json }
     }
 
@@ -288,8 +284,9 @@ impl OfferedTools {
         &self.values
     }
 
-    /// The same tools as one JSON array.
-    pub fn json(&self) -> &serde_json::value::RawValue {
-        &self.json
+    /// The same tools as one JSON array (`None` only if they could not be
+    /// serialized, which a `Value` always can: the values are then used).
+    pub fn json(&self) -> Option<&serde_json::value::RawValue> {
+        self.json.as_deref()
     }
 }

@@ -385,10 +385,9 @@ impl Run {
                 if iteration > 1 && forced && !tools.is_empty() {
                     overrides.push(("tool_choice", tool_choice));
                 }
-                let offered = if planned {
-                    UpstreamTools::Json(self.l.tools.json())
-                } else {
-                    UpstreamTools::Values(tools)
+                let offered = match self.l.tools.json() {
+                    Some(json) if planned => UpstreamTools::Json(json),
+                    _ => UpstreamTools::Values(tools),
                 };
                 req.upstream_body(model, &self.messages, offered, &overrides)
             }
