@@ -31,6 +31,7 @@ pub mod relay;
 pub mod result;
 pub mod session;
 pub mod spec;
+mod stdio;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};

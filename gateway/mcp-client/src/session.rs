@@ -5,7 +5,6 @@
 //! is published through an `ArcSwap`, so calls read it without a lock.
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -16,10 +15,10 @@ use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext, QuitReason,
     RunningService,
 };
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpClientTransportConfig,
 };
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
@@ -1371,9 +1370,7 @@ async fn open<T>(
     Ok(match &server.spec.transport {
         Transport::Stdio(stdio) => {
             let cmd = command(stdio);
-            let (transport, stderr) = TokioChildProcess::builder(cmd)
-                .stderr(Stdio::piped())
-                .spawn()
+            let (transport, stderr) = super::stdio::spawn(cmd)
                 .map_err(|e| format!("cannot run `{}`: {e}", stdio.command))?;
             if let Some(stderr) = stderr {
                 tokio::spawn(forward_stderr(server.spec.name.clone(), stderr));

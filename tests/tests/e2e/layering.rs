@@ -317,7 +317,7 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "gateway/mcp-client/src",
         &[
-            &["spec", "result", "extras", "relay"],
+            &["spec", "result", "extras", "relay", "stdio"],
             &["oauth"],
             &["session"],
         ],
