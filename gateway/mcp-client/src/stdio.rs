@@ -104,13 +104,24 @@ pub(crate) fn spawn(mut cmd: CommandWrap) -> io::Result<(ChildStdio, Option<Chil
 
 impl Drop for ChildStdio {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // `kill` waits for the exit, so no zombie stays behind.
-            tokio::spawn(async move {
-                if let Err(e) = Box::into_pin(child.kill()).await {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // `kill` waits for the exit, so no zombie stays behind; outside a
+        // runtime (the gateway is ending) the signal alone is sent.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(e) = Box::into_pin(child.kill()).await {
+                        tracing::warn!("cannot kill an MCP server: {e}");
+                    }
+                });
+            }
+            Err(_) => {
+                if let Err(e) = child.start_kill() {
                     tracing::warn!("cannot kill an MCP server: {e}");
                 }
-            });
+            }
         }
     }
 }
@@ -457,6 +468,62 @@ mod tests {
             )
             .is_none()
         );
+    }
+
+    /// A server (a shell script) that reads the gateway's call, answers it
+    /// in a line too long to keep, sends a line that is not JSON, a message of no
+    /// known shape, reads what the gateway answers that, and answers the
+    /// call with it; then exits when its stdin closes.
+    #[tokio::test]
+    async fn a_server_s_lines_are_bounded_refused_and_answered_over_its_pipes() {
+        use rmcp::model::{CallToolRequest, CallToolRequestParams};
+        use rmcp::transport::Transport;
+        let script = r#"
+            read -r call
+            printf '{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"'
+            head -c 17000000 /dev/zero | tr '\0' 'a'
+            echo '"}]}}'
+            echo 'not json'
+            echo '{"jsonrpc":"2.0","shape":"none"}'
+            read -r refusal
+            text=$(printf '%s' "$refusal" | sed 's/\\/\\\\/g; s/"/\\"/g')
+            printf '{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"%s"}]}}\n' "$text"
+            cat >/dev/null
+        "#;
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c").arg(script).kill_on_drop(true);
+        let (mut transport, _stderr) = spawn(CommandWrap::from(cmd)).unwrap();
+        let call = ClientRequest::CallToolRequest(CallToolRequest::new(
+            CallToolRequestParams::new("echo"),
+        ));
+        transport
+            .send(JsonRpcMessage::request(call, RequestId::Number(7)))
+            .await
+            .unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(30), transport.receive())
+            .await
+            .expect("an answer within 30 s")
+            .expect("an answer");
+        let JsonRpcMessage::Response(JsonRpcResponse {
+            id,
+            result: ServerResult::CallToolResult(result),
+            ..
+        }) = answer
+        else {
+            panic!("not a call's result: {answer:?}");
+        };
+        assert_eq!(id, RequestId::Number(7));
+        let text = serde_json::to_string(&result.content).unwrap();
+        // The server got rmcp's "Invalid Request" for the shapeless message.
+        assert!(
+            text.contains("-32600") && text.contains("Invalid request"),
+            "{text}"
+        );
+        assert!(transport.calls.is_empty(), "the answered call is forgotten");
+        // Closing its stdin ends it within the first wait.
+        let started = std::time::Instant::now();
+        transport.close().await.unwrap();
+        assert!(transport.child.is_none() && started.elapsed() < EXIT_WAIT);
     }
 
     fn json_value() -> impl Strategy<Value = Value> {
