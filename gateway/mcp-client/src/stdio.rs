@@ -41,6 +41,9 @@ use tokio_util::codec::{Decoder, FramedWrite};
 /// How long a closing server has to exit, after its stdin is closed and
 /// again after SIGTERM, before it is killed (rmcp's figure).
 const EXIT_WAIT: Duration = Duration::from_secs(3);
+/// The line buffer's capacity kept between messages: a server's one large
+/// answer does not hold its size for the session's life.
+const KEPT_LINE_CAPACITY: usize = 64 * 1024;
 /// The most `tools/call` requests remembered at once; answers to more are
 /// read the general way.
 const MAX_CALLS: usize = 1024;
@@ -153,7 +156,7 @@ impl ChildStdio {
             if self.discarding {
                 self.discarding = newline.is_none();
             } else if self.line.len().saturating_add(take) > DEFAULT_MAX_LINE_LENGTH {
-                self.line.clear();
+                self.clear_line();
                 self.discarding = newline.is_none();
                 done = Some(LineRead::Oversized);
             } else {
@@ -166,6 +169,16 @@ impl ChildStdio {
             if let Some(done) = done {
                 return done;
             }
+        }
+    }
+
+    /// Empties the line buffer; one grown past `KEPT_LINE_CAPACITY` by a
+    /// large message is given back.
+    fn clear_line(&mut self) {
+        if self.line.capacity() > KEPT_LINE_CAPACITY {
+            self.line = Vec::new();
+        } else {
+            self.line.clear();
         }
     }
 
@@ -292,14 +305,14 @@ impl rmcp::transport::Transport<RoleClient> for ChildStdio {
             let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             if line.is_empty() {
-                self.line.clear();
+                self.clear_line();
                 continue;
             }
             let read = match answer_to_call(line, &self.calls) {
                 Some(message) => Ok(Some(message)),
                 None => read_as_rmcp(line),
             };
-            self.line.clear();
+            self.clear_line();
             match read {
                 Ok(Some(message)) => {
                     self.answered(&message);
@@ -520,6 +533,10 @@ mod tests {
             "{text}"
         );
         assert!(transport.calls.is_empty(), "the answered call is forgotten");
+        assert!(
+            transport.line.capacity() <= KEPT_LINE_CAPACITY,
+            "the large line's buffer is given back"
+        );
         // Closing its stdin ends it within the first wait.
         let started = std::time::Instant::now();
         transport.close().await.unwrap();
