@@ -8,7 +8,8 @@
 //! a buffered copy that builds an error before the next is tried. A
 //! `tools/call` answer, the message a gateway reads most, is the sixteenth.
 //! Here an answer to a `tools/call` this transport sent, when its result
-//! holds nothing but `CallToolResult`'s fields, is read as that directly;
+//! holds nothing but `CallToolResult`'s fields (`content` among them), is
+//! read as that directly;
 //! every other line goes through rmcp's own codec, as before. The property
 //! test `tests::an_answer_to_a_call_is_read_as_rmcp_reads_it` holds the two
 //! readings equal.
