@@ -312,12 +312,13 @@ for share in (50, 90):
     print(f"at a constant {share}% of nginx's throughput ({n_[0]:.0f} req/s, oha, latency from when each request was due): "
           f"p99 toolgate {t_[3]:.3f} ms, nginx {n_[3]:.3f} ms, {t_[3]/n_[3]:.2f}x (goal <= 1.5); "
           f"p50 {t_[2]:.3f} / {n_[2]:.3f} ms; sent {t_[1]:.0f} / {n_[1]:.0f} req/s")
-print(f"memory per idle keep-alive connection ({int(idle)} open): toolgate {gate_idle:.1f} KiB, nginx {ngx_idle:.1f} KiB "
-      f"(per open stream: bench-load)")
+print(f"memory per idle keep-alive connection ({int(idle)} open): toolgate {gate_idle:.1f} KiB (goal <= 4), "
+      f"nginx {ngx_idle:.1f} KiB, {gate_idle/max(ngx_idle, 0.1):.1f}x (per open stream: bench-load)")
 iters = up_n  # one model call per loop iteration
 own = req_s - up_s - tool_s
 print(f"tool loop (scripted model, builtin calculator, 1 connection): {int(req_n)} requests, "
       f"{int(up_n)} model calls, {int(tool_n)} tool calls, p50 {loop_p50:.3f} ms per request; "
-      f"gateway's own time {own/iters*1e6:.1f} us per iteration (goal < 50; "
+      f"gateway's own time {own/iters*1e6:.1f} us per iteration (goal <= 15), "
+      f"{own/iters/(t[3]*1e-6):.2f}x the CPU of a proxied request ("
       f"request {req_s/req_n*1e6:.0f} us - model {up_s/req_n*1e6:.0f} us - tool {tool_s/req_n*1e6:.0f} us per request)")
 PY

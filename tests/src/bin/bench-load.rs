@@ -229,7 +229,7 @@ builtins:
     println!("  gateway RSS peak:    {:.1} MiB", peak as f64 / 1024.0);
     println!("  gateway RSS after:   {:.1} MiB", after as f64 / 1024.0);
     println!(
-        "  memory per connection (peak - idle) / {}: {:.1} KiB",
+        "  memory per connection (peak - idle) / {}: {:.1} KiB (goal <= 16)",
         streams.max(1),
         peak.saturating_sub(idle) as f64 / streams.max(1) as f64
     );
