@@ -319,6 +319,6 @@ own = req_s - up_s - tool_s
 print(f"tool loop (scripted model, builtin calculator, 1 connection): {int(req_n)} requests, "
       f"{int(up_n)} model calls, {int(tool_n)} tool calls, p50 {loop_p50:.3f} ms per request; "
       f"gateway's own time {own/iters*1e6:.1f} us per iteration (goal <= 15), "
-      f"{own/iters/(t[3]*1e-6):.2f}x the CPU of a proxied request ("
+      f"{own/iters/(t[3]*1e-6):.2f}x toolgate's CPU per proxied request above ("
       f"request {req_s/req_n*1e6:.0f} us - model {up_s/req_n*1e6:.0f} us - tool {tool_s/req_n*1e6:.0f} us per request)")
 PY
