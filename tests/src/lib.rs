@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod fakes;
 pub mod mock_llm;
 pub mod modgraph;
 

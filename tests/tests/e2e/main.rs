@@ -15,6 +15,7 @@ mod config_errors;
 mod custom_tools;
 mod discovery;
 mod escapes;
+mod golden;
 mod http_tools;
 mod layering;
 mod mcp;
