@@ -75,7 +75,8 @@ fn check(body: &Value) -> Result<(), String> {
     let mut calls = std::collections::HashSet::new();
     for (i, m) in messages.iter().enumerate() {
         match m["role"].as_str() {
-            Some("system" | "developer" | "user") => {}
+            // `function` is deprecated but still accepted.
+            Some("system" | "developer" | "user" | "function") => {}
             Some("assistant") => {
                 for c in m["tool_calls"].as_array().into_iter().flatten() {
                     calls.insert(c["id"].as_str().unwrap_or_default().to_owned());

@@ -44,8 +44,9 @@ struct Case {
     body: Value,
 }
 
-/// The face a fixture file's name starts with, and its path.
+/// The face a case's name starts with (after `sdk-`), and its path.
 fn face_path(name: &str) -> &'static str {
+    let name = name.strip_prefix("sdk-").unwrap_or(name);
     if name.starts_with("messages") {
         "/v1/messages"
     } else if name.starts_with("responses") {
