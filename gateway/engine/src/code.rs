@@ -78,25 +78,24 @@ pub fn run_code_tool(set: &str) -> Result<Tool, String> {
 
 /// `run_code` as offered to a model (OpenAI's shape), described by
 /// [`description`].
-pub fn offer(tools: &[Arc<Tool>], search: bool) -> Value {
-    json!({
-        "type": "function",
-        "function": {
-            "name": RUN_CODE,
-            "description": description(tools, search),
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "code": {
-                        "type": "string",
-                        "description": "The program. Call the tools as functions with keyword arguments; the value of the last expression is returned, and what it prints."
-                    }
-                },
-                "required": ["code"],
-                "additionalProperties": false
-            }
-        }
-    })
+pub fn offer(tools: &[Arc<Tool>], search: bool) -> crate::conversation::ToolDef {
+    crate::conversation::ToolDef {
+        name: RUN_CODE.to_owned(),
+        description: Some(description(tools, search)),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "The program. Call the tools as functions with keyword arguments; the value of the last expression is returned, and what it prints."
+                }
+            },
+            "required": ["code"],
+            "additionalProperties": false
+        }),
+        strict: None,
+        native: None,
+    }
 }
 
 /// What `run_code` tells a model: how the interpreter works, and `tools`
@@ -354,7 +353,7 @@ mod tests {
             })
             .collect();
         let offered = offer(&tools, false);
-        let d = offered["function"]["description"].as_str().unwrap();
+        let d = offered.description.as_deref().unwrap();
         assert!(d.len() < MAX_STUB_CHARS + 2_000, "{}", d.len());
         assert!(d.contains("more\n```"), "{d}");
     }

@@ -1,7 +1,7 @@
 //! Stored responses of the Responses face (`store`, `previous_response_id`,
 //! `GET`/`DELETE /v1/responses/{id}`): each kept with its owner (the API
-//! key that made it; a key sees only its own), the conversation so far as
-//! chat messages (what a follow-up continues), its input items and the
+//! key that made it; a key sees only its own), the conversation so far
+//! (what a follow-up continues), its input items and the
 //! response object. Bounded: entries live for a TTL, the store holds at most
 //! a total of bytes (least recently used leave first), and an entry larger
 //! than a sixteenth of it is not kept. With the shared state
@@ -22,9 +22,9 @@ use crate::shared::Redis;
 pub struct Stored {
     /// The API key that made it (`None` without keys).
     pub owner: Option<String>,
-    /// The conversation as chat messages, the answer last (instructions
-    /// left out: they are not carried over).
-    pub messages: Vec<Value>,
+    /// The conversation, the answer last (instructions left out: they are
+    /// not carried over).
+    pub turns: Vec<crate::conversation::Turn>,
     /// The request's input items, as sent.
     pub input_items: Vec<Value>,
     /// The response object.
@@ -34,11 +34,7 @@ pub struct Stored {
 impl Stored {
     /// Its size in bytes, as the bound counts it.
     fn weight(&self) -> u64 {
-        let bytes: usize = self
-            .messages
-            .iter()
-            .map(|m| m.to_string().len())
-            .sum::<usize>()
+        let bytes: usize = serde_json::to_string(&self.turns).map_or(0, |t| t.len())
             + self
                 .input_items
                 .iter()
@@ -181,7 +177,10 @@ mod tests {
     fn stored(owner: Option<&str>, size: usize) -> Stored {
         Stored {
             owner: owner.map(str::to_owned),
-            messages: vec![json!({"role": "user", "content": "x".repeat(size)})],
+            turns: vec![crate::conversation::Turn::new(
+                crate::conversation::Role::User,
+                vec![crate::conversation::Item::text("x".repeat(size))],
+            )],
             input_items: Vec::new(),
             response: json!({"id": "r"}),
         }

@@ -4,9 +4,10 @@
 //! Data flows through the modules in this order: [`catalog`] validates the
 //! configuration (read by `toolgate_config`) into an immutable catalog of
 //! [`tool`]s, tool sets and [`upstream`]s; a chat ([`chat`]) picks a tool
-//! set and a route, calls the model through its upstream in the wire
-//! format of [`openai`], with tools offered by the [`formatter`], and the
-//! [`executor`] runs the tool calls it makes. The loop yields typed events;
+//! set and a route, calls the model through its upstream in the route's
+//! model [`protocol`] — the typed [`conversation`] written for it —, with
+//! tools offered by the [`formatter`], and the [`executor`] runs the tool
+//! calls it makes. The loop yields typed events;
 //! the faces above (chat completions, MCP, ...) encode them.
 //!
 //! Beside that flow: [`auth`] decides who may call with which tool sets
@@ -24,6 +25,7 @@ pub mod auth;
 pub mod catalog;
 pub mod chat;
 pub mod code;
+pub mod conversation;
 pub mod conversations;
 pub mod credentials;
 pub mod discovery;
@@ -34,9 +36,9 @@ pub mod guards;
 pub mod jwt;
 pub mod limits;
 pub mod metrics;
-pub mod openai;
 pub mod policy;
 pub mod prompt;
+pub mod protocol;
 pub mod sampling;
 pub mod secrets;
 pub mod shared;

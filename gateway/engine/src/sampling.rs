@@ -4,8 +4,8 @@
 //! call whose client cannot answer: a chat face's, the tool API's, an MCP
 //! client without the capability.
 //!
-//! The request becomes one chat completion of the route that serves the
-//! model, without tools: the server's system prompt, its messages (text,
+//! The request becomes one model call of the route that serves the model
+//! (in its protocol), without tools: the server's system prompt, its messages (text,
 //! and images as data URLs; other content described in words), its
 //! temperature and stop sequences, and at most the declaration's
 //! `max_tokens`. The answer's text becomes the server's result. An answer
@@ -16,10 +16,13 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use rmcp::model::{CreateMessageRequestParams, CreateMessageResult};
 use serde_json::{Value, json};
 
+use crate::conversation::{
+    FinishReason, Item, Media, MediaKind, Notices, Protocol, Request, Role, Source, Turn,
+};
+use crate::protocol::{self, Outgoing, Tools};
 use crate::upstream::Resolved;
 
 /// The gateway's own model, as a relay's way to answer sampling.
@@ -48,32 +51,34 @@ async fn answer(
     let failed = |why: String| rmcp::ErrorData::internal_error(why, None);
     let asked = serde_json::to_value(params)
         .map_err(|e| failed(format!("the sampling request cannot be read: {e}")))?;
-    let body = chat_body(&resolved.model, max_tokens, &asked);
-    let body = serde_json::to_vec(&body)
-        .map_err(|e| failed(format!("the sampling request cannot be written: {e}")))?;
+    let (request, turns) = model_request(&resolved.model, max_tokens, &asked);
     let upstream = &resolved.upstream;
+    let call = Outgoing {
+        request: &request,
+        model: &resolved.model,
+        turns: &turns,
+        tools: Tools::List(&[]),
+        tool_choice: None,
+        stream: false,
+    };
+    let body = protocol::encode(upstream.protocol, &call, &mut Notices::default());
     let reply = upstream
-        .chat(Bytes::from(body))
+        .chat(body)
         .await
         .map_err(|e| failed(format!("the gateway's model did not answer: {e}")))?;
     let bytes = upstream
         .read_body(reply, max_bytes)
         .await
         .map_err(|e| failed(format!("the gateway's model did not answer: {e}")))?;
-    let answer: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        failed(format!(
-            "the gateway's model answered something unreadable: {e}"
-        ))
-    })?;
-    result(&resolved.model, &answer).map_err(failed)
+    result(upstream.protocol, &resolved.model, &bytes).map_err(failed)
 }
 
-/// The chat completion asked for `asked` (a `sampling/createMessage`'s
-/// params as JSON).
-fn chat_body(model: &str, max_tokens: u32, asked: &Value) -> Value {
-    let mut messages = Vec::new();
+/// The model call asked for `asked` (a `sampling/createMessage`'s params
+/// as JSON): its request and its conversation.
+fn model_request(model: &str, max_tokens: u32, asked: &Value) -> (Request, Vec<Turn>) {
+    let mut turns = Vec::new();
     if let Some(system) = asked.get("systemPrompt").and_then(Value::as_str) {
-        messages.push(json!({"role": "system", "content": system}));
+        turns.push(Turn::new(Role::System, vec![Item::text(system)]));
     }
     for message in asked
         .get("messages")
@@ -82,42 +87,40 @@ fn chat_body(model: &str, max_tokens: u32, asked: &Value) -> Value {
         .flatten()
     {
         let role = match message.get("role").and_then(Value::as_str) {
-            Some("assistant") => "assistant",
-            _ => "user",
+            Some("assistant") => Role::Assistant,
+            _ => Role::User,
         };
         let blocks = match message.get("content") {
             Some(Value::Array(blocks)) => blocks.iter().collect::<Vec<_>>(),
             Some(block) => vec![block],
             None => Vec::new(),
         };
-        let parts: Vec<Value> = blocks.into_iter().map(part).collect();
-        messages.push(json!({"role": role, "content": parts}));
+        turns.push(Turn::new(role, blocks.into_iter().map(item).collect()));
     }
     let asked_tokens = asked
         .get("maxTokens")
         .and_then(Value::as_u64)
         .and_then(|t| u32::try_from(t).ok())
         .unwrap_or(max_tokens);
-    let mut body = json!({
-        "model": model,
-        "messages": messages,
-        "max_tokens": asked_tokens.clamp(1, max_tokens.max(1)),
-        "stream": false,
-    });
-    if let Some(temperature) = asked.get("temperature").filter(|t| t.is_number()) {
-        body["temperature"] = temperature.clone();
-    }
-    if let Some(stop) = asked.get("stopSequences").filter(|s| s.is_array()) {
-        body["stop"] = stop.clone();
-    }
-    body
+    let mut request = Request::new(Protocol::OpenaiChat, model);
+    request.params.max_tokens = Some(u64::from(asked_tokens.clamp(1, max_tokens.max(1))));
+    request.params.temperature = asked.get("temperature").and_then(Value::as_f64);
+    request.params.stop = asked
+        .get("stopSequences")
+        .and_then(Value::as_array)
+        .map(|s| {
+            s.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    (request, turns)
 }
 
-/// One content block of a sampling message as a chat content part.
-fn part(block: &Value) -> Value {
-    let text = |t: &str| json!({"type": "text", "text": t});
+/// One content block of a sampling message as an item.
+fn item(block: &Value) -> Item {
     match block.get("type").and_then(Value::as_str) {
-        Some("text") => text(
+        Some("text") => Item::text(
             block
                 .get("text")
                 .and_then(Value::as_str)
@@ -132,28 +135,40 @@ fn part(block: &Value) -> Value {
                 .get("data")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            json!({"type": "image_url", "image_url": {"url": format!("data:{mime};base64,{data}")}})
+            Item::Media {
+                media: Media {
+                    kind: MediaKind::Image,
+                    source: Source::Base64 {
+                        mime: mime.to_owned(),
+                        data: data.to_owned(),
+                    },
+                    name: None,
+                    detail: None,
+                },
+            }
         }
-        Some(other) => text(&format!("[{other} content left out]")),
-        None => text("[content left out]"),
+        Some(other) => Item::text(format!("[{other} content left out]")),
+        None => Item::text("[content left out]"),
     }
 }
 
-/// The model's chat completion as the server's sampling result.
-fn result(model: &str, answer: &Value) -> Result<CreateMessageResult, String> {
-    let choice = answer
-        .pointer("/choices/0")
-        .ok_or_else(|| "the gateway's model answered without a choice".to_owned())?;
-    let text = choice
-        .pointer("/message/content")
-        .and_then(Value::as_str)
+/// The model's answer as the server's sampling result.
+fn result(protocol: Protocol, model: &str, body: &[u8]) -> Result<CreateMessageResult, String> {
+    let decoded = protocol::decode(protocol, body)
+        .map_err(|e| format!("the gateway's model answered something unreadable: {e}"))?;
+    let mut assembly = protocol::Assembly::default();
+    for delta in decoded.deltas {
+        assembly.push(delta, usize::MAX)?;
+    }
+    let text = assembly
+        .text
         .filter(|t| !t.is_empty())
         .ok_or_else(|| "the gateway's model answered without text".to_owned())?;
-    let stop = match choice.get("finish_reason").and_then(Value::as_str) {
-        Some("length") => CreateMessageResult::STOP_REASON_END_MAX_TOKEN,
+    let stop = match assembly.finish {
+        Some(FinishReason::Length) => CreateMessageResult::STOP_REASON_END_MAX_TOKEN,
         _ => CreateMessageResult::STOP_REASON_END_TURN,
     };
-    let used = answer.get("model").and_then(Value::as_str).unwrap_or(model);
+    let used = decoded.model.as_deref().unwrap_or(model);
     serde_json::from_value(json!({
         "role": "assistant",
         "content": {"type": "text", "text": text},
@@ -167,8 +182,26 @@ fn result(model: &str, answer: &Value) -> Result<CreateMessageResult, String> {
 mod tests {
     use super::*;
 
+    fn body(model: &str, max_tokens: u32, asked: &Value) -> Value {
+        let (request, turns) = model_request(model, max_tokens, asked);
+        let call = Outgoing {
+            request: &request,
+            model,
+            turns: &turns,
+            tools: Tools::List(&[]),
+            tool_choice: None,
+            stream: false,
+        };
+        serde_json::from_slice(&protocol::encode(
+            Protocol::OpenaiChat,
+            &call,
+            &mut Notices::default(),
+        ))
+        .unwrap()
+    }
+
     #[test]
-    fn a_sampling_request_becomes_one_chat_completion_within_the_cap() {
+    fn a_sampling_request_becomes_one_model_call_within_the_cap() {
         let asked = json!({
             "systemPrompt": "Be brief.",
             "messages": [
@@ -181,7 +214,7 @@ mod tests {
             "temperature": 0.2,
             "stopSequences": ["\n\n"]
         });
-        let body = chat_body("small", 256, &asked);
+        let body = body("small", 256, &asked);
         assert_eq!(body["model"], "small");
         assert_eq!(body["max_tokens"], 256, "the declaration's cap");
         assert_eq!(body["temperature"], 0.2);
@@ -190,10 +223,7 @@ mod tests {
             body["messages"][0],
             json!({"role": "system", "content": "Be brief."})
         );
-        assert_eq!(
-            body["messages"][1]["content"][0]["text"],
-            "What is in this picture?"
-        );
+        assert_eq!(body["messages"][1]["content"], "What is in this picture?");
         assert_eq!(
             body["messages"][2]["content"][0]["image_url"]["url"],
             "data:image/jpeg;base64,AAAA"
@@ -203,7 +233,7 @@ mod tests {
             "[audio content left out]"
         );
         assert_eq!(body["messages"][3]["role"], "assistant");
-        let fewer = chat_body("small", 256, &json!({"messages": [], "maxTokens": 10}));
+        let fewer = super::tests::body("small", 256, &json!({"messages": [], "maxTokens": 10}));
         assert_eq!(
             fewer["max_tokens"], 10,
             "a request asking for fewer gets fewer"
@@ -212,18 +242,19 @@ mod tests {
 
     #[test]
     fn the_model_s_text_is_the_server_s_result_and_no_text_is_an_error() {
-        let answered = json!({"model": "small-2", "choices": [{"message": {"role": "assistant", "content": "Paris."}, "finish_reason": "length"}]});
-        let given = serde_json::to_value(result("small", &answered).unwrap()).unwrap();
+        let answered = br#"{"model": "small-2", "choices": [{"message": {"role": "assistant", "content": "Paris."}, "finish_reason": "length"}]}"#;
+        let given =
+            serde_json::to_value(result(Protocol::OpenaiChat, "small", answered).unwrap()).unwrap();
         assert_eq!(given["content"]["text"], "Paris.");
         assert_eq!(given["model"], "small-2");
         assert_eq!(given["stopReason"], "maxTokens");
         assert_eq!(given["role"], "assistant");
-        let silent = json!({"choices": [{"message": {"role": "assistant", "content": null}}]});
+        let silent = br#"{"choices": [{"message": {"role": "assistant", "content": null}}]}"#;
         assert!(
-            result("small", &silent)
+            result(Protocol::OpenaiChat, "small", silent)
                 .unwrap_err()
                 .contains("without text")
         );
-        assert!(result("small", &json!({})).is_err());
+        assert!(result(Protocol::OpenaiChat, "small", b"{}").is_err());
     }
 }

@@ -293,12 +293,14 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
                 "metrics",
                 "secrets",
                 "telemetry",
-                "openai",
+                "conversation",
                 "template",
                 "jwt",
                 "embeddings",
             ],
-            &["auth", "prompt", "shared", "audit", "guards", "policy"],
+            &[
+                "auth", "prompt", "shared", "audit", "guards", "policy", "protocol",
+            ],
             &["credentials"],
             &[
                 "limits",

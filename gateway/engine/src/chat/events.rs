@@ -5,9 +5,10 @@
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::conversation::FinishReason;
+use crate::conversation::{Call, Native, Notices, Usage};
 pub use crate::executor::CallProgress;
 use crate::executor::ToolResult;
-use crate::formatter::Call;
 use crate::tool::ToolError;
 use crate::upstream::UpstreamError;
 
@@ -37,13 +38,16 @@ pub enum Event {
 /// A whole (non-streamed) loop's result.
 #[derive(Debug)]
 pub struct Answer {
-    /// The upstream's last completion as it sent it (id, created, choices…);
-    /// a face keeps what its format shares with it.
-    pub completion: Value,
+    /// The upstream's last answer as it sent it (ids, times, fingerprints
+    /// around its turn), for a face of the same protocol to keep what it
+    /// shares with it.
+    pub envelope: Option<Native>,
     pub content: Option<String>,
     pub reasoning: Option<String>,
     /// Calls of client tools the client must run (finish `tool_calls`).
     pub client_calls: Vec<Call>,
+    /// What the model protocol could not carry of the request.
+    pub notices: Notices,
     pub summary: Summary,
 }
 
@@ -52,50 +56,8 @@ pub struct Answer {
 pub struct Summary {
     pub finish: FinishReason,
     pub report: Report,
-    /// Token usage summed over every model call (`null` when none told).
-    pub usage: Value,
-}
-
-/// Why the answer ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FinishReason {
-    /// The model answered.
-    Stop,
-    /// The model ran out of tokens.
-    Length,
-    ContentFilter,
-    /// The model called client tools.
-    ToolCalls,
-    /// The iteration budget is spent and the model still wanted tools.
-    MaxToolIterations,
-    /// A reason the upstream gave that the gateway does not know.
-    Other(String),
-}
-
-impl FinishReason {
-    /// The reason of a turn that ends the loop with an answer: what the
-    /// upstream said, except that an answer without calls never finishes
-    /// with `tool_calls`.
-    pub fn of_answer(upstream: Option<&str>) -> FinishReason {
-        match upstream {
-            None | Some("stop") | Some("tool_calls") | Some("function_call") => FinishReason::Stop,
-            Some("length") => FinishReason::Length,
-            Some("content_filter") => FinishReason::ContentFilter,
-            Some(other) => FinishReason::Other(other.to_owned()),
-        }
-    }
-
-    /// The reason as OpenAI's `finish_reason` spells it.
-    pub fn as_str(&self) -> &str {
-        match self {
-            FinishReason::Stop => "stop",
-            FinishReason::Length => "length",
-            FinishReason::ContentFilter => "content_filter",
-            FinishReason::ToolCalls => "tool_calls",
-            FinishReason::MaxToolIterations => "max_tool_iterations",
-            FinishReason::Other(s) => s,
-        }
-    }
+    /// Token usage summed over every model call.
+    pub usage: Usage,
 }
 
 /// What the loop did, reported beside the answer (the `toolgate` field).
@@ -176,21 +138,5 @@ impl ChatError {
             ChatError::Upstream(e) => e.code(),
             ChatError::Internal(_) => "internal_error",
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_answer_never_finishes_with_tool_calls() {
-        assert_eq!(
-            FinishReason::of_answer(Some("tool_calls")),
-            FinishReason::Stop
-        );
-        assert_eq!(FinishReason::of_answer(None), FinishReason::Stop);
-        assert_eq!(FinishReason::of_answer(Some("length")).as_str(), "length");
-        assert_eq!(FinishReason::of_answer(Some("eos")).as_str(), "eos");
     }
 }

@@ -5,15 +5,14 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use serde_json::Value;
-
-use super::request::{ChatRequest, DeferredTools};
 use crate::auth::ApiKey;
 use crate::catalog::{Catalog, SetError};
+use crate::conversation::{Request, RequestError, ToolDef};
 use crate::discovery::{Discovery, FIND_TOOLS};
 use crate::executor::Executor;
 use crate::formatter::Learned;
 use crate::limits::Guards;
+use crate::protocol::OfferedTools;
 use crate::tool::Tool;
 use crate::tool::context::CallContext;
 use crate::upstream::{Resolved, Upstream};
@@ -29,7 +28,7 @@ pub enum Plan {
     Proxy {
         upstream: Arc<Upstream>,
         model: String,
-        request: ChatRequest,
+        request: Box<Request>,
     },
     /// The tool loop.
     Loop(Box<Loop>),
@@ -66,6 +65,9 @@ pub enum PlanError {
     ClientToolClash { name: String, set: String },
     #[error("`n` greater than 1 is not supported with gateway tools")]
     ManyChoices,
+    /// The conversation cannot be read.
+    #[error(transparent)]
+    Request(#[from] RequestError),
 }
 
 impl PlanError {
@@ -78,6 +80,7 @@ impl PlanError {
             PlanError::UnknownModel(_) => Some("model"),
             PlanError::ClientToolClash { .. } => Some("tools"),
             PlanError::ManyChoices => Some("n"),
+            PlanError::Request(_) => None,
         }
     }
 }
@@ -85,10 +88,10 @@ impl PlanError {
 /// Whether a request without tools may go to the upstream untouched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Passthrough {
-    /// The face speaks the upstream's format (chat completions).
+    /// When the upstream speaks the face's protocol.
     Allowed,
-    /// The face speaks another format: even without tools, the request
-    /// runs as a (one-call) loop whose answer the face encodes.
+    /// Never: even without tools, the request runs as a (one-call) loop
+    /// whose answer the face encodes.
     Never,
 }
 
@@ -98,14 +101,14 @@ pub enum Passthrough {
 pub fn plan(
     catalog: &Arc<Catalog>,
     services: &Services,
-    mut request: ChatRequest,
+    mut request: Request,
     set: Option<String>,
     key: Option<Arc<ApiKey>>,
     context: CallContext,
     passthrough: Passthrough,
 ) -> Result<Plan, PlanError> {
     let max = catalog.settings.limits.max_messages;
-    let count = request.message_count();
+    let count = request.message_count;
     if count > max {
         return Err(PlanError::TooManyMessages { count, max });
     }
@@ -126,14 +129,20 @@ pub fn plan(
         .upstreams
         .resolve(&request.model)
         .ok_or_else(|| PlanError::UnknownModel(request.model.clone()))?;
-    if set.is_none() && request.client_tools.is_empty() && passthrough == Passthrough::Allowed {
+    if set.is_none()
+        && request.tools.is_empty()
+        && request.deferred.is_none()
+        && passthrough == Passthrough::Allowed
+        && resolved.upstream.protocol == request.face
+    {
         return Ok(Plan::Proxy {
             upstream: Arc::clone(&resolved.upstream),
             model: resolved.model,
-            request,
+            request: Box::new(request),
         });
     }
 
+    request.decode_rest()?;
     // Tool mode: the set's tools, then the client's, with no name twice.
     // A set that searches offers `find_tools` (and, later, what it
     // found); every tool of the set may be called.
@@ -167,12 +176,12 @@ pub fn plan(
     }
     let deferred = request.deferred.take();
     let deferred_names = deferred.iter().flat_map(|d| {
-        std::iter::once(d.search.as_str()).chain(d.tools.iter().map(DeferredTools::name_of))
+        std::iter::once(d.search.as_str()).chain(d.tools.iter().map(|t| t.name.as_str()))
     });
     let client_names = request
-        .client_tools
+        .tools
         .iter()
-        .map(DeferredTools::name_of)
+        .map(|t| t.name.as_str())
         .chain(deferred_names);
     for name in client_names {
         if gateway_tools.contains(name) {
@@ -182,21 +191,17 @@ pub fn plan(
             });
         }
     }
-    if request
-        .get("n")
-        .and_then(|n| n.as_u64())
-        .is_some_and(|n| n > 1)
-    {
+    if request.choices.is_some_and(|n| n > 1) {
         return Err(PlanError::ManyChoices);
     }
-    let mut tools: Vec<Value> = match (&search, set) {
+    let mut tools: Vec<ToolDef> = match (&search, set) {
         (_, Some(s)) if code => std::iter::once(crate::code::offer(&gateway, code_searches))
-            .chain(code_searches.then(|| s.search_tool.to_openai()))
+            .chain(code_searches.then(|| s.search_tool.spec()))
             .collect(),
         (Some(_), _) => Vec::new(),
-        (None, _) => gateway.iter().map(|t| t.to_openai()).collect(),
+        (None, _) => gateway.iter().map(|t| t.spec()).collect(),
     };
-    tools.extend(request.client_tools.iter().cloned());
+    tools.extend(request.tools.iter().cloned());
     let tools = OfferedTools::new(tools);
     let settings = &catalog.settings;
     let max_iterations = request
@@ -227,7 +232,7 @@ pub struct Loop {
     pub catalog: Arc<Catalog>,
     pub executor: Executor,
     pub resolved: Resolved,
-    pub request: ChatRequest,
+    pub request: Request,
     /// The tool set in force, if any.
     pub tool_set: Option<String>,
     /// Tools offered to the model: the set's (none when it searches, see
@@ -240,7 +245,7 @@ pub struct Loop {
     pub search: Option<Search>,
     /// The client's deferred tools and the search over them the loop runs
     /// itself (not a gateway tool: its matches are the client's to run).
-    pub deferred: Option<Box<DeferredTools>>,
+    pub deferred: Option<Box<crate::conversation::DeferredTools>>,
     pub max_iterations: u32,
     /// Formatter choices learned in `auto` mode.
     pub learned: Arc<Learned>,
@@ -262,31 +267,4 @@ pub struct Search {
     /// How many best matches for the user's latest message are offered
     /// from the first model call on.
     pub preload: usize,
-}
-
-/// The tools a loop offers the model on every call: as values (read by the
-/// structured prompt, the searches and the sub-agents) and as the JSON
-/// array written into each model call's body, serialized once for the
-/// whole loop rather than on every call.
-#[derive(Debug)]
-pub struct OfferedTools {
-    values: Vec<Value>,
-    json: Option<Box<serde_json::value::RawValue>>,
-}
-
-impl OfferedTools {
-    pub fn new(values: Vec<Value>) -> OfferedTools {
-        let json = serde_json::value::to_raw_value(&values).ok();
-        OfferedTools { values, json }
-    }
-
-    pub fn values(&self) -> &[Value] {
-        &self.values
-    }
-
-    /// The same tools as one JSON array (`None` only if they could not be
-    /// serialized, which a `Value` always can: the values are then used).
-    pub fn json(&self) -> Option<&serde_json::value::RawValue> {
-        self.json.as_deref()
-    }
 }

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use super::FinishReason;
 use super::plan::Loop;
 use super::{Answer, ChatError};
+use crate::conversation::{Item, Role, ToolDef, Turn};
 use crate::tool::ToolError;
 
 /// The name of the builtin the loop runs itself.
@@ -116,21 +117,15 @@ async fn take_place(parent: &Loop) -> Result<crate::limits::Permit, String> {
 
 /// The loop of one sub-agent.
 fn child_loop(parent: &Loop, task: &str) -> Loop {
-    let messages = [
-        json!({"role": "system", "content": SYSTEM}),
-        json!({"role": "user", "content": task}),
+    let turns = vec![
+        Turn::new(Role::System, vec![Item::text(SYSTEM)]),
+        Turn::new(Role::User, vec![Item::text(task)]),
     ];
-    let tools: Vec<Value> = parent
+    let tools: Vec<ToolDef> = parent
         .tools
-        .values()
+        .specs()
         .iter()
-        .filter(|t| {
-            let name = t
-                .pointer("/function/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            name != SPAWN && parent.gateway_tools.contains(name)
-        })
+        .filter(|t| t.name != SPAWN && parent.gateway_tools.contains(&t.name))
         .cloned()
         .collect();
     let mut gateway_tools = parent.gateway_tools.clone();
@@ -139,9 +134,9 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
         catalog: Arc::clone(&parent.catalog),
         executor: parent.executor.clone(),
         resolved: parent.resolved.clone(),
-        request: parent.request.derived(&messages),
+        request: parent.request.derived(turns),
         tool_set: parent.tool_set.clone(),
-        tools: super::plan::OfferedTools::new(tools),
+        tools: crate::protocol::OfferedTools::new(tools),
         gateway_tools,
         search: parent.search.clone(),
         deferred: None,

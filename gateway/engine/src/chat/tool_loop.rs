@@ -20,8 +20,10 @@
 //!   ran out if it says nothing), finishing `MaxToolIterations`. Clients
 //!   then see an answer, not an empty message they would ask again about.
 //! - The formatter (see [`crate::formatter`]) decides how tools reach the
-//!   model and how calls come back; the loop itself works on OpenAI-shaped
-//!   messages whatever the formatter.
+//!   model and how calls come back; the loop itself works on the typed
+//!   conversation ([`crate::conversation`]) whatever the formatter, and the
+//!   route's model protocol ([`crate::protocol`]) writes it for the model
+//!   and reads the answers, whole and streamed alike.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -34,15 +36,18 @@ use serde_json::{Value, json};
 
 use super::events::{Answer, CallRecord, ChatError, Event, FinishReason, Report, Summary};
 use super::plan::Loop;
-use super::request::{DeferredTools, UpstreamTools};
 use super::subagent;
+use crate::conversation::{
+    Call, CallResult, Item, Notices, Origin, Reasoning, Role, Slot, ToolChoice, ToolDef, Turn,
+    Usage,
+};
 use crate::discovery::{
     self, DEFAULT_RESULTS, FIND_TOOLS, Indexed, MAX_QUERY_CHARS, MAX_RESULTS,
     RESULT_DESCRIPTION_CHARS, found_names,
 };
 use crate::executor::{CallProgress, ToolCall, ToolResult};
-use crate::formatter::{self, Call, Message, PromptTemplate, Turn};
-use crate::openai::add_usage;
+use crate::formatter::{self, PromptTemplate};
+use crate::protocol::{self, Assembly, Delta, Outgoing, StreamDecoder, Tools};
 use crate::tool::{Tool, ToolError};
 use crate::upstream::{Reply, UpstreamError};
 use toolgate_config::format::FormatterKind;
@@ -92,14 +97,32 @@ enum Next {
     Run(Vec<Call>),
 }
 
+/// What one model turn said, read by the formatter in force.
+#[derive(Debug, Default)]
+struct Said {
+    content: Option<String>,
+    reasoning: Option<String>,
+    /// The reasoning as the model gave it (with its opaque state).
+    reasoning_items: Vec<Reasoning>,
+    calls: Vec<Call>,
+    finish: Option<FinishReason>,
+    /// The turn as the model's protocol replays it.
+    replay: Option<Box<serde_json::value::RawValue>>,
+    /// What the answer held that the engine has no type for.
+    natives: Vec<crate::conversation::Native>,
+}
+
 /// A loop in progress.
 struct Run {
     l: Loop,
     mode: Mode,
-    messages: Vec<Message>,
+    /// The conversation: the client's turns, then the loop's.
+    turns: Vec<Turn>,
     iterations: u32,
     calls: Vec<CallRecord>,
-    usage: Value,
+    usage: Usage,
+    /// What the model protocol could not carry of the request.
+    notices: Notices,
     /// The budget is spent: this call offers no gateway tools, and its
     /// answer ends the loop.
     last_call: bool,
@@ -107,14 +130,14 @@ struct Run {
     found: Vec<Arc<Tool>>,
     /// With deferred client tools: those a search of them found, in the
     /// order found (offered from then on).
-    loaded: Vec<Value>,
+    loaded: Vec<ToolDef>,
     /// The span of the latest model call (its token usage is recorded on
     /// it once read).
     model_span: tracing::Span,
 }
 
 impl Loop {
-    async fn start(self) -> Result<Run, ChatError> {
+    async fn start(mut self) -> Result<Run, ChatError> {
         let kind = self
             .learned
             .effective(
@@ -123,8 +146,8 @@ impl Loop {
                 &self.resolved.model,
             )
             .await;
-        let messages = self.request.messages();
-        let found = self.preloaded(&messages);
+        let turns = self.request.take_turns();
+        let found = self.preloaded(&turns);
         let mode = match kind {
             FormatterKind::FunctionCalling => Mode::FunctionCalling { fallback: false },
             FormatterKind::Auto => Mode::FunctionCalling { fallback: true },
@@ -132,10 +155,11 @@ impl Loop {
         };
         tracing::debug!(formatter = mode.label(), model = %self.request.model, "tool loop");
         Ok(Run {
-            messages: messages.into_iter().map(Message::Client).collect(),
+            turns,
             iterations: 0,
             calls: Vec::new(),
-            usage: Value::Null,
+            usage: Usage::default(),
+            notices: Notices::default(),
             last_call: false,
             found,
             loaded: Vec::new(),
@@ -146,20 +170,25 @@ impl Loop {
     }
 
     /// With a set's `preload`: its best matches for the user's latest
-    /// message, offered from the first model call on (the best last, so it
+    /// words, offered from the first model call on (the best last, so it
     /// is the last to leave), as if `find_tools` had found them.
-    fn preloaded(&self, messages: &[Value]) -> Vec<Arc<Tool>> {
+    fn preloaded(&self, turns: &[Turn]) -> Vec<Arc<Tool>> {
         let Some(search) = self.search.as_ref().filter(|s| s.preload > 0) else {
             return Vec::new();
         };
         let Some(set) = self.tool_set.as_deref().and_then(|s| self.catalog.set(s)) else {
             return Vec::new();
         };
-        let Some(text) = messages
+        let Some(text) = turns
             .iter()
             .rev()
-            .find(|m| m["role"] == "user")
-            .map(formatter::text_of)
+            .find(|t| {
+                t.role == Role::User
+                    && t.items
+                        .iter()
+                        .any(|i| matches!(i, Item::Text { .. } | Item::Media { .. }))
+            })
+            .map(Turn::text)
             .filter(|t| !t.trim().is_empty())
         else {
             return Vec::new();
@@ -173,7 +202,7 @@ impl Loop {
         found
     }
 
-    fn structured(&self, tools: &[Value]) -> Result<Mode, ChatError> {
+    fn structured(&self, tools: &[ToolDef]) -> Result<Mode, ChatError> {
         let template = match &self.resolved.template {
             Some(t) => Arc::clone(t),
             None => PromptTemplate::default_template().map_err(ChatError::Internal)?,
@@ -187,17 +216,17 @@ impl Loop {
     /// The tools a model call offers: with a search, `find_tools` and the
     /// tools `found` before the client's; with deferred client tools, their
     /// search and the ones `loaded` after the client's. Borrowed only when
-    /// they are the planned tools, whose JSON `OfferedTools` holds.
-    fn offered_tools(&self, found: &[Arc<Tool>], loaded: &[Value]) -> Cow<'_, [Value]> {
+    /// they are the planned tools, whose forms `OfferedTools` keeps.
+    fn offered_tools(&self, found: &[Arc<Tool>], loaded: &[ToolDef]) -> Cow<'_, [ToolDef]> {
         if self.search.is_none() && self.deferred.is_none() {
-            return Cow::Borrowed(self.tools.values());
+            return Cow::Borrowed(self.tools.specs());
         }
-        let mut tools: Vec<Value> = Vec::new();
+        let mut tools: Vec<ToolDef> = Vec::new();
         if let Some(search) = &self.search {
-            tools.push(search.tool.to_openai());
-            tools.extend(found.iter().map(|t| t.to_openai()));
+            tools.push(search.tool.spec());
+            tools.extend(found.iter().map(|t| t.spec()));
         }
-        tools.extend(self.tools.values().iter().cloned());
+        tools.extend(self.tools.specs().iter().cloned());
         if let Some(deferred) = &self.deferred {
             tools.push(deferred_search_tool(&deferred.search));
             tools.extend(loaded.iter().cloned());
@@ -206,18 +235,11 @@ impl Loop {
     }
 
     /// The client's tools a last call offers: its own and those it loaded.
-    fn client_tools(&self, loaded: &[Value]) -> Cow<'_, [Value]> {
+    fn client_tools(&self, loaded: &[ToolDef]) -> Cow<'_, [ToolDef]> {
         if loaded.is_empty() {
-            return Cow::Borrowed(&self.request.client_tools);
+            return Cow::Borrowed(&self.request.tools);
         }
-        Cow::Owned(
-            self.request
-                .client_tools
-                .iter()
-                .chain(loaded)
-                .cloned()
-                .collect(),
-        )
+        Cow::Owned(self.request.tools.iter().chain(loaded).cloned().collect())
     }
 
     /// Runs the loop to its answer. (Boxed: a loop may run sub-agents,
@@ -228,6 +250,7 @@ impl Loop {
 
     async fn run_to_end(self) -> Result<Answer, ChatError> {
         let mut run = self.start().await?;
+        let protocol = run.l.resolved.upstream.protocol;
         let mut iteration = 0;
         loop {
             iteration += 1;
@@ -239,35 +262,20 @@ impl Loop {
                 .upstream
                 .read_body(reply, run.limits().max_upstream_response_bytes)
                 .await?;
-            let completion: Value = serde_json::from_slice(&body)
-                .map_err(|e| run.invalid(format!("not a JSON chat completion: {e}")))?;
+            let decoded = protocol::decode(protocol, &body).map_err(|e| run.invalid(e))?;
             drop(body);
-            if let Some(u) = completion.get("usage") {
-                add_usage(&mut run.usage, u);
-                for (field, key) in [
-                    ("gen_ai.usage.input_tokens", "prompt_tokens"),
-                    ("gen_ai.usage.output_tokens", "completion_tokens"),
-                ] {
-                    if let Some(n) = u.get(key).and_then(Value::as_u64) {
-                        run.model_span.record(field, n);
-                    }
-                }
+            let mut assembly = Assembly::default();
+            for delta in decoded.deltas {
+                assembly
+                    .push(delta, run.limits().max_tool_calls_per_turn)
+                    .map_err(|e| run.invalid(e))?;
             }
-            // Indexed, not `pointer`: a JSON pointer allocates per token.
-            let choice = completion.get("choices").and_then(|c| c.get(0));
-            let Some(message) = choice.and_then(|c| c.get("message")) else {
-                return Err(run.invalid("the completion has no choices[0].message".into()));
-            };
-            let mut turn = run.turn_of(message);
-            run.check_call_count(turn.calls.len())?;
-            turn.finish_reason = choice
-                .and_then(|c| c.get("finish_reason"))
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            let (next, finish) = run.decide(&turn, iteration);
+            let mut said = run.said(assembly);
+            run.check_call_count(said.calls.len())?;
+            let (next, finish) = run.decide(&said, iteration);
             let client_calls = match next {
                 Next::Run(calls) => {
-                    run.run_calls(&turn, &calls, iteration, None).await;
+                    run.run_calls(&said, &calls, iteration, None).await;
                     continue;
                 }
                 Next::LastCall => {
@@ -278,25 +286,30 @@ impl Loop {
                 Next::Answer => Vec::new(),
             };
             if client_calls.is_empty()
-                && let Some(text) = run.budget_text(&turn)
+                && let Some(text) = run.budget_text(&said)
             {
-                turn.content = Some(text);
+                said.content = Some(text);
             }
+            let notices = std::mem::take(&mut run.notices);
             return Ok(Answer {
-                completion,
-                content: turn.content,
-                reasoning: turn.reasoning,
+                envelope: decoded.envelope,
+                content: said.content,
+                reasoning: said.reasoning,
                 client_calls,
+                notices,
                 summary: run.finish(finish),
             });
         }
     }
 
     /// Starts the loop as a stream of events. The first model call is made
-    /// before the stream starts, so its failure is an ordinary error.
+    /// before the stream starts, so its failure is an ordinary error (and
+    /// what the model protocol could not carry is known).
     /// Dropping the stream (the client went away) cancels the model call
     /// and the tools in progress.
-    pub async fn start_stream(self) -> Result<impl Stream<Item = Event> + Send, ChatError> {
+    pub async fn start_stream(
+        self,
+    ) -> Result<(Notices, impl Stream<Item = Event> + Send), ChatError> {
         let mut run = self.start().await?;
         run.iterations = 1;
         let first = run.call(1, true).await?;
@@ -309,7 +322,8 @@ impl Loop {
         if !is_sse {
             return Err(run.invalid("asked to stream, it answered without an event stream".into()));
         }
-        Ok(run.stream(first))
+        let notices = std::mem::take(&mut run.notices);
+        Ok((notices, run.stream(first)))
     }
 }
 
@@ -350,54 +364,80 @@ impl Run {
         }
     }
 
-    /// The request body of model call number `iteration` (1-based).
-    fn body(&self, iteration: u32, stream: bool) -> Result<bytes::Bytes, ChatError> {
-        let req = &self.l.request;
-        let mut tool_choice = req.get("tool_choice").unwrap_or(json!("auto"));
-        let forced = tool_choice != json!("auto") && tool_choice != json!("none");
-        if iteration > 1 && forced {
-            tool_choice = json!("auto");
+    /// One model call's usage: summed, and recorded on its span
+    /// (OpenTelemetry's GenAI names), whole or streamed alike.
+    fn count_usage(&mut self, usage: &Usage) {
+        if usage.is_empty() {
+            return;
         }
-        let mut overrides: Vec<(&str, Value)> = Vec::new();
-        if stream {
-            overrides.push(("stream", json!(true)));
-            overrides.push(("stream_options", json!({"include_usage": true})));
-        } else {
-            overrides.push(("stream", Value::Null));
-            overrides.push(("stream_options", Value::Null));
+        self.usage.add(usage);
+        self.model_span
+            .record("gen_ai.usage.input_tokens", usage.input);
+        self.model_span
+            .record("gen_ai.usage.output_tokens", usage.output);
+    }
+
+    /// The request body of model call number `iteration` (1-based).
+    fn body(&mut self, iteration: u32, stream: bool) -> Result<bytes::Bytes, ChatError> {
+        let req = &self.l.request;
+        let mut choice = req.tool_choice.clone().unwrap_or_default();
+        let forced = choice.forces();
+        if iteration > 1 && forced {
+            choice = ToolChoice::Auto;
         }
         let model = &self.l.resolved.model;
+        let protocol = self.l.resolved.upstream.protocol;
         // The last call offers the client's tools only.
         let tools = if self.last_call {
             if forced {
-                tool_choice = json!("auto");
+                choice = ToolChoice::Auto;
             }
             self.l.client_tools(&self.loaded)
         } else {
             self.l.offered_tools(&self.found, &self.loaded)
         };
-        // Borrowed only when they are the loop's planned tools, serialized
+        // Borrowed only when they are the loop's planned tools, written
         // once for every call.
         let planned = !self.last_call && matches!(tools, Cow::Borrowed(_));
-        let tools = tools.as_ref();
-        Ok(match &self.mode {
+        let mut notices = Notices::default();
+        let body = match &self.mode {
             Mode::FunctionCalling { .. } => {
-                if iteration > 1 && forced && !tools.is_empty() {
-                    overrides.push(("tool_choice", tool_choice));
-                }
-                let offered = match self.l.tools.json() {
-                    Some(json) if planned => UpstreamTools::Json(json),
-                    _ => UpstreamTools::Values(tools),
+                let offered = match planned {
+                    true => Tools::Planned(&self.l.tools),
+                    false => Tools::List(&tools),
                 };
-                req.upstream_body(model, &self.messages, offered, &overrides)
+                let call = Outgoing {
+                    request: req,
+                    model,
+                    turns: &self.turns,
+                    tools: offered,
+                    tool_choice: (iteration > 1 && forced && !tools.is_empty())
+                        .then_some(ToolChoice::Auto),
+                    stream,
+                };
+                protocol::encode(protocol, &call, &mut notices)
             }
             Mode::Structured { template, .. } => {
-                let plain =
-                    formatter::to_plain_messages(template, &self.messages, tools, &tool_choice)
-                        .map_err(ChatError::Internal)?;
-                req.upstream_body(model, &plain, UpstreamTools::Values(&[]), &overrides)
+                let plain = formatter::to_plain(
+                    template,
+                    &self.turns,
+                    &tools,
+                    &protocol::openai_chat::tool_choice(&choice),
+                )
+                .map_err(ChatError::Internal)?;
+                let call = Outgoing {
+                    request: req,
+                    model,
+                    turns: &plain,
+                    tools: Tools::List(&[]),
+                    tool_choice: None,
+                    stream,
+                };
+                protocol::encode(protocol, &call, &mut notices)
             }
-        })
+        };
+        self.notices.extend(notices);
+        Ok(body)
     }
 
     /// One model call (retries and the `tools` fallback included) in a
@@ -414,10 +454,8 @@ impl Run {
     async fn call_upstream(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
         let request_id = self.l.context.request_id.clone();
-        match upstream
-            .chat_with(self.body(iteration, stream)?, Some(&request_id))
-            .await
-        {
+        let body = self.body(iteration, stream)?;
+        match upstream.chat_with(body, Some(&request_id)).await {
             Ok(r) => Ok(r),
             Err(e)
                 if matches!(self.mode, Mode::FunctionCalling { fallback: true })
@@ -435,47 +473,48 @@ impl Run {
                 self.mode = self
                     .l
                     .structured(&self.l.offered_tools(&self.found, &self.loaded))?;
-                Ok(upstream
-                    .chat_with(self.body(iteration, stream)?, Some(&request_id))
-                    .await?)
+                let body = self.body(iteration, stream)?;
+                Ok(upstream.chat_with(body, Some(&request_id)).await?)
             }
             Err(e) => Err(e.into()),
         }
     }
 
-    /// What a (non-streamed) assistant message says.
-    fn turn_of(&self, message: &Value) -> Turn {
+    /// What a whole answer says, read by the formatter in force.
+    fn said(&mut self, assembly: Assembly) -> Said {
+        self.count_usage(&assembly.usage);
         match &self.mode {
-            Mode::FunctionCalling { .. } => Turn {
-                content: message["content"].as_str().map(str::to_owned),
-                reasoning: message["reasoning_content"].as_str().map(str::to_owned),
-                calls: message["tool_calls"]
-                    .as_array()
-                    .map(|a| a.iter().map(Call::from_openai).collect())
-                    .unwrap_or_default(),
-                finish_reason: None,
+            Mode::FunctionCalling { .. } => Said {
+                reasoning: assembly.reasoning_text(),
+                content: assembly.text,
+                reasoning_items: assembly.reasoning,
+                calls: assembly.calls,
+                finish: assembly.finish,
+                replay: assembly.replay,
+                natives: assembly.natives,
             },
             Mode::Structured { offered, .. } => {
-                let text = message["content"].as_str().unwrap_or_default();
+                let text = assembly.text.as_deref().unwrap_or_default();
                 let parsed = toolgate_toolcall::parse_with_options(text, offered, PARSE);
-                Turn {
+                Said {
                     content: (!parsed.content.is_empty()).then_some(parsed.content),
                     reasoning: parsed.reasoning,
                     calls: parsed.calls.into_iter().map(Call::from_parsed).collect(),
-                    finish_reason: None,
+                    finish: assembly.finish,
+                    ..Said::default()
                 }
             }
         }
     }
 
-    /// What to do after `turn`, and the finish reason if that ends the
+    /// What to do after `said`, and the finish reason if that ends the
     /// loop (one rule for streamed and whole answers).
-    fn decide(&self, turn: &Turn, iteration: u32) -> (Next, FinishReason) {
-        let next = self.next(turn, iteration);
+    fn decide(&self, said: &Said, iteration: u32) -> (Next, FinishReason) {
+        let next = self.next(said, iteration);
         let finish = match &next {
             Next::Answer if self.last_call => FinishReason::MaxToolIterations,
             Next::Answer | Next::Run(_) | Next::LastCall => {
-                FinishReason::of_answer(turn.finish_reason.as_deref())
+                FinishReason::of_answer(said.finish.as_ref())
             }
             Next::ClientCalls(_) => FinishReason::ToolCalls,
         };
@@ -484,8 +523,8 @@ impl Run {
 
     /// After the last call: the text that says the budget ran out, when
     /// the model's answer has none of its own.
-    fn budget_text(&self, turn: &Turn) -> Option<String> {
-        let said_nothing = turn.content.as_deref().is_none_or(|c| c.trim().is_empty());
+    fn budget_text(&self, said: &Said) -> Option<String> {
+        let said_nothing = said.content.as_deref().is_none_or(|c| c.trim().is_empty());
         (self.last_call && said_nothing).then(|| {
             format!(
                 "The tools did not lead to an answer within this request's budget of {} tool iterations.",
@@ -494,8 +533,8 @@ impl Run {
         })
     }
 
-    fn next(&self, turn: &Turn, iteration: u32) -> Next {
-        if turn.calls.is_empty() {
+    fn next(&self, said: &Said, iteration: u32) -> Next {
+        if said.calls.is_empty() {
             return Next::Answer;
         }
         // A deferred tool is the client's to run, found or not.
@@ -503,15 +542,15 @@ impl Run {
         let client_names: HashSet<&str> = self
             .l
             .request
-            .client_tools
+            .tools
             .iter()
             .chain(deferred)
-            .map(DeferredTools::name_of)
+            .map(|t| t.name.as_str())
             .collect();
         // A call that could not be read is the loop's to answer, whoever's
         // tool it names: the model is told and writes it again.
-        let unreadable = turn.calls.iter().any(|c| c.unreadable.is_some());
-        let client: Vec<Call> = turn
+        let unreadable = said.calls.iter().any(|c| c.unreadable.is_some());
+        let client: Vec<Call> = said
             .calls
             .iter()
             .filter(|c| client_names.contains(c.name.as_str()))
@@ -527,22 +566,50 @@ impl Run {
         if iteration >= self.l.max_iterations {
             return Next::LastCall;
         }
-        Next::Run(turn.calls.clone())
+        Next::Run(said.calls.clone())
     }
 
-    /// Runs a turn's calls: appends the assistant message and the tool
-    /// messages to the conversation, and records each call in the report.
+    /// The model's turn as the conversation keeps it: its items, and (for
+    /// a protocol whose opaque state must go back verbatim) the turn as
+    /// the model wrote it, marked with the upstream that made it.
+    fn model_turn(&self, said: &Said, calls: &[Call]) -> Turn {
+        let mut items: Vec<Item> = said
+            .reasoning_items
+            .iter()
+            .cloned()
+            .map(Item::Reasoning)
+            .collect();
+        if let Some(c) = &said.content {
+            items.push(Item::text(c.clone()));
+        }
+        items.extend(calls.iter().cloned().map(Item::Call));
+        items.extend(said.natives.iter().cloned().map(Item::Native));
+        Turn {
+            role: Role::Assistant,
+            items,
+            origin: said.replay.clone().map(|raw| Origin {
+                protocol: self.l.resolved.upstream.protocol,
+                slot: Slot::Message,
+                raw,
+                untyped: Vec::new(),
+                made_by: Some(self.upstream_name().to_owned()),
+            }),
+        }
+    }
+
+    /// Runs a turn's calls: appends the model's turn and one turn of the
+    /// tools' results to the conversation, and records each call in the
+    /// report.
     async fn run_calls(
         &mut self,
-        turn: &Turn,
+        said: &Said,
         calls: &[Call],
         iteration: u32,
         progress: Option<&tokio::sync::mpsc::Sender<CallProgress>>,
     ) {
-        self.messages.push(Message::Calls {
-            content: turn.content.clone(),
-            calls: calls.to_vec(),
-        });
+        let turn = self.model_turn(said, calls);
+        self.turns.push(turn);
+        let mut said_results = Vec::with_capacity(calls.len());
         // Arguments that are not JSON are an error result, like any other.
         let mut parsed: Vec<Result<ToolCall, ToolResult>> = Vec::with_capacity(calls.len());
         for c in calls {
@@ -672,11 +739,12 @@ impl Run {
                 self.note_loaded(call, &result);
             }
             self.calls.push(CallRecord::new(call, &result, iteration));
-            self.messages.push(Message::Result {
-                call_id: call.id.clone(),
-                content: result.to_model_text(),
-            });
+            said_results.push(Item::Result(CallResult {
+                name: Some(call.name.clone()),
+                ..CallResult::text(call.id.clone(), result.to_model_text())
+            }));
         }
+        self.turns.push(Turn::new(Role::User, said_results));
         if (self.l.search.is_some() || self.l.deferred.is_some())
             && let Mode::Structured { template, .. } = &self.mode
         {
@@ -721,13 +789,10 @@ impl Run {
             .tools
             .iter()
             .map(|t| Indexed {
-                name: DeferredTools::name_of(t),
-                description: t
-                    .pointer("/function/description")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
+                name: &t.name,
+                description: t.description.as_deref().unwrap_or_default(),
                 category: None,
-                parameters: t.pointer("/function/parameters").unwrap_or(&Value::Null),
+                parameters: &t.parameters,
             })
             .collect();
         let tools: Vec<Value> = discovery::rank(
@@ -766,18 +831,10 @@ impl Run {
         }
         let Some(data) = &result.data else { return };
         for name in found_names(data) {
-            if self
-                .loaded
-                .iter()
-                .any(|t| DeferredTools::name_of(t) == name)
-            {
+            if self.loaded.iter().any(|t| t.name == name) {
                 continue;
             }
-            if let Some(tool) = deferred
-                .tools
-                .iter()
-                .find(|t| DeferredTools::name_of(t) == name)
-            {
+            if let Some(tool) = deferred.tools.iter().find(|t| t.name == name) {
                 self.loaded.push(tool.clone());
             }
         }
@@ -881,6 +938,7 @@ impl Run {
         async_stream::stream! {
             let mut pending = Some(first);
             let mut iteration = 1;
+            let protocol = self.l.resolved.upstream.protocol;
             loop {
                 self.iterations = iteration;
                 let next = match pending.take() {
@@ -898,11 +956,13 @@ impl Run {
                     Mode::Structured { offered, .. } => Some(StreamParser::with_options(offered.clone(), PARSE)),
                     Mode::FunctionCalling { .. } => None,
                 };
-                let mut turn = Turn::default();
+                let mut parsed = Said::default();
+                let mut assembly = Assembly::default();
+                let mut decoder = StreamDecoder::new(protocol);
                 let limit = self.limits().max_upstream_response_bytes;
                 let max_calls = self.limits().max_tool_calls_per_turn;
                 let mut events = Box::pin(self.l.resolved.upstream.body_stream(resp, limit).eventsource());
-                let mut finished = false;
+                let mut done = false;
                 while let Some(ev) = events.next().await {
                     let ev = match ev {
                         Ok(ev) => ev,
@@ -916,59 +976,56 @@ impl Run {
                             return;
                         }
                     };
-                    if ev.data.trim() == "[DONE]" {
-                        finished = true;
-                        break;
-                    }
-                    let Ok(chunk) = serde_json::from_str::<Value>(&ev.data) else {
-                        yield Event::Failed(self.invalid("a stream chunk is not JSON".into()));
-                        return;
+                    let step = match decoder.event(&ev.event, &ev.data) {
+                        Ok(step) => step,
+                        Err(e) => {
+                            yield Event::Failed(self.invalid(e));
+                            return;
+                        }
                     };
-                    if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
-                        add_usage(&mut self.usage, u);
-                    }
-                    if let Some(e) = chunk.get("error") {
-                        yield Event::Failed(self.invalid(format!("it reported an error mid-stream: {e}")));
-                        return;
-                    }
-                    let Some(choice) = chunk.pointer("/choices/0") else { continue };
-                    if let Some(reason) = choice["finish_reason"].as_str() {
-                        turn.finish_reason = Some(reason.to_owned());
-                    }
-                    let delta = &choice["delta"];
-                    if let Some(text) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-                        let out = match &mut parser {
-                            None => vec![StreamEvent::Content(text.to_owned())],
-                            Some(p) => p.push(text),
-                        };
-                        for e in apply_events(out, &mut turn) {
-                            yield e;
+                    for delta in step.deltas {
+                        match (&delta, &mut parser) {
+                            (Delta::Text(t), Some(p)) => {
+                                for e in apply_events(p.push(t), &mut parsed) {
+                                    yield e;
+                                }
+                            }
+                            (Delta::Text(t), None) => yield Event::Content(t.clone()),
+                            (Delta::Reasoning(t), None) => yield Event::Reasoning(t.clone()),
+                            _ => {}
+                        }
+                        if let Err(e) = assembly.push(delta, max_calls) {
+                            yield Event::Failed(self.invalid(e));
+                            return;
                         }
                     }
-                    if let Some(deltas) = delta["tool_calls"].as_array()
-                        && let Err(e) = merge_call_deltas(&mut turn.calls, deltas, max_calls)
-                    {
-                        yield Event::Failed(self.invalid(e));
-                        return;
+                    if step.done {
+                        done = true;
+                        break;
                     }
                 }
                 // The answer is read: its connection can go back to the
                 // pool before the tools run.
                 drop(events);
-                if !finished && turn.finish_reason.is_none() {
+                if !done && !decoder.complete() {
                     yield Event::Failed(self.invalid("the stream ended before the answer was complete".into()));
                     return;
                 }
-                if let Some(p) = parser.take() {
-                    for e in apply_events(p.finish(), &mut turn) {
-                        yield e;
+                let said = match parser.take() {
+                    Some(p) => {
+                        for e in apply_events(p.finish(), &mut parsed) {
+                            yield e;
+                        }
+                        self.count_usage(&assembly.usage);
+                        Said { finish: assembly.finish, ..parsed }
                     }
-                }
-                if let Err(e) = self.check_call_count(turn.calls.len()) {
+                    None => self.said(assembly),
+                };
+                if let Err(e) = self.check_call_count(said.calls.len()) {
                     yield Event::Failed(e);
                     return;
                 }
-                let (next, finish) = self.decide(&turn, iteration);
+                let (next, finish) = self.decide(&said, iteration);
                 match next {
                     Next::Run(calls) => {
                         for c in &calls {
@@ -978,7 +1035,7 @@ impl Run {
                         // The tools' progress reports go out as they come.
                         let (tx, mut rx) = tokio::sync::mpsc::channel::<CallProgress>(PROGRESS_BACKLOG);
                         {
-                            let running = self.run_calls(&turn, &calls, iteration, Some(&tx));
+                            let running = self.run_calls(&said, &calls, iteration, Some(&tx));
                             tokio::pin!(running);
                             loop {
                                 let report = tokio::select! {
@@ -1008,7 +1065,7 @@ impl Run {
                     }
                     Next::ClientCalls(calls) => yield Event::ClientCalls(calls),
                     Next::Answer => {
-                        if let Some(text) = self.budget_text(&turn) {
+                        if let Some(text) = self.budget_text(&said) {
                             yield Event::Content(text);
                         }
                     }
@@ -1027,53 +1084,21 @@ impl Run {
     }
 }
 
-/// Folds one streamed `tool_calls` delta into the turn's calls (OpenAI
-/// streams each call as pieces keyed by `index`). The index sizes the list,
-/// so one beyond `max` calls is refused before anything is allocated.
-fn merge_call_deltas(calls: &mut Vec<Call>, deltas: &[Value], max: usize) -> Result<(), String> {
-    for c in deltas {
-        let idx = c["index"].as_u64().unwrap_or(calls.len() as u64);
-        let Some(idx) = usize::try_from(idx).ok().filter(|i| *i < max) else {
-            return Err(format!(
-                "a streamed tool call has index {idx}, beyond {max} calls in one turn (limits.max_tool_calls_per_turn)"
-            ));
-        };
-        while calls.len() <= idx {
-            calls.push(Call {
-                id: String::new(),
-                name: String::new(),
-                arguments: String::new(),
-                unreadable: None,
-            });
-        }
-        let p = &mut calls[idx];
-        if let Some(id) = c["id"].as_str() {
-            p.id.push_str(id);
-        }
-        if let Some(n) = c.pointer("/function/name").and_then(Value::as_str) {
-            p.name.push_str(n);
-        }
-        if let Some(a) = c.pointer("/function/arguments").and_then(Value::as_str) {
-            p.arguments.push_str(a);
-        }
-    }
-    Ok(())
-}
-
-/// Folds parser events into the turn; returns the events to send.
-fn apply_events(events: Vec<StreamEvent>, turn: &mut Turn) -> Vec<Event> {
+/// Folds parser events into what the turn said; returns the events to
+/// send.
+fn apply_events(events: Vec<StreamEvent>, said: &mut Said) -> Vec<Event> {
     let mut out = Vec::new();
     for e in events {
         match e {
             StreamEvent::Content(t) if !t.is_empty() => {
-                turn.content.get_or_insert_with(String::new).push_str(&t);
+                said.content.get_or_insert_with(String::new).push_str(&t);
                 out.push(Event::Content(t));
             }
             StreamEvent::Reasoning(t) if !t.is_empty() => {
-                turn.reasoning.get_or_insert_with(String::new).push_str(&t);
+                said.reasoning.get_or_insert_with(String::new).push_str(&t);
                 out.push(Event::Reasoning(t));
             }
-            StreamEvent::Call(c) => turn.calls.push(Call::from_parsed(c)),
+            StreamEvent::Call(c) => said.calls.push(Call::from_parsed(c)),
             _ => {}
         }
     }
@@ -1081,14 +1106,17 @@ fn apply_events(events: Vec<StreamEvent>, turn: &mut Turn) -> Vec<Event> {
 }
 
 /// The search of a client's deferred tools, as the model is offered it.
-fn deferred_search_tool(name: &str) -> Value {
-    json!({"type": "function", "function": {
-        "name": name,
-        "description": "Search the tools that are not loaded yet and make the best matches callable. \
+fn deferred_search_tool(name: &str) -> ToolDef {
+    ToolDef {
+        name: name.to_owned(),
+        description: Some(
+            "Search the tools that are not loaded yet and make the best matches callable. \
             Say in plain words what you want to do (\"create an issue in a repository\"); you get \
             the matching tools' names and descriptions, and can call them from then on. Search \
-            again with other words when none fits.",
-        "parameters": {
+            again with other words when none fits."
+                .to_owned(),
+        ),
+        parameters: json!({
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "What you want to do, in a few words."},
@@ -1096,63 +1124,8 @@ fn deferred_search_tool(name: &str) -> Value {
                           "description": format!("How many tools to return (default {DEFAULT_RESULTS}).")}
             },
             "required": ["query"]
-        }
-    }})
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn delta() -> impl Strategy<Value = Value> {
-        (
-            prop_oneof![
-                Just(None),
-                any::<u64>().prop_map(Some),
-                (0u64..8).prop_map(Some)
-            ],
-            proptest::option::of("[a-z_]{0,8}"),
-            proptest::option::of(".{0,16}"),
-        )
-            .prop_map(|(index, name, args)| {
-                let mut d = json!({"function": {}});
-                if let Some(i) = index {
-                    d["index"] = json!(i);
-                }
-                if let Some(n) = name {
-                    d["function"]["name"] = json!(n);
-                }
-                if let Some(a) = args {
-                    d["function"]["arguments"] = json!(a);
-                }
-                d
-            })
-    }
-
-    proptest! {
-        /// Any sequence of streamed call pieces: no panic, never more calls
-        /// than the cap, and an index beyond it is an error.
-        #[test]
-        fn streamed_call_deltas_are_bounded(chunks in prop::collection::vec(prop::collection::vec(delta(), 0..4), 0..16)) {
-            let mut calls = Vec::new();
-            for chunk in &chunks {
-                let r = merge_call_deltas(&mut calls, chunk, 16);
-                prop_assert!(calls.len() <= 16);
-                if r.is_err() {
-                    prop_assert!(chunk.iter().any(|c| c["index"].as_u64().is_some_and(|i| i >= 16)) || calls.len() >= 16);
-                    break;
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_huge_index_allocates_nothing() {
-        let mut calls = Vec::new();
-        let e =
-            merge_call_deltas(&mut calls, &[json!({"index": 1_000_000_000u64})], 128).unwrap_err();
-        assert!(e.contains("1000000000"), "{e}");
-        assert!(calls.is_empty());
+        }),
+        strict: None,
+        native: None,
     }
 }

@@ -268,6 +268,22 @@ impl Tool {
     /// The tool in OpenAI's function format: with the strict rendering of
     /// the schema and `strict: true` when there is one, else the canonical
     /// schema.
+    /// The tool as a model is offered it: its strict schema when it has
+    /// one (then marked `strict`), else its own.
+    pub fn spec(&self) -> crate::conversation::ToolDef {
+        let (parameters, strict) = match &self.strict {
+            Ok(strict) => (strict.clone(), Some(true)),
+            Err(_) => (self.parameters.clone(), None),
+        };
+        crate::conversation::ToolDef {
+            name: self.name.clone(),
+            description: Some(self.description.clone()),
+            parameters,
+            strict,
+            native: None,
+        }
+    }
+
     pub fn to_openai(&self) -> Value {
         // Built by hand: `json!` would copy the schema by serializing it.
         let mut function = serde_json::Map::new();

@@ -45,6 +45,8 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 #[derive(Debug)]
 pub struct Upstream {
     pub name: String,
+    /// The protocol the model speaks.
+    pub protocol: crate::conversation::Protocol,
     /// Base URL without a trailing slash, e.g. `https://api.openai.com/v1`.
     pub base_url: String,
     chat_uri: Uri,
@@ -253,6 +255,7 @@ impl Upstream {
         };
         Ok(Upstream {
             name,
+            protocol: crate::conversation::Protocol::OpenaiChat,
             base_url: base,
             chat_uri,
             models_uri,
@@ -394,7 +397,7 @@ impl Upstream {
                     let err = UpstreamError::Status {
                         upstream: self.name.clone(),
                         status,
-                        message: self.scrub(&crate::openai::error_message(&text)),
+                        message: self.scrub(&crate::protocol::error_message(self.protocol, &text)),
                         retry_after,
                     };
                     if !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()) {

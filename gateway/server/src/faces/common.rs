@@ -11,9 +11,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use toolgate_engine::chat::{
-    self, Answer, ChatRequest, DeferredTools, Event, Loop, Passthrough, Plan, Summary,
-};
+use toolgate_engine::chat::{self, Answer, Event, Loop, Passthrough, Plan, Summary};
+pub use toolgate_engine::conversation::Notices;
+use toolgate_engine::conversation::Request;
 use toolgate_engine::limits::Permit;
 
 use crate::http::{ApiError, AppState, Caller};
@@ -98,7 +98,7 @@ pub async fn plan_request(
     state: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
-    request: ChatRequest,
+    request: Request,
     passthrough: Passthrough,
 ) -> Result<Admitted, ApiError> {
     let header_set = match headers.get(TOOL_SET_HEADER) {
@@ -138,87 +138,39 @@ pub async fn plan_request(
     })
 }
 
-/// A request of another format translated into the engine's: the chat
-/// request's fields, and what was left out (said back to the client).
-#[derive(Debug, Default)]
+/// A request of another protocol decoded by its face: the engine's
+/// request, and what the face left out (said back to the client).
+#[derive(Debug)]
 pub struct Translated {
-    pub fields: Map<String, Value>,
+    pub request: Request,
     pub notices: Notices,
-    /// The client's deferred tools, searched by the gateway.
-    pub deferred: Option<Box<DeferredTools>>,
-}
-
-/// What a face could not serve or translate and left out of the model's
-/// request: each notice once, in the order met. The client sees them in
-/// the `X-Toolgate-Notice` header (and where its format has a place for
-/// warnings, there); the log has them too.
-#[derive(Debug, Default, Clone)]
-pub struct Notices {
-    said: Vec<String>,
-    /// Notices for hosted tools, said only when no gateway tool of the
-    /// same name serves them: (tool name, notice).
-    unless_served: Vec<(String, String)>,
 }
 
 /// The header that carries a response's notices.
 pub const NOTICE_HEADER: &str = "x-toolgate-notice";
 
-impl Notices {
-    /// Adds `notice` unless it was said already.
-    pub fn add(&mut self, notice: impl Into<String>) {
-        let notice = notice.into();
-        if !self.said.contains(&notice) {
-            self.said.push(notice);
-        }
+/// `response` with `notices` in its header (and the log).
+pub fn attach(notices: &Notices, mut response: Response) -> Response {
+    if notices.is_empty() {
+        return response;
     }
-
-    /// Adds `notice` once the plan is known, unless the tool set in force
-    /// has a tool named `tool` (which then serves the client's hosted tool
-    /// of that name).
-    pub fn unless_served(&mut self, tool: impl Into<String>, notice: impl Into<String>) {
-        self.unless_served.push((tool.into(), notice.into()));
-    }
-
-    /// Says the notices of hosted tools no gateway tool serves.
-    fn settle(&mut self, served: impl Fn(&str) -> bool) {
-        for (tool, notice) in std::mem::take(&mut self.unless_served) {
-            if !served(&tool) {
-                self.add(notice);
+    let joined = notices.iter().collect::<Vec<_>>().join("; ");
+    tracing::info!(notices = %joined, "left out of the model's request");
+    // Header values are visible ASCII: anything else is replaced.
+    let text: String = joined
+        .chars()
+        .map(|c| {
+            if c.is_ascii() && !c.is_ascii_control() {
+                c
+            } else {
+                '?'
             }
-        }
+        })
+        .collect();
+    if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
+        response.headers_mut().insert(NOTICE_HEADER, v);
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.said.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &str> {
-        self.said.iter().map(String::as_str)
-    }
-
-    /// `response` with the notices in its header (and the log).
-    pub fn attach(&self, mut response: Response) -> Response {
-        if self.said.is_empty() {
-            return response;
-        }
-        let joined = self.said.join("; ");
-        tracing::info!(notices = %joined, "left out of the model's request");
-        // Header values are visible ASCII: anything else is replaced.
-        let text: String = joined
-            .chars()
-            .map(|c| {
-                if c.is_ascii() && !c.is_ascii_control() {
-                    c
-                } else {
-                    '?'
-                }
-            })
-            .collect();
-        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
-            response.headers_mut().insert(NOTICE_HEADER, v);
-        }
-        response
-    }
+    response
 }
 
 /// For a face whose format is not the upstream's: the request body as
@@ -233,13 +185,7 @@ pub async fn plan_translated(
 ) -> Result<(Value, Loop, Places, Notices), ApiError> {
     let original: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
-    let Translated {
-        fields,
-        notices,
-        deferred,
-    } = translate(&original)?;
-    let mut request = ChatRequest::from_fields(fields)?;
-    request.deferred = deferred;
+    let Translated { request, notices } = translate(&original)?;
     let Admitted { plan, places } =
         plan_request(state, caller, headers, request, Passthrough::Never).await?;
     match plan {
@@ -259,25 +205,32 @@ pub async fn plan_translated(
 /// Runs a planned loop and answers: `whole` encodes an answer, `events` a
 /// stream's events (as SSE, kept alive while tools run). The places are
 /// held until the answer is sent or the stream ends (or the client leaves).
+/// `notices` (what the face left out) and what the model protocol could
+/// not carry are said in the response's header.
 pub async fn respond(
     the_loop: Loop,
     places: Places,
+    mut notices: Notices,
     whole: impl FnOnce(Answer) -> Value,
     mut events: impl FnMut(Event) -> Vec<SseEvent> + Send + 'static,
 ) -> Result<Response, ApiError> {
     if places.stream.is_none() {
-        let answer = the_loop.run().await?;
+        let mut answer = the_loop.run().await?;
         drop(places);
-        return Ok(axum::Json(whole(answer)).into_response());
+        notices.extend(std::mem::take(&mut answer.notices));
+        return Ok(attach(&notices, axum::Json(whole(answer)).into_response()));
     }
-    let stream = in_request_span(the_loop.start_stream().await?);
+    let (more, stream) = the_loop.start_stream().await?;
+    notices.extend(more);
+    let stream = in_request_span(stream);
     let sse = futures::StreamExt::flat_map(stream, move |e| {
         let _held = &places;
         futures::stream::iter(events(e).into_iter().map(Ok::<_, Infallible>))
     });
-    Ok(Sse::new(sse)
+    let response = Sse::new(sse)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
-        .into_response())
+        .into_response();
+    Ok(attach(&notices, response))
 }
 
 /// A loop's events, each polled in the current (the request's) span. The
@@ -323,31 +276,62 @@ pub fn report(summary: &Summary) -> Value {
     report
 }
 
-/// Finishes a chat request translated from another format: copies the
-/// fields every format shares (sampling, `stream`, the gateway's own
-/// fields) and the face's `renames` (its name, the chat request's name)
-/// from `from` into `out`, and asks for usage when streaming.
-pub fn chat_request(
-    from: &Map<String, Value>,
-    mut out: Map<String, Value>,
-    renames: &[(&str, &str)],
-) -> Map<String, Value> {
-    const SHARED: [(&str, &str); 5] = [
-        ("temperature", "temperature"),
-        ("top_p", "top_p"),
-        ("stream", "stream"),
-        ("tool_set", "tool_set"),
-        ("max_tool_iterations", "max_tool_iterations"),
-    ];
-    for (name, chat_name) in SHARED.iter().chain(renames) {
-        if let Some(v) = from.get(*name).filter(|v| !v.is_null()) {
-            out.insert((*chat_name).into(), v.clone());
+/// The start of a request of `face`: its body as an object and the
+/// engine's request for its `model`, with the fields every face shares.
+pub fn request_of(
+    req: &Value,
+    face: toolgate_engine::conversation::Protocol,
+) -> Result<(&Map<String, Value>, Request), ApiError> {
+    let obj = req
+        .as_object()
+        .ok_or_else(|| ApiError::bad_request("the request body is not a JSON object"))?;
+    let model = obj
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::bad_request("`model` is required").param("model"))?;
+    let mut request = Request::new(face, model);
+    shared_fields(obj, &mut request)?;
+    Ok((obj, request))
+}
+
+/// The request fields every face's API shares, read into `request`:
+/// sampling (`temperature`, `top_p`), `stream`, the gateway's own fields
+/// (`tool_set`, `max_tool_iterations`, `tool_mode`), and `fields` (the
+/// face's top-level fields, raw, for a model of its protocol) without the
+/// gateway's.
+fn shared_fields(from: &Map<String, Value>, request: &mut Request) -> Result<(), ApiError> {
+    request.params.temperature = from.get("temperature").and_then(Value::as_f64);
+    request.params.top_p = from.get("top_p").and_then(Value::as_f64);
+    request.stream = from.get("stream") == Some(&json!(true));
+    request.include_usage = request.stream;
+    request.tool_set = match from.get("tool_set") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => {
+            return Err(
+                ApiError::bad_request("`tool_set` must be the name of a tool set")
+                    .param("tool_set"),
+            );
         }
-    }
-    if from.get("stream") == Some(&json!(true)) {
-        out.insert("stream_options".into(), json!({"include_usage": true}));
-    }
-    out
+    };
+    request.max_tool_iterations = match from.get("max_tool_iterations") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => {
+            Some(u32::try_from(n.as_u64().unwrap_or(1)).unwrap_or(u32::MAX))
+        }
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "`max_tool_iterations` must be a whole number of at least 1",
+            )
+            .param("max_tool_iterations"));
+        }
+    };
+    request.fields = from
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "tool_set" | "max_tool_iterations" | "tool_mode"))
+        .map(|(k, v)| (k.clone(), toolgate_engine::conversation::raw(v)))
+        .collect();
+    Ok(())
 }
 
 /// Whether a request asks for programmatic tool calling: a tool whose

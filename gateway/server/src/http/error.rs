@@ -187,8 +187,8 @@ impl From<toolgate_engine::chat::ChatError> for ApiError {
     }
 }
 
-impl From<toolgate_engine::chat::RequestError> for ApiError {
-    fn from(e: toolgate_engine::chat::RequestError) -> Self {
+impl From<toolgate_engine::conversation::RequestError> for ApiError {
+    fn from(e: toolgate_engine::conversation::RequestError) -> Self {
         let mut err = ApiError::bad_request(e.message);
         err.param = e.param;
         err
@@ -230,6 +230,7 @@ impl From<toolgate_engine::chat::PlanError> for ApiError {
             PlanError::ClientToolClash { .. } | PlanError::ManyChoices => {
                 ApiError::bad_request(message)
             }
+            PlanError::Request(e) => e.into(),
         };
         match param {
             Some(p) => err.param(p),

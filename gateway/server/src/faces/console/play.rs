@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolgate_engine::chat::{CallRecord, ChatRequest, Event, Passthrough, Plan, Summary};
+use toolgate_engine::chat::{CallRecord, Event, Passthrough, Plan, Summary};
 
 use super::{console_access, fragment, render, secured};
 use crate::http::{ApiError, AppState, Caller};
@@ -83,7 +83,7 @@ pub async fn play(
         "stream": true,
         "stream_options": {"include_usage": true},
     });
-    let request = ChatRequest::parse(request.to_string().as_bytes())?;
+    let request = crate::faces::chat::decode::decode(request.to_string().as_bytes())?;
     let crate::faces::common::Admitted { plan, places } =
         crate::faces::common::plan_request(&state, &caller, &headers, request, Passthrough::Never)
             .await?;
@@ -95,7 +95,8 @@ pub async fn play(
         ));
     };
     let tool_set = the_loop.tool_set.clone();
-    let stream = crate::faces::common::in_request_span(the_loop.start_stream().await?);
+    let (_, stream) = the_loop.start_stream().await?;
+    let stream = crate::faces::common::in_request_span(stream);
     let mut page = Transcript::new(asked.turn, tool_set);
     let lines = futures::StreamExt::map(stream, move |event| {
         let _held = &places;
@@ -291,7 +292,7 @@ fn summary_context(summary: &Summary) -> Value {
         "tool_set": report.tool_set,
         "iterations": report.iterations,
         "tool_calls": report.tool_calls.len(),
-        "usage": summary.usage,
+        "usage": (!summary.usage.is_empty()).then_some(&summary.usage),
     })
 }
 
@@ -299,8 +300,8 @@ fn summary_context(summary: &Summary) -> Value {
 mod tests {
     use super::*;
     use toolgate_engine::chat::{CallFunction, FinishReason, Report};
+    use toolgate_engine::conversation::Call;
     use toolgate_engine::executor::CallProgress;
-    use toolgate_engine::formatter::Call;
     use toolgate_engine::tool::{Progress, ToolError};
 
     fn record(id: &str, success: bool) -> CallRecord {
@@ -332,12 +333,11 @@ mod tests {
         let mut page = Transcript::new(2, Some("default".into()));
         let events = vec![
             Event::Reasoning("thinking".into()),
-            Event::ToolCallStarted(Call {
-                id: "call_a".into(),
-                name: "calculator".into(),
-                arguments: r#"{"expression":"<b>6*7</b>"}"#.into(),
-                unreadable: None,
-            }),
+            Event::ToolCallStarted(Call::new(
+                "call_a",
+                "calculator",
+                r#"{"expression":"<b>6*7</b>"}"#,
+            )),
             Event::ToolProgress(Box::new(CallProgress {
                 call_id: "call_a".into(),
                 tool: "calculator".into(),
@@ -351,18 +351,8 @@ mod tests {
             Event::ToolCallDone(Box::new(record("call_b", false))),
             // A model that gives every call the same (empty) id: each call
             // still has its own card, finished in order.
-            Event::ToolCallStarted(Call {
-                id: String::new(),
-                name: "calculator".into(),
-                arguments: "{}".into(),
-                unreadable: None,
-            }),
-            Event::ToolCallStarted(Call {
-                id: String::new(),
-                name: "calculator".into(),
-                arguments: "{}".into(),
-                unreadable: None,
-            }),
+            Event::ToolCallStarted(Call::new("", "calculator", "{}")),
+            Event::ToolCallStarted(Call::new("", "calculator", "{}")),
             Event::ToolCallDone(Box::new(record("", true))),
             Event::ToolCallDone(Box::new(record("", true))),
             Event::Content("<script>alert(1)</script>".into()),
@@ -375,7 +365,12 @@ mod tests {
                     iterations: 2,
                     tool_calls: vec![record("call_a", true)],
                 },
-                usage: json!({"prompt_tokens": 22, "completion_tokens": 19, "total_tokens": 41}),
+                usage: toolgate_engine::conversation::Usage {
+                    input: 22,
+                    output: 19,
+                    calls: 1,
+                    ..Default::default()
+                },
             })),
         ];
         let ops: Vec<Value> = events.into_iter().flat_map(|e| page.ops(e)).collect();

@@ -1,80 +1,39 @@
-//! `POST /v1/chat/completions`: picks the tool set and the route, then
-//! either proxies the request untouched or runs the engine's tool loop and
-//! encodes its answer (or its events, as SSE chunks) in OpenAI's format.
+//! The loop's answer as a chat completion, and its events as
+//! `chat.completion.chunk`s.
 
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, header};
-use axum::response::Response;
 use axum::response::sse::Event as SseEvent;
 use serde_json::{Value, json};
-use toolgate_engine::chat::{
-    self, Answer, ChatError, ChatRequest, Event, FinishReason, Plan, Summary,
-};
-use toolgate_engine::formatter::Call;
-use toolgate_engine::limits::Permit;
+use toolgate_engine::chat::{Answer, ChatError, Event, FinishReason, Summary};
+use toolgate_engine::conversation::{Protocol, Usage};
+use toolgate_engine::protocol::openai_chat::call_json;
 
-use super::common::{self, Admitted};
-use crate::http::{ApiError, AppState, Caller, body_error};
-use tracing::Instrument;
-
-pub async fn completions(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let body = body.map_err(body_error)?;
-    let request = ChatRequest::parse(&body)?;
-    let Admitted { plan, places } = common::plan_request(
-        &state,
-        &caller,
-        &headers,
-        request,
-        chat::Passthrough::Allowed,
-    )
-    .await?;
-    let the_loop = match plan {
-        Plan::Proxy {
-            upstream,
-            model,
-            request,
-        } => {
-            let body = request.proxy_body(body, &model);
-            let span = toolgate_engine::upstream::chat_span(&upstream, &model);
-            return proxy(&upstream, body, &caller.request_id, places.stream)
-                .instrument(span)
-                .await;
-        }
-        Plan::Loop(l) => *l,
-    };
-    let model = the_loop.request.model.clone();
-    let mut chunks = Chunks::new(&model, the_loop.request.include_usage);
-    // Boxed: the loop's state is large, and a proxied request (the common
-    // case, and the hot one) should not carry or move it.
-    Box::pin(common::respond(
-        the_loop,
-        places,
-        |answer| completion(answer, &model),
-        move |e| chunks.encode(e),
-    ))
-    .await
-}
+use super::super::common;
 
 /// A whole answer as a chat completion: the upstream's last completion
 /// with the loop's message, finish reason, summed usage and report.
-fn completion(answer: Answer, model: &str) -> Value {
+pub fn completion(answer: Answer, model: &str) -> Value {
     let Answer {
-        mut completion,
+        envelope,
         content,
         reasoning,
         client_calls,
         summary,
+        ..
     } = answer;
+    // The model's own completion when it speaks chat completions (its id,
+    // times, fingerprint), else one of the gateway's.
+    let mut completion = match envelope {
+        Some(e) if e.protocol == Protocol::OpenaiChat => e.value,
+        _ => json!({
+            "id": format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
+            "object": "chat.completion",
+            "created": common::unix_now(),
+            "choices": [{"index": 0, "logprobs": null}],
+        }),
+    };
     let mut message = json!({"role": "assistant", "content": content});
     if !client_calls.is_empty() {
-        message["tool_calls"] = Value::Array(client_calls.iter().map(Call::to_openai).collect());
+        message["tool_calls"] = Value::Array(client_calls.iter().map(call_json).collect());
     }
     if let Some(r) = reasoning {
         message["reasoning_content"] = json!(r);
@@ -86,10 +45,33 @@ fn completion(answer: Answer, model: &str) -> Value {
     }
     completion["model"] = json!(model);
     completion["toolgate"] = common::report(&summary);
-    if !summary.usage.is_null() {
-        completion["usage"] = summary.usage;
+    if let Some(usage) = usage(&summary.usage) {
+        completion["usage"] = usage;
     }
     completion
+}
+
+/// Usage as chat completions writes it: the model's own when every call
+/// spoke it, else from the counts.
+pub fn usage(usage: &Usage) -> Option<Value> {
+    if usage.is_empty() {
+        return None;
+    }
+    if let Some(native) = usage.native_of(Protocol::OpenaiChat) {
+        return Some(native.clone());
+    }
+    let mut u = json!({
+        "prompt_tokens": usage.input,
+        "completion_tokens": usage.output,
+        "total_tokens": usage.total(),
+    });
+    if usage.cache_read > 0 {
+        u["prompt_tokens_details"] = json!({"cached_tokens": usage.cache_read});
+    }
+    if usage.reasoning > 0 {
+        u["completion_tokens_details"] = json!({"reasoning_tokens": usage.reasoning});
+    }
+    Some(u)
 }
 
 /// OpenAI's `finish_reason` for how the loop ended: a spent tool budget
@@ -103,7 +85,7 @@ fn wire_finish(finish: &FinishReason) -> &str {
 }
 
 /// Encodes a loop's events as OpenAI chunks.
-struct Chunks {
+pub struct Chunks {
     id: String,
     created: u64,
     model: String,
@@ -112,7 +94,7 @@ struct Chunks {
 }
 
 impl Chunks {
-    fn new(model: &str, include_usage: bool) -> Chunks {
+    pub fn new(model: &str, include_usage: bool) -> Chunks {
         Chunks {
             id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
             created: common::unix_now(),
@@ -138,7 +120,7 @@ impl Chunks {
         self.chunk(json!([{"index": 0, "delta": delta, "finish_reason": finish_reason}]))
     }
 
-    fn encode(&mut self, event: Event) -> Vec<SseEvent> {
+    pub fn encode(&mut self, event: Event) -> Vec<SseEvent> {
         match event {
             Event::Content(t) => vec![self.delta(json!({"content": t}))],
             Event::Reasoning(t) => vec![self.delta(json!({"reasoning_content": t}))],
@@ -183,10 +165,12 @@ impl Chunks {
         let mut last = self.choice(delta, Some(wire_finish(&summary.finish)));
         last["toolgate"] = common::report(&summary);
         let mut out = vec![data_event(&last)];
-        if self.include_usage && !summary.usage.is_null() {
-            let mut usage = self.chunk(json!([]));
-            usage["usage"] = summary.usage;
-            out.push(data_event(&usage));
+        if self.include_usage
+            && let Some(u) = usage(&summary.usage)
+        {
+            let mut chunk = self.chunk(json!([]));
+            chunk["usage"] = u;
+            out.push(data_event(&chunk));
         }
         out.push(SseEvent::default().data("[DONE]"));
         out
@@ -216,57 +200,4 @@ fn progress_comment(p: &toolgate_engine::executor::CallProgress) -> SseEvent {
 fn error_event(e: &ChatError) -> SseEvent {
     tracing::warn!("stream failed: {e}");
     data_event(&json!({"error": {"message": e.to_string(), "type": "api_error", "code": e.code()}}))
-}
-
-/// Forwards a request and passes the upstream's answer back unchanged:
-/// status, content type and body, with its length when it has one (a
-/// stream stays a stream). `guard` (a stream's place under the cap) is
-/// held until the body ends.
-async fn proxy(
-    upstream: &toolgate_engine::upstream::Upstream,
-    body: Bytes,
-    request_id: &str,
-    guard: Option<Permit>,
-) -> Result<Response, ApiError> {
-    let reply = upstream.chat_with(body, Some(request_id)).await?;
-    let status = reply.response.status();
-    let content_type = reply.response.headers().get(header::CONTENT_TYPE).cloned();
-    // Not size-capped (nothing is buffered); the upstream's read timeout
-    // and total deadline still end a trickling answer.
-    let body = upstream.body(reply, usize::MAX);
-    let mut out = Response::new(Body::new(Held {
-        body,
-        _guard: guard,
-    }));
-    *out.status_mut() = status;
-    if let Some(ct) = content_type {
-        out.headers_mut().insert(header::CONTENT_TYPE, ct);
-    }
-    Ok(out)
-}
-
-/// A body that holds a place under the stream cap until it is dropped.
-struct Held<B> {
-    body: B,
-    _guard: Option<Permit>,
-}
-
-impl<B: http_body::Body + Unpin> http_body::Body for Held<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
 }

@@ -1,0 +1,405 @@
+//! Model protocols: how the conversation is written for a model and how
+//! its answer is read back. Each protocol has its own module with three
+//! functions — `encode` (a [`Outgoing`] call as the request body),
+//! `decode` (a whole answer as [`Delta`]s) and a stream decoder (each
+//! server-sent event as [`Delta`]s) — and one line in each `match` below.
+//! Whole and streamed answers are read the same way: both are deltas,
+//! folded into one turn by [`Assembly`].
+
+pub mod openai_chat;
+mod tools;
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+
+pub use tools::OfferedTools;
+
+use crate::conversation::{
+    Call, FinishReason, Item, Native, Notices, Opaque, Protocol, Reasoning, Request, Role,
+    ToolChoice, ToolDef, Turn, Usage,
+};
+
+/// One model call, as a protocol encodes it.
+#[derive(Debug)]
+pub struct Outgoing<'a> {
+    /// The client's request (its fields, sampling and tool choice).
+    pub request: &'a Request,
+    /// The model name the upstream knows.
+    pub model: &'a str,
+    /// The conversation so far: the client's turns, then the loop's.
+    pub turns: &'a [Turn],
+    pub tools: Tools<'a>,
+    /// The tool choice in place of the request's, if another.
+    pub tool_choice: Option<ToolChoice>,
+    pub stream: bool,
+}
+
+/// The tools a call offers.
+#[derive(Debug, Clone, Copy)]
+pub enum Tools<'a> {
+    /// The loop's planned tools, each protocol's form written once.
+    Planned(&'a OfferedTools),
+    List(&'a [ToolDef]),
+}
+
+impl Tools<'_> {
+    pub fn specs(&self) -> &[ToolDef] {
+        match self {
+            Tools::Planned(t) => t.specs(),
+            Tools::List(l) => l,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.specs().is_empty()
+    }
+
+    /// The tools as `protocol` writes them, with `write` (one spec to its
+    /// JSON).
+    fn json(
+        &self,
+        protocol: Protocol,
+        write: fn(&ToolDef) -> serde_json::Value,
+    ) -> std::borrow::Cow<'_, RawValue> {
+        match self {
+            Tools::Planned(t) => t.json(protocol, write),
+            Tools::List(l) => std::borrow::Cow::Owned(tools::write_all(l, write)),
+        }
+    }
+}
+
+/// The request body of `call` in `protocol`; what it cannot carry to that
+/// protocol is said in `notices`.
+pub fn encode(protocol: Protocol, call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
+    match protocol {
+        Protocol::OpenaiChat => openai_chat::encode(call, notices),
+        // The other protocols have no upstream yet: their requests are
+        // never planned to one.
+        Protocol::OpenaiResponses | Protocol::Anthropic | Protocol::Gemini => {
+            openai_chat::encode(call, notices)
+        }
+    }
+}
+
+/// A whole answer in `protocol` as deltas, and its envelope (the fields
+/// around the turn: ids, times, fingerprints) for a face of the same
+/// protocol.
+pub fn decode(protocol: Protocol, body: &[u8]) -> Result<Decoded, String> {
+    match protocol {
+        Protocol::OpenaiChat
+        | Protocol::OpenaiResponses
+        | Protocol::Anthropic
+        | Protocol::Gemini => openai_chat::decode(body),
+    }
+}
+
+/// A whole answer, read.
+#[derive(Debug)]
+pub struct Decoded {
+    pub deltas: Vec<Delta>,
+    pub envelope: Option<Native>,
+    /// The model that answered, as the answer names it.
+    pub model: Option<String>,
+}
+
+/// A streamed answer's decoder, for each of its server-sent events.
+#[derive(Debug)]
+pub enum StreamDecoder {
+    OpenaiChat(openai_chat::Stream),
+}
+
+/// What one event of a stream says.
+#[derive(Debug, Default)]
+pub struct Step {
+    pub deltas: Vec<Delta>,
+    /// The answer is complete.
+    pub done: bool,
+}
+
+impl StreamDecoder {
+    pub fn new(protocol: Protocol) -> StreamDecoder {
+        match protocol {
+            Protocol::OpenaiChat
+            | Protocol::OpenaiResponses
+            | Protocol::Anthropic
+            | Protocol::Gemini => StreamDecoder::OpenaiChat(openai_chat::Stream::default()),
+        }
+    }
+
+    /// One event: its name (`event:`, empty when none) and its data.
+    pub fn event(&mut self, name: &str, data: &str) -> Result<Step, String> {
+        match self {
+            StreamDecoder::OpenaiChat(s) => s.event(name, data),
+        }
+    }
+
+    /// Whether the stream said its answer is complete.
+    pub fn complete(&self) -> bool {
+        match self {
+            StreamDecoder::OpenaiChat(s) => s.complete(),
+        }
+    }
+}
+
+/// The human message of an upstream's error body in `protocol`.
+pub fn error_message(protocol: Protocol, body: &[u8]) -> String {
+    match protocol {
+        Protocol::OpenaiChat
+        | Protocol::OpenaiResponses
+        | Protocol::Anthropic
+        | Protocol::Gemini => openai_chat::error_message(body),
+    }
+}
+
+/// A piece of a model's answer.
+#[derive(Debug, Clone)]
+pub enum Delta {
+    Text(String),
+    Reasoning(String),
+    /// The state that ends the reasoning just given (a signature,
+    /// encrypted reasoning).
+    ReasoningOpaque(Opaque),
+    /// A piece of call number `index`: each part present is appended
+    /// (an id or a name may come in pieces too).
+    Call {
+        index: usize,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: Option<String>,
+        opaque: Option<Opaque>,
+    },
+    Usage(Usage),
+    Finish(FinishReason),
+    /// Something of the answer the engine has no type for.
+    Native(Native),
+    /// The model's turn as its protocol writes it back in a later
+    /// request (for a protocol whose opaque state must return verbatim).
+    Replay(Box<RawValue>),
+}
+
+/// A model's turn, assembled from its deltas.
+#[derive(Debug, Default)]
+pub struct Assembly {
+    pub reasoning: Vec<Reasoning>,
+    pub text: Option<String>,
+    pub calls: Vec<Call>,
+    pub natives: Vec<Native>,
+    pub finish: Option<FinishReason>,
+    pub usage: Usage,
+    pub replay: Option<Box<RawValue>>,
+    /// The reasoning being streamed is complete (its next piece starts
+    /// another).
+    reasoning_closed: bool,
+}
+
+impl Assembly {
+    /// Folds `delta` in. A call whose index is `max` or more is refused
+    /// before anything is allocated for it.
+    pub fn push(&mut self, delta: Delta, max_calls: usize) -> Result<(), String> {
+        match delta {
+            Delta::Text(t) => self.text.get_or_insert_with(String::new).push_str(&t),
+            Delta::Reasoning(t) => match self.reasoning.last_mut() {
+                Some(r) if !self.reasoning_closed => r.text.push_str(&t),
+                _ => {
+                    self.reasoning.push(Reasoning {
+                        text: t,
+                        opaque: None,
+                    });
+                    self.reasoning_closed = false;
+                }
+            },
+            Delta::ReasoningOpaque(o) => {
+                match self.reasoning.last_mut() {
+                    Some(r) if !self.reasoning_closed => r.opaque = Some(o),
+                    _ => self.reasoning.push(Reasoning {
+                        text: String::new(),
+                        opaque: Some(o),
+                    }),
+                }
+                self.reasoning_closed = true;
+            }
+            Delta::Call {
+                index,
+                id,
+                name,
+                arguments,
+                opaque,
+            } => {
+                if index >= max_calls {
+                    return Err(format!(
+                        "a tool call has index {index}, beyond {max_calls} calls in one turn (limits.max_tool_calls_per_turn)"
+                    ));
+                }
+                while self.calls.len() <= index {
+                    self.calls.push(Call::new("", "", ""));
+                }
+                let call = &mut self.calls[index];
+                if let Some(id) = id {
+                    call.id.push_str(&id);
+                }
+                if let Some(name) = name {
+                    call.name.push_str(&name);
+                }
+                if let Some(a) = arguments {
+                    call.arguments.push_str(&a);
+                }
+                if opaque.is_some() {
+                    call.opaque = opaque;
+                }
+            }
+            Delta::Usage(u) => self.usage.add(&u),
+            Delta::Finish(f) => self.finish = Some(f),
+            Delta::Native(n) => self.natives.push(n),
+            Delta::Replay(r) => self.replay = Some(r),
+        }
+        Ok(())
+    }
+
+    /// The turn's items in order: reasoning, text, calls, the untyped.
+    pub fn items(&self) -> Vec<Item> {
+        let mut items: Vec<Item> = self
+            .reasoning
+            .iter()
+            .cloned()
+            .map(Item::Reasoning)
+            .collect();
+        if let Some(t) = &self.text {
+            items.push(Item::text(t.clone()));
+        }
+        items.extend(self.calls.iter().cloned().map(Item::Call));
+        items.extend(self.natives.iter().cloned().map(Item::Native));
+        items
+    }
+
+    /// The reasoning's words, joined.
+    pub fn reasoning_text(&self) -> Option<String> {
+        let texts: Vec<&str> = self
+            .reasoning
+            .iter()
+            .map(|r| r.text.as_str())
+            .filter(|t| !t.is_empty())
+            .collect();
+        (!texts.is_empty()).then(|| texts.concat())
+    }
+}
+
+/// The items of `turn` said to a model of another protocol than the one
+/// that wrote them: opaque state of another protocol is left out (with a
+/// notice); `keep` says whether an item of `protocol`'s own is kept.
+pub fn foreign_note(item: &Item, protocol: Protocol, notices: &mut Notices) -> bool {
+    match item {
+        Item::Native(n) if n.protocol != protocol => {
+            notices.add(format!(
+                "{} ({}) are not carried to a model of {protocol} and were left out",
+                n.what, n.protocol
+            ));
+            false
+        }
+        Item::Reasoning(Reasoning {
+            opaque: Some(o), ..
+        }) if o.protocol != protocol => {
+            notices.add(format!(
+                "reasoning made by a model of {} (its signed or encrypted state) is not carried to a model of {protocol} and was left out",
+                o.protocol
+            ));
+            false
+        }
+        _ => true,
+    }
+}
+
+/// Whether a turn is the assistant's.
+pub fn is_assistant(turn: &Turn) -> bool {
+    turn.role == Role::Assistant
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn call_delta() -> impl Strategy<Value = Delta> {
+        (
+            prop_oneof![any::<usize>(), 0usize..8],
+            proptest::option::of("[a-z_]{0,8}"),
+            proptest::option::of(".{0,16}"),
+        )
+            .prop_map(|(index, name, arguments)| Delta::Call {
+                index,
+                id: None,
+                name,
+                arguments,
+                opaque: None,
+            })
+    }
+
+    proptest! {
+        /// Any sequence of streamed call pieces: no panic, never more calls
+        /// than the cap, and an index beyond it is an error.
+        #[test]
+        fn streamed_call_deltas_are_bounded(deltas in prop::collection::vec(call_delta(), 0..32)) {
+            let mut a = Assembly::default();
+            for d in deltas {
+                let index = match &d { Delta::Call { index, .. } => *index, _ => 0 };
+                let r = a.push(d, 16);
+                prop_assert!(a.calls.len() <= 16);
+                prop_assert_eq!(r.is_err(), index >= 16);
+            }
+        }
+    }
+
+    #[test]
+    fn a_huge_index_allocates_nothing() {
+        let mut a = Assembly::default();
+        let e = a
+            .push(
+                Delta::Call {
+                    index: 1_000_000_000,
+                    id: None,
+                    name: None,
+                    arguments: None,
+                    opaque: None,
+                },
+                128,
+            )
+            .unwrap_err();
+        assert!(e.contains("1000000000"), "{e}");
+        assert!(a.calls.is_empty());
+    }
+
+    #[test]
+    fn reasoning_pieces_join_until_their_opaque_state_ends_them() {
+        let mut a = Assembly::default();
+        let opaque = |d: &str| Opaque {
+            protocol: Protocol::Anthropic,
+            data: d.into(),
+        };
+        for d in [
+            Delta::Reasoning("a".into()),
+            Delta::Reasoning("b".into()),
+            Delta::ReasoningOpaque(opaque("s1")),
+            Delta::ReasoningOpaque(opaque("redacted")),
+            Delta::Reasoning("c".into()),
+        ] {
+            a.push(d, 1).unwrap();
+        }
+        assert_eq!(
+            a.reasoning,
+            vec![
+                Reasoning {
+                    text: "ab".into(),
+                    opaque: Some(opaque("s1"))
+                },
+                Reasoning {
+                    text: String::new(),
+                    opaque: Some(opaque("redacted"))
+                },
+                Reasoning {
+                    text: "c".into(),
+                    opaque: None
+                },
+            ]
+        );
+        assert_eq!(a.reasoning_text().as_deref(), Some("abc"));
+    }
+}

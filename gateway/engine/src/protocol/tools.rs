@@ -1,0 +1,52 @@
+//! The tools a loop offers on every model call, each protocol's form
+//! written once for the whole loop rather than on every call.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::conversation::{Protocol, ToolDef, raw};
+
+/// The tools a loop offers the model: as specs (read by the structured
+/// prompt, the searches and the sub-agents) and as the JSON array a
+/// protocol writes into each model call's body, made on first use.
+#[derive(Debug)]
+pub struct OfferedTools {
+    specs: Vec<ToolDef>,
+    json: OnceLock<(Protocol, Box<RawValue>)>,
+}
+
+impl OfferedTools {
+    pub fn new(specs: Vec<ToolDef>) -> OfferedTools {
+        OfferedTools {
+            specs,
+            json: OnceLock::new(),
+        }
+    }
+
+    pub fn specs(&self) -> &[ToolDef] {
+        &self.specs
+    }
+
+    /// The tools as `protocol` writes them (`write`: one spec as its JSON),
+    /// made once per loop.
+    pub fn json(&self, protocol: Protocol, write: fn(&ToolDef) -> Value) -> Cow<'_, RawValue> {
+        match self.json.get() {
+            Some((p, json)) if *p == protocol => Cow::Borrowed(json),
+            Some(_) => Cow::Owned(write_all(&self.specs, write)),
+            None => Cow::Borrowed(
+                &self
+                    .json
+                    .get_or_init(|| (protocol, write_all(&self.specs, write)))
+                    .1,
+            ),
+        }
+    }
+}
+
+/// The tools as one JSON array.
+pub fn write_all(specs: &[ToolDef], write: fn(&ToolDef) -> Value) -> Box<RawValue> {
+    raw(&specs.iter().map(write).collect::<Vec<Value>>())
+}

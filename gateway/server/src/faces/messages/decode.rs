@@ -1,0 +1,532 @@
+//! A Messages request decoded into the engine's request: system, text,
+//! images and documents, `tool_use` and `tool_result` blocks, thinking,
+//! client tools, `tool_choice` and the sampling fields. Each message keeps
+//! its JSON, for a model that speaks Messages; what the typed view does
+//! not hold (`cache_control`, citations, thinking signatures) goes to such
+//! a model alone, and a model of another protocol gets a notice instead.
+//! Blocks and tools the gateway cannot serve are left out with a notice.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+use toolgate_engine::conversation::{
+    Call, CallResult, DeferredTools, Item, Media, MediaKind, Native, Notices, Opaque, Protocol,
+    Reasoning, Role, Slot, Source, ToolChoice, ToolDef, Turn, raw,
+};
+
+use super::super::common::{self, Translated};
+use super::SERVER_NAME;
+use crate::http::ApiError;
+
+const PROTOCOL: Protocol = Protocol::Anthropic;
+
+/// The fields the typed view reads; a model of another protocol does not
+/// get the others (each said in a notice).
+const TYPED: [&str; 14] = [
+    "model",
+    "messages",
+    "system",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop_sequences",
+    "stream",
+    "tools",
+    "tool_choice",
+    "mcp_servers",
+    "tool_set",
+    "max_tool_iterations",
+    "tool_mode",
+];
+
+/// Decodes a Messages request.
+pub fn decode(req: &Value) -> Result<Translated, ApiError> {
+    let (obj, mut request) = common::request_of(req, PROTOCOL)?;
+    let mut notices = Notices::default();
+    let mut turns = Vec::new();
+    match obj.get("system") {
+        None | Some(Value::Null) => {}
+        Some(system) => {
+            let text =
+                text_of(system, "system").map_err(|e| ApiError::bad_request(e).param("system"))?;
+            turns.push(Turn::decoded(
+                Role::System,
+                vec![Item::text(text)],
+                PROTOCOL,
+                Slot::System,
+                raw(system),
+            ));
+        }
+    }
+    let input = obj
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request("`messages` is required and must be a non-empty array")
+                .param("messages")
+        })?;
+    let mut referenced = HashSet::new();
+    for (i, m) in input.iter().enumerate() {
+        // A system message that clears at the next user message is gone
+        // once one follows it.
+        if m["role"] == "system"
+            && m["clear_at"] == "next_user_message"
+            && input[i + 1..].iter().any(|later| later["role"] == "user")
+        {
+            continue;
+        }
+        let turn = message(m, &mut referenced, &mut notices)
+            .map_err(|e| ApiError::bad_request(format!("messages[{i}]: {e}")).param("messages"))?;
+        turns.extend(turn);
+    }
+    request.set_turns(turns);
+    let mut deferred = Vec::new();
+    let mut search = None;
+    let mut programs = common::asks_for_programs(
+        obj.get("tools"),
+        |c| c.starts_with("code_execution_"),
+        &mut notices,
+    );
+    for t in obj
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        match t["type"].as_str() {
+            None | Some("custom") => {}
+            // Anthropic's tool search, run by the gateway over the
+            // deferred tools (any model can use it).
+            Some(kind) if kind.starts_with("tool_search_tool_") => {
+                search = Some(t["name"].as_str().unwrap_or(kind).to_owned());
+                continue;
+            }
+            // Anthropic's code execution: the gateway's code mode over
+            // the request's tool set (`run_code`), for any model.
+            Some(kind) if kind.starts_with("code_execution_") => {
+                programs = true;
+                notices.add(format!(
+                    "`{kind}` is served by the gateway's code mode: the model writes Python that calls the tool set's tools (`run_code`) on the gateway's interpreter; there is no shell, file system or container"
+                ));
+                continue;
+            }
+            // A tool Anthropic runs is served by the tool set's tool of
+            // its name (`web_search`, `web_fetch`), else left out.
+            Some(kind) => {
+                let name = t["name"].as_str().unwrap_or(kind);
+                notices.unless_served(name, format!(
+                    "tool `{name}` of type `{kind}` (a tool Anthropic runs or defines) is not served here and was left out (a tool set with a gateway tool named `{name}` serves it)"
+                ));
+                continue;
+            }
+        }
+        let tool = ToolDef {
+            name: t["name"].as_str().unwrap_or_default().to_owned(),
+            description: Some(t["description"].as_str().unwrap_or_default().to_owned()),
+            parameters: t
+                .get("input_schema")
+                .cloned()
+                .unwrap_or(json!({"type": "object"})),
+            strict: None,
+            native: Some(Native {
+                protocol: PROTOCOL,
+                what: "tools".into(),
+                value: t.clone(),
+            }),
+        };
+        // A deferred tool is offered once a `tool_reference` (or a call of
+        // it) loaded it; until then a search finds it.
+        if t["defer_loading"] == json!(true) && !referenced.contains(&tool.name) {
+            deferred.push(tool);
+            continue;
+        }
+        request.tools.push(tool);
+    }
+    // Without a search, deferred tools wait for a `tool_reference` (the
+    // client's own search, as Claude Code's).
+    request.deferred = match search {
+        Some(search) if !deferred.is_empty() => Some(Box::new(DeferredTools {
+            search,
+            tools: deferred,
+        })),
+        _ => None,
+    };
+    if programs {
+        request.tool_mode = Some(toolgate_config::format::SetMode::Code);
+    }
+    if obj
+        .get("mcp_servers")
+        .is_some_and(|s| s.as_array().is_some_and(|a| !a.is_empty()))
+    {
+        notices.add("`mcp_servers` (the MCP connector) is not served here; declare the servers in the gateway and they are its tools");
+    }
+    if let Some(choice) = obj.get("tool_choice").filter(|c| !c.is_null()) {
+        request.tool_choice = Some(match choice["type"].as_str() {
+            Some("auto") => ToolChoice::Auto,
+            Some("any") => ToolChoice::Required,
+            Some("none") => ToolChoice::None,
+            Some("tool") => ToolChoice::Tool {
+                name: choice["name"].as_str().unwrap_or_default().to_owned(),
+            },
+            _ => {
+                return Err(ApiError::bad_request(
+                    "`tool_choice.type` must be auto, any, tool or none",
+                )
+                .param("tool_choice"));
+            }
+        });
+        if choice["disable_parallel_tool_use"] == json!(true) {
+            request.params.parallel_tool_calls = Some(false);
+        }
+    }
+    request.params.max_tokens = obj.get("max_tokens").and_then(Value::as_u64);
+    request.params.stop = obj
+        .get("stop_sequences")
+        .and_then(Value::as_array)
+        .map(|s| {
+            s.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    request.untyped = obj
+        .keys()
+        .filter(|k| !TYPED.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    Ok(Translated { request, notices })
+}
+
+/// An image or document block as media (`None` when its source cannot be
+/// carried); a document given as text is its text.
+fn media_item(b: &Value) -> Option<Item> {
+    let source = &b["source"];
+    let media = |kind, source, name: Option<&str>| Item::Media {
+        media: Media {
+            kind,
+            source,
+            name: name.map(str::to_owned),
+            detail: None,
+        },
+    };
+    match (b["type"].as_str(), source["type"].as_str()) {
+        (Some("image"), Some("base64")) => Some(media(
+            MediaKind::Image,
+            Source::Base64 {
+                mime: source["media_type"].as_str()?.to_owned(),
+                data: source["data"].as_str()?.to_owned(),
+            },
+            None,
+        )),
+        (Some("image"), Some("url")) => Some(media(
+            MediaKind::Image,
+            Source::Url {
+                url: source["url"].as_str()?.to_owned(),
+            },
+            None,
+        )),
+        (Some("document"), Some("base64")) => Some(media(
+            MediaKind::Document,
+            Source::Base64 {
+                mime: source["media_type"].as_str()?.to_owned(),
+                data: source["data"].as_str()?.to_owned(),
+            },
+            Some(b["title"].as_str().unwrap_or("document.pdf")),
+        )),
+        (Some("document"), Some("text")) => {
+            let title = b["title"]
+                .as_str()
+                .map(|t| format!("{t}\n\n"))
+                .unwrap_or_default();
+            Some(Item::text(format!("{title}{}", source["data"].as_str()?)))
+        }
+        (Some("document"), Some("content")) => {
+            Some(Item::text(text_of(&source["content"], "document").ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// A `search_result` block as text.
+fn search_result_text(b: &Value) -> String {
+    let body = text_of(&b["content"], "search_result").unwrap_or_default();
+    format!(
+        "{} ({})\n{body}",
+        b["title"].as_str().unwrap_or_default(),
+        b["source"].as_str().unwrap_or_default()
+    )
+}
+
+/// A tool result's content: its text, and its images and documents.
+fn tool_result_content(
+    content: &Value,
+    referenced: &mut HashSet<String>,
+    notices: &mut Notices,
+) -> Result<(String, Vec<Media>), String> {
+    let blocks = match content {
+        Value::Null => return Ok((String::new(), Vec::new())),
+        Value::String(s) => return Ok((s.clone(), Vec::new())),
+        Value::Array(b) => b,
+        _ => return Err("`tool_result.content` must be a string or an array of blocks".into()),
+    };
+    let mut text = Vec::new();
+    let mut media = Vec::new();
+    for b in blocks {
+        match b["type"].as_str() {
+            Some("text") => text.push(b["text"].as_str().unwrap_or_default().to_owned()),
+            Some("image") | Some("document") => match media_item(b) {
+                Some(Item::Media { media: m }) => {
+                    text.push(format!(
+                        "[{} attached below]",
+                        b["type"].as_str().unwrap_or("file")
+                    ));
+                    media.push(m);
+                }
+                Some(Item::Text { text: t }) => text.push(t),
+                _ => notices.add(format!(
+                    "a {} in a tool result whose source is not base64, text or a URL was left out",
+                    b["type"].as_str().unwrap_or("block")
+                )),
+            },
+            Some("search_result") => text.push(search_result_text(b)),
+            Some("tool_reference") => {
+                if let Some(name) = b["tool_name"].as_str() {
+                    referenced.insert(name.to_owned());
+                    text.push(format!("Tool `{name}` is now available."));
+                }
+            }
+            Some(other) => notices.add(format!(
+                "`{other}` blocks in tool results are not carried and were left out"
+            )),
+            None => {}
+        }
+    }
+    Ok((text.join("\n"), media))
+}
+
+/// A `tool_use`-shaped block (`id`, `name`, `input`) as a call.
+fn call_of(b: &Value) -> Call {
+    Call::new(
+        b["id"].as_str().unwrap_or_default(),
+        b["name"].as_str().unwrap_or_default(),
+        b["input"].to_string(),
+    )
+}
+
+/// One Messages message as a turn, its blocks in order (`None` for a
+/// message that says nothing):
+/// - text, images and documents as items, search results as text;
+/// - an assistant's `tool_use` blocks as calls, and the gateway's own
+///   `mcp_tool_use` / `mcp_tool_result` pairs (as it streamed them) as a
+///   call and its result;
+/// - a user's `tool_result` blocks as results;
+/// - a system message (Claude Code ends its requests with one) as a system
+///   turn where it stands, its text only;
+/// - thinking as reasoning with its signature; blocks of tools Anthropic
+///   runs as Messages' own (for an Anthropic model only).
+fn message(
+    m: &Value,
+    referenced: &mut HashSet<String>,
+    notices: &mut Notices,
+) -> Result<Option<Turn>, String> {
+    let role = m["role"].as_str().ok_or("`role` is required")?;
+    let role = match role {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "system" => Role::System,
+        other => {
+            return Err(format!(
+                "role {other:?} is neither user, assistant nor system"
+            ));
+        }
+    };
+    let blocks: Vec<Value> = match &m["content"] {
+        Value::String(s) => vec![json!({"type": "text", "text": s})],
+        Value::Array(b) => b.clone(),
+        _ => return Err("`content` must be a string or an array of blocks".into()),
+    };
+    let assistant = role == Role::Assistant;
+    let mut items = Vec::new();
+    for b in &blocks {
+        match b["type"].as_str() {
+            Some("text") => items.push(Item::text(b["text"].as_str().unwrap_or_default())),
+            Some("image") | Some("document") if !assistant => match media_item(b) {
+                Some(item) => items.push(item),
+                None => notices.add(format!(
+                    "a {} whose source is a file id or unknown was left out (send it as base64, text or a URL)",
+                    b["type"].as_str().unwrap_or("block")
+                )),
+            },
+            Some("search_result") => items.push(Item::text(search_result_text(b))),
+            // A tool the model called is loaded from then on.
+            Some("tool_use") if assistant => {
+                if let Some(name) = b["name"].as_str() {
+                    referenced.insert(name.to_owned());
+                }
+                items.push(Item::Call(call_of(b)));
+            }
+            // The gateway's search of deferred tools, as it showed it.
+            Some("server_tool_use")
+                if assistant
+                    && b["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("tool_search_tool")) =>
+            {
+                items.push(Item::Call(call_of(b)));
+            }
+            Some("tool_search_tool_result") if assistant => {
+                let names: Vec<String> = b["content"]["tool_references"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r["tool_name"].as_str().map(str::to_owned))
+                    .collect();
+                let text = match &b["content"]["error_code"] {
+                    Value::String(code) => format!("Error: the search failed ({code})"),
+                    _ => json!({"tools": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>()})
+                        .to_string(),
+                };
+                referenced.extend(names);
+                items.push(Item::Result(CallResult::text(
+                    b["tool_use_id"].as_str().unwrap_or_default(),
+                    text,
+                )));
+            }
+            Some("mcp_tool_use") if assistant && b["server_name"] == SERVER_NAME => {
+                items.push(Item::Call(call_of(b)));
+            }
+            Some("mcp_tool_result") if assistant => {
+                // The gateway's call's result (its media stays out).
+                let (text, _) = tool_result_content(&b["content"], referenced, notices)?;
+                items.push(Item::Result(CallResult {
+                    is_error: b["is_error"] == json!(true),
+                    ..CallResult::text(b["tool_use_id"].as_str().unwrap_or_default(), text)
+                }));
+            }
+            Some("tool_result") if role == Role::User => {
+                let (text, media) = tool_result_content(&b["content"], referenced, notices)?;
+                items.push(Item::Result(CallResult {
+                    media,
+                    is_error: b["is_error"] == json!(true),
+                    ..CallResult::text(b["tool_use_id"].as_str().unwrap_or_default(), text)
+                }));
+            }
+            // The model's own reasoning, with the signature only the model
+            // that made it can read.
+            Some("thinking") => items.push(Item::Reasoning(Reasoning {
+                text: b["thinking"].as_str().unwrap_or_default().to_owned(),
+                opaque: b["signature"].as_str().map(|s| Opaque {
+                    protocol: PROTOCOL,
+                    data: s.to_owned(),
+                }),
+            })),
+            Some("redacted_thinking") => items.push(Item::Reasoning(Reasoning {
+                text: String::new(),
+                opaque: Some(Opaque {
+                    protocol: PROTOCOL,
+                    data: b["data"].as_str().unwrap_or_default().to_owned(),
+                }),
+            })),
+            Some(other) => items.push(Item::Native(Native {
+                protocol: PROTOCOL,
+                what: format!("`{other}` blocks"),
+                value: b.clone(),
+            })),
+            None => {}
+        }
+    }
+    if role == Role::System {
+        // Text only; an empty one (an effort statement) says nothing.
+        if !items.iter().all(|i| matches!(i, Item::Text { .. })) {
+            notices.add("media in a system message is not carried and was left out");
+        }
+        let text: String = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        if text.is_empty() {
+            return Ok(None);
+        }
+        items = vec![Item::text(text)];
+    }
+    if items.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Turn::decoded(
+        role,
+        items,
+        PROTOCOL,
+        Slot::Message,
+        raw(m),
+    )))
+}
+
+/// The text of a string or of an array of text blocks.
+pub fn text_of(v: &Value, what: &str) -> Result<String, String> {
+    match v {
+        Value::Null => Ok(String::new()),
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(blocks) => Ok(blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n")),
+        _ => Err(format!(
+            "`{what}` must be a string or an array of text blocks"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_decode_into_turns() {
+        let req = json!({
+            "model": "m", "max_tokens": 100, "system": "be brief",
+            "tools": [{"name": "t", "description": "d", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "any"},
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "hm", "signature": "sig"},
+                    {"type": "text", "text": "calling"},
+                    {"type": "tool_use", "id": "tu1", "name": "t", "input": {"a": 1}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "tu1", "content": [{"type": "text", "text": "42"}]},
+                    {"type": "text", "text": "thanks"}]},
+            ],
+            "thinking": {"type": "enabled", "budget_tokens": 50},
+        });
+        let Translated { request, .. } = decode(&req).unwrap();
+        assert_eq!(request.tool_choice, Some(ToolChoice::Required));
+        assert_eq!(request.tools[0].parameters, json!({"type": "object"}));
+        assert_eq!(request.params.max_tokens, Some(100));
+        assert_eq!(request.untyped, ["thinking"]);
+        let turns = request.turns();
+        assert_eq!(turns[0].role, Role::System);
+        assert_eq!(turns[0].raw_for(PROTOCOL).unwrap().slot, Slot::System);
+        assert_eq!(
+            turns[2].items[2],
+            Item::Call(Call::new("tu1", "t", "{\"a\":1}"))
+        );
+        assert!(
+            matches!(&turns[2].items[0], Item::Reasoning(r) if r.opaque.as_ref().unwrap().data == "sig")
+        );
+        assert_eq!(
+            turns[3].items,
+            vec![
+                Item::Result(CallResult::text("tu1", "42")),
+                Item::text("thanks")
+            ]
+        );
+        let bad = json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]});
+        let e = decode(&bad).unwrap_err();
+        assert!(e.message.contains("messages[0]"), "{}", e.message);
+    }
+}
