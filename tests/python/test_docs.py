@@ -45,3 +45,15 @@ def test_the_book_has_every_page_of_docs():
     listed = set(re.findall(r"\]\(([^)]+\.md)\)", summary))
     pages = {p for p in os.listdir(ROOT / "docs") if p.endswith(".md") and p != "SUMMARY.md"}
     assert pages == listed, (pages - listed, listed - pages)
+
+
+def test_the_architecture_is_a_map_of_every_folder():
+    # ARCHITECTURE.md is a map, not a log: short, and naming every folder
+    # of the engine and the server.
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    assert text.count("\n") < 300, "ARCHITECTURE.md is a map: keep it under 300 lines"
+    for crate in ["engine", "server"]:
+        src = ROOT / "gateway" / crate / "src"
+        for entry in sorted(os.listdir(src)):
+            if (src / entry).is_dir():
+                assert f"`{entry}/`" in text, f"ARCHITECTURE.md does not map gateway/{crate}/src/{entry}/"

@@ -476,7 +476,7 @@ pub fn public_data(rel: &str) -> Option<PathBuf> {
 
 /// The static embedding model `make search-model` fetches
 /// (target/models/potion-base-2M), loaded.
-pub fn search_model() -> Option<std::sync::Arc<toolgate_engine::embeddings::Embeddings>> {
+pub fn search_model() -> Option<std::sync::Arc<toolgate_engine::support::embeddings::Embeddings>> {
     let dir = repo_root().join("target/models/potion-base-2M");
     if !dir.join("model.safetensors").exists() {
         missing(&format!(
@@ -486,7 +486,7 @@ pub fn search_model() -> Option<std::sync::Arc<toolgate_engine::embeddings::Embe
         return None;
     }
     Some(
-        toolgate_engine::embeddings::Embeddings::load(&dir)
+        toolgate_engine::support::embeddings::Embeddings::load(&dir)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display())),
     )
 }

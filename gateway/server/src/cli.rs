@@ -14,8 +14,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use toolgate_config::format::json_schemas;
 use toolgate_engine::catalog::Catalog;
 use toolgate_engine::executor::{Executor, ToolCall, http_client};
-use toolgate_engine::tool::context::CallContext;
-use toolgate_engine::tool::native::NativeTool;
+use toolgate_engine::tools::tool::context::CallContext;
+use toolgate_engine::tools::tool::native::NativeTool;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -383,7 +383,7 @@ async fn call_tool(dir: &Path, name: String, args: &str) -> anyhow::Result<ExitC
 async fn mcp_login(dir: &Path, server: &str) -> anyhow::Result<ExitCode> {
     let catalog = load(dir)?;
     let (url, oauth) = catalog.mcp().oauth_of(server).map_err(anyhow::Error::msg)?;
-    let saved = toolgate_engine::tool::mcp::oauth::login(&url, &oauth, |at| {
+    let saved = toolgate_engine::tools::tool::mcp::oauth::login(&url, &oauth, |at| {
         println!("Open this URL to authorize toolgate at `{server}`:\n\n  {at}\n");
         println!("Waiting for the redirect (5 minutes)...");
     })

@@ -76,7 +76,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let catalog = state.catalog();
-    match toolgate_engine::metrics::global() {
+    match toolgate_engine::support::metrics::global() {
         Some(m) => (
             [(
                 header::CONTENT_TYPE,

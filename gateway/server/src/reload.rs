@@ -104,14 +104,14 @@ pub struct Live {
 impl Live {
     /// Version 1: `catalog`.
     pub fn new(catalog: Arc<Catalog>) -> Live {
-        toolgate_engine::metrics::record(|m| {
+        toolgate_engine::support::metrics::record(|m| {
             m.config_version.set(1);
             m.config_last_reload_ok.set(1);
         });
         Live {
             current: ArcSwap::new(catalog),
             version: AtomicU64::new(1),
-            loaded_at: Mutex::new(toolgate_engine::audit::now_rfc3339()),
+            loaded_at: Mutex::new(toolgate_engine::governance::audit::now_rfc3339()),
             last: Mutex::new(None),
             rejected: Mutex::new(Vec::new()),
             changes: tokio::sync::watch::Sender::new(1),
@@ -137,8 +137,8 @@ impl Live {
     fn swap(&self, catalog: Arc<Catalog>) -> u64 {
         self.current.store(catalog);
         let version = self.version.fetch_add(1, Ordering::SeqCst) + 1;
-        *lock(&self.loaded_at) = toolgate_engine::audit::now_rfc3339();
-        toolgate_engine::metrics::record(|m| {
+        *lock(&self.loaded_at) = toolgate_engine::governance::audit::now_rfc3339();
+        toolgate_engine::support::metrics::record(|m| {
             m.config_version.set(i64::try_from(version).unwrap_or(0))
         });
         self.changes.send_replace(version);
@@ -150,11 +150,11 @@ impl Live {
             lock(&self.rejected).clear();
         }
         *lock(&self.last) = Some(Attempt {
-            at: toolgate_engine::audit::now_rfc3339(),
+            at: toolgate_engine::governance::audit::now_rfc3339(),
             trigger,
             outcome: outcome.clone(),
         });
-        toolgate_engine::metrics::record(|m| {
+        toolgate_engine::support::metrics::record(|m| {
             m.reloads.with_label_values(&[outcome.label()]).inc();
             // Unchanged: the files are those of the catalog in service.
             m.config_last_reload_ok

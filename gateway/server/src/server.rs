@@ -30,9 +30,9 @@ mod threads;
 use crate::http::AppState;
 use crate::reload::{self, Live, Loader, Outcome, Reloader, Trigger, WatchHandle};
 use crate::router::Gateway;
-use toolgate_engine::audit::AuditLog;
 use toolgate_engine::catalog::Catalog;
 use toolgate_engine::executor::{Executor, http_client};
+use toolgate_engine::governance::audit::AuditLog;
 
 /// How to run.
 pub struct Options {
@@ -57,7 +57,7 @@ impl std::fmt::Debug for Options {
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(transparent)]
-    Audit(#[from] toolgate_engine::audit::OpenError),
+    Audit(#[from] toolgate_engine::governance::audit::OpenError),
     #[error("cannot watch the configuration folder: {0}")]
     Watch(#[from] notify::Error),
     #[error("cannot handle signals: {0}")]
@@ -140,7 +140,7 @@ async fn prepare(
     let reload_settings = catalog.settings.reload.clone();
     // The console's recent calls are kept when it is on at start.
     let recent = catalog.settings.console.enabled.then(|| {
-        Arc::new(toolgate_engine::audit::Recent::new(
+        Arc::new(toolgate_engine::governance::audit::Recent::new(
             catalog.settings.console.recent_calls,
         ))
     });
@@ -178,11 +178,11 @@ async fn prepare(
 /// The shared state of `state.redis`, not yet connected.
 fn shared_state(
     catalog: &Catalog,
-) -> Result<Option<Arc<toolgate_engine::shared::Redis>>, ServeError> {
+) -> Result<Option<Arc<toolgate_engine::support::shared::Redis>>, ServeError> {
     let (Some(decl), Some(url)) = (&catalog.settings.state.redis, &catalog.redis_url) else {
         return Ok(None);
     };
-    toolgate_engine::shared::Redis::new(url, decl)
+    toolgate_engine::support::shared::Redis::new(url, decl)
         .map(Some)
         .map_err(|e| ServeError::Shared(e.to_string()))
 }
@@ -532,7 +532,7 @@ async fn serve_connections(
                 // At the cap: the oldest connection that has asked nothing
                 // makes room; without one, wait for a place.
                 if waiting.shed_oldest() {
-                    toolgate_engine::metrics::record(|m| m.reject("connection_shed"));
+                    toolgate_engine::support::metrics::record(|m| m.reject("connection_shed"));
                 }
                 tokio::select! {
                     () = stop.cancelled() => break,

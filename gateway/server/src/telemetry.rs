@@ -135,7 +135,7 @@ pub fn init(
         opentelemetry::global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );
-        toolgate_engine::telemetry::set_propagator(inject);
+        toolgate_engine::support::telemetry::set_propagator(inject);
         tracing::info!("exporting traces over OTLP");
     }
     Telemetry { provider }
@@ -215,7 +215,7 @@ impl opentelemetry_http::HttpClient for Export {
 pub fn adopt(span: &tracing::Span, headers: &http::HeaderMap) {
     use opentelemetry::trace::TraceContextExt;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    if !toolgate_engine::telemetry::enabled() || !headers.contains_key("traceparent") {
+    if !toolgate_engine::support::telemetry::enabled() || !headers.contains_key("traceparent") {
         return;
     }
     let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&Headers(headers)));

@@ -195,7 +195,7 @@ fn main() {
 /// its tool's schema, measured in the same run.
 fn policies(dir: &std::path::Path) {
     use toolgate_config::format::{PolicyAction, PolicyDecl};
-    use toolgate_engine::policy::{Caller, Policy, check};
+    use toolgate_engine::governance::policy::{Caller, Policy, check};
     const CALLS: usize = 20_000;
     let catalog = load(dir);
     let tool = catalog.tool("tool_0001").unwrap();
@@ -343,7 +343,8 @@ fn search_surface(dir: &std::path::Path, whole: usize) {
         median(loads).as_secs_f64() * 1e3,
         first.as_secs_f64() * 1e3
     );
-    let bytes = |t: &toolgate_engine::tool::Tool| serde_json::to_vec(&t.to_openai()).unwrap().len();
+    let bytes =
+        |t: &toolgate_engine::tools::tool::Tool| serde_json::to_vec(&t.to_openai()).unwrap().len();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi");
     let mut tasks: Vec<String> = Vec::new();
     for file in ["github-tasks-tuning.yaml", "github-tasks-held-out.yaml"] {
@@ -372,7 +373,7 @@ fn search_surface(dir: &std::path::Path, whole: usize) {
     let median_bytes = sizes[sizes.len() / 2];
     let mut all: Vec<usize> = catalog.tools_in(set, None).map(|t| bytes(&t)).collect();
     all.sort_unstable_by(|a, b| b.cmp(a));
-    let cap = toolgate_engine::discovery::DEFAULT_MAX_IN_PROMPT;
+    let cap = toolgate_engine::tools::discovery::DEFAULT_MAX_IN_PROMPT;
     let worst = bytes(&set.search_tool) + all.iter().take(cap).sum::<usize>();
     println!(
         "  with discovery: search, one search (5 found), {} tasks: median {:>6.1} KiB ({:.1}% of the whole set); at most {cap} found: {:.1} KiB",
@@ -423,9 +424,9 @@ fn search_surface(dir: &std::path::Path, whole: usize) {
 
     // The index's own memory: bytes live after building it, less before.
     let tools: Vec<_> = catalog.tools_in(set, None).collect();
-    let indexed: Vec<toolgate_engine::discovery::Indexed<'_>> = tools
+    let indexed: Vec<toolgate_engine::tools::discovery::Indexed<'_>> = tools
         .iter()
-        .map(|t| toolgate_engine::discovery::Indexed {
+        .map(|t| toolgate_engine::tools::discovery::Indexed {
             name: &t.name,
             description: &t.description,
             category: t.category.as_deref(),
@@ -434,7 +435,7 @@ fn search_surface(dir: &std::path::Path, whole: usize) {
         .collect();
     let held = |model| {
         let before = live_bytes();
-        let ranker = toolgate_engine::discovery::Ranker::new(&indexed, model);
+        let ranker = toolgate_engine::tools::discovery::Ranker::new(&indexed, model);
         let after = live_bytes();
         black_box(ranker);
         after.saturating_sub(before)

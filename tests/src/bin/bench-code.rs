@@ -171,7 +171,7 @@ async fn compare(
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let function = toolgate_engine::code::function_name(tool).unwrap();
+    let function = toolgate_engine::tools::code::function_name(tool).unwrap();
     let arg_text = |r: &str| {
         args(r)
             .as_object()

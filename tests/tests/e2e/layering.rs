@@ -289,28 +289,9 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "gateway/engine/src",
         &[
-            &[
-                "metrics",
-                "secrets",
-                "telemetry",
-                "conversation",
-                "template",
-                "jwt",
-                "embeddings",
-            ],
-            &[
-                "auth", "prompt", "shared", "audit", "guards", "policy", "protocol",
-            ],
-            &["credentials"],
-            &[
-                "limits",
-                "tool",
-                "formatter",
-                "upstream",
-                "conversations",
-                "approvals",
-            ],
-            &["discovery", "code", "sampling"],
+            &["support", "conversation"],
+            &["identity", "model"],
+            &["governance", "tools"],
             &["catalog"],
             &["executor"],
             &["chat"],

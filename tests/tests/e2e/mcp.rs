@@ -16,7 +16,7 @@ use crate::mcp_support::{
 use serde_json::{Value, json};
 use toolgate::context::CallContext;
 use toolgate_engine::executor::{Executor, ToolCall, http_client};
-use toolgate_engine::tool::ToolKind;
+use toolgate_engine::tools::tool::ToolKind;
 use toolgate_tests::{ConfigDir, Gateway, load_catalog};
 
 fn everything_yaml(bin: &str, timeout: &str) -> String {

@@ -373,9 +373,9 @@ fn keys_yaml() -> String {
 defaults:
   tool_set: web
 ",
-        toolgate_engine::auth::digest_hex(ALICE),
-        toolgate_engine::auth::digest_hex(CAROL),
-        toolgate_engine::auth::digest_hex(DAVE),
+        toolgate_engine::identity::auth::digest_hex(ALICE),
+        toolgate_engine::identity::auth::digest_hex(CAROL),
+        toolgate_engine::identity::auth::digest_hex(DAVE),
     )
 }
 
@@ -566,7 +566,7 @@ async fn keys_reload_with_the_configuration() {
             &model,
             &format!(
                 "auth:\n  keys:\n    - name: alice\n      sha256: {}\n",
-                toolgate_engine::auth::digest_hex(ALICE)
+                toolgate_engine::identity::auth::digest_hex(ALICE)
             ),
         ),
     );

@@ -46,8 +46,8 @@ ${EXTRA}
 "#,
         &[
             ("MODEL", &model.base_url()),
-            ("ALICE", &toolgate_engine::auth::digest_hex(ALICE)),
-            ("BOB", &toolgate_engine::auth::digest_hex(BOB)),
+            ("ALICE", &toolgate_engine::identity::auth::digest_hex(ALICE)),
+            ("BOB", &toolgate_engine::identity::auth::digest_hex(BOB)),
             ("PREFIX", &free_port().to_string()),
             ("EXTRA", extra),
         ],

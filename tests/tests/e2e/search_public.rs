@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bm25::{Embedder, EmbedderBuilder, Language, Scorer};
 use serde_json::Value;
-use toolgate_engine::discovery::{Indexed, Ranker};
+use toolgate_engine::tools::discovery::{Indexed, Ranker};
 use toolgate_tests::{json_lines, public_data, search_model};
 
 use super::parser_bfcl::{IRRELEVANCE, SETS};

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use super::{Catalog, Offers, ToolSet};
-use crate::auth::ApiKey;
-use crate::discovery::FIND_TOOLS;
-use crate::tool::Tool;
-use crate::tool::mcp::McpRegistry;
+use crate::identity::auth::ApiKey;
+use crate::tools::discovery::FIND_TOOLS;
+use crate::tools::tool::Tool;
+use crate::tools::tool::mcp::McpRegistry;
 
 /// Where a call is made from.
 #[derive(Debug, Clone, Copy)]
@@ -48,7 +48,7 @@ pub fn offers_uri(
         || registry
             .resource_templates(&|t| resources.admits(t), caller)
             .iter()
-            .any(|t| crate::tool::mcp::extras::template_matches(&t.uri_template, uri))
+            .any(|t| crate::tools::tool::mcp::extras::template_matches(&t.uri_template, uri))
 }
 
 /// `true` when `name` is one of `set`'s tools, usable or not (declared,
@@ -72,7 +72,7 @@ impl Catalog {
     ) -> Result<Arc<Tool>, CallRefused> {
         match scope {
             CallScope::Set(set) => {
-                if name == crate::code::RUN_CODE
+                if name == crate::tools::code::RUN_CODE
                     && set.mode == toolgate_config::format::SetMode::Code
                     && set.tools.iter().all(|t| t != name)
                 {
@@ -82,7 +82,10 @@ impl Catalog {
                     return self
                         .tool_for(name, Some(&set.name), caller)
                         .filter(|_| {
-                            matches!(set.discovery, crate::discovery::Discovery::Search { .. })
+                            matches!(
+                                set.discovery,
+                                crate::tools::discovery::Discovery::Search { .. }
+                            )
                         })
                         .ok_or_else(|| CallRefused::NotInSet {
                             name: name.to_owned(),

@@ -8,9 +8,9 @@ use indexmap::IndexMap;
 use super::http_tools::{PendingHttp, check_env, check_tool};
 use super::upstreams::build_upstreams;
 use super::{Catalog, Unavailable, toolset};
-use crate::template::TemplateSet;
-use crate::tool::http::HttpTool;
-use crate::tool::{Tool, ToolKind, ToolSpec, is_valid_name};
+use crate::support::template::TemplateSet;
+use crate::tools::tool::http::HttpTool;
+use crate::tools::tool::{Tool, ToolKind, ToolSpec, is_valid_name};
 use toolgate_config::diag;
 use toolgate_config::load::Loaded;
 use toolgate_config::{ConfigErrors, Diagnostic, Pos, RawConfig};
@@ -18,7 +18,7 @@ use toolgate_config::{ConfigErrors, Diagnostic, Pos, RawConfig};
 pub(super) fn build(
     raw: RawConfig,
     env: &dyn Fn(&str) -> Option<String>,
-    natives: &[crate::tool::native::NativeTool],
+    natives: &[crate::tools::tool::native::NativeTool],
     mut diags: Vec<Diagnostic>,
 ) -> Result<Catalog, ConfigErrors> {
     let settings = &raw.gateway.value;
@@ -71,7 +71,7 @@ pub(super) fn build(
         &declared,
         !raw.tools_incomplete,
         &|name| tool_names.contains(name),
-        &|entry| crate::tool::mcp::McpRegistry::servers_for(&mcp_specs, entry),
+        &|entry| crate::tools::tool::mcp::McpRegistry::servers_for(&mcp_specs, entry),
         &mut diags,
     );
 
@@ -109,7 +109,7 @@ pub(super) fn build(
         tools.insert(tool.name.clone(), tool);
     }
 
-    let policy_version = crate::policy::version(
+    let policy_version = crate::governance::policy::version(
         &raw.gateway.value.policies,
         raw.gateway.value.approvals.destructive,
     );
@@ -137,8 +137,11 @@ pub(super) fn build(
     // for it instead); the MCP servers' tools join it on the first search
     // after they list them.
     for set in catalog.sets() {
-        if matches!(set.discovery, crate::discovery::Discovery::Search { .. }) {
-            crate::discovery::warm(
+        if matches!(
+            set.discovery,
+            crate::tools::discovery::Discovery::Search { .. }
+        ) {
+            crate::tools::discovery::warm(
                 &set.index,
                 catalog.tools_in(set, None).collect(),
                 catalog.search_model.clone(),
@@ -153,7 +156,7 @@ pub(super) fn build(
 fn compile_policies(
     file: &toolgate_config::load::Loaded<toolgate_config::GatewayFile>,
     diags: &mut Vec<Diagnostic>,
-) -> Vec<crate::policy::Policy> {
+) -> Vec<crate::governance::policy::Policy> {
     let mut names = std::collections::HashSet::new();
     let mut out = Vec::new();
     for (i, decl) in file.value.policies.iter().enumerate() {
@@ -166,7 +169,7 @@ fn compile_policies(
             ));
             continue;
         }
-        match crate::policy::Policy::compile(decl) {
+        match crate::governance::policy::Policy::compile(decl) {
             Ok(p) => out.push(p),
             Err(e) => {
                 let at = match e.at {
@@ -410,9 +413,9 @@ fn check_settings(file: &Loaded<toolgate_config::GatewayFile>, diags: &mut Vec<D
 fn http_annotations(
     decl: &toolgate_config::format::ToolAnnotationsDecl,
     method: toolgate_config::format::Method,
-) -> crate::tool::Annotations {
+) -> crate::tools::tool::Annotations {
     use toolgate_config::format::Method;
-    crate::tool::Annotations {
+    crate::tools::tool::Annotations {
         title: decl.title.clone(),
         read_only_hint: Some(decl.read_only.unwrap_or(method == Method::Get)),
         destructive_hint: Some(decl.destructive.unwrap_or(method == Method::Delete)),

@@ -8,8 +8,8 @@ use indexmap::IndexMap;
 use toolgate_config::format::CredentialsDecl;
 use toolgate_config::{Diagnostic, RawConfig};
 
-use crate::credentials::{Connections, Exchange, OAuthConnection, Seal, seal};
-use crate::secrets::Secret;
+use crate::identity::credentials::{Connections, Exchange, OAuthConnection, Seal, seal};
+use crate::support::secrets::Secret;
 
 /// `connections`, ready to use, when declared and valid.
 pub(super) fn check(
@@ -22,7 +22,7 @@ pub(super) fn check(
     let Some(decl) = file.value.connections.as_ref() else {
         // `forward` needs no connection: the caller's token is sent as is.
         return forwards
-            .then(|| crate::tool::http::client().ok())
+            .then(|| crate::tools::tool::http::client().ok())
             .flatten()
             .map(|http| Arc::new(Connections::forward_only(http)));
     };
@@ -164,7 +164,7 @@ pub(super) fn check(
     let store = raw
         .dir
         .join(decl.store.as_deref().unwrap_or(".toolgate/connections"));
-    let http = crate::tool::http::client().ok()?;
+    let http = crate::tools::tool::http::client().ok()?;
     Some(Arc::new(Connections::new(
         &decl.public_url,
         decl.link_ttl,
@@ -178,7 +178,7 @@ pub(super) fn check(
 
 /// A connection's name goes into URLs and folder names.
 fn check_name(diags: &mut Vec<Diagnostic>, raw: &RawConfig, at: &str, name: &str) {
-    if !crate::tool::is_valid_name(name) {
+    if !crate::tools::tool::is_valid_name(name) {
         diags.push(Diagnostic::error(
             &raw.gateway.file,
             raw.gateway.pos(at),

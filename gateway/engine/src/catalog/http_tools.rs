@@ -7,8 +7,8 @@ use indexmap::IndexMap;
 use reqwest::header::HeaderName;
 use serde_json::Value;
 
-use crate::template::{self, TemplateSet};
-use crate::tool::http::{Body, JsonBody, json_leaf_name};
+use crate::support::template::{self, TemplateSet};
+use crate::tools::tool::http::{Body, JsonBody, json_leaf_name};
 use toolgate_config::Diagnostic;
 use toolgate_config::format::{BodyDecl, EnvNeed, HttpDecl, Method, ToolDecl};
 use toolgate_config::load::{Loaded, RawToolFile};
@@ -67,7 +67,7 @@ pub(super) struct PendingHttp {
     pub(super) reads_caller: bool,
     /// Whose token it sends (its file's `credentials`).
     pub(super) credentials: Option<toolgate_config::format::CredentialsDecl>,
-    pub(super) redirects: Option<crate::tool::http::Redirects>,
+    pub(super) redirects: Option<crate::tools::tool::http::Redirects>,
     /// The parameters schema, compiled once here.
     pub(super) validator: jsonschema::Validator,
 }
@@ -399,7 +399,7 @@ impl ToolCheck<'_> {
             content_type,
         }) = body
             && self.args_templates.contains(template)
-            && !crate::tool::http::is_form(content_type)
+            && !crate::tools::tool::http::is_form(content_type)
         {
             let at = self.at(".http.body.text");
             self.diags.push(Diagnostic::warning(
@@ -414,7 +414,7 @@ impl ToolCheck<'_> {
     }
 
     /// The declared redirects: 1 to 10, to origins only.
-    fn check_redirects(&mut self, http: &HttpDecl) -> Option<crate::tool::http::Redirects> {
+    fn check_redirects(&mut self, http: &HttpDecl) -> Option<crate::tools::tool::http::Redirects> {
         let r = http.redirects.as_ref()?;
         let mut ok = true;
         if !(1..=10).contains(&r.max) {
@@ -441,7 +441,7 @@ impl ToolCheck<'_> {
                 }
             }
         }
-        ok.then_some(crate::tool::http::Redirects {
+        ok.then_some(crate::tools::tool::http::Redirects {
             max: usize::from(r.max),
             origins,
         })
@@ -534,7 +534,7 @@ fn check_variable(var: &str, scope: &Scope<'_>) -> Result<(), (String, String)> 
             "read single variables as `env.NAME`".to_owned(),
         )),
         ("response", _) if scope.response => Ok(()),
-        ("request", _) if crate::template::reads_caller(var) => Ok(()),
+        ("request", _) if crate::support::template::reads_caller(var) => Ok(()),
         ("request", _) => Err((
             format!("the template reads `{var}`, which does not exist"),
             "who calls is `request.key`, `request.project`, `request.subject` or `request.claims.<claim>`".to_owned(),

@@ -11,8 +11,8 @@ use toolgate_config::load::Loaded;
 use toolgate_config::{Diagnostic, GatewayFile};
 
 use super::ToolSet;
-use crate::auth::{ApiKey, ApiKeys, digest, parse_hex_digest};
-use crate::tool::is_valid_name;
+use crate::identity::auth::{ApiKey, ApiKeys, digest, parse_hex_digest};
+use crate::tools::tool::is_valid_name;
 
 /// Validates `auth.keys`, collecting every error with its position.
 /// `default_set` is the gateway's default tool set, if any.
@@ -124,7 +124,7 @@ pub(crate) fn check(
             decl.limits.max_concurrent_streams,
         );
         for (j, p) in decl.projects.iter().enumerate() {
-            if !crate::tool::context::is_valid_project(p) {
+            if !crate::tools::tool::context::is_valid_project(p) {
                 err(
                     diags,
                     &format!(".projects[{j}]"),
@@ -186,7 +186,7 @@ fn jwt_verifier(
     dir: &std::path::Path,
     decl: &toolgate_config::format::JwtDecl,
     diags: &mut Vec<Diagnostic>,
-) -> Option<crate::jwt::JwtVerifier> {
+) -> Option<crate::identity::jwt::JwtVerifier> {
     let at = |p: &str| file.pos(&format!("auth.jwt{p}"));
     let mut err = |p: &str, msg: String, hint: &str| {
         diags.push(Diagnostic::error(&file.file, at(p), msg, hint));
@@ -231,8 +231,8 @@ fn jwt_verifier(
                     return None;
                 }
             };
-            match crate::jwt::parse_jwks(&text) {
-                Ok(jwks) => Some(crate::jwt::JwtVerifier::with_keys(
+            match crate::identity::jwt::parse_jwks(&text) {
+                Ok(jwks) => Some(crate::identity::jwt::JwtVerifier::with_keys(
                     issuer, audience, claim, jwks,
                 )),
                 Err(e) => {
@@ -260,8 +260,8 @@ fn jwt_verifier(
                 );
                 return None;
             }
-            match crate::tool::http::client() {
-                Ok(http) => Some(crate::jwt::JwtVerifier::with_url(
+            match crate::tools::tool::http::client() {
+                Ok(http) => Some(crate::identity::jwt::JwtVerifier::with_url(
                     issuer,
                     audience,
                     claim,

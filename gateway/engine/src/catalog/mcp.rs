@@ -13,13 +13,13 @@ use indexmap::IndexMap;
 use reqwest::header::{HeaderName, HeaderValue};
 
 use super::ToolSet;
-use crate::template::{self, TemplateSet};
-use crate::tool::mcp::spec::{
+use crate::support::template::{self, TemplateSet};
+use crate::tools::tool::mcp::spec::{
     HttpSpec, OAuthSpec, PerRequestHeaders, RESERVED_HEADERS, StdioSpec, ToolFilter, Transport,
     is_glob,
 };
-use crate::tool::mcp::{Expected, McpRegistry, ServerSpec};
-use crate::tool::{Tool, is_valid_name};
+use crate::tools::tool::mcp::{Expected, McpRegistry, ServerSpec};
+use crate::tools::tool::{Tool, is_valid_name};
 use toolgate_config::format::{McpServerDecl, McpTransport};
 use toolgate_config::load::{Loaded, RawToolFile};
 use toolgate_config::{Diagnostic, RawConfig};
@@ -257,7 +257,7 @@ impl ServerCheck<'_> {
             }
         };
         for var in vars {
-            if per_request && crate::template::reads_caller(&var) {
+            if per_request && crate::support::template::reads_caller(&var) {
                 reads_request = true;
                 continue;
             }
@@ -744,7 +744,7 @@ pub(super) fn check_servers(
     raw: &RawConfig,
     env: &dyn Fn(&str) -> Option<String>,
     reserved: &HashMap<String, String>,
-    upstreams: &crate::upstream::Upstreams,
+    upstreams: &crate::model::upstream::Upstreams,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<ServerSpec> {
     let mut checker = McpChecker::default();
@@ -783,7 +783,7 @@ fn check_sampling(
     file: &Loaded<RawToolFile>,
     index: usize,
     decl: &McpServerDecl,
-    upstreams: &crate::upstream::Upstreams,
+    upstreams: &crate::model::upstream::Upstreams,
     diags: &mut Vec<Diagnostic>,
 ) {
     let Some(sampling) = &decl.sampling else {

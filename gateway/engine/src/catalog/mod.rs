@@ -26,13 +26,13 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use crate::tool::Tool;
-use crate::tool::mcp::{Gap, McpRegistry};
-use crate::tool::native::NativeTool;
-use crate::upstream::Upstreams;
+use crate::model::upstream::Upstreams;
+use crate::tools::tool::Tool;
+use crate::tools::tool::mcp::{Gap, McpRegistry};
+use crate::tools::tool::native::NativeTool;
 use toolgate_config::{ConfigErrors, Diagnostic, GatewayFile};
 
-pub use crate::secrets::Secret;
+pub use crate::support::secrets::Secret;
 pub use access::{CallRefused, CallScope, offers_uri};
 pub use browsers::{BrowserRefusal, BrowserRequest, BrowserRules};
 pub use toolset::{McpPattern, Offers, ToolSet};
@@ -55,7 +55,7 @@ pub struct Catalog {
     /// The declared MCP servers and the tools they currently offer.
     mcp: McpRegistry,
     /// The API keys (`auth.keys`); empty when the API is open.
-    keys: crate::auth::ApiKeys,
+    keys: crate::identity::auth::ApiKeys,
     /// The secret of `mcp.session_secret_env`, if one is named.
     pub mcp_session_secret: Option<Secret>,
     /// The URL of `state.redis` (it may hold a password).
@@ -63,14 +63,14 @@ pub struct Catalog {
     /// What the HTTP endpoints accept from web browsers (`http`).
     pub browsers: BrowserRules,
     /// The rules every call is checked against (`policies`), in order.
-    pub policies: Vec<crate::policy::Policy>,
+    pub policies: Vec<crate::governance::policy::Policy>,
     /// A digest of `policies` and `approvals.destructive`, which binds
     /// approvals to the rules they were given under.
     pub policy_version: String,
     /// Users' upstream accounts and token exchanges (`connections`).
-    pub connections: Option<Arc<crate::credentials::Connections>>,
+    pub connections: Option<Arc<crate::identity::credentials::Connections>>,
     /// The embedding model tool search ranks with (`search.model`).
-    pub search_model: Option<Arc<crate::embeddings::Embeddings>>,
+    pub search_model: Option<Arc<crate::support::embeddings::Embeddings>>,
 }
 
 /// A declared tool that cannot be used, and why.
@@ -178,7 +178,7 @@ impl Catalog {
         set: Option<&str>,
         caller: Option<&str>,
     ) -> Option<Arc<Tool>> {
-        if name == crate::discovery::FIND_TOOLS
+        if name == crate::tools::discovery::FIND_TOOLS
             && let Some(set) = set.and_then(|s| self.sets.get(s))
         {
             return Some(Arc::clone(&set.search_tool));
@@ -186,7 +186,7 @@ impl Catalog {
         // Any set's program tool (a request may ask for code mode); the
         // MCP face and the tool API offer it only where the set's mode is
         // code (`callable`).
-        if name == crate::code::RUN_CODE
+        if name == crate::tools::code::RUN_CODE
             && let Some(set) = set.and_then(|s| self.sets.get(s))
             && set.tools.iter().all(|t| t != name)
         {
@@ -240,7 +240,7 @@ impl Catalog {
     }
 
     /// The API keys; none configured means the API is open.
-    pub fn keys(&self) -> &crate::auth::ApiKeys {
+    pub fn keys(&self) -> &crate::identity::auth::ApiKeys {
         &self.keys
     }
 
@@ -254,7 +254,7 @@ impl Catalog {
     pub fn usable_set(
         &self,
         name: &str,
-        key: Option<&crate::auth::ApiKey>,
+        key: Option<&crate::identity::auth::ApiKey>,
     ) -> Result<&ToolSet, SetError> {
         let may_use = |set: &str| key.is_none_or(|k| k.may_use(set));
         let Some(set) = self.set(name) else {

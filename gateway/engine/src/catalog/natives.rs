@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::tool::native::NativeTool;
-use crate::tool::{Tool, ToolKind, ToolSpec, is_valid_name};
+use crate::tools::tool::native::NativeTool;
+use crate::tools::tool::{Tool, ToolKind, ToolSpec, is_valid_name};
 use toolgate_config::load::Loaded;
 use toolgate_config::{Diagnostic, GatewayFile, Pos};
 
@@ -82,7 +82,7 @@ pub(super) fn register(
             timeout: native.timeout,
             cache_ttl: native.cache_ttl.filter(|_| native.read_only),
             // `#[tool(read_only)]` is all a function says of itself.
-            annotations: crate::tool::Annotations {
+            annotations: crate::tools::tool::Annotations {
                 read_only_hint: Some(native.read_only),
                 ..Default::default()
             },

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{Catalog, ToolSet};
-use crate::discovery::{DEFAULT_RESULTS, MAX_RESULTS, RESULT_DESCRIPTION_CHARS};
-use crate::tool::{Tool, ToolError};
+use crate::tools::discovery::{DEFAULT_RESULTS, MAX_RESULTS, RESULT_DESCRIPTION_CHARS};
+use crate::tools::tool::{Tool, ToolError};
 
 impl Catalog {
     /// The tools of `set` that best match `query` for `caller`, best first.
@@ -53,7 +53,7 @@ impl Catalog {
                 // In code mode the model calls it from a program: its
                 // signature says how.
                 if set.mode == toolgate_config::format::SetMode::Code
-                    && let Some(stub) = crate::code::stub(t)
+                    && let Some(stub) = crate::tools::code::stub(t)
                 {
                     found["function"] = json!(stub);
                 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use toolgate_config::load::Loaded;
 use toolgate_config::{Diagnostic, GatewayFile};
 
-use crate::secrets::Secret;
+use crate::support::secrets::Secret;
 
 /// Checks the `limits`, `reload` and `shutdown` settings.
 pub(crate) fn check_limits(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
@@ -139,10 +139,10 @@ pub(crate) fn check_console(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnost
 pub(crate) fn search_model(
     raw: &toolgate_config::RawConfig,
     diags: &mut Vec<Diagnostic>,
-) -> Option<std::sync::Arc<crate::embeddings::Embeddings>> {
+) -> Option<std::sync::Arc<crate::support::embeddings::Embeddings>> {
     let file = &raw.gateway;
     let dir = raw.dir.join(file.value.search.model.as_ref()?);
-    match crate::embeddings::Embeddings::load(&dir) {
+    match crate::support::embeddings::Embeddings::load(&dir) {
         Ok(model) => Some(model),
         Err(e) => {
             // Files named as from the configuration folder.

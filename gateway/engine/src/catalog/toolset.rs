@@ -8,8 +8,8 @@ use indexmap::{IndexMap, IndexSet};
 
 use std::sync::Arc;
 
-use crate::discovery::{self, Discovery, SearchIndex};
-use crate::tool::{Tool, is_valid_name};
+use crate::tools::discovery::{self, Discovery, SearchIndex};
+use crate::tools::tool::{Tool, is_valid_name};
 use toolgate_config::format::SetMode;
 use toolgate_config::load::Loaded;
 use toolgate_config::{Diagnostic, Pos, ToolSetFile};
@@ -334,7 +334,7 @@ fn tool_set(
         && usable_tools
             .iter()
             .chain(&unusable)
-            .any(|t| t == crate::code::RUN_CODE)
+            .any(|t| t == crate::tools::code::RUN_CODE)
     {
         diags.push(Diagnostic::error(
             &file.file,
@@ -342,7 +342,7 @@ fn tool_set(
             format!(
                 "tool set `{}` is in code mode and has a tool named `{}`, the name of its program tool",
                 file.value.name,
-                crate::code::RUN_CODE
+                crate::tools::code::RUN_CODE
             ),
             "rename that tool, or remove `mode: code`",
         ));
@@ -377,7 +377,7 @@ fn tool_set(
                 return None;
             }
         };
-    let code_tool = match crate::code::run_code_tool(&file.value.name) {
+    let code_tool = match crate::tools::code::run_code_tool(&file.value.name) {
         Ok(t) => Arc::new(t),
         Err(e) => {
             diags.push(Diagnostic::error(

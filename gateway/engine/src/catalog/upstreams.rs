@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::tool::is_valid_name;
-use crate::upstream::{Timeouts, Upstream, Upstreams};
+use crate::model::upstream::{Timeouts, Upstream, Upstreams};
+use crate::tools::tool::is_valid_name;
 use toolgate_config::load::Loaded;
 use toolgate_config::{Diagnostic, Pos};
 
@@ -209,7 +209,7 @@ fn add_route(
         None => None,
         Some(path) => match std::fs::read_to_string(dir.join(path))
             .map_err(|e| format!("cannot read {path}: {e}"))
-            .and_then(crate::prompt::PromptTemplate::new)
+            .and_then(crate::model::prompt::PromptTemplate::new)
         {
             Ok(t) => Some(Arc::new(t)),
             Err(e) => {

@@ -9,8 +9,8 @@ pub use crate::conversation::FinishReason;
 use crate::conversation::{Call, Native, Notices, Usage};
 pub use crate::executor::CallProgress;
 use crate::executor::ToolResult;
-use crate::tool::ToolError;
-use crate::upstream::UpstreamError;
+use crate::model::upstream::UpstreamError;
+use crate::tools::tool::ToolError;
 
 /// One step of a streamed loop, in order. After [`Event::Done`] or
 /// [`Event::Failed`] nothing follows.

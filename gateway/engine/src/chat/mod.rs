@@ -5,6 +5,7 @@
 
 mod events;
 mod plan;
+pub mod stored;
 mod subagent;
 mod tool_loop;
 

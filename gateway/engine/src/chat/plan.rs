@@ -5,17 +5,17 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::auth::ApiKey;
 use crate::catalog::{Catalog, SetError};
 use crate::conversation::{Request, RequestError, ToolDef};
-use crate::discovery::{Discovery, FIND_TOOLS};
 use crate::executor::Executor;
-use crate::formatter::Learned;
-use crate::limits::Guards;
-use crate::protocol::OfferedTools;
-use crate::tool::Tool;
-use crate::tool::context::CallContext;
-use crate::upstream::{Resolved, Upstream};
+use crate::governance::limits::Guards;
+use crate::identity::auth::ApiKey;
+use crate::model::formatter::Learned;
+use crate::model::protocol::OfferedTools;
+use crate::model::upstream::{Resolved, Upstream};
+use crate::tools::discovery::{Discovery, FIND_TOOLS};
+use crate::tools::tool::Tool;
+use crate::tools::tool::context::CallContext;
 
 /// The tool-set name that turns gateway tools off for one request.
 pub const NO_TOOL_SET: &str = "none";
@@ -146,7 +146,7 @@ pub fn plan(
     // Tool mode: the set's tools, then the client's, with no name twice.
     // A set that searches offers `find_tools` (and, later, what it
     // found); every tool of the set may be called.
-    let gateway: Vec<Arc<crate::tool::Tool>> = set
+    let gateway: Vec<Arc<crate::tools::tool::Tool>> = set
         .map(|s| catalog.tools_in(s, context.subject.as_deref()).collect())
         .unwrap_or_default();
     let mut gateway_tools: HashSet<String> = gateway.iter().map(|t| t.name.clone()).collect();
@@ -172,7 +172,7 @@ pub fn plan(
         gateway_tools.insert(FIND_TOOLS.to_owned());
     }
     if code {
-        gateway_tools.insert(crate::code::RUN_CODE.to_owned());
+        gateway_tools.insert(crate::tools::code::RUN_CODE.to_owned());
     }
     let deferred = request.deferred.take();
     let deferred_names = deferred.iter().flat_map(|d| {
@@ -195,7 +195,7 @@ pub fn plan(
         return Err(PlanError::ManyChoices);
     }
     let mut tools: Vec<ToolDef> = match (&search, set) {
-        (_, Some(s)) if code => std::iter::once(crate::code::offer(&gateway, code_searches))
+        (_, Some(s)) if code => std::iter::once(crate::tools::code::offer(&gateway, code_searches))
             .chain(code_searches.then(|| s.search_tool.spec()))
             .collect(),
         (Some(_), _) => Vec::new(),
@@ -250,11 +250,11 @@ pub struct Loop {
     /// Formatter choices learned in `auto` mode.
     pub learned: Arc<Learned>,
     /// The request's context, injected into native tool calls.
-    pub context: crate::tool::context::CallContext,
+    pub context: crate::tools::tool::context::CallContext,
     /// The caps and buckets sub-agents are counted against.
-    pub guards: Arc<crate::limits::Guards>,
+    pub guards: Arc<crate::governance::limits::Guards>,
     /// The caller's key, whose limits sub-agents count against.
-    pub key: Option<Arc<crate::auth::ApiKey>>,
+    pub key: Option<Arc<crate::identity::auth::ApiKey>>,
 }
 
 /// A set's tool search, as a loop offers it: `find_tools` first, then the

@@ -17,7 +17,7 @@ use super::FinishReason;
 use super::plan::Loop;
 use super::{Answer, ChatError};
 use crate::conversation::{Item, Role, ToolDef, Turn};
-use crate::tool::ToolError;
+use crate::tools::tool::ToolError;
 
 /// The name of the builtin the loop runs itself.
 pub const SPAWN: &str = "spawn";
@@ -89,21 +89,25 @@ where
 
 /// A sub-agent's place: one request of the key's per-minute budget, and a
 /// place under the loop caps (held while it runs).
-async fn take_place(parent: &Loop) -> Result<crate::limits::Permit, String> {
+async fn take_place(parent: &Loop) -> Result<crate::governance::limits::Permit, String> {
     if let Some(key) = &parent.key
         && let Some(per_minute) = key.requests_per_minute
         && let Err(refused) = parent
             .guards
             .rates
-            .check(&key.name, crate::limits::Rate::Requests, per_minute)
+            .check(
+                &key.name,
+                crate::governance::limits::Rate::Requests,
+                per_minute,
+            )
             .await
     {
         return Err(match refused {
-            crate::limits::Refused::Limited(_) => format!(
+            crate::governance::limits::Refused::Limited(_) => format!(
                 "not started: API key `{}` may make {per_minute} requests per minute, and each sub-agent is one",
                 key.name
             ),
-            crate::limits::Refused::Unavailable => {
+            crate::governance::limits::Refused::Unavailable => {
                 "not started: the rate limit cannot be checked (the shared state is unavailable)"
                     .to_owned()
             }
@@ -136,7 +140,7 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
         resolved: parent.resolved.clone(),
         request: parent.request.derived(turns),
         tool_set: parent.tool_set.clone(),
-        tools: crate::protocol::OfferedTools::new(tools),
+        tools: crate::model::protocol::OfferedTools::new(tools),
         gateway_tools,
         search: parent.search.clone(),
         deferred: None,

@@ -4,7 +4,7 @@
 //! A face decodes its request into a [`Request`]: the conversation so far
 //! as [`Turn`]s of typed [`Item`]s (text, media, the model's calls, tools'
 //! results, reasoning), the client's tools, its tool choice and sampling
-//! [`Params`]. A model protocol (`crate::protocol`) encodes it for an
+//! [`Params`]. A model protocol (`crate::model::protocol`) encodes it for an
 //! upstream and decodes the model's answer back into items; the face
 //! encodes the loop's answer in its own shape.
 //!

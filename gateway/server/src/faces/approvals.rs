@@ -1,7 +1,7 @@
 //! The approvals API: `GET /v1/approvals`, `GET /v1/approvals/{id}` and
 //! `POST /v1/approvals/{id}` (`{"decision": "approve"|"refuse",
 //! "reason": ...}`), for calls held until a person decides
-//! ([`toolgate_engine::approvals`]). The console's approvals page decides
+//! ([`toolgate_engine::governance::approvals`]). The console's approvals page decides
 //! through [`decide`] too.
 //!
 //! Who may: a key with `approver: true` sees and decides every request;
@@ -17,7 +17,7 @@ use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolgate_engine::approvals::{DecideError, Request};
+use toolgate_engine::governance::approvals::{DecideError, Request};
 
 use crate::http::{ApiError, AppState, Caller};
 
@@ -106,7 +106,7 @@ pub fn decide(
     reason: Option<String>,
 ) -> Result<Request, ApiError> {
     if !is_approver(caller) {
-        toolgate_engine::metrics::record(|m| m.reject("forbidden"));
+        toolgate_engine::support::metrics::record(|m| m.reject("forbidden"));
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "not_an_approver",

@@ -14,11 +14,11 @@ use serde_json::{Map, Value, json};
 use toolgate_engine::chat::{self, Answer, Event, Loop, Passthrough, Plan, Summary};
 pub use toolgate_engine::conversation::Notices;
 use toolgate_engine::conversation::Request;
-use toolgate_engine::limits::Permit;
+use toolgate_engine::governance::limits::Permit;
 
 use crate::http::{ApiError, AppState, Caller};
 use toolgate_engine::catalog::Catalog;
-use toolgate_engine::tool::context::CallContext;
+use toolgate_engine::tools::tool::context::CallContext;
 
 /// The header naming the project (or workspace) a request works for; it
 /// reaches native tools through their context, never the model.
@@ -41,7 +41,7 @@ pub fn call_context(headers: &HeaderMap, caller: &Caller) -> Result<CallContext,
     // A key with projects is pinned to them.
     let project = match &caller.key {
         Some(key) => key.project(project).map_err(|message| {
-            toolgate_engine::metrics::record(|m| m.reject("forbidden"));
+            toolgate_engine::support::metrics::record(|m| m.reject("forbidden"));
             ApiError::new(StatusCode::FORBIDDEN, "project_not_allowed", message)
         })?,
         None => project,
@@ -249,8 +249,8 @@ pub fn in_request_span(
 }
 
 /// 503 with `Retry-After` for a request over a concurrency cap.
-fn overloaded(full: toolgate_engine::limits::Full) -> ApiError {
-    toolgate_engine::metrics::record(|m| m.reject(full.code));
+fn overloaded(full: toolgate_engine::governance::limits::Full) -> ApiError {
+    toolgate_engine::support::metrics::record(|m| m.reject(full.code));
     let mut err = ApiError::new(
         axum::http::StatusCode::SERVICE_UNAVAILABLE,
         full.code,

@@ -21,7 +21,7 @@ use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_config::format::ConsoleAccess;
-use toolgate_engine::credentials::{ConnectError, Connections};
+use toolgate_engine::identity::credentials::{ConnectError, Connections};
 
 use crate::http::{ApiError, AppState, Caller};
 

@@ -14,8 +14,8 @@ use super::common::call_context;
 use crate::http::{ApiError, AppState, Caller};
 use toolgate_engine::catalog::{CallRefused, CallScope, Catalog};
 use toolgate_engine::executor::ToolCall;
-use toolgate_engine::tool::ToolError;
-use toolgate_engine::tool::context::CallContext;
+use toolgate_engine::tools::tool::ToolError;
+use toolgate_engine::tools::tool::context::CallContext;
 
 #[derive(Debug, Deserialize)]
 pub struct ToolsQuery {
@@ -83,7 +83,7 @@ pub async fn list_tools(
     })))
 }
 
-fn describe_tool(tool: &toolgate_engine::tool::Tool) -> Value {
+fn describe_tool(tool: &toolgate_engine::tools::tool::Tool) -> Value {
     let mut v = tool.to_openai();
     if let Some(obj) = v.as_object_mut() {
         obj.insert(
@@ -94,7 +94,7 @@ fn describe_tool(tool: &toolgate_engine::tool::Tool) -> Value {
                 "cached": tool.cache.is_some(),
             }),
         );
-        if let toolgate_engine::tool::ToolKind::Mcp(mcp) = &tool.kind
+        if let toolgate_engine::tools::tool::ToolKind::Mcp(mcp) = &tool.kind
             && let Some(ext) = obj.get_mut("toolgate").and_then(Value::as_object_mut)
         {
             ext.insert(
@@ -196,7 +196,7 @@ pub fn check_tool(catalog: &Catalog, caller: &Caller, name: &str) -> Result<(), 
         Err(refused) => {
             let (status, code) = match &refused {
                 CallRefused::Forbidden { .. } | CallRefused::NotInSet { .. } => {
-                    toolgate_engine::metrics::record(|m| m.reject("forbidden"));
+                    toolgate_engine::support::metrics::record(|m| m.reject("forbidden"));
                     (StatusCode::FORBIDDEN, "tool_not_allowed")
                 }
                 CallRefused::Unavailable { .. } => {
@@ -246,7 +246,7 @@ fn error_for(e: &ToolError) -> ApiError {
     match e {
         ToolError::InvalidArguments(details) => err.with_details(json!(details)),
         ToolError::RateLimited(wait) => {
-            err.retry_after = Some(toolgate_engine::limits::retry_after_secs(*wait));
+            err.retry_after = Some(toolgate_engine::governance::limits::retry_after_secs(*wait));
             err
         }
         _ => err,

@@ -137,14 +137,14 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<toolgate_engine::upstream::UpstreamError> for ApiError {
+impl From<toolgate_engine::model::upstream::UpstreamError> for ApiError {
     /// Upstream failures, with truthful statuses: the client's own mistakes
     /// (400, 404, 422) keep their status; the gateway's credentials being
     /// refused (401, 403) is a bad gateway; 429 stays 429 with
     /// `Retry-After`; other upstream errors are 502 (503 stays 503); a
     /// timeout is 504.
-    fn from(e: toolgate_engine::upstream::UpstreamError) -> Self {
-        use toolgate_engine::upstream::UpstreamError as U;
+    fn from(e: toolgate_engine::model::upstream::UpstreamError) -> Self {
+        use toolgate_engine::model::upstream::UpstreamError as U;
         let code = e.code();
         let message = e.to_string();
         let status = match &e {
@@ -205,7 +205,7 @@ impl From<toolgate_engine::catalog::SetError> for ApiError {
         match e {
             SetError::Unknown { .. } => ApiError::not_found("unknown_tool_set", message),
             SetError::Forbidden { .. } => {
-                toolgate_engine::metrics::record(|m| m.reject("forbidden"));
+                toolgate_engine::support::metrics::record(|m| m.reject("forbidden"));
                 ApiError::new(StatusCode::FORBIDDEN, "tool_set_not_allowed", message)
             }
         }

@@ -22,9 +22,9 @@ use axum::response::Response;
 use tracing::Instrument;
 
 use super::{ApiError, AppState, ErrorShape};
-use toolgate_engine::auth::{self, ApiKey};
-use toolgate_engine::limits::{Rate, Refused, retry_after_secs};
-use toolgate_engine::tool::context::new_request_id;
+use toolgate_engine::governance::limits::{Rate, Refused, retry_after_secs};
+use toolgate_engine::identity::auth::{self, ApiKey};
+use toolgate_engine::tools::tool::context::new_request_id;
 
 /// The request id header, read from clients and sent upstream and to HTTP
 /// tools.
@@ -43,7 +43,7 @@ pub struct Caller {
     pub key: Option<Arc<ApiKey>>,
     /// The verified bearer token (JWT) the caller came with, if any: its
     /// subject and claims.
-    pub token: Option<Arc<toolgate_engine::jwt::Verified>>,
+    pub token: Option<Arc<toolgate_engine::identity::jwt::Verified>>,
 }
 
 impl Caller {
@@ -76,7 +76,7 @@ impl Caller {
     }
 
     /// The token itself, if the caller came with one.
-    pub fn bearer(&self) -> Option<toolgate_engine::tool::context::BearerToken> {
+    pub fn bearer(&self) -> Option<toolgate_engine::tools::tool::context::BearerToken> {
         self.token.as_ref().map(|t| t.token.clone())
     }
 
@@ -179,7 +179,7 @@ impl Observed {
             );
         }
         let route = self.route.as_str();
-        toolgate_engine::metrics::record(|m| {
+        toolgate_engine::support::metrics::record(|m| {
             m.http_requests
                 .with_label_values(&[route, self.method, resp.status().as_str()])
                 .inc();
@@ -321,7 +321,7 @@ pub async fn identify(
             Some(key) => key,
             None => match keys
                 .jwt()
-                .filter(|_| toolgate_engine::jwt::JwtVerifier::looks_like_jwt(token))
+                .filter(|_| toolgate_engine::identity::jwt::JwtVerifier::looks_like_jwt(token))
             {
                 // A token of the OAuth authorization server acts as the key
                 // its claim names.
@@ -388,7 +388,7 @@ pub async fn spend_request(state: &AppState, key: &ApiKey) -> Result<(), ApiErro
     {
         let mut err = match refused {
             Refused::Limited(wait) => {
-                toolgate_engine::metrics::record(|m| m.reject("rate_limited"));
+                toolgate_engine::support::metrics::record(|m| m.reject("rate_limited"));
                 tracing::info!(key = %key.name, "request rate limit reached");
                 let mut err = ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
@@ -402,7 +402,7 @@ pub async fn spend_request(state: &AppState, key: &ApiKey) -> Result<(), ApiErro
                 err
             }
             Refused::Unavailable => {
-                toolgate_engine::metrics::record(|m| m.reject("shared_state_unavailable"));
+                toolgate_engine::support::metrics::record(|m| m.reject("shared_state_unavailable"));
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "shared_state_unavailable",
@@ -458,7 +458,7 @@ fn refuse_what_pages_send(
         probe: is_probe(path),
     };
     if let Err(refused) = catalog.browsers.check(&request) {
-        toolgate_engine::metrics::record(|m| m.reject("browser_refused"));
+        toolgate_engine::support::metrics::record(|m| m.reject("browser_refused"));
         tracing::warn!(origin = ?request.origin, host = ?request.host, "refused: {refused}");
         let code = match refused {
             BrowserRefusal::Origin(_) => "origin_not_allowed",
@@ -473,7 +473,7 @@ fn refuse_what_pages_send(
     }
     let has_body = matches!(req.method, Method::POST | Method::PUT | Method::PATCH);
     if has_body && !path.starts_with("/console/ui/") && !is_json(header(CONTENT_TYPE)) {
-        toolgate_engine::metrics::record(|m| m.reject("not_json"));
+        toolgate_engine::support::metrics::record(|m| m.reject("not_json"));
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
@@ -514,7 +514,7 @@ fn unauthorized(
     code: &'static str,
     message: &str,
 ) -> Response {
-    toolgate_engine::metrics::record(|m| m.reject("unauthorized"));
+    toolgate_engine::support::metrics::record(|m| m.reject("unauthorized"));
     let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, code, message)
         .into_shaped((paths.error_shape)(req.uri.path()));
     let path = req.uri.path();
@@ -597,7 +597,7 @@ where
     }
     match tokio::time::timeout(timeout, read).await {
         Err(_) => {
-            toolgate_engine::metrics::record(|m| m.reject("body_timeout"));
+            toolgate_engine::support::metrics::record(|m| m.reject("body_timeout"));
             Err(ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "request_timeout",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::reload::Live;
 use toolgate_engine::catalog::Catalog;
 use toolgate_engine::executor::Executor;
-use toolgate_engine::limits::Guards;
+use toolgate_engine::governance::limits::Guards;
 
 /// What every handler shares. Every layer and handler of every request
 /// takes a clone: one reference count.
@@ -20,7 +20,7 @@ pub struct Shared {
     live: Arc<Live>,
     pub executor: Executor,
     /// Formatters learned in `auto` mode; outlives catalog reloads.
-    pub learned: Arc<toolgate_engine::formatter::Learned>,
+    pub learned: Arc<toolgate_engine::model::formatter::Learned>,
     /// Caps on concurrent loops and streams, per-key rate limits.
     pub guards: Arc<Guards>,
     /// Cancelled when the gateway begins to stop: ends MCP sessions and
@@ -31,9 +31,9 @@ pub struct Shared {
     /// (`shutdown.drain_delay`).
     pub draining: Draining,
     /// The shared state (`state.redis`), when configured.
-    pub shared: Option<Arc<toolgate_engine::shared::Redis>>,
+    pub shared: Option<Arc<toolgate_engine::support::shared::Redis>>,
     /// Responses kept for `previous_response_id` and `GET /v1/responses/{id}`.
-    pub conversations: toolgate_engine::conversations::Conversations,
+    pub conversations: toolgate_engine::chat::stored::Conversations,
 }
 
 impl std::ops::Deref for AppState {
@@ -60,9 +60,9 @@ impl AppState {
     pub fn with_shared(
         live: Arc<Live>,
         executor: Executor,
-        shared: Option<Arc<toolgate_engine::shared::Redis>>,
+        shared: Option<Arc<toolgate_engine::support::shared::Redis>>,
     ) -> Self {
-        use toolgate_engine::formatter::Learned;
+        use toolgate_engine::model::formatter::Learned;
         let (guards, learned) = match &shared {
             Some(redis) => (
                 Guards::shared(Arc::clone(redis)),
@@ -84,7 +84,7 @@ impl AppState {
             guards,
             stopping: tokio_util::sync::CancellationToken::new(),
             draining: Draining::default(),
-            conversations: toolgate_engine::conversations::Conversations::default()
+            conversations: toolgate_engine::chat::stored::Conversations::default()
                 .with_shared(shared.clone()),
             shared,
         }))

@@ -5,7 +5,7 @@ use axum::response::sse::Event as SseEvent;
 use serde_json::{Value, json};
 use toolgate_engine::chat::{Answer, ChatError, Event, FinishReason, Summary};
 use toolgate_engine::conversation::{Protocol, Usage};
-use toolgate_engine::protocol::openai_chat::call_json;
+use toolgate_engine::model::protocol::openai_chat::call_json;
 
 use super::super::common;
 

@@ -14,7 +14,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use toolgate_engine::chat::{self, Plan};
 use toolgate_engine::conversation::Notices;
-use toolgate_engine::limits::Permit;
+use toolgate_engine::governance::limits::Permit;
 
 use super::common::{self, Admitted};
 use crate::http::{ApiError, AppState, Caller, body_error};
@@ -43,7 +43,7 @@ pub async fn completions(
             request,
         } => {
             let body = request.proxy_body(body, &model);
-            let span = toolgate_engine::upstream::chat_span(&upstream, &model);
+            let span = toolgate_engine::model::upstream::chat_span(&upstream, &model);
             return proxy(&upstream, body, &caller.request_id, places.stream)
                 .instrument(span)
                 .await;
@@ -69,7 +69,7 @@ pub async fn completions(
 /// stream stays a stream). `guard` (a stream's place under the cap) is
 /// held until the body ends.
 async fn proxy(
-    upstream: &toolgate_engine::upstream::Upstream,
+    upstream: &toolgate_engine::model::upstream::Upstream,
     body: Bytes,
     request_id: &str,
     guard: Option<Permit>,

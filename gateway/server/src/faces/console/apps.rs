@@ -25,9 +25,9 @@ use axum::response::{Html, IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_engine::catalog::Catalog;
-use toolgate_engine::tool::context::CallContext;
-use toolgate_engine::tool::mcp::Asked;
-use toolgate_engine::tool::{Tool, ToolKind};
+use toolgate_engine::tools::tool::context::CallContext;
+use toolgate_engine::tools::tool::mcp::Asked;
+use toolgate_engine::tools::tool::{Tool, ToolKind};
 
 use super::console_access;
 use crate::http::{ApiError, AppState, Caller};

@@ -239,7 +239,7 @@ fn console_access(
     if let Some(key) = &caller.key {
         return match key.console {
             ConsoleAccess::None => {
-                toolgate_engine::metrics::record(|m| m.reject("forbidden"));
+                toolgate_engine::support::metrics::record(|m| m.reject("forbidden"));
                 Err(ApiError::new(
                     StatusCode::FORBIDDEN,
                     "console_not_allowed",

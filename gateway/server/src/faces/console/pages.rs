@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use toolgate_engine::tool::{Tool, ToolKind};
+use toolgate_engine::tools::tool::{Tool, ToolKind};
 
 use super::{console_access, form, fragment, render};
 use crate::http::{ApiError, AppState, Caller};
@@ -293,7 +293,7 @@ pub async fn try_tool(
         None => String::new(),
     };
     let details = match &result.error {
-        Some(toolgate_engine::tool::ToolError::InvalidArguments(errors)) => json!(errors),
+        Some(toolgate_engine::tools::tool::ToolError::InvalidArguments(errors)) => json!(errors),
         _ => json!([]),
     };
     let html = render(
@@ -336,12 +336,13 @@ pub async fn activity(
 ) -> Result<Response, ApiError> {
     let access = console_access(&state, &caller, &headers)?;
     let own = caller.key_name();
-    let visible = |e: &toolgate_engine::audit::AuditEntry| access.operator || e.key == own;
+    let visible =
+        |e: &toolgate_engine::governance::audit::AuditEntry| access.operator || e.key == own;
     let recent = state.executor.recent();
     let kept = recent.is_some();
     let (calls, tools) = match recent {
         Some(recent) => {
-            let wanted = |e: &toolgate_engine::audit::AuditEntry| {
+            let wanted = |e: &toolgate_engine::governance::audit::AuditEntry| {
                 visible(e)
                     && (query.tool.is_empty() || e.tool == query.tool)
                     && match query.outcome.as_str() {

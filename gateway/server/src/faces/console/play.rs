@@ -302,7 +302,7 @@ mod tests {
     use toolgate_engine::chat::{CallFunction, FinishReason, Report};
     use toolgate_engine::conversation::Call;
     use toolgate_engine::executor::CallProgress;
-    use toolgate_engine::tool::{Progress, ToolError};
+    use toolgate_engine::tools::tool::{Progress, ToolError};
 
     fn record(id: &str, success: bool) -> CallRecord {
         CallRecord {

@@ -33,12 +33,12 @@ use toolgate::ClientLink;
 use toolgate_config::format::Discovery;
 use toolgate_config::format::SetMode;
 use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, Offers, ToolSet};
-use toolgate_engine::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::executor::{ToolCall, ToolResult};
-use toolgate_engine::tool::context::CallContext;
-use toolgate_engine::tool::mcp::relay::{HandBack, Handed, LogSink, Relay};
-use toolgate_engine::tool::mcp::{Asked, McpRegistry};
-use toolgate_engine::tool::{Progress, ToolError};
+use toolgate_engine::tools::discovery::{self as search, FIND_TOOLS};
+use toolgate_engine::tools::tool::context::CallContext;
+use toolgate_engine::tools::tool::mcp::relay::{HandBack, Handed, LogSink, Relay};
+use toolgate_engine::tools::tool::mcp::{Asked, McpRegistry};
+use toolgate_engine::tools::tool::{Progress, ToolError};
 
 /// Who a request state or task id is handed to: the API key's name and
 /// the caller's subject.
@@ -329,7 +329,8 @@ impl ToolSetServer {
             let searching = matches!(set.discovery, search::Discovery::Search { .. });
             let tools: Vec<_> = catalog.tools_in(set, who).collect();
             let mut run = wire::tool(&set.code_tool).map_err(unlisted)?;
-            run.description = Some(toolgate_engine::code::description(&tools, searching).into());
+            run.description =
+                Some(toolgate_engine::tools::code::description(&tools, searching).into());
             let mut listed = vec![run];
             if searching {
                 listed.push(wire::tool(&set.search_tool).map_err(unlisted)?);
@@ -391,7 +392,7 @@ impl ToolSetServer {
     ) -> Result<R, McpError>
     where
         F: FnMut(Option<(String, String)>) -> Fut,
-        Fut: std::future::Future<Output = Result<R, toolgate_engine::tool::mcp::AskError>>,
+        Fut: std::future::Future<Output = Result<R, toolgate_engine::tools::tool::mcp::AskError>>,
     {
         let catalog = self.state.catalog();
         self.state
@@ -729,7 +730,7 @@ fn unwrap_call_tool(args: &serde_json::Map<String, Value>) -> Result<(String, Va
         (Some(name), None) => Ok((name.to_owned(), Value::Object(Default::default()))),
         (Some(name), Some(a)) if a.is_object() => Ok((name.to_owned(), a.clone())),
         _ => Err(ToolResult::failure(
-            ToolError::InvalidArguments(vec![toolgate_engine::tool::ArgError {
+            ToolError::InvalidArguments(vec![toolgate_engine::tools::tool::ArgError {
                 path: "/".into(),
                 rule: "call_tool".into(),
                 message: "call_tool takes `name` (a tool find_tools returned) and `arguments` (an object)".into(),

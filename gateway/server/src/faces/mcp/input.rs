@@ -34,7 +34,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde::{Deserialize, Serialize};
-use toolgate_engine::tool::mcp::relay::{HandBack, Questions, Resume};
+use toolgate_engine::tools::tool::mcp::relay::{HandBack, Questions, Resume};
 
 /// How long a client has to answer a server's questions.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(30 * 60);

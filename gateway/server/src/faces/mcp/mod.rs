@@ -280,7 +280,7 @@ pub async fn serve_stdio(
         state,
         Target {
             set,
-            context: toolgate_engine::tool::context::CallContext::new()
+            context: toolgate_engine::tools::tool::context::CallContext::new()
                 .with_request_id(caller.request_id.clone()),
             caller,
             discovery,

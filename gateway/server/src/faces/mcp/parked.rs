@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use toolgate_engine::executor::ToolResult;
-use toolgate_engine::tool::mcp::relay::{HandBack, Relay, Reply};
+use toolgate_engine::tools::tool::mcp::relay::{HandBack, Relay, Reply};
 
 /// How long a parked call waits for the client's answer.
 pub const PARKED_FOR: Duration = Duration::from_secs(10 * 60);
@@ -165,7 +165,7 @@ impl Running {
         tokio::select! {
             result = &mut self.run => Now::Done(result.unwrap_or_else(|e| {
                 ToolResult::failure(
-                    toolgate_engine::tool::ToolError::Panicked(e.to_string()),
+                    toolgate_engine::tools::tool::ToolError::Panicked(e.to_string()),
                     std::time::Instant::now(),
                 )
             })),
@@ -274,7 +274,7 @@ mod tests {
             .await;
         let told = answer.await.unwrap_or(Value::Null);
         let mut result = ToolResult::failure(
-            toolgate_engine::tool::ToolError::Failed(String::new()),
+            toolgate_engine::tools::tool::ToolError::Failed(String::new()),
             std::time::Instant::now(),
         );
         result.error = None;

@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use toolgate_engine::shared::Redis;
+use toolgate_engine::support::shared::Redis;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -150,7 +150,7 @@ impl Closed {
         if let Some(redis) = &self.shared
             && redis.mark(CLOSED_MARK, id, CLOSED_FOR).await.is_err()
         {
-            toolgate_engine::shared::fell_back("mcp_session", "local");
+            toolgate_engine::support::shared::fell_back("mcp_session", "local");
         }
     }
 
@@ -164,7 +164,7 @@ impl Closed {
         match redis.marked(CLOSED_MARK, id).await {
             Ok(closed) => closed,
             Err(_) => {
-                toolgate_engine::shared::fell_back("mcp_session", "local");
+                toolgate_engine::support::shared::fell_back("mcp_session", "local");
                 false
             }
         }

@@ -17,7 +17,7 @@ use rmcp::model::{CallToolResult, Tool as McpTool};
 use serde_json::{Value, json};
 
 use toolgate_engine::executor::ToolResult;
-use toolgate_engine::tool::{Tool, ToolError, ToolKind};
+use toolgate_engine::tools::tool::{Tool, ToolError, ToolKind};
 
 /// `tool` as an entry of `tools/list`.
 pub fn tool(tool: &Tool) -> Result<McpTool, serde_json::Error> {
@@ -171,7 +171,7 @@ fn error_text(error: &ToolError) -> String {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use toolgate_engine::tool::ArgError;
+    use toolgate_engine::tools::tool::ArgError;
 
     fn ok(data: Value, mcp_result: Option<Value>) -> ToolResult {
         let mut r =

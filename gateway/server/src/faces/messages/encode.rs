@@ -76,9 +76,10 @@ impl Shown {
             return mcp_tool_result(record);
         }
         let content = if record.success {
-            let references: Vec<Value> = toolgate_engine::discovery::found_names(&record.result)
-                .map(|n| json!({"type": "tool_reference", "tool_name": n}))
-                .collect();
+            let references: Vec<Value> =
+                toolgate_engine::tools::discovery::found_names(&record.result)
+                    .map(|n| json!({"type": "tool_reference", "tool_name": n}))
+                    .collect();
             json!({"type": "tool_search_tool_search_result", "tool_references": references})
         } else {
             json!({"type": "tool_search_tool_result_error", "error_code": "invalid_tool_input"})

@@ -15,7 +15,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolgate_engine::conversation::{Notices, Protocol};
-use toolgate_engine::protocol::{self, Outgoing, Tools};
+use toolgate_engine::model::protocol::{self, Outgoing, Tools};
 
 use super::common;
 use crate::http::{ApiError, AppState, Caller, ErrorShape, body_error};

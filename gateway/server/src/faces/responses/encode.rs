@@ -2,9 +2,9 @@
 //! request asks), and its events as Responses stream events.
 
 use serde_json::{Map, Value, json};
+use toolgate_engine::chat::stored::{Conversations, Stored};
 use toolgate_engine::chat::{Answer, CallRecord, ChatError, Event, FinishReason, Summary};
 use toolgate_engine::conversation::{Call, Item, Role, Turn, Usage};
-use toolgate_engine::conversations::{Conversations, Stored};
 
 use super::super::common;
 use super::decode::{Offered, TOOL_SEARCH};
@@ -236,7 +236,7 @@ impl Skeleton {
             return vec![mcp_call(c, "completed")];
         }
         let arguments: Value = serde_json::from_str(&c.function.arguments).unwrap_or(json!({}));
-        let tools: Vec<Value> = toolgate_engine::discovery::found_names(&c.result)
+        let tools: Vec<Value> = toolgate_engine::tools::discovery::found_names(&c.result)
             .filter_map(|n| self.offered.deferred.get(n).cloned())
             .collect();
         let status = if c.success { "completed" } else { "incomplete" };

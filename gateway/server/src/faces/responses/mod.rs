@@ -13,7 +13,7 @@
 //! client sees what ran and never mistakes them for calls it must make;
 //! client tools end the turn as `function_call` items (with their
 //! `namespace` when they were offered in one). A response is kept unless
-//! `store: false` (`toolgate_engine::conversations`, per API key), and
+//! `store: false` (`toolgate_engine::chat::stored`, per API key), and
 //! `previous_response_id` continues its conversation.
 
 mod decode;
@@ -34,7 +34,7 @@ use base64::Engine as _;
 use decode::Offered;
 use encode::{Echo, Keep, Skeleton, StreamEncoder, item_id, usage};
 use toolgate_engine::chat::NO_TOOL_SET;
-use toolgate_engine::conversations::{Conversations, Stored};
+use toolgate_engine::chat::stored::{Conversations, Stored};
 
 pub async fn responses(
     State(state): State<AppState>,
@@ -285,7 +285,7 @@ async fn websocket_session(
     use axum::extract::ws::Message;
     let local = Conversations::new(
         CONNECTION_KEEPS_BYTES,
-        toolgate_engine::conversations::DEFAULT_TTL,
+        toolgate_engine::chat::stored::DEFAULT_TTL,
     );
     // A connection that says nothing for this long is closed.
     let idle = std::time::Duration::from_secs(600);

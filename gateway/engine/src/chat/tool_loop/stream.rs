@@ -1,0 +1,179 @@
+//! A loop as a stream of events: each model call's stream decoded as it
+//! comes (text and reasoning passed on at once, calls assembled), the
+//! tools' progress reported while they run, one event per finished call.
+
+use eventsource_stream::Eventsource;
+use futures::{Stream, StreamExt};
+use toolgate_toolcall::{StreamEvent, StreamParser};
+
+use super::{Mode, Next, PARSE, PROGRESS_BACKLOG, Run, Said};
+use crate::chat::events::Event;
+use crate::conversation::Call;
+use crate::executor::CallProgress;
+use crate::model::protocol::{Assembly, Delta, StreamDecoder};
+use crate::model::upstream::Reply;
+
+impl Run {
+    pub(super) fn stream(mut self, first: Reply) -> impl Stream<Item = Event> + Send {
+        async_stream::stream! {
+            let mut pending = Some(first);
+            let mut iteration = 1;
+            let protocol = self.l.resolved.upstream.protocol;
+            loop {
+                self.iterations = iteration;
+                let next = match pending.take() {
+                    Some(r) => Ok(r),
+                    None => self.call(iteration, true).await,
+                };
+                let resp = match next {
+                    Ok(r) => r,
+                    Err(e) => {
+                        yield Event::Failed(e);
+                        return;
+                    }
+                };
+                let mut parser = match &self.mode {
+                    Mode::Structured { offered, .. } => Some(StreamParser::with_options(offered.clone(), PARSE)),
+                    Mode::FunctionCalling { .. } => None,
+                };
+                let mut parsed = Said::default();
+                let mut assembly = Assembly::default();
+                let mut decoder = StreamDecoder::new(protocol);
+                let limit = self.limits().max_upstream_response_bytes;
+                let max_calls = self.limits().max_tool_calls_per_turn;
+                let mut events = Box::pin(self.l.resolved.upstream.body_stream(resp, limit).eventsource());
+                let mut done = false;
+                while let Some(ev) = events.next().await {
+                    let ev = match ev {
+                        Ok(ev) => ev,
+                        // Over the byte cap or past the deadline.
+                        Err(eventsource_stream::EventStreamError::Transport(e)) => {
+                            yield Event::Failed(e.into());
+                            return;
+                        }
+                        Err(e) => {
+                            yield Event::Failed(self.invalid(format!("the stream broke: {e}")));
+                            return;
+                        }
+                    };
+                    let step = match decoder.event(&ev.event, &ev.data) {
+                        Ok(step) => step,
+                        Err(e) => {
+                            yield Event::Failed(self.invalid(e));
+                            return;
+                        }
+                    };
+                    for delta in step.deltas {
+                        match (&delta, &mut parser) {
+                            (Delta::Text(t), Some(p)) => {
+                                for e in apply_events(p.push(t), &mut parsed) {
+                                    yield e;
+                                }
+                            }
+                            (Delta::Text(t), None) => yield Event::Content(t.clone()),
+                            (Delta::Reasoning(t), None) => yield Event::Reasoning(t.clone()),
+                            _ => {}
+                        }
+                        if let Err(e) = assembly.push(delta, max_calls) {
+                            yield Event::Failed(self.invalid(e));
+                            return;
+                        }
+                    }
+                    if step.done {
+                        done = true;
+                        break;
+                    }
+                }
+                // The answer is read: its connection can go back to the
+                // pool before the tools run.
+                drop(events);
+                if !done && !decoder.complete() {
+                    yield Event::Failed(self.invalid("the stream ended before the answer was complete".into()));
+                    return;
+                }
+                let said = match parser.take() {
+                    Some(p) => {
+                        for e in apply_events(p.finish(), &mut parsed) {
+                            yield e;
+                        }
+                        self.count_usage(&assembly.usage);
+                        Said { finish: assembly.finish, ..parsed }
+                    }
+                    None => self.said(assembly),
+                };
+                if let Err(e) = self.check_call_count(said.calls.len()) {
+                    yield Event::Failed(e);
+                    return;
+                }
+                let (next, finish) = self.decide(&said, iteration);
+                match next {
+                    Next::Run(calls) => {
+                        for c in &calls {
+                            yield Event::ToolCallStarted(c.clone());
+                        }
+                        let before = self.calls.len();
+                        // The tools' progress reports go out as they come.
+                        let (tx, mut rx) = tokio::sync::mpsc::channel::<CallProgress>(PROGRESS_BACKLOG);
+                        {
+                            let running = self.run_calls(&said, &calls, iteration, Some(&tx));
+                            tokio::pin!(running);
+                            loop {
+                                let report = tokio::select! {
+                                    biased;
+                                    Some(p) = rx.recv() => Some(p),
+                                    () = &mut running => None,
+                                };
+                                match report {
+                                    Some(p) => yield Event::ToolProgress(Box::new(p)),
+                                    None => break,
+                                }
+                            }
+                        }
+                        while let Ok(p) = rx.try_recv() {
+                            yield Event::ToolProgress(Box::new(p));
+                        }
+                        for record in &self.calls[before..] {
+                            yield Event::ToolCallDone(Box::new(record.clone()));
+                        }
+                        iteration += 1;
+                        continue;
+                    }
+                    Next::LastCall => {
+                        self.last_call = true;
+                        iteration += 1;
+                        continue;
+                    }
+                    Next::ClientCalls(calls) => yield Event::ClientCalls(calls),
+                    Next::Answer => {
+                        if let Some(text) = self.budget_text(&said) {
+                            yield Event::Content(text);
+                        }
+                    }
+                }
+                yield Event::Done(Box::new(self.finish(finish)));
+                return;
+            }
+        }
+    }
+}
+
+/// Folds parser events into what the turn said; returns the events to
+/// send.
+fn apply_events(events: Vec<StreamEvent>, said: &mut Said) -> Vec<Event> {
+    let mut out = Vec::new();
+    for e in events {
+        match e {
+            StreamEvent::Content(t) if !t.is_empty() => {
+                said.content.get_or_insert_with(String::new).push_str(&t);
+                out.push(Event::Content(t));
+            }
+            StreamEvent::Reasoning(t) if !t.is_empty() => {
+                said.reasoning.get_or_insert_with(String::new).push_str(&t);
+                out.push(Event::Reasoning(t));
+            }
+            StreamEvent::Call(c) => said.calls.push(Call::from_parsed(c)),
+            _ => {}
+        }
+    }
+    out
+}

@@ -1,0 +1,132 @@
+//! A call's outcome as a result: its data cut to the output cap with a
+//! visible marker, secrets scrubbed, its time.
+
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::catalog::Catalog;
+use crate::tools::tool::{Output, ToolError};
+
+use super::{Executor, ToolResult, elapsed_ms};
+
+impl Executor {
+    /// The result of an outcome: output capped, duration measured. Public
+    /// for tools run outside the executor (sub-agents).
+    pub fn finish(
+        &self,
+        tool: &str,
+        outcome: Result<Value, ToolError>,
+        catalog: &Catalog,
+        started: Instant,
+    ) -> ToolResult {
+        self.finish_output(tool, outcome.map(Output::from), catalog, started)
+    }
+
+    /// The result of `tool`'s outcome: output capped, guards applied,
+    /// duration measured.
+    pub(super) fn finish_output(
+        &self,
+        tool: &str,
+        outcome: Result<Output, ToolError>,
+        catalog: &Catalog,
+        started: Instant,
+    ) -> ToolResult {
+        match outcome {
+            Ok(Output {
+                data,
+                mut mcp_result,
+            }) => {
+                let (mut data, truncated) =
+                    cap_output(data, catalog.settings.defaults.max_output_chars);
+                let notes = match crate::governance::guards::check_result(
+                    &catalog.settings.guards,
+                    tool,
+                    &mut data,
+                    &mut mcp_result,
+                ) {
+                    Ok(notes) => notes,
+                    Err(e) => return ToolResult::failure(e, started),
+                };
+                ToolResult {
+                    success: true,
+                    data: Some(data),
+                    error: None,
+                    duration_ms: elapsed_ms(started),
+                    skipped: false,
+                    cached: false,
+                    truncated,
+                    mcp_result,
+                    notes,
+                }
+            }
+            Err(e) => ToolResult::failure(e, started),
+        }
+    }
+}
+
+/// The length of a value's JSON text, without building it.
+pub(super) fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
+/// Cuts output longer than `max` characters. Strings are cut in place;
+/// other values become their JSON text, cut.
+pub(super) fn cap_output(data: Value, max: usize) -> (Value, bool) {
+    match data {
+        Value::String(s) if s.chars().count() > max => (Value::String(cut(&s, max)), true),
+        Value::String(s) => (Value::String(s), false),
+        other => {
+            let text = other.to_string();
+            if text.chars().count() > max {
+                (Value::String(cut(&text, max)), true)
+            } else {
+                (other, false)
+            }
+        }
+    }
+}
+
+pub(super) fn cut(s: &str, max: usize) -> String {
+    let end = s.char_indices().nth(max).map_or(s.len(), |(i, _)| i);
+    let rest = s[end..].chars().count();
+    format!("{}\n[output truncated: {rest} more characters]", &s[..end])
+}
+
+pub(super) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn output_is_cut_with_a_marker() {
+        let (v, t) = cap_output(json!("héllo world"), 5);
+        assert!(t);
+        assert_eq!(v, json!("héllo\n[output truncated: 6 more characters]"));
+        let (v, t) = cap_output(json!({"a": 1}), 100);
+        assert!(!t);
+        assert_eq!(v, json!({"a": 1}));
+    }
+}

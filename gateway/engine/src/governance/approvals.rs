@@ -1,0 +1,492 @@
+//! Approvals: calls held until a person decides.
+//!
+//! A call that needs one (a policy with `action: approve`, or a
+//! destructive tool under `approvals.destructive`) asks [`Approvals::ask`]:
+//! an approval already given for the same [`Binding`] (caller's key and
+//! subject, tool, digest of the arguments, version of the policies) lets it
+//! run once;
+//! otherwise it joins the open request for that binding or opens one, and
+//! waits for a decision up to `approvals.wait`. A person with an
+//! `approver` key decides through `/v1/approvals` or the console
+//! ([`Approvals::decide`]). A request stays open `approvals.valid_for`:
+//! approved after its call stopped waiting, it lets the same call run once
+//! when the model makes it again. Changed arguments, another caller or
+//! changed policies are another binding, and ask again.
+//!
+//! Bounded: at most `approvals.max_pending` requests wait at once, and
+//! decided ones are forgotten when they expire (or, beyond four times that
+//! many, oldest first). In memory, per process: a restart forgets them.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::watch;
+use toolgate_config::format::ApprovalsDecl;
+
+/// What an approval is for: one call, by one caller, under one set of
+/// policies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Binding {
+    /// The caller's API key (its name), if any.
+    pub key: Option<String>,
+    /// Who calls (a token's `sub`, else the key's name): people sharing a
+    /// key do not share approvals.
+    pub subject: Option<String>,
+    pub project: Option<String>,
+    pub tool: String,
+    /// SHA-256 of the call's arguments (canonical JSON, after the
+    /// gateway's normalisation): any changed argument is another call.
+    pub arguments_sha256: String,
+    /// The version of the policies ([`crate::governance::policy::version`]).
+    pub policy_version: String,
+}
+
+/// Where a request for approval stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    /// Waiting for a decision.
+    Pending,
+    /// Approved; the call has not run yet.
+    Approved { by: String },
+    /// Refused: the call does not run.
+    Refused { by: String, reason: Option<String> },
+    /// Approved, and the call ran.
+    Used { by: String },
+}
+
+/// A request for approval, as an approver sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Request {
+    pub id: String,
+    #[serde(flatten)]
+    pub binding: Binding,
+    /// The arguments as the audit log shows them (secret properties
+    /// redacted), for the approver to read; absent under a `redact` policy
+    /// or `audit.arguments: digest|none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+    /// Why the call needs an approval (the policy, or the tool's
+    /// destructive hint).
+    pub why: String,
+    /// When it was asked (RFC 3339).
+    pub requested_at: String,
+    /// Seconds until it is forgotten.
+    pub expires_in_s: u64,
+    #[serde(flatten)]
+    pub status: Status,
+}
+
+struct Entry {
+    request: Request,
+    expires: Instant,
+    tx: watch::Sender<Status>,
+}
+
+/// What a call that needs an approval does now.
+#[derive(Debug)]
+pub enum Ask {
+    /// An approval was given for this very call: run it.
+    Run { by: String },
+    /// Wait for the decision on request `id`.
+    Wait {
+        id: String,
+        decision: watch::Receiver<Status>,
+    },
+}
+
+/// Why a decision cannot be taken.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecideError {
+    #[error("no request for approval `{0}` (unknown, or expired)")]
+    Unknown(String),
+    #[error("request for approval `{id}` is already decided ({status})")]
+    Decided { id: String, status: &'static str },
+}
+
+/// How a held call ends.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Run {
+        by: String,
+    },
+    /// The reason the model reads.
+    Refused(String),
+    /// No decision in time; the model reads this.
+    NotYet(String),
+}
+
+/// The requests for approval of one gateway process.
+#[derive(Default)]
+pub struct Approvals {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl std::fmt::Debug for Approvals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Approvals").finish_non_exhaustive()
+    }
+}
+
+fn status_name(status: &Status) -> &'static str {
+    match status {
+        Status::Pending => "pending",
+        Status::Approved { .. } => "approved",
+        Status::Refused { .. } => "refused",
+        Status::Used { .. } => "used",
+    }
+}
+
+impl Approvals {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A call bound to `binding` needs an approval: run it on one given,
+    /// else wait for one. `Err` with the reason the model reads when it was
+    /// refused, or when too many calls wait already.
+    pub fn ask(
+        &self,
+        binding: Binding,
+        arguments: Option<Value>,
+        why: String,
+        settings: &ApprovalsDecl,
+    ) -> Result<Ask, String> {
+        let now = Instant::now();
+        let mut entries = self.lock();
+        entries.retain(|_, e| e.expires > now);
+        let same = entries
+            .values_mut()
+            .filter(|e| e.request.binding == binding)
+            .max_by_key(|e| e.expires);
+        if let Some(entry) = same {
+            match entry.request.status.clone() {
+                Status::Approved { by } => {
+                    entry.request.status = Status::Used { by: by.clone() };
+                    entry.tx.send_replace(entry.request.status.clone());
+                    return Ok(Ask::Run { by });
+                }
+                Status::Pending => {
+                    return Ok(Ask::Wait {
+                        id: entry.request.id.clone(),
+                        decision: entry.tx.subscribe(),
+                    });
+                }
+                Status::Refused { by, reason } => return Err(refusal(&by, reason.as_deref())),
+                // Used: this call needs an approval of its own.
+                Status::Used { .. } => {}
+            }
+        }
+        let pending = entries
+            .values()
+            .filter(|e| e.request.status == Status::Pending)
+            .count();
+        if pending >= settings.max_pending {
+            return Err(format!(
+                "the call needs an approval, and {pending} calls are already waiting for one (approvals.max_pending); it was not run, try again later"
+            ));
+        }
+        // Decided requests beyond the bound go, oldest first.
+        let most = settings.max_pending.saturating_mul(4);
+        while entries.len() >= most {
+            let oldest = entries
+                .values()
+                .filter(|e| e.request.status != Status::Pending)
+                .min_by_key(|e| e.expires)
+                .map(|e| e.request.id.clone());
+            match oldest {
+                Some(id) => entries.remove(&id),
+                None => break,
+            };
+        }
+        let id = format!("apr_{}", uuid::Uuid::new_v4().simple());
+        let (tx, decision) = watch::channel(Status::Pending);
+        let request = Request {
+            id: id.clone(),
+            binding,
+            arguments,
+            why,
+            requested_at: crate::governance::audit::now_rfc3339(),
+            expires_in_s: 0,
+            status: Status::Pending,
+        };
+        tracing::info!(approval = %id, tool = %request.binding.tool, key = ?request.binding.key, "a call waits for approval");
+        entries.insert(
+            id.clone(),
+            Entry {
+                request,
+                expires: now + settings.valid_for,
+                tx,
+            },
+        );
+        crate::support::metrics::record(|m| m.approval("requested"));
+        Ok(Ask::Wait { id, decision })
+    }
+
+    /// Waits up to `wait` for the decision on `id`.
+    pub async fn wait(
+        &self,
+        id: &str,
+        mut decision: watch::Receiver<Status>,
+        wait: Duration,
+    ) -> Outcome {
+        // The borrow `wait_for` gives is dropped at once: `take` writes to
+        // the same channel.
+        let decided = tokio::time::timeout(wait, decision.wait_for(|s| *s != Status::Pending))
+            .await
+            .map(|r| r.map(drop));
+        match decided {
+            Err(_) => Outcome::NotYet(format!(
+                "this call needs a person's approval and none came within {}; it was not run. Request `{id}` stays open: once it is approved, make the same call again (same arguments) and it runs",
+                humantime_serde::re::humantime::format_duration(wait)
+            )),
+            Ok(Err(_)) => Outcome::Refused(format!(
+                "the request for approval `{id}` expired before a decision; the call was not run"
+            )),
+            Ok(Ok(_)) => self.take(id),
+        }
+    }
+
+    /// The decision on `id`, taken by this call: an approval is used once.
+    fn take(&self, id: &str) -> Outcome {
+        let mut entries = self.lock();
+        let Some(entry) = entries.get_mut(id) else {
+            return Outcome::Refused(format!(
+                "the request for approval `{id}` expired before a decision; the call was not run"
+            ));
+        };
+        match entry.request.status.clone() {
+            Status::Approved { by } => {
+                entry.request.status = Status::Used { by: by.clone() };
+                entry.tx.send_replace(entry.request.status.clone());
+                Outcome::Run { by }
+            }
+            Status::Refused { by, reason } => Outcome::Refused(refusal(&by, reason.as_deref())),
+            Status::Used { .. } => Outcome::Refused(format!(
+                "the approval `{id}` was used by an identical call that ran first; this one was not run (make it again to ask for another approval)"
+            )),
+            Status::Pending => Outcome::NotYet(format!(
+                "request for approval `{id}` is still pending; the call was not run"
+            )),
+        }
+    }
+
+    /// Approves (or refuses) request `id` on behalf of `by`.
+    pub fn decide(
+        &self,
+        id: &str,
+        approve: bool,
+        by: &str,
+        reason: Option<String>,
+    ) -> Result<Request, DecideError> {
+        let now = Instant::now();
+        let mut entries = self.lock();
+        entries.retain(|_, e| e.expires > now);
+        let entry = entries
+            .get_mut(id)
+            .ok_or_else(|| DecideError::Unknown(id.to_owned()))?;
+        if entry.request.status != Status::Pending {
+            return Err(DecideError::Decided {
+                id: id.to_owned(),
+                status: status_name(&entry.request.status),
+            });
+        }
+        entry.request.status = if approve {
+            Status::Approved { by: by.to_owned() }
+        } else {
+            Status::Refused {
+                by: by.to_owned(),
+                reason,
+            }
+        };
+        entry.tx.send_replace(entry.request.status.clone());
+        tracing::info!(approval = %id, by, approve, "a request for approval is decided");
+        crate::support::metrics::record(|m| {
+            m.approval(if approve { "approved" } else { "refused" })
+        });
+        Ok(view(entry, now))
+    }
+
+    /// Every open request, newest first.
+    pub fn list(&self) -> Vec<Request> {
+        let now = Instant::now();
+        let mut entries = self.lock();
+        entries.retain(|_, e| e.expires > now);
+        let mut out: Vec<Request> = entries.values().map(|e| view(e, now)).collect();
+        out.sort_by(|a, b| {
+            b.requested_at
+                .cmp(&a.requested_at)
+                .then_with(|| a.expires_in_s.cmp(&b.expires_in_s))
+        });
+        out
+    }
+
+    /// Request `id`, if open.
+    pub fn get(&self, id: &str) -> Option<Request> {
+        let now = Instant::now();
+        self.lock()
+            .get(id)
+            .filter(|e| e.expires > now)
+            .map(|e| view(e, now))
+    }
+}
+
+fn view(entry: &Entry, now: Instant) -> Request {
+    let mut request = entry.request.clone();
+    request.expires_in_s = entry.expires.saturating_duration_since(now).as_secs();
+    request
+}
+
+fn refusal(by: &str, reason: Option<&str>) -> String {
+    match reason {
+        Some(reason) if !reason.trim().is_empty() => {
+            format!("refused by approver `{by}`: {reason}")
+        }
+        _ => format!("refused by approver `{by}`"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding(args: &str) -> Binding {
+        Binding {
+            key: Some("alice".into()),
+            subject: Some("alice".into()),
+            project: None,
+            tool: "post_payment".into(),
+            arguments_sha256: args.into(),
+            policy_version: "v1".into(),
+        }
+    }
+
+    fn settings(max_pending: usize) -> ApprovalsDecl {
+        ApprovalsDecl {
+            max_pending,
+            ..ApprovalsDecl::default()
+        }
+    }
+
+    fn wait_of(ask: Ask) -> (String, watch::Receiver<Status>) {
+        match ask {
+            Ask::Wait { id, decision } => (id, decision),
+            Ask::Run { .. } => panic!("expected to wait"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_approved_call_runs_once_and_a_changed_one_asks_again() {
+        let a = Approvals::new();
+        let s = settings(10);
+        let (id, rx) = wait_of(a.ask(binding("d1"), None, "policy".into(), &s).unwrap());
+        let waiting = a.wait(&id, rx, Duration::from_secs(5));
+        let decide = async {
+            tokio::task::yield_now().await;
+            a.decide(&id, true, "bob", None).unwrap();
+        };
+        let (outcome, ()) = tokio::join!(waiting, decide);
+        assert_eq!(outcome, Outcome::Run { by: "bob".into() });
+        assert_eq!(
+            a.get(&id).unwrap().status,
+            Status::Used { by: "bob".into() }
+        );
+        // Used: the same call again needs a new approval.
+        let (again, _) = wait_of(a.ask(binding("d1"), None, "policy".into(), &s).unwrap());
+        assert_ne!(again, id);
+        // Changed arguments: another request.
+        let (other, _) = wait_of(a.ask(binding("d2"), None, "policy".into(), &s).unwrap());
+        assert_ne!(other, again);
+        assert_eq!(
+            a.decide(&id, true, "bob", None).unwrap_err(),
+            DecideError::Decided {
+                id: id.clone(),
+                status: "used"
+            }
+        );
+        assert!(matches!(
+            a.decide("apr_nope", true, "bob", None),
+            Err(DecideError::Unknown(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn an_approval_after_the_wait_lets_the_same_call_run_later() {
+        let a = Approvals::new();
+        let s = settings(10);
+        let (id, rx) = wait_of(a.ask(binding("d1"), None, "policy".into(), &s).unwrap());
+        let outcome = a.wait(&id, rx, Duration::from_millis(10)).await;
+        assert!(
+            matches!(outcome, Outcome::NotYet(ref m) if m.contains(&id)),
+            "{outcome:?}"
+        );
+        // Asked again while pending: the same request.
+        let (same, _) = wait_of(a.ask(binding("d1"), None, "policy".into(), &s).unwrap());
+        assert_eq!(same, id);
+        a.decide(&id, true, "bob", None).unwrap();
+        assert!(matches!(
+            a.ask(binding("d1"), None, "policy".into(), &s).unwrap(),
+            Ask::Run { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_read_by_the_model_and_sticks() {
+        let a = Approvals::new();
+        let s = settings(10);
+        let (id, rx) = wait_of(a.ask(binding("d1"), None, "policy".into(), &s).unwrap());
+        a.decide(&id, false, "bob", Some("too much".into()))
+            .unwrap();
+        let outcome = a.wait(&id, rx, Duration::from_secs(1)).await;
+        assert_eq!(
+            outcome,
+            Outcome::Refused("refused by approver `bob`: too much".into())
+        );
+        assert_eq!(
+            a.ask(binding("d1"), None, "policy".into(), &s).unwrap_err(),
+            "refused by approver `bob`: too much"
+        );
+    }
+
+    #[test]
+    fn pending_requests_are_bounded() {
+        let a = Approvals::new();
+        let s = settings(2);
+        a.ask(binding("1"), None, "p".into(), &s).unwrap();
+        a.ask(binding("2"), None, "p".into(), &s).unwrap();
+        let e = a.ask(binding("3"), None, "p".into(), &s).unwrap_err();
+        assert!(e.contains("max_pending"), "{e}");
+        for r in a.list() {
+            a.decide(&r.id, false, "bob", None).unwrap();
+        }
+        // Decided ones are kept to four times the bound.
+        for i in 0..20 {
+            if let Ok(Ask::Wait { id, .. }) = a.ask(binding(&format!("x{i}")), None, "p".into(), &s)
+            {
+                a.decide(&id, false, "bob", None).unwrap();
+            }
+        }
+        let kept = a.list();
+        assert!((6..=8).contains(&kept.len()), "{}", kept.len());
+        assert!(kept.iter().any(|r| r.binding.arguments_sha256 == "x19"));
+    }
+
+    #[test]
+    fn expired_requests_are_forgotten() {
+        let a = Approvals::new();
+        let s = ApprovalsDecl {
+            valid_for: Duration::ZERO,
+            ..settings(2)
+        };
+        let (id, _) = wait_of(a.ask(binding("1"), None, "p".into(), &s).unwrap());
+        assert!(a.get(&id).is_none());
+        assert!(a.list().is_empty());
+    }
+}

@@ -1,0 +1,10 @@
+//! What a call may do and what it leaves behind: policies (allow, deny,
+//! approve, redact, by rules over the call), approvals held for a person,
+//! guards on what tools answer, caps and rates ([`limits`]), and the audit
+//! line of every call.
+
+pub mod approvals;
+pub mod audit;
+pub mod guards;
+pub mod limits;
+pub mod policy;

@@ -1,0 +1,766 @@
+//! OpenAI's chat completions as a model protocol: `POST
+//! {base}/chat/completions`, the answer's `choices[0]` (the only place the
+//! engine reads it) and its `chat.completion.chunk` stream.
+//!
+//! A request of the chat face keeps the client's fields as they came;
+//! only `model`, `messages`, `tools`, `tool_choice` and the streaming
+//! options are the gateway's. The client's messages go as they came; the
+//! loop's own turns and those of other faces are written from their items.
+
+use bytes::Bytes;
+use indexmap::IndexMap;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+use super::{Decoded, Delta, Outgoing, Step, foreign_note};
+use crate::conversation::{
+    Call, CallResult, FinishReason, Item, Media, MediaKind, Native, Notices, Protocol, Role,
+    Source, ToolChoice, ToolDef, Turn, Usage,
+};
+
+const PROTOCOL: Protocol = Protocol::OpenaiChat;
+
+/// The request body of one model call.
+pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
+    let req = call.request;
+    let same = req.face == PROTOCOL;
+    // Which value each field takes, in the order of the client's fields
+    // (a chat request's) or of the typed ones; the values are written once,
+    // straight into the body.
+    let mut parts: IndexMap<&str, Part<'_>> = IndexMap::new();
+    if same {
+        for (k, v) in &req.fields {
+            parts.insert(k.as_str(), Part::Raw(v));
+        }
+    }
+    // A request the gateway made itself (sampling) has typed fields only.
+    if !same || req.fields.is_empty() {
+        typed_params(call, &mut parts);
+    }
+    if !same {
+        for name in &req.untyped {
+            notices.add(format!(
+                "`{name}` ({}) is not carried to a model of {PROTOCOL} and was left out",
+                req.face
+            ));
+        }
+    }
+    parts.insert("model", Part::Str(call.model));
+    parts.insert("messages", Part::Messages(messages(call.turns, notices)));
+    if call.tools.is_empty() {
+        parts.shift_remove("tools");
+        parts.shift_remove("tool_choice");
+        parts.shift_remove("parallel_tool_calls");
+    } else {
+        parts.insert("tools", Part::Json(call.tools.json(PROTOCOL, tool)));
+        let choice = match (&call.tool_choice, same) {
+            (Some(c), _) => Some(c),
+            (None, false) => req.tool_choice.as_ref(),
+            (None, true) => None,
+        };
+        if let Some(choice) = choice {
+            parts.insert("tool_choice", Part::Value(tool_choice(choice)));
+        }
+    }
+    if call.stream {
+        parts.insert("stream", Part::Value(json!(true)));
+        parts.insert(
+            "stream_options",
+            Part::Value(json!({"include_usage": true})),
+        );
+    } else {
+        parts.shift_remove("stream");
+        parts.shift_remove("stream_options");
+    }
+    Bytes::from(serde_json::to_vec(&parts).unwrap_or_default())
+}
+
+/// The typed sampling fields, as chat completions names them.
+fn typed_params<'a>(call: &Outgoing<'a>, parts: &mut IndexMap<&'a str, Part<'a>>) {
+    let p = &call.request.params;
+    if let Some(t) = p.temperature {
+        parts.insert("temperature", Part::Value(json!(t)));
+    }
+    if let Some(t) = p.top_p {
+        parts.insert("top_p", Part::Value(json!(t)));
+    }
+    if let Some(m) = p.max_tokens {
+        parts.insert("max_tokens", Part::Value(json!(m)));
+    }
+    if !p.stop.is_empty() {
+        parts.insert("stop", Part::Value(json!(p.stop)));
+    }
+    if let Some(parallel) = p.parallel_tool_calls {
+        parts.insert("parallel_tool_calls", Part::Value(json!(parallel)));
+    }
+    if let Some(effort) = &p.reasoning_effort {
+        parts.insert("reasoning_effort", Part::Value(json!(effort)));
+    }
+    if let Some(f) = &p.response_format {
+        let format = match &f.schema {
+            Some(schema) => {
+                let mut s = json!({"name": f.name, "schema": schema});
+                if let Some(strict) = f.strict {
+                    s["strict"] = json!(strict);
+                }
+                json!({"type": "json_schema", "json_schema": s})
+            }
+            None => json!({"type": "json_object"}),
+        };
+        parts.insert("response_format", Part::Value(format));
+    }
+}
+
+/// A tool as chat completions offers it.
+pub fn tool(spec: &ToolDef) -> Value {
+    if let Some(n) = spec.native.as_ref().filter(|n| n.protocol == PROTOCOL) {
+        return n.value.clone();
+    }
+    let mut f = Map::new();
+    f.insert("name".into(), Value::String(spec.name.clone()));
+    if let Some(d) = &spec.description {
+        f.insert("description".into(), Value::String(d.clone()));
+    }
+    f.insert("parameters".into(), spec.parameters.clone());
+    if let Some(s) = spec.strict {
+        f.insert("strict".into(), Value::Bool(s));
+    }
+    let mut t = Map::new();
+    t.insert("type".into(), Value::String("function".into()));
+    t.insert("function".into(), Value::Object(f));
+    Value::Object(t)
+}
+
+pub fn tool_choice(choice: &ToolChoice) -> Value {
+    match choice {
+        ToolChoice::Auto => json!("auto"),
+        ToolChoice::None => json!("none"),
+        ToolChoice::Required => json!("required"),
+        ToolChoice::Tool { name } => json!({"type": "function", "function": {"name": name}}),
+    }
+}
+
+/// One field of the body: the client's raw JSON or what the gateway puts
+/// in its place.
+enum Part<'a> {
+    Raw(&'a RawValue),
+    Str(&'a str),
+    Json(std::borrow::Cow<'a, RawValue>),
+    Messages(Vec<Message<'a>>),
+    Value(Value),
+}
+
+impl Serialize for Part<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Part::Raw(v) => v.serialize(s),
+            Part::Str(v) => v.serialize(s),
+            Part::Json(v) => v.serialize(s),
+            Part::Messages(v) => v.serialize(s),
+            Part::Value(v) => v.serialize(s),
+        }
+    }
+}
+
+/// One chat message of the body.
+enum Message<'a> {
+    /// A chat client's message, as it came.
+    Raw(&'a RawValue),
+    /// An assistant message written from items.
+    Assistant {
+        content: Option<String>,
+        calls: Vec<&'a Call>,
+    },
+    /// A tool's result.
+    Tool { call_id: &'a str, content: String },
+    /// Any other message written from items.
+    Built { role: &'static str, content: Value },
+}
+
+/// Written straight into the body (keys in sorted order, as a `Value`
+/// would write them), without building values.
+impl Serialize for Message<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Message::Raw(v) => v.serialize(s),
+            Message::Assistant { content, calls } => {
+                let n = if calls.is_empty() { 2 } else { 3 };
+                let mut m = s.serialize_map(Some(n))?;
+                m.serialize_entry("content", content)?;
+                m.serialize_entry("role", "assistant")?;
+                if !calls.is_empty() {
+                    m.serialize_entry("tool_calls", &Calls(calls))?;
+                }
+                m.end()
+            }
+            Message::Tool { call_id, content } => {
+                let mut m = s.serialize_map(Some(3))?;
+                m.serialize_entry("content", content)?;
+                m.serialize_entry("role", "tool")?;
+                m.serialize_entry("tool_call_id", call_id)?;
+                m.end()
+            }
+            Message::Built { role, content } => {
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("content", content)?;
+                m.serialize_entry("role", role)?;
+                m.end()
+            }
+        }
+    }
+}
+
+/// An assistant message's calls, written without building them.
+struct Calls<'a, 'b>(&'b [&'a Call]);
+
+impl Serialize for Calls<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|c| ChatCall(c)))
+    }
+}
+
+struct ChatCall<'a>(&'a Call);
+
+impl Serialize for ChatCall<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        struct Function<'a>(&'a Call);
+        impl Serialize for Function<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry("arguments", &self.0.arguments)?;
+                m.serialize_entry("name", &self.0.name)?;
+                m.end()
+            }
+        }
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("function", &Function(self.0))?;
+        m.serialize_entry("id", &self.0.id)?;
+        m.serialize_entry("type", "function")?;
+        m.end()
+    }
+}
+
+/// A call as chat completions writes it.
+pub fn call_json(c: &Call) -> Value {
+    json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+}
+
+/// The conversation as chat messages.
+fn messages<'a>(turns: &'a [Turn], notices: &mut Notices) -> Vec<Message<'a>> {
+    let mut out = Vec::with_capacity(turns.len() + 1);
+    for turn in turns {
+        if let Some(origin) = turn.raw_for(PROTOCOL) {
+            out.push(Message::Raw(&origin.raw));
+            continue;
+        }
+        match turn.role {
+            Role::System => system(turn, &mut out, notices),
+            Role::User => user(turn, &mut out, notices),
+            Role::Assistant => assistant(turn, &mut out, notices),
+        }
+    }
+    out
+}
+
+/// The content of a message: a string when it is all text, else parts.
+fn content(parts: Vec<Value>) -> Value {
+    if parts.is_empty() {
+        return Value::Null;
+    }
+    if parts.iter().all(|p| p["type"] == "text") {
+        let text: Vec<&str> = parts.iter().filter_map(|p| p["text"].as_str()).collect();
+        return json!(text.concat());
+    }
+    Value::Array(parts)
+}
+
+fn text_part(text: &str) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+/// Media as a content part (`None` when chat completions cannot hold it).
+fn media_part(m: &Media) -> Option<Value> {
+    match (m.kind, &m.source) {
+        (MediaKind::Image, source) => {
+            let mut image = json!({"url": source.url()?});
+            if let Some(d) = &m.detail {
+                image["detail"] = json!(d);
+            }
+            Some(json!({"type": "image_url", "image_url": image}))
+        }
+        (MediaKind::Document, source @ Source::Base64 { .. }) => {
+            Some(json!({"type": "file", "file": {
+                "filename": m.name.as_deref().unwrap_or("document.pdf"),
+                "file_data": source.url()?,
+            }}))
+        }
+        (_, source) => {
+            let mut file = Map::new();
+            match source {
+                Source::FileId { id } => {
+                    file.insert("file_id".into(), json!(id));
+                }
+                Source::Text { .. } => return None,
+                other => {
+                    file.insert("file_data".into(), json!(other.url()?));
+                }
+            }
+            if let Some(n) = &m.name {
+                file.insert("filename".into(), json!(n));
+            }
+            Some(json!({"type": "file", "file": file}))
+        }
+    }
+}
+
+fn media_or_notice(m: &Media, notices: &mut Notices) -> Option<Value> {
+    let part = media_part(m);
+    if part.is_none() {
+        notices.add(format!(
+            "a {:?} chat completions cannot hold was left out",
+            m.kind
+        ));
+    }
+    part
+}
+
+fn system<'a>(turn: &'a Turn, out: &mut Vec<Message<'a>>, notices: &mut Notices) {
+    let mut text = String::new();
+    for item in &turn.items {
+        match item {
+            Item::Text { text: t } => text.push_str(t),
+            other => {
+                if foreign_note(other, PROTOCOL, notices) {
+                    notices.add("media in instructions is not carried and was left out");
+                }
+            }
+        }
+    }
+    if !text.is_empty() {
+        out.push(Message::Built {
+            role: "system",
+            content: json!(text),
+        });
+    }
+}
+
+fn result_text(r: &CallResult) -> String {
+    if r.is_error {
+        format!("Error: {}", r.text)
+    } else {
+        r.text.clone()
+    }
+}
+
+/// A user's turn: its tool results first (as tool messages, their media in
+/// a user message after them), then its text and media.
+fn user<'a>(turn: &'a Turn, out: &mut Vec<Message<'a>>, notices: &mut Notices) {
+    let mut parts = Vec::new();
+    let mut result_media = Vec::new();
+    for item in &turn.items {
+        match item {
+            Item::Result(r) => {
+                out.push(Message::Tool {
+                    call_id: &r.call_id,
+                    content: result_text(r),
+                });
+                result_media.extend(r.media.iter().filter_map(|m| media_or_notice(m, notices)));
+            }
+            Item::Text { text } => parts.push(text_part(text)),
+            Item::Media { media } => parts.extend(media_or_notice(media, notices)),
+            other => {
+                if foreign_note(other, PROTOCOL, notices) {
+                    notices.add(
+                        "calls and reasoning in a user's turn are not carried and were left out",
+                    );
+                }
+            }
+        }
+    }
+    if !result_media.is_empty() {
+        out.push(Message::Built {
+            role: "user",
+            content: Value::Array(result_media),
+        });
+    }
+    if !parts.is_empty() {
+        out.push(Message::Built {
+            role: "user",
+            content: content(parts),
+        });
+    }
+}
+
+/// An assistant's turn: its text and calls as one message (a turn of
+/// calls alone joins the assistant message before it); results it holds
+/// (the gateway's own calls, as a face showed them) as tool messages in
+/// place; its reasoning stays with the model that made it.
+fn assistant<'a>(turn: &'a Turn, out: &mut Vec<Message<'a>>, notices: &mut Notices) {
+    let mut parts: Vec<Value> = Vec::new();
+    let mut calls: Vec<&'a Call> = Vec::new();
+    let only_calls = turn.items.iter().all(|i| matches!(i, Item::Call(_)));
+    if only_calls && let Some(Message::Assistant { calls: earlier, .. }) = out.last_mut() {
+        earlier.extend(turn.items.iter().filter_map(|i| match i {
+            Item::Call(c) => Some(c),
+            _ => None,
+        }));
+        return;
+    }
+    let flush = |parts: &mut Vec<Value>, calls: &mut Vec<&'a Call>, out: &mut Vec<Message<'a>>| {
+        if parts.is_empty() && calls.is_empty() {
+            return;
+        }
+        let content = match content(std::mem::take(parts)) {
+            Value::String(s) => Some(s),
+            Value::Null => None,
+            // An assistant's media was left out: only text remains.
+            other => Some(other.to_string()),
+        };
+        out.push(Message::Assistant {
+            content,
+            calls: std::mem::take(calls),
+        });
+    };
+    for item in &turn.items {
+        match item {
+            Item::Text { text } => parts.push(text_part(text)),
+            Item::Call(c) => calls.push(c),
+            Item::Result(r) => {
+                flush(&mut parts, &mut calls, out);
+                out.push(Message::Tool {
+                    call_id: &r.call_id,
+                    content: result_text(r),
+                });
+            }
+            Item::Media { .. } => {
+                notices.add("media in an assistant's turn is not carried and was left out")
+            }
+            other => {
+                foreign_note(other, PROTOCOL, notices);
+            }
+        }
+    }
+    flush(&mut parts, &mut calls, out);
+}
+
+/// A whole chat completion as deltas; the completion is its envelope.
+pub fn decode(body: &[u8]) -> Result<Decoded, String> {
+    let completion: Value =
+        serde_json::from_slice(body).map_err(|e| format!("not a JSON chat completion: {e}"))?;
+    let mut deltas = Vec::new();
+    // Indexed, not `pointer`: a JSON pointer allocates per token.
+    let choice = completion.get("choices").and_then(|c| c.get(0));
+    let Some(message) = choice.and_then(|c| c.get("message")) else {
+        return Err("the completion has no choices[0].message".into());
+    };
+    if let Some(r) = message.get("reasoning_content").and_then(Value::as_str) {
+        deltas.push(Delta::Reasoning(r.to_owned()));
+    }
+    if let Some(t) = message.get("content").and_then(Value::as_str) {
+        deltas.push(Delta::Text(t.to_owned()));
+    }
+    for (index, c) in message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let f = &c["function"];
+        deltas.push(Delta::Call {
+            index,
+            id: Some(c["id"].as_str().unwrap_or_default().to_owned()),
+            name: Some(f["name"].as_str().unwrap_or_default().to_owned()),
+            arguments: Some(f["arguments"].as_str().unwrap_or("{}").to_owned()),
+            opaque: None,
+        });
+    }
+    if let Some(reason) = choice
+        .and_then(|c| c.get("finish_reason"))
+        .and_then(Value::as_str)
+    {
+        deltas.push(Delta::Finish(FinishReason::from_openai(reason)));
+    }
+    if let Some(u) = completion.get("usage").filter(|u| !u.is_null()) {
+        deltas.push(Delta::Usage(usage(u)));
+    }
+    Ok(Decoded {
+        deltas,
+        model: completion
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        envelope: Some(Native {
+            protocol: PROTOCOL,
+            what: "chat completion".into(),
+            value: completion,
+        }),
+    })
+}
+
+/// Chat completions' `usage` as typed counts (and as it came).
+pub fn usage(u: &Value) -> Usage {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    Usage {
+        input: n(&u["prompt_tokens"]),
+        output: n(&u["completion_tokens"]),
+        cache_read: n(&u["prompt_tokens_details"]["cached_tokens"]),
+        cache_write: 0,
+        reasoning: n(&u["completion_tokens_details"]["reasoning_tokens"]),
+        calls: 1,
+        native: Some(Native {
+            protocol: PROTOCOL,
+            what: "usage".into(),
+            value: u.clone(),
+        }),
+        mixed: false,
+    }
+}
+
+/// The decoder of a `chat.completion.chunk` stream.
+#[derive(Debug, Default)]
+pub struct Stream {
+    done: bool,
+    finished: bool,
+}
+
+impl Stream {
+    pub fn event(&mut self, _name: &str, data: &str) -> Result<Step, String> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(Step {
+                deltas: Vec::new(),
+                done: true,
+            });
+        }
+        let chunk: Value =
+            serde_json::from_str(data).map_err(|_| "a stream chunk is not JSON".to_owned())?;
+        let mut deltas = Vec::new();
+        if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
+            deltas.push(Delta::Usage(usage(u)));
+        }
+        if let Some(e) = chunk.get("error") {
+            return Err(format!("it reported an error mid-stream: {e}"));
+        }
+        let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
+            return Ok(Step {
+                deltas,
+                done: false,
+            });
+        };
+        let delta = &choice["delta"];
+        if let Some(r) = delta["reasoning_content"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+        {
+            deltas.push(Delta::Reasoning(r.to_owned()));
+        }
+        if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
+            deltas.push(Delta::Text(t.to_owned()));
+        }
+        for (i, c) in delta["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let index = c["index"].as_u64().unwrap_or(i as u64);
+            deltas.push(Delta::Call {
+                index: usize::try_from(index).unwrap_or(usize::MAX),
+                id: c["id"].as_str().map(str::to_owned),
+                name: c
+                    .pointer("/function/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                arguments: c
+                    .pointer("/function/arguments")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                opaque: None,
+            });
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.finished = true;
+            deltas.push(Delta::Finish(FinishReason::from_openai(reason)));
+        }
+        Ok(Step {
+            deltas,
+            done: false,
+        })
+    }
+
+    /// `[DONE]` came, or a finish reason.
+    pub fn complete(&self) -> bool {
+        self.done || self.finished
+    }
+}
+
+/// The human message of an error body: `error.message` when it is
+/// OpenAI-shaped, else the (cut) text.
+pub fn error_message(body: &[u8]) -> String {
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        if let Some(m) = v.pointer("/error/message").and_then(Value::as_str) {
+            return m.to_owned();
+        }
+        if let Some(m) = v.get("error").and_then(Value::as_str) {
+            return m.to_owned();
+        }
+        if let Some(m) = v.get("message").and_then(Value::as_str) {
+            return m.to_owned();
+        }
+    }
+    let text = String::from_utf8_lossy(body);
+    toolgate::truncate_chars(text.trim(), 500)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{Request, Slot};
+    use crate::model::protocol::Tools;
+
+    fn chat_request(body: &str) -> Request {
+        let fields: crate::conversation::RawFields = serde_json::from_str(body).unwrap();
+        let mut r = Request::new(Protocol::OpenaiChat, "m");
+        r.fields = fields;
+        r
+    }
+
+    #[test]
+    fn a_chat_request_keeps_its_fields_and_replaces_the_gateway_s() {
+        let req = chat_request(
+            r#"{"model":"alias","messages":[{"role":"user","content":"hi"}],"tool_choice":"required","tools":[],"temperature":0.20000000000000001}"#,
+        );
+        let turns = [Turn::decoded(
+            Role::User,
+            vec![Item::text("hi")],
+            Protocol::OpenaiChat,
+            Slot::Message,
+            RawValue::from_string(r#"{"role":"user","content":"hi"}"#.into()).unwrap(),
+        )];
+        let tools = [ToolDef {
+            name: "t".into(),
+            description: Some("d".into()),
+            parameters: json!({"type": "object"}),
+            strict: None,
+            native: None,
+        }];
+        let call = Outgoing {
+            request: &req,
+            model: "real",
+            turns: &turns,
+            tools: Tools::List(&tools),
+            tool_choice: Some(ToolChoice::Auto),
+            stream: false,
+        };
+        let body = encode(&call, &mut Notices::default());
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            r#"{"model":"real","messages":[{"role":"user","content":"hi"}],"tool_choice":"auto","tools":[{"function":{"description":"d","name":"t","parameters":{"type":"object"}},"type":"function"}],"temperature":0.20000000000000001}"#
+        );
+        // Without tools, the tool fields go; streaming adds its options.
+        let call = Outgoing {
+            tools: Tools::List(&[]),
+            stream: true,
+            ..call
+        };
+        let v: Value = serde_json::from_slice(&encode(&call, &mut Notices::default())).unwrap();
+        assert_eq!(v.get("tools"), None);
+        assert_eq!(v.get("tool_choice"), None);
+        assert_eq!(v["stream_options"], json!({"include_usage": true}));
+    }
+
+    #[test]
+    fn items_become_chat_messages() {
+        let req = Request::new(Protocol::Anthropic, "m");
+        let turns = [
+            Turn::new(Role::System, vec![Item::text("be brief")]),
+            Turn::new(
+                Role::Assistant,
+                vec![
+                    Item::Reasoning(crate::conversation::Reasoning {
+                        text: "hm".into(),
+                        opaque: Some(crate::conversation::Opaque {
+                            protocol: Protocol::Anthropic,
+                            data: "sig".into(),
+                        }),
+                    }),
+                    Item::text("calling"),
+                    Item::Call(Call::new("tu1", "t", r#"{"a":1}"#)),
+                ],
+            ),
+            Turn::new(
+                Role::User,
+                vec![
+                    Item::text("thanks"),
+                    Item::Result(CallResult {
+                        is_error: true,
+                        ..CallResult::text("tu1", "42")
+                    }),
+                ],
+            ),
+        ];
+        let call = Outgoing {
+            request: &req,
+            model: "m",
+            turns: &turns,
+            tools: Tools::List(&[]),
+            tool_choice: None,
+            stream: false,
+        };
+        let mut notices = Notices::default();
+        let v: Value = serde_json::from_slice(&encode(&call, &mut notices)).unwrap();
+        assert_eq!(
+            v["messages"],
+            json!([
+                {"role": "system", "content": "be brief"},
+                {"role": "assistant", "content": "calling", "tool_calls": [
+                    {"id": "tu1", "type": "function", "function": {"name": "t", "arguments": "{\"a\":1}"}}]},
+                {"role": "tool", "tool_call_id": "tu1", "content": "Error: 42"},
+                {"role": "user", "content": "thanks"},
+            ])
+        );
+        // The signed reasoning of another protocol is said to be left out.
+        assert_eq!(notices.iter().count(), 1, "{notices:?}");
+    }
+
+    #[test]
+    fn whole_and_streamed_answers_give_the_same_deltas() {
+        let whole = br#"{"id":"x","choices":[{"message":{"role":"assistant","content":"hi","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#;
+        let d = decode(whole).unwrap();
+        let mut a = super::super::Assembly::default();
+        for delta in d.deltas {
+            a.push(delta, 8).unwrap();
+        }
+        let mut s = Stream::default();
+        let mut b = super::super::Assembly::default();
+        for data in [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"h"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"i","tool_calls":[{"index":0,"id":"c1","function":{"name":"f","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#,
+            "[DONE]",
+        ] {
+            for delta in s.event("", data).unwrap().deltas {
+                b.push(delta, 8).unwrap();
+            }
+        }
+        assert!(s.complete());
+        assert_eq!(a.items(), b.items());
+        assert_eq!(a.finish, b.finish);
+        assert_eq!((a.usage.input, a.usage.cache_read), (3, 2));
+        assert_eq!(a.usage, b.usage);
+    }
+
+    #[test]
+    fn error_messages() {
+        assert_eq!(
+            error_message(br#"{"error": {"message": "bad key"}}"#),
+            "bad key"
+        );
+        assert_eq!(error_message(b"plain failure"), "plain failure");
+    }
+}

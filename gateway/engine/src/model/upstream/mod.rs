@@ -1,0 +1,937 @@
+//! Upstream model servers and model routing.
+//!
+//! An [`Upstream`] is an OpenAI-compatible server with its own connection
+//! pool, API key, timeouts and retry policy. [`Upstreams`] maps a requested
+//! model name to an upstream, the model name to send, and a formatter.
+//! Requests are retried on 429, 5xx and connection errors, with exponential
+//! backoff that honours `Retry-After`, and only while no byte of a response
+//! has been used.
+//!
+//! The request URIs and the authorization header are built once per
+//! upstream, so a call does no URL parsing and no per-request client-side
+//! work beyond the request itself. The HTTP client is chosen by the
+//! upstream's scheme (`Transport`): a cleartext upstream gets the
+//! gateway's own HTTP/1.1 keep-alive pool (`pool`), an `https://` one
+//! hyper-util's pooled client (HTTP/2 when the server offers it).
+//! [`Bounded`] is an answer's body under the call's deadlines and size cap,
+//! passed through as an `http_body::Body` (a `Content-Length` answer keeps
+//! its length) or read as a stream; it gives a pooled connection back once
+//! it has been read to its end.
+
+mod pool;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use bytes::Bytes;
+use globset::{Glob, GlobMatcher};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT};
+use http::{Method, Request, StatusCode, Uri};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::model::prompt::PromptTemplate;
+use toolgate_config::format::{FormatterKind, RetryDecl};
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// One OpenAI-compatible upstream.
+#[derive(Debug)]
+pub struct Upstream {
+    pub name: String,
+    /// The protocol the model speaks.
+    pub protocol: crate::conversation::Protocol,
+    /// Base URL without a trailing slash, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    chat_uri: Uri,
+    models_uri: Uri,
+    api_key: Option<String>,
+    /// `Bearer <api key>`, marked sensitive.
+    authorization: Option<HeaderValue>,
+    transport: Transport,
+    retry: RetryDecl,
+    /// Longest wait for the response head and between two reads of a body.
+    read_timeout: Duration,
+    /// Longest time one model call may take in all (retries and body).
+    timeout: Duration,
+}
+
+/// How an upstream's requests are sent, by its URL's scheme.
+#[derive(Debug)]
+enum Transport {
+    /// `http://`: HTTP/1.1 on the gateway's own keep-alive pool.
+    Cleartext(Arc<pool::Pool>),
+    /// `https://`: hyper-util's pooled client, HTTP/1.1 or HTTP/2 as the
+    /// server's TLS handshake chooses.
+    Tls(Box<Client<Connector, Full<Bytes>>>),
+}
+
+/// How long an upstream's calls may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// To open a connection.
+    pub connect: Duration,
+    /// To the response head, and between two reads of a response body.
+    pub read: Duration,
+    /// One model call in all, from the first attempt to the last byte.
+    pub total: Duration,
+}
+
+/// A successful answer whose body is not read yet, and the deadline its
+/// body must arrive by.
+#[derive(Debug)]
+pub struct Reply {
+    pub response: http::Response<Incoming>,
+    pub deadline: tokio::time::Instant,
+    /// The pooled connection the answer arrives on, given back when its
+    /// body is read to the end.
+    lease: Option<pool::Lease>,
+}
+
+/// How a model is served.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub upstream: Arc<Upstream>,
+    /// The model name to send upstream.
+    pub model: String,
+    pub formatter: FormatterKind,
+    /// The structured-prompt template of the route, if it has its own.
+    pub template: Option<Arc<PromptTemplate>>,
+}
+
+#[derive(Debug)]
+struct Route {
+    pattern: String,
+    glob: Option<GlobMatcher>,
+    upstream: Arc<Upstream>,
+    upstream_model: Option<String>,
+    formatter: FormatterKind,
+    template: Option<Arc<PromptTemplate>>,
+}
+
+/// Every upstream and the model routes, first match wins.
+#[derive(Debug, Default)]
+pub struct Upstreams {
+    upstreams: Vec<Arc<Upstream>>,
+    routes: Vec<Route>,
+}
+
+/// Why an upstream request failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    /// The upstream answered with an error status (after retries).
+    #[error("upstream `{upstream}` answered HTTP {status}: {message}")]
+    Status {
+        upstream: String,
+        status: StatusCode,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("upstream `{upstream}` did not answer in time")]
+    Timeout { upstream: String },
+    #[error("upstream `{upstream}` cannot be reached: {message}")]
+    Unreachable { upstream: String, message: String },
+    /// The upstream answered 2xx with something that is not a chat completion.
+    #[error("upstream `{upstream}` sent an invalid response: {message}")]
+    Invalid { upstream: String, message: String },
+    /// The answer is larger than `limits.max_upstream_response_bytes`.
+    #[error(
+        "upstream `{upstream}` sent more than {limit} bytes (limits.max_upstream_response_bytes)"
+    )]
+    TooLarge { upstream: String, limit: usize },
+}
+
+impl UpstreamError {
+    /// `true` when the error says the model does not take tools (the
+    /// signal for the `auto` formatter to fall back to the structured
+    /// prompt).
+    pub fn rejects_tools(&self) -> bool {
+        match self {
+            UpstreamError::Status {
+                status, message, ..
+            } if matches!(status.as_u16(), 400 | 422) => {
+                let m = message.to_ascii_lowercase();
+                m.contains("tool") || m.contains("function")
+            }
+            _ => false,
+        }
+    }
+
+    /// A stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            UpstreamError::Status { status, .. } => match status.as_u16() {
+                400 | 404 | 413 | 422 => "upstream_rejected_request",
+                401 | 403 => "upstream_auth_failed",
+                429 => "upstream_rate_limited",
+                503 => "upstream_unavailable",
+                _ => "upstream_error",
+            },
+            UpstreamError::Timeout { .. } => "upstream_timeout",
+            UpstreamError::Unreachable { .. } => "upstream_unreachable",
+            UpstreamError::Invalid { .. } => "upstream_invalid_response",
+            UpstreamError::TooLarge { .. } => "upstream_response_too_large",
+        }
+    }
+}
+
+/// The TLS setup of every upstream: rustls with the platform's trust store
+/// (the same verifier the gateway's other HTTP clients use).
+fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_platform_verifier()?
+    .with_no_client_auth())
+}
+
+/// `base` (no trailing slash) joined with `path`, as a request URI. The
+/// URL is parsed once here (IDNA host names become ASCII), never per call.
+fn endpoint(base: &str, path: &str) -> Result<Uri, String> {
+    let url = url::Url::parse(&format!("{base}{path}")).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "the scheme `{}` is not http or https",
+            url.scheme()
+        ));
+    }
+    Uri::try_from(url.as_str()).map_err(|e| e.to_string())
+}
+
+impl Upstream {
+    /// An upstream; fails only when its HTTP client cannot be built (no
+    /// silent fallback to a client without the timeouts).
+    pub fn new(
+        name: String,
+        base_url: &str,
+        api_key: Option<String>,
+        timeouts: Timeouts,
+        retry: RetryDecl,
+    ) -> Result<Upstream, String> {
+        let cannot = |e: &dyn std::fmt::Display| {
+            format!("the HTTP client of upstream `{name}` cannot be built: {e}")
+        };
+        let base = base_url.trim_end_matches('/').to_owned();
+        let chat_uri = endpoint(&base, "/chat/completions").map_err(|e| cannot(&e))?;
+        let models_uri = endpoint(&base, "/models").map_err(|e| cannot(&e))?;
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(timeouts.connect));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let transport = if chat_uri.scheme() == Some(&http::uri::Scheme::HTTP) {
+            Transport::Cleartext(Arc::new(
+                pool::Pool::new(http, &chat_uri).map_err(|e| cannot(&e))?,
+            ))
+        } else {
+            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls_config().map_err(|e| cannot(&e))?)
+                .https_only()
+                .enable_http1()
+                .enable_http2()
+                .wrap_connector(http);
+            Transport::Tls(Box::new(
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(pool::IDLE_TIMEOUT)
+                    .pool_timer(TokioTimer::new())
+                    .build(connector),
+            ))
+        };
+        let authorization = match &api_key {
+            Some(key) => {
+                let mut v = HeaderValue::try_from(format!("Bearer {key}"))
+                    .map_err(|_| cannot(&"the API key is not a valid header value"))?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
+        Ok(Upstream {
+            name,
+            protocol: crate::conversation::Protocol::OpenaiChat,
+            base_url: base,
+            chat_uri,
+            models_uri,
+            api_key,
+            authorization,
+            transport,
+            retry,
+            read_timeout: timeouts.read,
+            timeout: timeouts.total,
+        })
+    }
+
+    /// `POST {base}/chat/completions` with `body`, retried per the policy.
+    /// Returns a response with a success status whose body is unread.
+    pub async fn chat(&self, body: Bytes) -> Result<Reply, UpstreamError> {
+        self.chat_with(body, None).await
+    }
+
+    /// [`chat`](Self::chat), sending `request_id` as `X-Request-Id` and
+    /// recording the time to the response head in the metrics. The whole
+    /// call, retries included, has the upstream's total deadline; the
+    /// [`Reply`] carries what is left of it for the body.
+    pub async fn chat_with(
+        &self,
+        body: Bytes,
+        request_id: Option<&str>,
+    ) -> Result<Reply, UpstreamError> {
+        let began = std::time::Instant::now();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        // Every wait inside is bounded by the deadline (one timer at a time).
+        let result =
+            self.chat_attempts(body, request_id, deadline)
+                .await
+                .map(|(response, lease)| Reply {
+                    response,
+                    deadline,
+                    lease,
+                });
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(UpstreamError::Status { status, .. }) if status.is_client_error() => "client_error",
+            Err(UpstreamError::Status { .. }) => "server_error",
+            Err(UpstreamError::Timeout { .. }) => "timeout",
+            Err(UpstreamError::Unreachable { .. }) => "unreachable",
+            Err(UpstreamError::Invalid { .. } | UpstreamError::TooLarge { .. }) => "invalid",
+        };
+        crate::support::metrics::record(|m| {
+            m.upstream_duration
+                .with_label_values(&[self.name.as_str(), outcome])
+                .observe(began.elapsed().as_secs_f64());
+        });
+        result
+    }
+
+    /// A request to `uri` with the gateway's headers and, when it has one,
+    /// the upstream's key.
+    fn request(&self, method: Method, uri: &Uri, body: Bytes) -> Request<Full<Bytes>> {
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = method;
+        *req.uri_mut() = uri.clone();
+        let headers = req.headers_mut();
+        headers.insert(
+            USER_AGENT,
+            HeaderValue::from_static(concat!("toolgate/", env!("CARGO_PKG_VERSION"))),
+        );
+        if let Some(auth) = &self.authorization {
+            headers.insert(AUTHORIZATION, auth.clone());
+        }
+        req
+    }
+
+    /// The read timeout from now, never past `deadline`.
+    fn read_by(&self, deadline: tokio::time::Instant) -> tokio::time::Instant {
+        deadline.min(tokio::time::Instant::now() + self.read_timeout)
+    }
+
+    /// One exchange: the response head within the read timeout (and by
+    /// `deadline`).
+    async fn send(
+        &self,
+        req: Request<Full<Bytes>>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(http::Response<Incoming>, Option<pool::Lease>), UpstreamError> {
+        let exchange = async {
+            match &self.transport {
+                Transport::Cleartext(pool) => pool
+                    .send(req)
+                    .await
+                    .map(|(resp, lease)| (resp, Some(lease)))
+                    .map_err(|e| describe(&e)),
+                Transport::Tls(client) => client
+                    .request(req)
+                    .await
+                    .map(|resp| (resp, None))
+                    .map_err(|e| describe(&e)),
+            }
+        };
+        match tokio::time::timeout_at(self.read_by(deadline), exchange).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(message)) => Err(UpstreamError::Unreachable {
+                upstream: self.name.clone(),
+                message,
+            }),
+            // A timed-out request may have been processed: retrying could
+            // run it twice, and would double the wait.
+            Err(_) => Err(UpstreamError::Timeout {
+                upstream: self.name.clone(),
+            }),
+        }
+    }
+
+    async fn chat_attempts(
+        &self,
+        body: Bytes,
+        request_id: Option<&str>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(http::Response<Incoming>, Option<pool::Lease>), UpstreamError> {
+        let request_id = request_id.and_then(|id| HeaderValue::from_str(id).ok());
+        let mut attempt = 1;
+        loop {
+            let mut req = self.request(Method::POST, &self.chat_uri, body.clone());
+            req.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            if let Some(id) = &request_id {
+                req.headers_mut().insert("x-request-id", id.clone());
+            }
+            crate::support::telemetry::inject(req.headers_mut());
+            let (error, retry_after) = match self.send(req, deadline).await {
+                Ok((resp, lease)) if resp.status().is_success() => return Ok((resp, lease)),
+                // The connection closes with the error body (not worth
+                // reading to its end to keep it).
+                Ok((resp, _)) => {
+                    let status = resp.status();
+                    let retry_after = parse_retry_after(resp.headers().get(RETRY_AFTER));
+                    let text =
+                        tokio::time::timeout_at(self.read_by(deadline), read_error_body(resp))
+                            .await
+                            .unwrap_or_default();
+                    let err = UpstreamError::Status {
+                        upstream: self.name.clone(),
+                        status,
+                        message: self
+                            .scrub(&crate::model::protocol::error_message(self.protocol, &text)),
+                        retry_after,
+                    };
+                    if !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()) {
+                        return Err(err);
+                    }
+                    (err, retry_after)
+                }
+                Err(e @ UpstreamError::Timeout { .. }) => return Err(e),
+                Err(e) => (e, None),
+            };
+            if attempt >= self.retry.max_attempts {
+                return Err(error);
+            }
+            let backoff = self
+                .retry
+                .initial_backoff
+                .saturating_mul(2u32.saturating_pow(attempt - 1))
+                .min(self.retry.max_backoff);
+            let wait = match retry_after {
+                // The upstream asks for longer than we are willing to wait:
+                // give the client its answer instead.
+                Some(ra) if ra > self.retry.max_backoff => return Err(error),
+                Some(ra) => ra.max(backoff),
+                None => backoff,
+            };
+            tracing::warn!(upstream = %self.name, attempt, wait_ms = wait.as_millis() as u64, "retrying: {error}");
+            let resume = tokio::time::Instant::now() + wait;
+            if resume >= deadline {
+                return Err(UpstreamError::Timeout {
+                    upstream: self.name.clone(),
+                });
+            }
+            tokio::time::sleep_until(resume).await;
+            attempt += 1;
+        }
+    }
+
+    /// `text` with the upstream's API key removed in every form the gateway
+    /// sends it (an upstream echoing the request's headers must not hand the
+    /// key to the client).
+    fn scrub(&self, text: &str) -> String {
+        match &self.api_key {
+            Some(key) => crate::support::secrets::Scrubber::new([key.as_str()]).scrub(text),
+            None => text.to_owned(),
+        }
+    }
+
+    /// The whole body of `reply`, under `limit` bytes and the reply's
+    /// deadline.
+    pub async fn read_body(&self, reply: Reply, limit: usize) -> Result<Vec<u8>, UpstreamError> {
+        let mut body = self.body(reply, limit);
+        let mut out = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame?.into_data() {
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The body of `reply` as chunks; the stream ends with an error once
+    /// more than `limit` bytes came or the reply's deadline passed.
+    pub fn body_stream(
+        &self,
+        reply: Reply,
+        limit: usize,
+    ) -> impl futures::Stream<Item = Result<Bytes, UpstreamError>> + Send + 'static + use<> {
+        self.body(reply, limit).into_data_stream()
+    }
+
+    /// The body of `reply` under `limit` bytes, the read timeout between
+    /// two reads and the reply's deadline.
+    pub fn body(&self, reply: Reply, limit: usize) -> Bounded {
+        let Reply {
+            response,
+            deadline,
+            lease,
+        } = reply;
+        let too_large = http_body::Body::size_hint(response.body())
+            .exact()
+            .is_some_and(|n| n > limit as u64);
+        let next = deadline.min(tokio::time::Instant::now() + self.read_timeout);
+        let inner = response.into_body();
+        // An empty answer is read already; one over the cap closes.
+        let lease = match lease {
+            Some(lease) if inner.is_end_stream() => {
+                lease.release();
+                None
+            }
+            _ if too_large => None,
+            lease => lease,
+        };
+        Bounded {
+            inner,
+            upstream: self.name.clone(),
+            limit,
+            seen: 0,
+            read: self.read_timeout,
+            deadline,
+            next,
+            timer: None,
+            lease,
+            state: if too_large {
+                BodyState::TooLarge
+            } else {
+                BodyState::Reading
+            },
+        }
+    }
+
+    /// `GET {base}/models`: the model ids the upstream lists.
+    pub async fn list_models(&self) -> Result<Vec<String>, UpstreamError> {
+        // The list is read under a cap and a deadline, like every upstream
+        // answer.
+        const MAX_MODELS_BYTES: usize = 4 * 1024 * 1024;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let fetch = async {
+            let (response, lease) = self
+                .send(
+                    self.request(Method::GET, &self.models_uri, Bytes::new()),
+                    deadline,
+                )
+                .await?;
+            let reply = Reply {
+                response,
+                deadline,
+                lease,
+            };
+            self.read_body(reply, MAX_MODELS_BYTES).await
+        };
+        let body = match tokio::time::timeout_at(deadline, fetch).await {
+            Ok(Ok(body)) => body,
+            Ok(Err(UpstreamError::TooLarge { .. })) => {
+                return Err(UpstreamError::Invalid {
+                    upstream: self.name.clone(),
+                    message: format!("its model list is larger than {MAX_MODELS_BYTES} bytes"),
+                });
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(UpstreamError::Timeout {
+                    upstream: self.name.clone(),
+                });
+            }
+        };
+        let v: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| UpstreamError::Invalid {
+                upstream: self.name.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(v["data"]
+            .as_array()
+            .map(|d| {
+                d.iter()
+                    .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyState {
+    Reading,
+    /// The declared length is over the cap: the first poll says so.
+    TooLarge,
+    Done,
+}
+
+/// An upstream answer's body under the call's bounds: at most `limit`
+/// bytes, the read timeout between two reads, and the call's total
+/// deadline. It ends with an [`UpstreamError`] when one is crossed. Its size
+/// hint is the upstream's, so a `Content-Length` answer passed through
+/// keeps its length.
+#[derive(Debug)]
+pub struct Bounded {
+    inner: Incoming,
+    upstream: String,
+    limit: usize,
+    seen: usize,
+    read: Duration,
+    deadline: tokio::time::Instant,
+    /// When the body fails unless more arrives: the read timeout after the
+    /// last data, never past the deadline.
+    next: tokio::time::Instant,
+    /// Made, and armed for `next`, only when a read has to wait (a body
+    /// whose frames are ready never creates or registers a timer).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The pooled connection, given back at the body's clean end (and
+    /// closed with the body otherwise).
+    lease: Option<pool::Lease>,
+    state: BodyState,
+}
+
+impl Bounded {
+    fn fail(&mut self, e: UpstreamError) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
+        self.state = BodyState::Done;
+        self.lease = None;
+        Poll::Ready(Some(Err(e)))
+    }
+
+    /// The body was read to its end: its connection can take another
+    /// request.
+    fn ended(&mut self) {
+        self.state = BodyState::Done;
+        if let Some(lease) = self.lease.take() {
+            lease.release();
+        }
+    }
+}
+
+impl Drop for Bounded {
+    /// A body dropped before its end was polled (a stream left after its
+    /// `[DONE]`) gives its connection back if hyper read that end.
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            lease.release_when_ready();
+        }
+    }
+}
+
+impl Body for Bounded {
+    type Data = Bytes;
+    type Error = UpstreamError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, UpstreamError>>> {
+        let this = &mut *self;
+        match this.state {
+            BodyState::Done => return Poll::Ready(None),
+            BodyState::TooLarge => {
+                let e = UpstreamError::TooLarge {
+                    upstream: this.upstream.clone(),
+                    limit: this.limit,
+                };
+                return this.fail(e);
+            }
+            BodyState::Reading => {}
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => {
+                let next = this.next;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(next)));
+                if timer.deadline() != next {
+                    timer.as_mut().reset(next);
+                }
+                ready!(timer.as_mut().poll(cx));
+                let e = UpstreamError::Timeout {
+                    upstream: this.upstream.clone(),
+                };
+                this.fail(e)
+            }
+            Poll::Ready(None) => {
+                this.ended();
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let e = UpstreamError::Unreachable {
+                    upstream: this.upstream.clone(),
+                    message: describe(&e),
+                };
+                this.fail(e)
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.seen = this.seen.saturating_add(data.len());
+                    if this.seen > this.limit {
+                        let e = UpstreamError::TooLarge {
+                            upstream: this.upstream.clone(),
+                            limit: this.limit,
+                        };
+                        return this.fail(e);
+                    }
+                    this.next = this.deadline.min(tokio::time::Instant::now() + this.read);
+                }
+                // A body of known length is not polled past its last byte.
+                if this.inner.is_end_stream() {
+                    this.ended();
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.state == BodyState::Done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// An HTTP client error as text, the innermost cause (no URL, no type
+/// names).
+fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        msg = s.to_string();
+        source = s.source();
+    }
+    msg
+}
+
+async fn read_error_body(resp: http::Response<Incoming>) -> Vec<u8> {
+    // Error bodies are small; cap what is read anyway.
+    let mut out = Vec::new();
+    let mut body = resp.into_body();
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Ok(data) = frame.into_data() {
+            out.extend_from_slice(&data);
+        }
+        if out.len() > 64 * 1024 {
+            break;
+        }
+    }
+    out
+}
+
+fn parse_retry_after(v: Option<&HeaderValue>) -> Option<Duration> {
+    let s = v?.to_str().ok()?.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Some(Duration::from_secs_f64(secs.min(86_400.0)));
+        }
+        return None;
+    }
+    let when = httpdate::parse_http_date(s).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
+}
+
+impl Upstreams {
+    /// Builds from declarations already validated by the catalog.
+    pub fn new(upstreams: Vec<Arc<Upstream>>) -> Upstreams {
+        Upstreams {
+            upstreams,
+            routes: Vec::new(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {
+        self.upstreams.iter().find(|u| u.name == name)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.upstreams.is_empty()
+    }
+
+    pub fn upstreams(&self) -> impl Iterator<Item = &Arc<Upstream>> {
+        self.upstreams.iter()
+    }
+
+    /// Adds a route. `pattern` is an exact name or a glob.
+    pub fn add_route(
+        &mut self,
+        pattern: &str,
+        upstream: Arc<Upstream>,
+        upstream_model: Option<String>,
+        formatter: FormatterKind,
+        template: Option<Arc<PromptTemplate>>,
+    ) -> Result<(), String> {
+        let glob = if pattern.contains(['*', '?', '[']) {
+            Some(
+                Glob::new(pattern)
+                    .map_err(|e| e.kind().to_string())?
+                    .compile_matcher(),
+            )
+        } else {
+            None
+        };
+        self.routes.push(Route {
+            pattern: pattern.to_owned(),
+            glob,
+            upstream,
+            upstream_model,
+            formatter,
+            template,
+        });
+        Ok(())
+    }
+
+    /// How `model` is served, or `None` when no route matches.
+    pub fn resolve(&self, model: &str) -> Option<Resolved> {
+        self.routes
+            .iter()
+            .find(|r| match &r.glob {
+                Some(g) => g.is_match(model),
+                None => r.pattern == model,
+            })
+            .map(|r| Resolved {
+                upstream: Arc::clone(&r.upstream),
+                model: r.upstream_model.clone().unwrap_or_else(|| model.to_owned()),
+                formatter: r.formatter,
+                template: r.template.clone(),
+            })
+    }
+
+    /// The names routes spell out (exact names and aliases), and the glob
+    /// routes' upstreams, whose own lists are filtered by the globs.
+    pub async fn list_models(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .routes
+            .iter()
+            .filter(|r| r.glob.is_none())
+            .map(|r| (r.pattern.clone(), r.upstream.name.clone()))
+            .collect();
+        let mut asked: Vec<&str> = Vec::new();
+        for route in self.routes.iter().filter(|r| r.glob.is_some()) {
+            if asked.contains(&route.upstream.name.as_str()) {
+                continue;
+            }
+            asked.push(&route.upstream.name);
+            match route.upstream.list_models().await {
+                Ok(models) => {
+                    for m in models {
+                        if out.iter().all(|(n, _)| n != &m)
+                            && self
+                                .resolve(&m)
+                                .is_some_and(|r| Arc::ptr_eq(&r.upstream, &route.upstream))
+                        {
+                            out.push((m, route.upstream.name.clone()));
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("cannot list models: {e}"),
+            }
+        }
+        out
+    }
+}
+
+/// The span of one model call, in OpenTelemetry's GenAI terms (the
+/// proxy's and the tool loop's); usage and the loop's iteration are
+/// recorded on it when known.
+pub fn chat_span(upstream: &Upstream, model: &str) -> tracing::Span {
+    tracing::info_span!(
+        "chat",
+        "otel.name" = %format_args!("chat {model}"),
+        "otel.kind" = "client",
+        "gen_ai.operation.name" = "chat",
+        "gen_ai.request.model" = %model,
+        "server.address" = upstream.chat_uri.host().unwrap_or_default(),
+        "toolgate.upstream" = %upstream.name,
+        iteration = tracing::field::Empty,
+        "gen_ai.usage.input_tokens" = tracing::field::Empty,
+        "gen_ai.usage.output_tokens" = tracing::field::Empty,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_rejections_are_recognised() {
+        let status = |code: u16, message: &str| UpstreamError::Status {
+            upstream: "u".into(),
+            status: StatusCode::from_u16(code).unwrap(),
+            message: message.into(),
+            retry_after: None,
+        };
+        assert!(
+            status(
+                400,
+                "\"auto\" tool choice requires --enable-auto-tool-choice"
+            )
+            .rejects_tools()
+        );
+        assert!(status(422, "This model does not support function calling").rejects_tools());
+        assert!(!status(400, "context length exceeded").rejects_tools());
+        assert!(!status(500, "tool crashed").rejects_tools());
+    }
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        let v = HeaderValue::from_static("2");
+        assert_eq!(parse_retry_after(Some(&v)), Some(Duration::from_secs(2)));
+        let v = HeaderValue::from_static("0.5");
+        assert_eq!(
+            parse_retry_after(Some(&v)),
+            Some(Duration::from_millis(500))
+        );
+        let v = HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT");
+        assert_eq!(parse_retry_after(Some(&v)), Some(Duration::ZERO));
+        let v = HeaderValue::from_static("soon");
+        assert_eq!(parse_retry_after(Some(&v)), None);
+        assert_eq!(parse_retry_after(None), None);
+    }
+
+    fn up(name: &str) -> Arc<Upstream> {
+        Arc::new(
+            Upstream::new(
+                name.into(),
+                "http://127.0.0.1:1/v1/",
+                None,
+                Timeouts {
+                    connect: Duration::from_secs(1),
+                    read: Duration::from_secs(1),
+                    total: Duration::from_secs(1),
+                },
+                RetryDecl::default(),
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn routes_match_in_order() {
+        let mut u = Upstreams::new(vec![up("a"), up("b")]);
+        let fc = FormatterKind::FunctionCalling;
+        u.add_route("fast", up("a"), Some("gpt-4o-mini".into()), fc, None)
+            .unwrap();
+        u.add_route("llama-*", up("b"), None, fc, None).unwrap();
+        u.add_route("*", up("a"), None, fc, None).unwrap();
+        let r = u.resolve("fast").unwrap();
+        assert_eq!(
+            (r.upstream.name.as_str(), r.model.as_str()),
+            ("a", "gpt-4o-mini")
+        );
+        let r = u.resolve("llama-3").unwrap();
+        assert_eq!(
+            (r.upstream.name.as_str(), r.model.as_str()),
+            ("b", "llama-3")
+        );
+        assert_eq!(u.resolve("other").unwrap().upstream.name, "a");
+        assert_eq!(up("x").base_url, "http://127.0.0.1:1/v1");
+    }
+}
