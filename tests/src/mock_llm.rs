@@ -210,6 +210,14 @@ struct Reply {
     calls: Vec<(String, Value)>,
 }
 
+/// What the scripted model answers a chat-completions request (`req`):
+/// its text, or its calls (name and arguments). The fakes of other
+/// protocols ask it with their request written in chat completions' shape.
+pub fn scripted(req: &Value) -> (Option<String>, Vec<(String, Value)>) {
+    let r = decide(req);
+    (r.content, r.calls)
+}
+
 fn decide(req: &Value) -> Reply {
     let messages = req["messages"].as_array().cloned().unwrap_or_default();
     // The script is the last real user message (structured-prompt tool

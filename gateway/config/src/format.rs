@@ -815,11 +815,24 @@ impl Default for ShutdownDecl {
 #[serde(deny_unknown_fields)]
 pub struct UpstreamDecl {
     pub name: String,
-    /// Base URL including the version, e.g. `https://api.openai.com/v1`.
+    /// The protocol the upstream speaks.
+    #[serde(default)]
+    pub protocol: ModelProtocol,
+    /// Base URL including the API's version: `https://api.openai.com/v1`,
+    /// `https://api.anthropic.com/v1`,
+    /// `https://generativelanguage.googleapis.com/v1beta`. `{model}` in it
+    /// stands for the model name (Azure's
+    /// `https://NAME.openai.azure.com/openai/deployments/{model}`).
     pub base_url: String,
-    /// Environment variable holding the API key sent as a bearer token.
+    /// Environment variable holding the API key, sent as the protocol
+    /// sends it (`Authorization: Bearer`, Anthropic's `x-api-key`,
+    /// Google's `x-goog-api-key`, Azure's `api-key`).
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// Azure OpenAI (with `openai_chat` or `openai_responses`): the
+    /// `api-version` of every call; the key goes in an `api-key` header.
+    #[serde(default)]
+    pub azure: Option<AzureDecl>,
     #[serde(default = "default_connect_timeout", with = "humantime_serde")]
     #[schemars(with = "String")]
     pub connect_timeout: Duration,
@@ -835,6 +848,30 @@ pub struct UpstreamDecl {
     pub timeout: Duration,
     #[serde(default)]
     pub retries: RetryDecl,
+}
+
+/// The protocol of a model upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelProtocol {
+    /// OpenAI's chat completions (`POST {base_url}/chat/completions`),
+    /// and every server that speaks it.
+    #[default]
+    OpenaiChat,
+    /// OpenAI's Responses (`POST {base_url}/responses`).
+    OpenaiResponses,
+    /// Anthropic's Messages (`POST {base_url}/messages`).
+    Anthropic,
+    /// Google's Gemini (`POST {base_url}/models/{model}:generateContent`).
+    Gemini,
+}
+
+/// Azure OpenAI's way of calling.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AzureDecl {
+    /// The `api-version` query parameter, e.g. `2024-10-21`.
+    pub api_version: String,
 }
 
 /// The total deadline of one model call when the upstream sets none.

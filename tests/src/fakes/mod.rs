@@ -15,6 +15,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod anthropic;
 pub mod openai_chat;
 
 use std::collections::BTreeMap;
@@ -86,11 +87,29 @@ pub struct Seen {
     pub answered: bool,
 }
 
+/// How a fake decides what to answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Brain {
+    /// By the request's shape (`decide`): the golden corpus.
+    Shape,
+    /// By the scripted model's script in the last user message
+    /// (`mock_llm::scripted`): the end-to-end tests with real clients.
+    Script,
+}
+
 /// What a fake answers.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
-    Text { reasoning: String, text: String },
-    Call { name: String, arguments: Value },
+    Text {
+        reasoning: String,
+        text: String,
+    },
+    Call {
+        name: String,
+        arguments: Value,
+    },
+    /// Several calls in one turn (the scripted model's).
+    Calls(Vec<(String, Value)>),
 }
 
 /// The reasoning of every text answer.

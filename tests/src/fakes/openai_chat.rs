@@ -173,6 +173,13 @@ async fn completions(
             }]}),
             "tool_calls",
         ),
+        Reply::Calls(calls) => (
+            json!({"role": "assistant", "content": null, "refusal": null, "tool_calls": calls.iter().enumerate().map(|(i, (name, arguments))| json!({
+                "id": format!("call_fake{n}_{i}"), "type": "function",
+                "function": {"name": name, "arguments": arguments.to_string()},
+            })).collect::<Vec<_>>()}),
+            "tool_calls",
+        ),
     };
     axum::Json(json!({
         "id": id,
@@ -205,6 +212,16 @@ fn stream(id: &str, model: &str, n: usize, reply: &Reply, include_usage: bool) -
             chunks.push(chunk(json!({"content": a}), Value::Null));
             chunks.push(chunk(json!({"content": b}), Value::Null));
             "stop"
+        }
+        Reply::Calls(calls) => {
+            for (i, (name, arguments)) in calls.iter().enumerate() {
+                chunks.push(chunk(
+                    json!({"tool_calls": [{"index": i, "id": format!("call_fake{n}_{i}"), "type": "function",
+                                           "function": {"name": name, "arguments": arguments.to_string()}}]}),
+                    Value::Null,
+                ));
+            }
+            "tool_calls"
         }
         Reply::Call { name, arguments } => {
             let args = arguments.to_string();

@@ -15,7 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde_json::{Value, json};
+use toolgate_tests::fakes::anthropic::FakeAnthropic;
 use toolgate_tests::fakes::openai_chat::FakeChat;
+use toolgate_tests::fakes::{Brain, Log};
 use toolgate_tests::{ConfigDir, Gateway, load_catalog, repo_root};
 
 const CONFIG: &str = r#"
@@ -27,6 +29,7 @@ builtins:
   enabled: [calculator]
 upstreams:
   - name: fake
+    protocol: ${PROTOCOL}
     base_url: ${MODEL}
 models:
   - model: "*"
@@ -205,11 +208,43 @@ fn sse_events(text: &str) -> Vec<Value> {
     out
 }
 
+/// A fake model of one protocol.
+enum Fake {
+    Chat(FakeChat),
+    Anthropic(FakeAnthropic),
+}
+
+impl Fake {
+    async fn start(protocol: &str) -> Fake {
+        match protocol {
+            "anthropic" => Fake::Anthropic(FakeAnthropic::start(Brain::Shape).await),
+            _ => Fake::Chat(FakeChat::start().await),
+        }
+    }
+
+    fn log(&self) -> &Log {
+        match self {
+            Fake::Chat(f) => &f.log,
+            Fake::Anthropic(f) => &f.log,
+        }
+    }
+
+    fn base_url(&self) -> String {
+        match self {
+            Fake::Chat(f) => f.base_url(),
+            Fake::Anthropic(f) => f.base_url(),
+        }
+    }
+}
+
+/// The model protocols the corpus runs against, each with its fake.
+const PROTOCOLS: [&str; 2] = ["openai_chat", "anthropic"];
+
 /// One exchange of a case: the model requests it made and the answer.
-async fn exchange(gateway: &Gateway, fake: &FakeChat, case: &Case, stream: bool) -> Value {
+async fn exchange(gateway: &Gateway, fake: &Fake, case: &Case, stream: bool) -> Value {
     let mut body = case.body.clone();
     body["stream"] = json!(stream);
-    let before = fake.log.len();
+    let before = fake.log().len();
     let mut req = reqwest::Client::new()
         .post(gateway.url(&case.path))
         .json(&body);
@@ -233,7 +268,7 @@ async fn exchange(gateway: &Gateway, fake: &FakeChat, case: &Case, stream: bool)
         serde_json::from_str(&text).unwrap_or(Value::String(text))
     };
     let upstream: Vec<Value> = fake
-        .log
+        .log()
         .since(before)
         .into_iter()
         .map(|r| json!({"path": r.path, "body": r.body}))
@@ -245,47 +280,52 @@ async fn exchange(gateway: &Gateway, fake: &FakeChat, case: &Case, stream: bool)
     out
 }
 
-/// Every case of the corpus, whole and streamed, against the
-/// chat-completions fake: one snapshot per case.
+/// Every case of the corpus, whole and streamed, against the fake of each
+/// model protocol: one snapshot per case and protocol.
 #[tokio::test]
 async fn every_face_request_translates_as_its_snapshot_says() {
     let cases = corpus();
     assert!(cases.len() >= 100, "the corpus has {} cases", cases.len());
     let mut failures = Vec::new();
-    for case in &cases {
-        // A fresh model and gateway per case: no cached result, no count
-        // of an earlier case shows in another.
-        let fake = FakeChat::start().await;
-        let dir = ConfigDir::fixture(CONFIG, &[("MODEL", &fake.base_url())]);
-        let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
-        let mut normalizer = Normalizer {
-            ids: HashMap::new(),
-        };
-        let mut shown = json!({
-            "request": {"path": case.path, "headers": case.headers},
-            "whole": exchange(&gateway, &fake, case, false).await,
-            "stream": exchange(&gateway, &fake, case, true).await,
-        });
-        normalizer.value(&mut shown);
-        let text = serde_json::to_string_pretty(&shown).unwrap();
-        let name = format!("openai_chat__{}", case.name);
-        let result = std::panic::catch_unwind(|| {
-            insta::with_settings!({
-                snapshot_path => "snapshots/golden",
-                prepend_module_to_snapshot => false,
-                omit_expression => true,
-            }, {
-                insta::assert_snapshot!(name, text);
+    for protocol in PROTOCOLS {
+        for case in &cases {
+            // A fresh model and gateway per case: no cached result, no
+            // count of an earlier case shows in another.
+            let fake = Fake::start(protocol).await;
+            let dir = ConfigDir::fixture(
+                CONFIG,
+                &[("MODEL", &fake.base_url()), ("PROTOCOL", protocol)],
+            );
+            let gateway = Gateway::start(load_catalog(dir.path(), &[])).await;
+            let mut normalizer = Normalizer {
+                ids: HashMap::new(),
+            };
+            let mut shown = json!({
+                "request": {"path": case.path, "headers": case.headers},
+                "whole": exchange(&gateway, &fake, case, false).await,
+                "stream": exchange(&gateway, &fake, case, true).await,
             });
-        });
-        if result.is_err() {
-            failures.push(case.name.clone());
+            normalizer.value(&mut shown);
+            let text = serde_json::to_string_pretty(&shown).unwrap();
+            let name = format!("{protocol}__{}", case.name);
+            let result = std::panic::catch_unwind(|| {
+                insta::with_settings!({
+                    snapshot_path => "snapshots/golden",
+                    prepend_module_to_snapshot => false,
+                    omit_expression => true,
+                }, {
+                    insta::assert_snapshot!(name, text);
+                });
+            });
+            if result.is_err() {
+                failures.push(format!("{protocol}: {}", case.name));
+            }
         }
     }
     assert!(
         failures.is_empty(),
         "{} of {} cases differ from their snapshots: {failures:?}",
         failures.len(),
-        cases.len()
+        cases.len() * PROTOCOLS.len()
     );
 }

@@ -4,8 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::model::upstream::{Timeouts, Upstream, Upstreams};
+use crate::conversation::Protocol;
+use crate::model::upstream::{Flavor, Timeouts, Upstream, Upstreams};
 use crate::tools::tool::is_valid_name;
+use toolgate_config::format::ModelProtocol;
 use toolgate_config::load::Loaded;
 use toolgate_config::{Diagnostic, Pos};
 
@@ -134,6 +136,22 @@ fn declared(
             key
         }
     };
+    if u.azure.is_some()
+        && !matches!(
+            u.protocol,
+            ModelProtocol::OpenaiChat | ModelProtocol::OpenaiResponses
+        )
+    {
+        error(
+            ".azure",
+            format!(
+                "`azure` is for OpenAI's protocols; upstream `{}` speaks {}",
+                u.name,
+                protocol_of(u.protocol)
+            ),
+            "remove `azure`, or set `protocol: openai_chat` or `openai_responses`",
+        );
+    }
     if u.retries.max_attempts == 0 {
         error(
             ".retries.max_attempts",
@@ -156,12 +174,17 @@ fn declared(
         read: u.read_timeout,
         total: u.timeout,
     };
-    match Upstream::new(
+    let flavor = Flavor {
+        protocol: protocol_of(u.protocol),
+        azure_api_version: u.azure.as_ref().map(|a| a.api_version.clone()),
+    };
+    match Upstream::of(
         u.name.clone(),
         &u.base_url,
         key,
         timeouts,
         u.retries.clone(),
+        flavor,
     ) {
         Ok(up) => Some(Arc::new(up)),
         Err(e) => {
@@ -236,5 +259,15 @@ fn add_route(
             format!("the pattern `{}` is invalid: {e}", r.model),
             "use `*` for any characters and `?` for one",
         ));
+    }
+}
+
+/// The engine's name of a configured protocol.
+pub(super) fn protocol_of(p: ModelProtocol) -> Protocol {
+    match p {
+        ModelProtocol::OpenaiChat => Protocol::OpenaiChat,
+        ModelProtocol::OpenaiResponses => Protocol::OpenaiResponses,
+        ModelProtocol::Anthropic => Protocol::Anthropic,
+        ModelProtocol::Gemini => Protocol::Gemini,
     }
 }

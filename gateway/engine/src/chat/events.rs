@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use crate::conversation::FinishReason;
-use crate::conversation::{Call, Native, Notices, Usage};
+use crate::conversation::{Call, Native, Notices, Opaque, Reasoning, Usage};
 pub use crate::executor::CallProgress;
 use crate::executor::ToolResult;
 use crate::model::upstream::UpstreamError;
@@ -20,6 +20,9 @@ pub enum Event {
     Content(String),
     /// A piece of the model's reasoning (`reasoning_content`).
     Reasoning(String),
+    /// The state that ends the reasoning just streamed (a thinking block's
+    /// signature), which only the model's protocol can read.
+    ReasoningOpaque(Opaque),
     /// The gateway starts running a tool call the model made.
     ToolCallStarted(Call),
     /// A running gateway tool call reported progress (MCP tools that send
@@ -44,6 +47,8 @@ pub struct Answer {
     pub envelope: Option<Native>,
     pub content: Option<String>,
     pub reasoning: Option<String>,
+    /// The reasoning as the model gave it, with its opaque state.
+    pub reasoning_items: Vec<Reasoning>,
     /// Calls of client tools the client must run (finish `tool_calls`).
     pub client_calls: Vec<Call>,
     /// What the model protocol could not carry of the request.

@@ -33,10 +33,11 @@ use serde_json::value::RawValue;
 
 /// The wire protocols the gateway speaks: each is a face for clients and
 /// a protocol for models.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Protocol {
     /// OpenAI's chat completions.
+    #[default]
     OpenaiChat,
     /// OpenAI's Responses.
     OpenaiResponses,

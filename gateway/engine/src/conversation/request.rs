@@ -66,6 +66,9 @@ pub struct Request {
     pub modified: bool,
     /// The number of answers asked for (`n`), when more than one.
     pub choices: Option<u64>,
+    /// Headers of the face's protocol the client sent that a model of the
+    /// same protocol takes (`anthropic-beta`, `anthropic-version`).
+    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 impl Request {
@@ -90,6 +93,7 @@ impl Request {
             deferred: None,
             modified: false,
             choices: None,
+            headers: Vec::new(),
         }
     }
 
@@ -151,6 +155,7 @@ impl Request {
         derived.params = self.params.clone();
         derived.fields = fields;
         derived.untyped = self.untyped.clone();
+        derived.headers = self.headers.clone();
         derived.modified = true;
         derived
     }

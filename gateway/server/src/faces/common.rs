@@ -7,6 +7,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -173,32 +174,122 @@ pub fn attach(notices: &Notices, mut response: Response) -> Response {
     response
 }
 
-/// For a face whose format is not the upstream's: the request body as
-/// JSON, the loop its translation (`translate`) plans to, admitted, and
-/// what the translation left out.
-pub async fn plan_translated(
+/// What a decoded request became: a tool loop to run, or a request to
+/// pass to an upstream of the face's own protocol, untouched.
+#[derive(Debug)]
+pub enum Planned {
+    Loop {
+        the_loop: Box<Loop>,
+        places: Places,
+        notices: Notices,
+    },
+    /// Passed through: the response is the upstream's.
+    Proxied(Response),
+}
+
+/// For a face of another protocol than chat completions: the request body
+/// as JSON and what its decoding (`decode`) plans to, admitted — a loop
+/// with what the decoding left out, or (`passthrough` allowing, no tools,
+/// an upstream of the face's protocol) the body passed through.
+pub async fn plan_decoded(
     state: &AppState,
     caller: &Caller,
     headers: &HeaderMap,
-    body: &[u8],
-    translate: impl FnOnce(&Value) -> Result<Translated, ApiError>,
-) -> Result<(Value, Loop, Places, Notices), ApiError> {
+    body: &Bytes,
+    passthrough: Passthrough,
+    decode: impl FnOnce(&Value) -> Result<Translated, ApiError>,
+) -> Result<(Value, Planned), ApiError> {
     let original: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
-    let Translated { request, notices } = translate(&original)?;
+    let Translated { request, notices } = decode(&original)?;
     let Admitted { plan, places } =
-        plan_request(state, caller, headers, request, Passthrough::Never).await?;
-    match plan {
+        plan_request(state, caller, headers, request, passthrough).await?;
+    let planned = match plan {
         Plan::Loop(the_loop) => {
             let mut notices = notices;
             notices.settle(|tool| the_loop.gateway_tools.contains(tool));
-            Ok((original, *the_loop, places, notices))
+            Planned::Loop {
+                the_loop,
+                places,
+                notices,
+            }
         }
-        Plan::Proxy { .. } => Err(ApiError::new(
-            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
-            "a translated request was planned as a passthrough",
-        )),
+        Plan::Proxy {
+            upstream,
+            model,
+            request,
+        } => {
+            let span = toolgate_engine::model::upstream::chat_span(&upstream, &model);
+            let call = toolgate_engine::model::upstream::ModelCall {
+                body: request.proxy_body(body.clone(), &model),
+                model: &model,
+                stream: request.stream,
+                request_id: Some(&caller.request_id),
+                headers: &request.headers,
+            };
+            let response =
+                tracing::Instrument::instrument(proxy(&upstream, call, places.stream), span)
+                    .await?;
+            Planned::Proxied(attach(&notices, response))
+        }
+    };
+    Ok((original, planned))
+}
+
+/// Forwards a request and passes the upstream's answer back unchanged:
+/// status, content type and body, with its length when it has one (a
+/// stream stays a stream). `guard` (a stream's place under the cap) is
+/// held until the body ends.
+pub async fn proxy(
+    upstream: &toolgate_engine::model::upstream::Upstream,
+    call: toolgate_engine::model::upstream::ModelCall<'_>,
+    guard: Option<Permit>,
+) -> Result<Response, ApiError> {
+    let reply = upstream.call(call).await?;
+    let status = reply.response.status();
+    let content_type = reply
+        .response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .cloned();
+    // Not size-capped (nothing is buffered); the upstream's read timeout
+    // and total deadline still end a trickling answer.
+    let body = upstream.body(reply, usize::MAX);
+    let mut out = Response::new(axum::body::Body::new(Held {
+        body,
+        _guard: guard,
+    }));
+    *out.status_mut() = status;
+    if let Some(ct) = content_type {
+        out.headers_mut()
+            .insert(axum::http::header::CONTENT_TYPE, ct);
+    }
+    Ok(out)
+}
+
+/// A body that holds a place under the stream cap until it is dropped.
+struct Held<B> {
+    body: B,
+    _guard: Option<Permit>,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Held<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -300,6 +391,9 @@ pub fn request_of(
 /// face's top-level fields, raw, for a model of its protocol) without the
 /// gateway's.
 fn shared_fields(from: &Map<String, Value>, request: &mut Request) -> Result<(), ApiError> {
+    request.modified = ["tool_set", "max_tool_iterations", "tool_mode"]
+        .iter()
+        .any(|k| from.contains_key(*k));
     request.params.temperature = from.get("temperature").and_then(Value::as_f64);
     request.params.top_p = from.get("top_p").and_then(Value::as_f64);
     request.stream = from.get("stream") == Some(&json!(true));

@@ -41,7 +41,7 @@ use crate::conversation::{
 };
 use crate::model::formatter::{self, PromptTemplate};
 use crate::model::protocol::{self, Assembly, Outgoing, Tools};
-use crate::model::upstream::{Reply, UpstreamError};
+use crate::model::upstream::{ModelCall, Reply, UpstreamError};
 use crate::tools::discovery::MAX_QUERY_CHARS;
 use crate::tools::tool::Tool;
 use calls::deferred_search_tool;
@@ -290,6 +290,7 @@ impl Loop {
                 envelope: decoded.envelope,
                 content: said.content,
                 reasoning: said.reasoning,
+                reasoning_items: said.reasoning_items,
                 client_calls,
                 notices,
                 summary: run.finish(finish),
@@ -449,9 +450,8 @@ impl Run {
     /// (and remembers it) when the upstream rejects `tools`.
     async fn call_upstream(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
-        let request_id = self.l.context.request_id.clone();
         let body = self.body(iteration, stream)?;
-        match upstream.chat_with(body, Some(&request_id)).await {
+        match upstream.call(self.model_call(body, stream)).await {
             Ok(r) => Ok(r),
             Err(e)
                 if matches!(self.mode, Mode::FunctionCalling { fallback: true })
@@ -470,9 +470,22 @@ impl Run {
                     .l
                     .structured(&self.l.offered_tools(&self.found, &self.loaded))?;
                 let body = self.body(iteration, stream)?;
-                Ok(upstream.chat_with(body, Some(&request_id)).await?)
+                Ok(upstream.call(self.model_call(body, stream)).await?)
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A model call of `body`: the client's protocol headers go along when
+    /// the upstream speaks its protocol.
+    fn model_call(&self, body: bytes::Bytes, stream: bool) -> ModelCall<'_> {
+        let same = self.l.resolved.upstream.protocol == self.l.request.face;
+        ModelCall {
+            body,
+            model: &self.l.resolved.model,
+            stream,
+            request_id: Some(&self.l.context.request_id),
+            headers: if same { &self.l.request.headers } else { &[] },
         }
     }
 

@@ -72,6 +72,7 @@ impl Run {
                             }
                             (Delta::Text(t), None) => yield Event::Content(t.clone()),
                             (Delta::Reasoning(t), None) => yield Event::Reasoning(t.clone()),
+                            (Delta::ReasoningOpaque(o), None) => yield Event::ReasoningOpaque(o.clone()),
                             _ => {}
                         }
                         if let Err(e) = assembly.push(delta, max_calls) {

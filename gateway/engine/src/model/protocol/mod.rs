@@ -6,6 +6,7 @@
 //! Whole and streamed answers are read the same way: both are deltas,
 //! folded into one turn by [`Assembly`].
 
+pub mod anthropic;
 pub mod openai_chat;
 mod tools;
 
@@ -73,11 +74,9 @@ impl Tools<'_> {
 pub fn encode(protocol: Protocol, call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
     match protocol {
         Protocol::OpenaiChat => openai_chat::encode(call, notices),
-        // The other protocols have no upstream yet: their requests are
-        // never planned to one.
-        Protocol::OpenaiResponses | Protocol::Anthropic | Protocol::Gemini => {
-            openai_chat::encode(call, notices)
-        }
+        Protocol::Anthropic => anthropic::encode(call, notices),
+        // Not written yet: their upstreams are refused by the catalog.
+        Protocol::OpenaiResponses | Protocol::Gemini => openai_chat::encode(call, notices),
     }
 }
 
@@ -86,10 +85,10 @@ pub fn encode(protocol: Protocol, call: &Outgoing<'_>, notices: &mut Notices) ->
 /// protocol.
 pub fn decode(protocol: Protocol, body: &[u8]) -> Result<Decoded, String> {
     match protocol {
-        Protocol::OpenaiChat
-        | Protocol::OpenaiResponses
-        | Protocol::Anthropic
-        | Protocol::Gemini => openai_chat::decode(body),
+        Protocol::Anthropic => anthropic::decode(body),
+        Protocol::OpenaiChat | Protocol::OpenaiResponses | Protocol::Gemini => {
+            openai_chat::decode(body)
+        }
     }
 }
 
@@ -106,6 +105,7 @@ pub struct Decoded {
 #[derive(Debug)]
 pub enum StreamDecoder {
     OpenaiChat(openai_chat::Stream),
+    Anthropic(anthropic::Stream),
 }
 
 /// What one event of a stream says.
@@ -119,10 +119,10 @@ pub struct Step {
 impl StreamDecoder {
     pub fn new(protocol: Protocol) -> StreamDecoder {
         match protocol {
-            Protocol::OpenaiChat
-            | Protocol::OpenaiResponses
-            | Protocol::Anthropic
-            | Protocol::Gemini => StreamDecoder::OpenaiChat(openai_chat::Stream::default()),
+            Protocol::Anthropic => StreamDecoder::Anthropic(anthropic::Stream::default()),
+            Protocol::OpenaiChat | Protocol::OpenaiResponses | Protocol::Gemini => {
+                StreamDecoder::OpenaiChat(openai_chat::Stream::default())
+            }
         }
     }
 
@@ -130,6 +130,7 @@ impl StreamDecoder {
     pub fn event(&mut self, name: &str, data: &str) -> Result<Step, String> {
         match self {
             StreamDecoder::OpenaiChat(s) => s.event(name, data),
+            StreamDecoder::Anthropic(s) => s.event(name, data),
         }
     }
 
@@ -137,6 +138,7 @@ impl StreamDecoder {
     pub fn complete(&self) -> bool {
         match self {
             StreamDecoder::OpenaiChat(s) => s.complete(),
+            StreamDecoder::Anthropic(s) => s.complete(),
         }
     }
 }
@@ -144,10 +146,10 @@ impl StreamDecoder {
 /// The human message of an upstream's error body in `protocol`.
 pub fn error_message(protocol: Protocol, body: &[u8]) -> String {
     match protocol {
-        Protocol::OpenaiChat
-        | Protocol::OpenaiResponses
-        | Protocol::Anthropic
-        | Protocol::Gemini => openai_chat::error_message(body),
+        Protocol::Anthropic => anthropic::error_message(body),
+        Protocol::OpenaiChat | Protocol::OpenaiResponses | Protocol::Gemini => {
+            openai_chat::error_message(body)
+        }
     }
 }
 

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use globset::{Glob, GlobMatcher};
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER, USER_AGENT};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
 use http::{Method, Request, StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
@@ -36,24 +36,31 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use crate::conversation::Protocol;
 use crate::model::prompt::PromptTemplate;
 use toolgate_config::format::{FormatterKind, RetryDecl};
 
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
-/// One OpenAI-compatible upstream.
+/// One upstream: a model server of one protocol.
 #[derive(Debug)]
 pub struct Upstream {
     pub name: String,
     /// The protocol the model speaks.
-    pub protocol: crate::conversation::Protocol,
-    /// Base URL without a trailing slash, e.g. `https://api.openai.com/v1`.
+    pub protocol: Protocol,
+    /// Base URL without a trailing slash, the API's version included, e.g.
+    /// `https://api.openai.com/v1`; `{model}` in it stands for the model
+    /// name (Azure's deployments).
     pub base_url: String,
-    chat_uri: Uri,
+    /// The model call's URI when it does not depend on the model.
+    call_uri: Option<Uri>,
     models_uri: Uri,
+    /// The query every call carries (Azure's `api-version=…`).
+    query: Option<String>,
     api_key: Option<String>,
-    /// `Bearer <api key>`, marked sensitive.
-    authorization: Option<HeaderValue>,
+    /// The headers that carry the key (and the protocol's version), the
+    /// key's marked sensitive.
+    auth: Vec<(HeaderName, HeaderValue)>,
     transport: Transport,
     retry: RetryDecl,
     /// Longest wait for the response head and between two reads of a body.
@@ -193,6 +200,31 @@ fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
     .with_no_client_auth())
 }
 
+/// The path of a model call under the base URL (Gemini's depends on the
+/// model: see `Upstream::call_uri`).
+fn call_path(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::OpenaiChat => "/chat/completions",
+        Protocol::OpenaiResponses => "/responses",
+        Protocol::Anthropic => "/messages",
+        Protocol::Gemini => "/models",
+    }
+}
+
+fn with_query(path: &str, query: Option<&str>) -> String {
+    match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    }
+}
+
+/// What a model name keeps escaped in a URL path (`/` and `?` among them).
+const MODEL_IN_PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// `base` (no trailing slash) joined with `path`, as a request URI. The
 /// URL is parsed once here (IDNA host names become ASCII), never per call.
 fn endpoint(base: &str, path: &str) -> Result<Uri, String> {
@@ -206,9 +238,36 @@ fn endpoint(base: &str, path: &str) -> Result<Uri, String> {
     Uri::try_from(url.as_str()).map_err(|e| e.to_string())
 }
 
+/// How an upstream is reached beyond its URL and key.
+#[derive(Debug, Clone, Default)]
+pub struct Flavor {
+    pub protocol: Protocol,
+    /// Azure OpenAI: the `api-version` of every call, and the key in an
+    /// `api-key` header.
+    pub azure_api_version: Option<String>,
+}
+
+/// The version header Anthropic's API requires.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// One model call: its body and what its URI and headers depend on.
+#[derive(Debug)]
+pub struct ModelCall<'a> {
+    pub body: Bytes,
+    /// The model name the upstream knows.
+    pub model: &'a str,
+    pub stream: bool,
+    /// Sent as `X-Request-Id`.
+    pub request_id: Option<&'a str>,
+    /// Headers of the client's protocol it sent (`anthropic-beta`…), for an
+    /// upstream of the same protocol.
+    pub headers: &'a [(HeaderName, HeaderValue)],
+}
+
 impl Upstream {
-    /// An upstream; fails only when its HTTP client cannot be built (no
-    /// silent fallback to a client without the timeouts).
+    /// An OpenAI chat-completions upstream; fails only when its HTTP client
+    /// cannot be built (no silent fallback to a client without the
+    /// timeouts).
     pub fn new(
         name: String,
         base_url: &str,
@@ -216,19 +275,46 @@ impl Upstream {
         timeouts: Timeouts,
         retry: RetryDecl,
     ) -> Result<Upstream, String> {
+        Upstream::of(name, base_url, api_key, timeouts, retry, Flavor::default())
+    }
+
+    /// An upstream of any protocol.
+    pub fn of(
+        name: String,
+        base_url: &str,
+        api_key: Option<String>,
+        timeouts: Timeouts,
+        retry: RetryDecl,
+        flavor: Flavor,
+    ) -> Result<Upstream, String> {
         let cannot = |e: &dyn std::fmt::Display| {
             format!("the HTTP client of upstream `{name}` cannot be built: {e}")
         };
         let base = base_url.trim_end_matches('/').to_owned();
-        let chat_uri = endpoint(&base, "/chat/completions").map_err(|e| cannot(&e))?;
-        let models_uri = endpoint(&base, "/models").map_err(|e| cannot(&e))?;
+        let query = flavor.azure_api_version.as_ref().map(|v| {
+            format!(
+                "api-version={}",
+                percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC)
+            )
+        });
+        // The origin, for the pool (a `{model}` in the path is not part of it).
+        let origin = endpoint(&base.replace("{model}", "m"), "").map_err(|e| cannot(&e))?;
+        let call_uri = match (flavor.protocol, base.contains("{model}")) {
+            (Protocol::Gemini, _) | (_, true) => None,
+            (protocol, false) => Some(
+                endpoint(&base, &with_query(call_path(protocol), query.as_deref()))
+                    .map_err(|e| cannot(&e))?,
+            ),
+        };
+        let models_uri =
+            endpoint(&base.replace("/{model}", ""), "/models").map_err(|e| cannot(&e))?;
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(timeouts.connect));
         http.set_nodelay(true);
         http.enforce_http(false);
-        let transport = if chat_uri.scheme() == Some(&http::uri::Scheme::HTTP) {
+        let transport = if origin.scheme() == Some(&http::uri::Scheme::HTTP) {
             Transport::Cleartext(Arc::new(
-                pool::Pool::new(http, &chat_uri).map_err(|e| cannot(&e))?,
+                pool::Pool::new(http, &origin).map_err(|e| cannot(&e))?,
             ))
         } else {
             let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -244,23 +330,42 @@ impl Upstream {
                     .build(connector),
             ))
         };
-        let authorization = match &api_key {
-            Some(key) => {
-                let mut v = HeaderValue::try_from(format!("Bearer {key}"))
-                    .map_err(|_| cannot(&"the API key is not a valid header value"))?;
-                v.set_sensitive(true);
-                Some(v)
-            }
-            None => None,
+        let sensitive = |v: String| -> Result<HeaderValue, String> {
+            let mut v = HeaderValue::try_from(v)
+                .map_err(|_| cannot(&"the API key is not a valid header value"))?;
+            v.set_sensitive(true);
+            Ok(v)
         };
+        let mut auth = Vec::new();
+        if let Some(key) = &api_key {
+            auth.push(match (flavor.protocol, &flavor.azure_api_version) {
+                (Protocol::Anthropic, _) => (
+                    HeaderName::from_static("x-api-key"),
+                    sensitive(key.clone())?,
+                ),
+                (Protocol::Gemini, _) => (
+                    HeaderName::from_static("x-goog-api-key"),
+                    sensitive(key.clone())?,
+                ),
+                (_, Some(_)) => (HeaderName::from_static("api-key"), sensitive(key.clone())?),
+                _ => (AUTHORIZATION, sensitive(format!("Bearer {key}"))?),
+            });
+        }
+        if flavor.protocol == Protocol::Anthropic {
+            auth.push((
+                HeaderName::from_static("anthropic-version"),
+                HeaderValue::from_static(ANTHROPIC_VERSION),
+            ));
+        }
         Ok(Upstream {
             name,
-            protocol: crate::conversation::Protocol::OpenaiChat,
+            protocol: flavor.protocol,
             base_url: base,
-            chat_uri,
+            call_uri,
             models_uri,
+            query,
             api_key,
-            authorization,
+            auth,
             transport,
             retry,
             read_timeout: timeouts.read,
@@ -268,32 +373,62 @@ impl Upstream {
         })
     }
 
-    /// `POST {base}/chat/completions` with `body`, retried per the policy.
-    /// Returns a response with a success status whose body is unread.
+    /// The URI of a model call of `model`.
+    fn call_uri(&self, model: &str, stream: bool) -> Result<Uri, UpstreamError> {
+        if let Some(uri) = &self.call_uri {
+            return Ok(uri.clone());
+        }
+        let model = percent_encoding::utf8_percent_encode(model, MODEL_IN_PATH).to_string();
+        let base = self.base_url.replace("{model}", &model);
+        let path = match self.protocol {
+            Protocol::Gemini if stream => format!("/models/{model}:streamGenerateContent?alt=sse"),
+            Protocol::Gemini => format!("/models/{model}:generateContent"),
+            p => with_query(call_path(p), self.query.as_deref()),
+        };
+        endpoint(&base, &path).map_err(|message| UpstreamError::Invalid {
+            upstream: self.name.clone(),
+            message: format!("the model name makes no URL: {message}"),
+        })
+    }
+
+    /// `POST` a chat-completions `body`, retried per the policy. Returns a
+    /// response with a success status whose body is unread.
     pub async fn chat(&self, body: Bytes) -> Result<Reply, UpstreamError> {
         self.chat_with(body, None).await
     }
 
-    /// [`chat`](Self::chat), sending `request_id` as `X-Request-Id` and
-    /// recording the time to the response head in the metrics. The whole
-    /// call, retries included, has the upstream's total deadline; the
-    /// [`Reply`] carries what is left of it for the body.
+    /// [`chat`](Self::chat), sending `request_id` as `X-Request-Id`.
     pub async fn chat_with(
         &self,
         body: Bytes,
         request_id: Option<&str>,
     ) -> Result<Reply, UpstreamError> {
+        self.call(ModelCall {
+            body,
+            model: "",
+            stream: false,
+            request_id,
+            headers: &[],
+        })
+        .await
+    }
+
+    /// One model call, retried per the policy, recording the time to the
+    /// response head in the metrics. The whole call, retries included, has
+    /// the upstream's total deadline; the [`Reply`] carries what is left of
+    /// it for the body.
+    pub async fn call(&self, call: ModelCall<'_>) -> Result<Reply, UpstreamError> {
         let began = std::time::Instant::now();
         let deadline = tokio::time::Instant::now() + self.timeout;
         // Every wait inside is bounded by the deadline (one timer at a time).
-        let result =
-            self.chat_attempts(body, request_id, deadline)
-                .await
-                .map(|(response, lease)| Reply {
-                    response,
-                    deadline,
-                    lease,
-                });
+        let result = self
+            .call_attempts(&call, deadline)
+            .await
+            .map(|(response, lease)| Reply {
+                response,
+                deadline,
+                lease,
+            });
         let outcome = match &result {
             Ok(_) => "ok",
             Err(UpstreamError::Status { status, .. }) if status.is_client_error() => "client_error",
@@ -321,8 +456,8 @@ impl Upstream {
             USER_AGENT,
             HeaderValue::from_static(concat!("toolgate/", env!("CARGO_PKG_VERSION"))),
         );
-        if let Some(auth) = &self.authorization {
-            headers.insert(AUTHORIZATION, auth.clone());
+        for (name, value) in &self.auth {
+            headers.insert(name, value.clone());
         }
         req
     }
@@ -367,18 +502,23 @@ impl Upstream {
         }
     }
 
-    async fn chat_attempts(
+    async fn call_attempts(
         &self,
-        body: Bytes,
-        request_id: Option<&str>,
+        call: &ModelCall<'_>,
         deadline: tokio::time::Instant,
     ) -> Result<(http::Response<Incoming>, Option<pool::Lease>), UpstreamError> {
-        let request_id = request_id.and_then(|id| HeaderValue::from_str(id).ok());
+        let request_id = call
+            .request_id
+            .and_then(|id| HeaderValue::from_str(id).ok());
+        let uri = self.call_uri(call.model, call.stream)?;
         let mut attempt = 1;
         loop {
-            let mut req = self.request(Method::POST, &self.chat_uri, body.clone());
+            let mut req = self.request(Method::POST, &uri, call.body.clone());
             req.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            for (name, value) in call.headers {
+                req.headers_mut().insert(name, value.clone());
+            }
             if let Some(id) = &request_id {
                 req.headers_mut().insert("x-request-id", id.clone());
             }
@@ -549,6 +689,14 @@ impl Upstream {
                 upstream: self.name.clone(),
                 message: e.to_string(),
             })?;
+        // OpenAI's and Anthropic's `data[].id`, Gemini's `models[].name`.
+        if let Some(models) = v["models"].as_array() {
+            return Ok(models
+                .iter()
+                .filter_map(|m| m["name"].as_str())
+                .map(|n| n.strip_prefix("models/").unwrap_or(n).to_owned())
+                .collect());
+        }
         Ok(v["data"]
             .as_array()
             .map(|d| {
@@ -848,7 +996,7 @@ pub fn chat_span(upstream: &Upstream, model: &str) -> tracing::Span {
         "otel.kind" = "client",
         "gen_ai.operation.name" = "chat",
         "gen_ai.request.model" = %model,
-        "server.address" = upstream.chat_uri.host().unwrap_or_default(),
+        "server.address" = upstream.models_uri.host().unwrap_or_default(),
         "toolgate.upstream" = %upstream.name,
         iteration = tracing::field::Empty,
         "gen_ai.usage.input_tokens" = tracing::field::Empty,

@@ -124,6 +124,8 @@ impl Chunks {
         match event {
             Event::Content(t) => vec![self.delta(json!({"content": t}))],
             Event::Reasoning(t) => vec![self.delta(json!({"reasoning_content": t}))],
+            // Only the model's protocol can read its opaque state.
+            Event::ReasoningOpaque(_) => Vec::new(),
             // OpenAI's format has no place for the gateway's own calls; the
             // last chunk's `toolgate` report lists them.
             Event::ToolCallStarted(_) | Event::ToolCallDone(_) => Vec::new(),

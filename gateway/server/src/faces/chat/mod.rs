@@ -7,14 +7,14 @@
 pub mod decode;
 mod encode;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, header};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use toolgate_engine::chat::{self, Plan};
 use toolgate_engine::conversation::Notices;
-use toolgate_engine::governance::limits::Permit;
+use toolgate_engine::model::upstream::ModelCall;
 
 use super::common::{self, Admitted};
 use crate::http::{ApiError, AppState, Caller, body_error};
@@ -44,7 +44,14 @@ pub async fn completions(
         } => {
             let body = request.proxy_body(body, &model);
             let span = toolgate_engine::model::upstream::chat_span(&upstream, &model);
-            return proxy(&upstream, body, &caller.request_id, places.stream)
+            let call = ModelCall {
+                body,
+                model: &model,
+                stream: request.stream,
+                request_id: Some(&caller.request_id),
+                headers: &request.headers,
+            };
+            return common::proxy(&upstream, call, places.stream)
                 .instrument(span)
                 .await;
         }
@@ -62,57 +69,4 @@ pub async fn completions(
         move |e| chunks.encode(e),
     ))
     .await
-}
-
-/// Forwards a request and passes the upstream's answer back unchanged:
-/// status, content type and body, with its length when it has one (a
-/// stream stays a stream). `guard` (a stream's place under the cap) is
-/// held until the body ends.
-async fn proxy(
-    upstream: &toolgate_engine::model::upstream::Upstream,
-    body: Bytes,
-    request_id: &str,
-    guard: Option<Permit>,
-) -> Result<Response, ApiError> {
-    let reply = upstream.chat_with(body, Some(request_id)).await?;
-    let status = reply.response.status();
-    let content_type = reply.response.headers().get(header::CONTENT_TYPE).cloned();
-    // Not size-capped (nothing is buffered); the upstream's read timeout
-    // and total deadline still end a trickling answer.
-    let body = upstream.body(reply, usize::MAX);
-    let mut out = Response::new(Body::new(Held {
-        body,
-        _guard: guard,
-    }));
-    *out.status_mut() = status;
-    if let Some(ct) = content_type {
-        out.headers_mut().insert(header::CONTENT_TYPE, ct);
-    }
-    Ok(out)
-}
-
-/// A body that holds a place under the stream cap until it is dropped.
-struct Held<B> {
-    body: B,
-    _guard: Option<Permit>,
-}
-
-impl<B: http_body::Body + Unpin> http_body::Body for Held<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
 }

@@ -185,6 +185,7 @@ impl Transcript {
                     json!({"op": "text", "target": format!("t{}-reasoning", self.turn), "text": text}),
                 ]
             }
+            Event::ReasoningOpaque(_) => Vec::new(),
             Event::ToolCallStarted(call) => {
                 let id = self.start(&call.id);
                 let html = self.html(

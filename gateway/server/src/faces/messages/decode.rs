@@ -348,6 +348,10 @@ fn message(
     };
     let assistant = role == Role::Assistant;
     let mut items = Vec::new();
+    // A message holding the gateway's own calls as it showed them is not
+    // what the model wrote: it goes to a model as its items (the calls,
+    // then their results), never as it came.
+    let mut shown_by_gateway = false;
     for b in &blocks {
         match b["type"].as_str() {
             Some("text") => items.push(Item::text(b["text"].as_str().unwrap_or_default())),
@@ -373,9 +377,11 @@ fn message(
                         .as_str()
                         .is_some_and(|n| n.starts_with("tool_search_tool")) =>
             {
+                shown_by_gateway = true;
                 items.push(Item::Call(call_of(b)));
             }
             Some("tool_search_tool_result") if assistant => {
+                shown_by_gateway = true;
                 let names: Vec<String> = b["content"]["tool_references"]
                     .as_array()
                     .into_iter()
@@ -394,9 +400,11 @@ fn message(
                 )));
             }
             Some("mcp_tool_use") if assistant && b["server_name"] == SERVER_NAME => {
+                shown_by_gateway = true;
                 items.push(Item::Call(call_of(b)));
             }
             Some("mcp_tool_result") if assistant => {
+                shown_by_gateway = true;
                 // The gateway's call's result (its media stays out).
                 let (text, _) = tool_result_content(&b["content"], referenced, notices)?;
                 items.push(Item::Result(CallResult {
@@ -455,6 +463,9 @@ fn message(
     }
     if items.is_empty() {
         return Ok(None);
+    }
+    if shown_by_gateway {
+        return Ok(Some(Turn::new(role, items)));
     }
     Ok(Some(Turn::decoded(
         role,

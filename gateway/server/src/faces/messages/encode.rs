@@ -4,26 +4,55 @@
 use axum::response::sse::Event as SseEvent;
 use serde_json::{Value, json};
 use toolgate_engine::chat::{Answer, CallRecord, ChatError, Event, FinishReason};
-use toolgate_engine::conversation::{Call, Usage};
+use toolgate_engine::conversation::{Call, Opaque, Protocol, Reasoning, Usage};
 
 use super::super::common;
 use super::SERVER_NAME;
 
 /// Anthropic's `stop_reason` for how the loop ended (a spent tool budget
 /// ends with an answer: `end_turn`; the precise reason is in the report).
-fn stop_reason(finish: &FinishReason) -> &'static str {
+fn stop_reason(finish: &FinishReason) -> &str {
     match finish {
         FinishReason::Length => "max_tokens",
         FinishReason::ToolCalls => "tool_use",
+        FinishReason::ContentFilter => "refusal",
+        // A reason of Anthropic's own the engine has no name for.
+        FinishReason::Other(r) if matches!(r.as_str(), "pause_turn" | "compaction") => r,
         _ => "end_turn",
     }
 }
 
+/// Usage as Messages writes it: the model's own when every call spoke
+/// Messages, else from the counts (its `input_tokens` leave out what was
+/// read from or written to the cache).
 fn usage(usage: &Usage) -> Value {
-    json!({
-        "input_tokens": usage.input,
+    if let Some(native) = usage.native_of(Protocol::Anthropic) {
+        return native.clone();
+    }
+    let mut u = json!({
+        "input_tokens": usage.input.saturating_sub(usage.cache_read + usage.cache_write),
         "output_tokens": usage.output,
-    })
+    });
+    if usage.cache_read > 0 || usage.cache_write > 0 {
+        u["cache_read_input_tokens"] = json!(usage.cache_read);
+        u["cache_creation_input_tokens"] = json!(usage.cache_write);
+    }
+    u
+}
+
+/// A reasoning as a thinking block, when a model of Messages made it
+/// (its signature with it); another protocol's has no place here.
+fn thinking_block(r: &Reasoning) -> Option<Value> {
+    match &r.opaque {
+        Some(Opaque { protocol, data }) if *protocol == Protocol::Anthropic => {
+            Some(if r.text.is_empty() {
+                json!({"type": "redacted_thinking", "data": data})
+            } else {
+                json!({"type": "thinking", "thinking": r.text, "signature": data})
+            })
+        }
+        _ => None,
+    }
 }
 
 fn tool_use(c: &Call) -> Value {
@@ -50,6 +79,9 @@ pub struct Shown {
     /// Anthropic's own (`server_tool_use` / `tool_search_tool_result`), so
     /// the client keeps what it loaded.
     pub search: Option<String>,
+    /// The model's thinking, with its signature (a model of Messages made
+    /// it, and the client can send it back).
+    pub thinking: bool,
 }
 
 impl Shown {
@@ -114,6 +146,7 @@ pub fn message(answer: Answer, model: &str, shown: &Shown) -> Value {
         ));
         content.push(shown.result_block(record));
     }
+    content.extend(answer.reasoning_items.iter().filter_map(thinking_block));
     if let Some(text) = answer.content.filter(|t| !t.is_empty()) {
         content.push(json!({"type": "text", "text": text}));
     }
@@ -142,6 +175,8 @@ pub struct StreamEncoder {
     next_block: usize,
     /// A text block is open.
     text_open: bool,
+    /// A thinking block is open.
+    thinking_open: bool,
     /// Which gateway calls are shown as blocks.
     shown: Shown,
 }
@@ -154,6 +189,7 @@ impl StreamEncoder {
             started: false,
             next_block: 0,
             text_open: false,
+            thinking_open: false,
             shown,
         }
     }
@@ -187,7 +223,20 @@ impl StreamEncoder {
         ));
     }
 
+    /// Closes an open thinking block (a model that sent no signature:
+    /// the block ends as it is).
+    fn close_thinking(&mut self, out: &mut Vec<SseEvent>) {
+        if self.thinking_open {
+            self.thinking_open = false;
+            out.push(Self::event(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": self.next_block - 1}),
+            ));
+        }
+    }
+
     fn close_text(&mut self, out: &mut Vec<SseEvent>) {
+        self.close_thinking(out);
         if self.text_open {
             self.text_open = false;
             out.push(Self::event(
@@ -204,7 +253,46 @@ impl StreamEncoder {
             out.push(self.start());
         }
         match event {
+            // Thinking, as the model wrote it, when it is Anthropic's.
+            Event::Reasoning(text) if self.shown.thinking => {
+                if self.text_open {
+                    self.close_text(&mut out);
+                }
+                if !self.thinking_open {
+                    self.thinking_open = true;
+                    out.push(Self::event(
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": self.next_block,
+                               "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+                    ));
+                    self.next_block += 1;
+                }
+                out.push(Self::event(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": self.next_block - 1,
+                           "delta": {"type": "thinking_delta", "thinking": text}}),
+                ));
+            }
+            Event::ReasoningOpaque(o)
+                if self.shown.thinking && o.protocol == Protocol::Anthropic =>
+            {
+                if self.thinking_open {
+                    out.push(Self::event(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": self.next_block - 1,
+                               "delta": {"type": "signature_delta", "signature": o.data}}),
+                    ));
+                    self.close_thinking(&mut out);
+                } else {
+                    self.close_text(&mut out);
+                    self.whole_block(
+                        json!({"type": "redacted_thinking", "data": o.data}),
+                        &mut out,
+                    );
+                }
+            }
             Event::Content(text) => {
+                self.close_thinking(&mut out);
                 if !self.text_open {
                     self.text_open = true;
                     out.push(Self::event(
@@ -220,8 +308,9 @@ impl StreamEncoder {
                            "delta": {"type": "text_delta", "text": text}}),
                 ));
             }
-            // Reasoning has no signed thinking block to go in.
-            Event::Reasoning(_) | Event::ToolProgress(_) => {}
+            // Reasoning of another protocol has no signed thinking block
+            // to go in.
+            Event::Reasoning(_) | Event::ReasoningOpaque(_) | Event::ToolProgress(_) => {}
             Event::ToolCallStarted(call) if !self.shown.shows(&call.name) => {}
             Event::ToolCallDone(record) if !self.shown.shows(&record.function.name) => {}
             // The gateway's own calls, as Anthropic shows tools it runs.

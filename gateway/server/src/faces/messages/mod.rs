@@ -11,15 +11,16 @@ mod encode;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolgate_engine::conversation::{Notices, Protocol};
 use toolgate_engine::model::protocol::{self, Outgoing, Tools};
 
-use super::common;
+use super::common::{self, Planned};
 use crate::http::{ApiError, AppState, Caller, ErrorShape, body_error};
 use encode::{Shown, StreamEncoder};
+use toolgate_engine::chat::Passthrough;
 
 pub async fn messages(
     State(state): State<AppState>,
@@ -54,12 +55,34 @@ async fn handle(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
-    let (_, the_loop, places, notices) =
-        common::plan_translated(&state, &caller, &headers, &body, decode::decode).await?;
+    let sent = protocol_headers(&headers);
+    let (_, planned) = common::plan_decoded(
+        &state,
+        &caller,
+        &headers,
+        &body,
+        Passthrough::Allowed,
+        |v| {
+            decode::decode(v).map(|mut t| {
+                t.request.headers = sent;
+                t
+            })
+        },
+    )
+    .await?;
+    let (the_loop, places, notices) = match planned {
+        Planned::Proxied(response) => return Ok(response),
+        Planned::Loop {
+            the_loop,
+            places,
+            notices,
+        } => (*the_loop, places, notices),
+    };
     let model = the_loop.request.model.clone();
     let shown = Shown {
         calls: beta(uri, &headers),
         search: the_loop.deferred.as_ref().map(|d| d.search.clone()),
+        thinking: the_loop.resolved.upstream.protocol == Protocol::Anthropic,
     };
     let mut encoder = StreamEncoder::new(&model, shown.clone());
     common::respond(
@@ -70,6 +93,18 @@ async fn handle(
         move |e| encoder.encode(e),
     )
     .await
+}
+
+/// The headers of Anthropic's API a client sent (`anthropic-version`,
+/// `anthropic-beta`): they go to an upstream of the same protocol.
+fn protocol_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
+    ["anthropic-version", "anthropic-beta"]
+        .iter()
+        .filter_map(|name| {
+            let value = headers.get(*name)?;
+            Some((HeaderName::from_static(name), value.clone()))
+        })
+        .collect()
 }
 
 /// `POST /v1/messages/count_tokens`: the request's input tokens. An

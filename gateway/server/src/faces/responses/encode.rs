@@ -408,7 +408,7 @@ impl StreamEncoder {
                     json!({"item_id": id, "output_index": index, "content_index": 0, "delta": delta}),
                 ));
             }
-            Event::Reasoning(_) | Event::ToolProgress(_) => {}
+            Event::Reasoning(_) | Event::ReasoningOpaque(_) | Event::ToolProgress(_) => {}
             Event::ToolCallStarted(_) => self.close_text(&mut out),
             Event::ToolCallDone(record) => {
                 self.close_text(&mut out);

@@ -28,12 +28,13 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolgate_engine::chat::Event;
 
-use super::common::{self, Notices};
+use super::common::{self, Notices, Planned};
 use crate::http::{ApiError, AppState, Caller, body_error};
 use base64::Engine as _;
 use decode::Offered;
 use encode::{Echo, Keep, Skeleton, StreamEncoder, item_id, usage};
 use toolgate_engine::chat::NO_TOOL_SET;
+use toolgate_engine::chat::Passthrough;
 use toolgate_engine::chat::stored::{Conversations, Stored};
 
 pub async fn responses(
@@ -114,12 +115,27 @@ async fn prepare(
         }
         _ => None,
     };
-    let (original, the_loop, places, notices) =
-        common::plan_translated(state, caller, headers, body, |req| {
+    let body = Bytes::copy_from_slice(body);
+    let (original, planned) =
+        common::plan_decoded(state, caller, headers, &body, Passthrough::Never, |req| {
             let earlier = previous.as_ref().map_or(&[][..], |p| p.turns.as_slice());
             decode::decode(req, &mut offered, earlier)
         })
         .await?;
+    let (the_loop, places, notices) = match planned {
+        Planned::Loop {
+            the_loop,
+            places,
+            notices,
+        } => (*the_loop, places, notices),
+        Planned::Proxied(_) => {
+            return Err(ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "a Responses request was planned as a passthrough",
+            ));
+        }
+    };
     let echo = Echo::of(&original);
     let model = the_loop.request.model.clone();
     // Kept unless the request says `store: false` (then, on a WebSocket,
