@@ -63,6 +63,17 @@ impl FakeAnthropic {
     /// A fake that requires `api_key` and signs with `key` (two fakes with
     /// two keys stand for two deployments).
     pub async fn with(brain: Brain, api_key: Option<&str>, key: &[u8]) -> FakeAnthropic {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        FakeAnthropic::serve_on(listener, brain, api_key, key)
+    }
+
+    /// The fake on `listener`.
+    pub fn serve_on(
+        listener: tokio::net::TcpListener,
+        brain: Brain,
+        api_key: Option<&str>,
+        key: &[u8],
+    ) -> FakeAnthropic {
         let log = Log::default();
         let shared = Shared {
             log: log.clone(),
@@ -74,8 +85,9 @@ impl FakeAnthropic {
         };
         let app = Router::new()
             .route("/v1/messages", post(messages))
+            .route("/fake/requests", axum::routing::get(requests))
+            .route("/fake/refusals", axum::routing::get(refusals))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -92,6 +104,18 @@ impl FakeAnthropic {
     pub fn refusals(&self) -> Vec<String> {
         self.shared.refusals.lock().unwrap().clone()
     }
+}
+
+/// `GET /fake/requests`: every request body, in order.
+async fn requests(State(shared): State<Shared>) -> axum::Json<Value> {
+    axum::Json(Value::Array(
+        shared.log.all().into_iter().map(|r| r.body).collect(),
+    ))
+}
+
+/// `GET /fake/refusals`: why requests were refused, in order.
+async fn refusals(State(shared): State<Shared>) -> axum::Json<Value> {
+    axum::Json(json!(shared.refusals.lock().unwrap().clone()))
 }
 
 fn error(status: StatusCode, kind: &str, message: &str) -> Response {

@@ -216,6 +216,21 @@ pub struct Reasoning {
 pub struct Opaque {
     pub protocol: Protocol,
     pub data: String,
+    /// The reasoning itself is withheld: `data` holds it, encrypted
+    /// (Anthropic's `redacted_thinking`), rather than signing words given.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redacted: bool,
+}
+
+impl Opaque {
+    /// A signature or encrypted state of `protocol`.
+    pub fn new(protocol: Protocol, data: impl Into<String>) -> Opaque {
+        Opaque {
+            protocol,
+            data: data.into(),
+            redacted: false,
+        }
+    }
 }
 
 /// A tool the client offers the model.

@@ -417,12 +417,12 @@ fn assistant<'a>(turn: &'a Turn, messages: &mut Vec<Message<'a>>, notices: &mut 
         match item {
             Item::Reasoning(Reasoning {
                 text,
-                opaque: Some(Opaque { protocol, data }),
-            }) if *protocol == PROTOCOL => {
-                let block = if text.is_empty() {
-                    json!({"type": "redacted_thinking", "data": data})
+                opaque: Some(o),
+            }) if o.protocol == PROTOCOL => {
+                let block = if o.redacted {
+                    json!({"type": "redacted_thinking", "data": o.data})
                 } else {
-                    json!({"type": "thinking", "thinking": text, "signature": data})
+                    json!({"type": "thinking", "thinking": text, "signature": o.data})
                 };
                 push(messages, "assistant", block);
             }
@@ -490,14 +490,14 @@ fn block_deltas(b: &Value, calls: &mut usize, deltas: &mut Vec<Delta>) {
             deltas.push(Delta::Reasoning(
                 b["thinking"].as_str().unwrap_or_default().to_owned(),
             ));
-            deltas.push(Delta::ReasoningOpaque(Opaque {
-                protocol: PROTOCOL,
-                data: b["signature"].as_str().unwrap_or_default().to_owned(),
-            }));
+            deltas.push(Delta::ReasoningOpaque(Opaque::new(
+                PROTOCOL,
+                b["signature"].as_str().unwrap_or_default(),
+            )));
         }
         Some("redacted_thinking") => deltas.push(Delta::ReasoningOpaque(Opaque {
-            protocol: PROTOCOL,
-            data: b["data"].as_str().unwrap_or_default().to_owned(),
+            redacted: true,
+            ..Opaque::new(PROTOCOL, b["data"].as_str().unwrap_or_default())
         })),
         Some("tool_use") => {
             deltas.push(Delta::Call {
@@ -653,10 +653,10 @@ impl Stream {
                 let index = index_of(&ev, 0)?;
                 if let Some(block) = self.blocks.get_mut(index) {
                     match block["type"].as_str() {
-                        Some("thinking") => deltas.push(Delta::ReasoningOpaque(Opaque {
-                            protocol: PROTOCOL,
-                            data: block["signature"].as_str().unwrap_or_default().to_owned(),
-                        })),
+                        Some("thinking") => deltas.push(Delta::ReasoningOpaque(Opaque::new(
+                            PROTOCOL,
+                            block["signature"].as_str().unwrap_or_default(),
+                        ))),
                         Some("tool_use") => {
                             if let Some((_, _, json)) =
                                 self.calls.iter().find(|(i, _, _)| *i == index)

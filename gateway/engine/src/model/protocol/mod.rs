@@ -372,10 +372,7 @@ mod tests {
     #[test]
     fn reasoning_pieces_join_until_their_opaque_state_ends_them() {
         let mut a = Assembly::default();
-        let opaque = |d: &str| Opaque {
-            protocol: Protocol::Anthropic,
-            data: d.into(),
-        };
+        let opaque = |d: &str| Opaque::new(Protocol::Anthropic, d);
         for d in [
             Delta::Reasoning("a".into()),
             Delta::Reasoning("b".into()),

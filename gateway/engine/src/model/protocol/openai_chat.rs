@@ -683,10 +683,7 @@ mod tests {
                 vec![
                     Item::Reasoning(crate::conversation::Reasoning {
                         text: "hm".into(),
-                        opaque: Some(crate::conversation::Opaque {
-                            protocol: Protocol::Anthropic,
-                            data: "sig".into(),
-                        }),
+                        opaque: Some(crate::conversation::Opaque::new(Protocol::Anthropic, "sig")),
                     }),
                     Item::text("calling"),
                     Item::Call(Call::new("tu1", "t", r#"{"a":1}"#)),

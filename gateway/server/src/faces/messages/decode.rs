@@ -424,16 +424,13 @@ fn message(
             // that made it can read.
             Some("thinking") => items.push(Item::Reasoning(Reasoning {
                 text: b["thinking"].as_str().unwrap_or_default().to_owned(),
-                opaque: b["signature"].as_str().map(|s| Opaque {
-                    protocol: PROTOCOL,
-                    data: s.to_owned(),
-                }),
+                opaque: b["signature"].as_str().map(|s| Opaque::new(PROTOCOL, s)),
             })),
             Some("redacted_thinking") => items.push(Item::Reasoning(Reasoning {
                 text: String::new(),
                 opaque: Some(Opaque {
-                    protocol: PROTOCOL,
-                    data: b["data"].as_str().unwrap_or_default().to_owned(),
+                    redacted: true,
+                    ..Opaque::new(PROTOCOL, b["data"].as_str().unwrap_or_default())
                 }),
             })),
             Some(other) => items.push(Item::Native(Native {

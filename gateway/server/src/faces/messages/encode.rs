@@ -44,14 +44,16 @@ fn usage(usage: &Usage) -> Value {
 /// (its signature with it); another protocol's has no place here.
 fn thinking_block(r: &Reasoning) -> Option<Value> {
     match &r.opaque {
-        Some(Opaque { protocol, data }) if *protocol == Protocol::Anthropic => {
-            Some(if r.text.is_empty() {
-                json!({"type": "redacted_thinking", "data": data})
-            } else {
-                json!({"type": "thinking", "thinking": r.text, "signature": data})
-            })
-        }
+        Some(o) if o.protocol == Protocol::Anthropic => Some(redacted_or_thinking(o, &r.text)),
         _ => None,
+    }
+}
+
+fn redacted_or_thinking(o: &Opaque, text: &str) -> Value {
+    if o.redacted {
+        json!({"type": "redacted_thinking", "data": o.data})
+    } else {
+        json!({"type": "thinking", "thinking": text, "signature": o.data})
     }
 }
 

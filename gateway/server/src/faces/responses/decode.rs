@@ -618,10 +618,9 @@ fn translate_item(item: &Value, notices: &mut Notices) -> Result<Option<Turn>, S
                 .collect();
             let reasoning = Reasoning {
                 text: summary.join("\n"),
-                opaque: item["encrypted_content"].as_str().map(|e| Opaque {
-                    protocol: PROTOCOL,
-                    data: e.to_owned(),
-                }),
+                opaque: item["encrypted_content"]
+                    .as_str()
+                    .map(|e| Opaque::new(PROTOCOL, e)),
             };
             (Role::Assistant, vec![Item::Reasoning(reasoning)])
         }

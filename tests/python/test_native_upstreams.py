@@ -1,0 +1,159 @@
+"""Clients in front of a model of their own protocol, through toolgate:
+the real Claude Code CLI against a fake of Anthropic's Messages API
+(`target/debug/fake-model anthropic`) that signs its thinking and refuses
+what the real API refuses (a thinking block altered, unsigned or moved
+away from its calls, a tool result without its call, a fifth cache
+marker). The fake follows the scripted model's script in the last user
+message (`call NAME {json}`, `then NAME {json}`).
+
+What must hold: a task of three gateway tool iterations with interleaved
+thinking, then `--continue`, with no request refused by the fake; the
+client's `cache_control` markers reach the model as sent; the tools' bytes
+are the same in every iteration (the cached prefix stays cached).
+"""
+
+import http.server
+import json
+import os
+import subprocess
+import threading
+import urllib.request
+
+import pytest
+
+from conftest import KEY, TARGET, binary, read_until
+from test_agents import agent, offline_env, run
+
+GATEWAY_YAML = """
+builtins:
+  enabled: [calculator, text_process, json_process]
+upstreams:
+  - name: claude
+    protocol: anthropic
+    base_url: {fake}
+models:
+  - model: "*"
+    upstream: claude
+auth:
+  keys:
+    - name: agent
+      key_env: TG_AGENT_KEY
+"""
+
+
+@pytest.fixture(scope="module")
+def fake():
+    proc = subprocess.Popen([binary("fake-model"), "anthropic"], stdout=subprocess.PIPE)
+    line = read_until(proc.stdout, "listening on http://")
+    yield "http://" + line.split("listening on http://")[1].strip()
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def fake_get(fake, what):
+    with urllib.request.urlopen(fake.removesuffix("/v1") + "/fake/" + what, timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def gateway(fake, tmp_path_factory):
+    config = tmp_path_factory.mktemp("anthropic-gateway")
+    (config / "tool-sets").mkdir()
+    (config / "toolgate.yaml").write_text(GATEWAY_YAML.format(fake=fake))
+    (config / "tool-sets" / "default.yaml").write_text("name: default\ntools: [calculator, text_process, json_process]\n")
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "TG_AGENT_KEY": KEY},
+    )
+    line = read_until(proc.stderr, "listening on http://")
+    yield "http://" + line.split("listening on http://")[1].strip()
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """Passes each request to the gateway and back, keeping the request
+    bodies the client sent (what the client's `cache_control` markers
+    are)."""
+
+    target = ""
+    bodies = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        Recorder.bodies.append(json.loads(body or b"{}"))
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        req = urllib.request.Request(Recorder.target + self.path, data=body, headers=headers, method="POST")
+        try:
+            resp = urllib.request.urlopen(req, timeout=120)
+            status, answer, kind = resp.status, resp.read(), resp.headers.get("content-type", "")
+        except urllib.error.HTTPError as e:
+            status, answer, kind = e.code, e.read(), e.headers.get("content-type", "")
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def recorded(gateway):
+    Recorder.target = gateway
+    Recorder.bodies = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def markers(body):
+    return json.dumps(body).count('"cache_control"')
+
+
+SCRIPT = (
+    'call calculator {"expression": "6*7"} '
+    'then text_process {"text": "Thinking Machines", "operation": "upper"} '
+    'then json_process {"input": "{\\"a\\": [1, 2]}", "operation": "keys"}'
+)
+
+
+def test_claude_code_runs_a_three_tool_task_and_continues_with_its_thinking_intact(recorded, fake, tmp_path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = offline_env(home)
+    env.update(ANTHROPIC_BASE_URL=recorded, ANTHROPIC_API_KEY=KEY)
+    before = len(fake_get(fake, "requests"))
+    status, out = run([agent("claude"), "-p", SCRIPT, "--output-format", "stream-json", "--verbose"], env, work)
+    assert status == 0, out
+    assert fake_get(fake, "refusals") == [], out
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    blocks = [b for e in events if e.get("type") == "assistant" for b in e["message"]["content"]]
+    kinds = [b["type"] for b in blocks]
+    # Every model turn's thinking, shown with its signature, around the
+    # gateway's three calls.
+    assert kinds.count("mcp_tool_use") == 3 and kinds.count("thinking") >= 4, kinds
+    result = next(e for e in events if e.get("type") == "result")["result"]
+    assert "[calculator] 42" in result and "THINKING MACHINES" in result and "[json_process]" in result, result
+
+    sent = fake_get(fake, "requests")[before:]
+    loop = [r for r in sent if any(t.get("name") == "calculator" for t in r.get("tools", []))]
+    assert len(loop) >= 4, [len(r["messages"]) for r in sent]
+    # The tools are the same bytes on every iteration of the loop.
+    assert len({json.dumps(r["tools"], sort_keys=False) for r in loop}) == 1
+    # The client's cache markers reach the model as it sent them.
+    client = [b for b in Recorder.bodies if any(t.get("name") == "Read" for t in b.get("tools", []))]
+    assert client and markers(client[-1]) >= 1
+    assert markers(loop[0]) == markers(client[-1]), (markers(loop[0]), markers(client[-1]))
+
+    # The next request carries the thinking of every turn back: 0 refusals.
+    status, out = run([agent("claude"), "-p", "say done", "--continue"], env, work)
+    assert status == 0, out
+    assert fake_get(fake, "refusals") == [], out
+    last = fake_get(fake, "requests")[-1]
+    text = json.dumps(last["messages"])
+    assert '"thinking"' in text and "say done" in text
