@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from conftest import KEY, TARGET, binary, read_until
+from conftest import KEY, binary, read_until
 from test_agents import agent, offline_env, run
 
 GATEWAY_YAML = """
@@ -41,11 +41,30 @@ auth:
 """
 
 
+def serve(config_dir, yaml, env=None):
+    (config_dir / "tool-sets").mkdir(exist_ok=True)
+    (config_dir / "toolgate.yaml").write_text(yaml)
+    (config_dir / "tool-sets" / "default.yaml").write_text("name: default\ntools: [calculator, text_process, json_process]\n")
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config_dir)],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "TG_AGENT_KEY": KEY, **(env or {})},
+    )
+    line = read_until(proc.stderr, "listening on http://")
+    return proc, "http://" + line.split("listening on http://")[1].strip()
+
+
+def start_fake(protocol, key=None):
+    env = {**os.environ, **({"FAKE_KEY": key} if key else {})}
+    proc = subprocess.Popen([binary("fake-model"), protocol], stdout=subprocess.PIPE, env=env)
+    line = read_until(proc.stdout, "listening on http://")
+    return proc, "http://" + line.split("listening on http://")[1].strip()
+
+
 @pytest.fixture(scope="module")
 def fake():
-    proc = subprocess.Popen([binary("fake-model"), "anthropic"], stdout=subprocess.PIPE)
-    line = read_until(proc.stdout, "listening on http://")
-    yield "http://" + line.split("listening on http://")[1].strip()
+    proc, url = start_fake("anthropic")
+    yield url
     proc.terminate()
     proc.wait(timeout=10)
 
@@ -57,17 +76,8 @@ def fake_get(fake, what):
 
 @pytest.fixture(scope="module")
 def gateway(fake, tmp_path_factory):
-    config = tmp_path_factory.mktemp("anthropic-gateway")
-    (config / "tool-sets").mkdir()
-    (config / "toolgate.yaml").write_text(GATEWAY_YAML.format(fake=fake))
-    (config / "tool-sets" / "default.yaml").write_text("name: default\ntools: [calculator, text_process, json_process]\n")
-    proc = subprocess.Popen(
-        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
-        stderr=subprocess.PIPE,
-        env={**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "TG_AGENT_KEY": KEY},
-    )
-    line = read_until(proc.stderr, "listening on http://")
-    yield "http://" + line.split("listening on http://")[1].strip()
+    proc, url = serve(tmp_path_factory.mktemp("anthropic-gateway"), GATEWAY_YAML.format(fake=fake))
+    yield url
     proc.terminate()
     proc.wait(timeout=10)
 
@@ -157,3 +167,83 @@ def test_claude_code_runs_a_three_tool_task_and_continues_with_its_thinking_inta
     last = fake_get(fake, "requests")[-1]
     text = json.dumps(last["messages"])
     assert '"thinking"' in text and "say done" in text
+
+
+# ---------------------------------------------------------------------------
+# Codex in front of a Responses model that encrypts its reasoning
+
+RESPONSES_YAML = """
+builtins:
+  enabled: [calculator, text_process, json_process]
+upstreams:
+  - name: gpt
+    protocol: openai_responses
+    base_url: {fake}
+models:
+  - model: "*"
+    upstream: gpt
+auth:
+  keys:
+    - name: agent
+      key_env: TG_AGENT_KEY
+"""
+
+CODEX_CONFIG = """
+model = "mock-model"
+model_provider = "toolgate"
+
+[model_providers.toolgate]
+name = "toolgate"
+base_url = "{gateway}/v1"
+wire_api = "responses"
+env_key = "TOOLGATE_API_KEY"
+"""
+
+
+@pytest.fixture(scope="module")
+def responses_fake():
+    proc, url = start_fake("openai_responses")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def responses_gateway(responses_fake, tmp_path_factory):
+    proc, url = serve(tmp_path_factory.mktemp("responses-gateway"), RESPONSES_YAML.format(fake=responses_fake))
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_codex_carries_encrypted_reasoning_through_the_loop_and_its_next_turn(responses_gateway, responses_fake, tmp_path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".codex").mkdir(parents=True)
+    work.mkdir()
+    (home / ".codex" / "config.toml").write_text(CODEX_CONFIG.format(gateway=responses_gateway))
+    env = offline_env(home)
+    env.update(CODEX_HOME=str(home / ".codex"), TOOLGATE_API_KEY=KEY)
+    before = len(fake_get(responses_fake, "requests"))
+    script = 'call calculator {"expression": "6*7"} then text_process {"text": "codex", "operation": "upper"}'
+    status, out = run([agent("codex"), "exec", "--skip-git-repo-check", script], env, work)
+    assert status == 0, out
+    assert fake_get(responses_fake, "refusals") == [], out
+    assert "[calculator] 42" in out and "CODEX" in out, out
+    sent = fake_get(responses_fake, "requests")[before:]
+    assert all(r.get("store") is False for r in sent), [r.get("store") for r in sent]
+    # Within the loop, each model call carries the reasoning of the calls
+    # before it, encrypted, right before the calls it led to.
+    loop = [r for r in sent if any(t.get("name") == "calculator" for t in r.get("tools", []))]
+    assert len(loop) >= 3, len(loop)
+    for later in loop[1:]:
+        kinds = [i.get("type") for i in later["input"]]
+        reasoning = [i for i in later["input"] if i.get("type") == "reasoning"]
+        assert reasoning and all(i.get("encrypted_content") for i in reasoning), kinds
+        assert kinds[kinds.index("reasoning") + 1] == "function_call", kinds
+
+    # The next turn sends the reasoning it was shown back: 0 refusals.
+    status, out = run([agent("codex"), "exec", "--skip-git-repo-check", "resume", "--last", "say done"], env, work)
+    assert status == 0, out
+    assert fake_get(responses_fake, "refusals") == [], out
+    last = fake_get(responses_fake, "requests")[-1]
+    assert any(i.get("type") == "reasoning" and i.get("encrypted_content") for i in last["input"]), last["input"]

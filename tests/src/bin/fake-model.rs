@@ -1,5 +1,6 @@
 //! A fake model of one protocol as a server, following the scripted
-//! model's script: `fake-model PROTOCOL [ADDR]` (PROTOCOL: `anthropic`).
+//! model's script: `fake-model PROTOCOL [ADDR]` (PROTOCOL: `anthropic`,
+//! `openai_responses`; `FAKE_KEY` is a Responses fake's deployment key).
 //! It prints where it listens; `GET /fake/requests` and `/fake/refusals`
 //! tell what it was sent and what it refused.
 
@@ -7,6 +8,7 @@
 
 use toolgate_tests::fakes::Brain;
 use toolgate_tests::fakes::anthropic::FakeAnthropic;
+use toolgate_tests::fakes::openai_responses::FakeResponses;
 
 #[tokio::main]
 async fn main() {
@@ -21,6 +23,13 @@ async fn main() {
         "anthropic" => {
             let _fake =
                 FakeAnthropic::serve_on(listener, Brain::Script, None, b"anthropic-fake-key");
+            println!("fake {protocol} model listening on http://{local}/v1");
+            std::future::pending::<()>().await;
+        }
+        "openai_responses" => {
+            // A second deployment, when asked: another key.
+            let key = std::env::var("FAKE_KEY").unwrap_or_else(|_| "responses-fake-key".into());
+            let _fake = FakeResponses::serve_on(listener, Brain::Script, key.as_bytes());
             println!("fake {protocol} model listening on http://{local}/v1");
             std::future::pending::<()>().await;
         }

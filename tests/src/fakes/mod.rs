@@ -17,6 +17,7 @@
 
 pub mod anthropic;
 pub mod openai_chat;
+pub mod openai_responses;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

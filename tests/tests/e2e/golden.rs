@@ -17,6 +17,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use toolgate_tests::fakes::anthropic::FakeAnthropic;
 use toolgate_tests::fakes::openai_chat::FakeChat;
+use toolgate_tests::fakes::openai_responses::FakeResponses;
 use toolgate_tests::fakes::{Brain, Log};
 use toolgate_tests::{ConfigDir, Gateway, load_catalog, repo_root};
 
@@ -212,12 +213,14 @@ fn sse_events(text: &str) -> Vec<Value> {
 enum Fake {
     Chat(FakeChat),
     Anthropic(FakeAnthropic),
+    Responses(FakeResponses),
 }
 
 impl Fake {
     async fn start(protocol: &str) -> Fake {
         match protocol {
             "anthropic" => Fake::Anthropic(FakeAnthropic::start(Brain::Shape).await),
+            "openai_responses" => Fake::Responses(FakeResponses::start(Brain::Shape).await),
             _ => Fake::Chat(FakeChat::start().await),
         }
     }
@@ -226,6 +229,7 @@ impl Fake {
         match self {
             Fake::Chat(f) => &f.log,
             Fake::Anthropic(f) => &f.log,
+            Fake::Responses(f) => &f.log,
         }
     }
 
@@ -233,12 +237,13 @@ impl Fake {
         match self {
             Fake::Chat(f) => f.base_url(),
             Fake::Anthropic(f) => f.base_url(),
+            Fake::Responses(f) => f.base_url(),
         }
     }
 }
 
 /// The model protocols the corpus runs against, each with its fake.
-const PROTOCOLS: [&str; 2] = ["openai_chat", "anthropic"];
+const PROTOCOLS: [&str; 3] = ["openai_chat", "anthropic", "openai_responses"];
 
 /// One exchange of a case: the model requests it made and the answer.
 async fn exchange(gateway: &Gateway, fake: &Fake, case: &Case, stream: bool) -> Value {

@@ -8,6 +8,7 @@
 
 pub mod anthropic;
 pub mod openai_chat;
+pub mod openai_responses;
 mod tools;
 
 use bytes::Bytes;
@@ -75,8 +76,9 @@ pub fn encode(protocol: Protocol, call: &Outgoing<'_>, notices: &mut Notices) ->
     match protocol {
         Protocol::OpenaiChat => openai_chat::encode(call, notices),
         Protocol::Anthropic => anthropic::encode(call, notices),
-        // Not written yet: their upstreams are refused by the catalog.
-        Protocol::OpenaiResponses | Protocol::Gemini => openai_chat::encode(call, notices),
+        Protocol::OpenaiResponses => openai_responses::encode(call, notices),
+        // Not written yet: its upstreams are refused by the catalog.
+        Protocol::Gemini => openai_chat::encode(call, notices),
     }
 }
 
@@ -86,9 +88,8 @@ pub fn encode(protocol: Protocol, call: &Outgoing<'_>, notices: &mut Notices) ->
 pub fn decode(protocol: Protocol, body: &[u8]) -> Result<Decoded, String> {
     match protocol {
         Protocol::Anthropic => anthropic::decode(body),
-        Protocol::OpenaiChat | Protocol::OpenaiResponses | Protocol::Gemini => {
-            openai_chat::decode(body)
-        }
+        Protocol::OpenaiResponses => openai_responses::decode(body),
+        Protocol::OpenaiChat | Protocol::Gemini => openai_chat::decode(body),
     }
 }
 
@@ -106,6 +107,7 @@ pub struct Decoded {
 pub enum StreamDecoder {
     OpenaiChat(openai_chat::Stream),
     Anthropic(anthropic::Stream),
+    OpenaiResponses(openai_responses::Stream),
 }
 
 /// What one event of a stream says.
@@ -120,7 +122,10 @@ impl StreamDecoder {
     pub fn new(protocol: Protocol) -> StreamDecoder {
         match protocol {
             Protocol::Anthropic => StreamDecoder::Anthropic(anthropic::Stream::default()),
-            Protocol::OpenaiChat | Protocol::OpenaiResponses | Protocol::Gemini => {
+            Protocol::OpenaiResponses => {
+                StreamDecoder::OpenaiResponses(openai_responses::Stream::default())
+            }
+            Protocol::OpenaiChat | Protocol::Gemini => {
                 StreamDecoder::OpenaiChat(openai_chat::Stream::default())
             }
         }
@@ -131,6 +136,7 @@ impl StreamDecoder {
         match self {
             StreamDecoder::OpenaiChat(s) => s.event(name, data),
             StreamDecoder::Anthropic(s) => s.event(name, data),
+            StreamDecoder::OpenaiResponses(s) => s.event(name, data),
         }
     }
 
@@ -139,6 +145,7 @@ impl StreamDecoder {
         match self {
             StreamDecoder::OpenaiChat(s) => s.complete(),
             StreamDecoder::Anthropic(s) => s.complete(),
+            StreamDecoder::OpenaiResponses(s) => s.complete(),
         }
     }
 }

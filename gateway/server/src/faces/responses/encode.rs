@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 use toolgate_engine::chat::stored::{Conversations, Stored};
 use toolgate_engine::chat::{Answer, CallRecord, ChatError, Event, FinishReason, Summary};
-use toolgate_engine::conversation::{Call, Item, Role, Turn, Usage};
+use toolgate_engine::conversation::{Call, Item, Protocol, Reasoning, Role, Turn, Usage};
 
 use super::super::common;
 use super::decode::{Offered, TOOL_SEARCH};
@@ -69,6 +69,9 @@ pub struct Skeleton {
     pub offered: Offered,
     /// Where the response is kept, when the request asks.
     keep: Option<Keep>,
+    /// The request asked for the model's reasoning encrypted
+    /// (`include: ["reasoning.encrypted_content"]`).
+    encrypted_reasoning: bool,
 }
 
 /// What a response is kept with (`store`, on unless `false`).
@@ -154,7 +157,33 @@ impl Skeleton {
             echo,
             offered,
             keep,
+            encrypted_reasoning: false,
         }
+    }
+
+    /// Shows the model's reasoning with its encrypted content.
+    pub fn with_encrypted_reasoning(mut self, yes: bool) -> Skeleton {
+        self.encrypted_reasoning = yes;
+        self
+    }
+
+    /// A reasoning item, when a model of Responses reasoned (a client
+    /// sends it back; the encrypted content when the request asked).
+    fn reasoning_item(&self, r: &Reasoning) -> Option<Value> {
+        let o = r
+            .opaque
+            .as_ref()
+            .filter(|o| o.protocol == Protocol::OpenaiResponses)?;
+        let summary: Vec<Value> = if r.text.is_empty() {
+            Vec::new()
+        } else {
+            vec![json!({"type": "summary_text", "text": r.text})]
+        };
+        let mut item = json!({"type": "reasoning", "id": item_id("rs"), "summary": summary});
+        if self.encrypted_reasoning {
+            item["encrypted_content"] = json!(o.data);
+        }
+        Some(item)
     }
 
     /// The response object with `status`, `output` and what else is known.
@@ -198,6 +227,12 @@ impl Skeleton {
             .iter()
             .flat_map(|c| self.gateway_items(c))
             .collect();
+        output.extend(
+            answer
+                .reasoning_items
+                .iter()
+                .filter_map(|r| self.reasoning_item(r)),
+        );
         if let Some(text) = answer.content.filter(|t| !t.is_empty()) {
             output.push(message_item(&item_id("msg"), &text, "completed"));
         }
@@ -314,6 +349,9 @@ pub struct StreamEncoder {
     output: Vec<Value>,
     /// The message item being written: its id and text.
     text: Option<(String, String)>,
+    /// The reasoning streamed so far, shown whole once its encrypted
+    /// content comes.
+    reasoning: String,
 }
 
 impl StreamEncoder {
@@ -324,6 +362,7 @@ impl StreamEncoder {
             started: false,
             output: Vec::new(),
             text: None,
+            reasoning: String::new(),
         }
     }
 
@@ -408,7 +447,18 @@ impl StreamEncoder {
                     json!({"item_id": id, "output_index": index, "content_index": 0, "delta": delta}),
                 ));
             }
-            Event::Reasoning(_) | Event::ReasoningOpaque(_) | Event::ToolProgress(_) => {}
+            Event::Reasoning(t) => self.reasoning.push_str(&t),
+            Event::ReasoningOpaque(o) => {
+                let r = Reasoning {
+                    text: std::mem::take(&mut self.reasoning),
+                    opaque: Some(o),
+                };
+                if let Some(item) = self.skeleton.reasoning_item(&r) {
+                    self.close_text(&mut out);
+                    self.whole_item(item, &mut out);
+                }
+            }
+            Event::ToolProgress(_) => {}
             Event::ToolCallStarted(_) => self.close_text(&mut out),
             Event::ToolCallDone(record) => {
                 self.close_text(&mut out);

@@ -27,6 +27,7 @@ use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use toolgate_engine::chat::Event;
+use toolgate_engine::conversation::Protocol;
 
 use super::common::{self, Notices, Planned};
 use crate::http::{ApiError, AppState, Caller, body_error};
@@ -49,7 +50,10 @@ pub async fn responses(
         places,
         notices,
         skeleton,
-    } = prepare(&state, &caller, &headers, &body, None).await?;
+    } = match prepare(&state, &caller, &headers, &body, None, Passthrough::Allowed).await? {
+        Ready::Loop(prepared) => *prepared,
+        Ready::Proxied(response) => return Ok(response),
+    };
     let mut stream = StreamEncoder::new(skeleton.clone());
     common::respond(
         the_loop,
@@ -65,6 +69,13 @@ pub async fn responses(
 fn sse(data: Value) -> SseEvent {
     let kind = data["type"].as_str().unwrap_or("message").to_owned();
     SseEvent::default().event(kind).data(data.to_string())
+}
+
+/// What a request became.
+enum Ready {
+    Loop(Box<Prepared>),
+    /// Passed to an upstream of the Responses protocol, untouched.
+    Proxied(Response),
 }
 
 /// A request planned and ready to run, with the response it will fill.
@@ -84,7 +95,8 @@ async fn prepare(
     headers: &HeaderMap,
     body: &[u8],
     local: Option<&Conversations>,
-) -> Result<Prepared, ApiError> {
+    passthrough: Passthrough,
+) -> Result<Ready, ApiError> {
     let mut offered = Offered::default();
     let owner = caller.key_name();
     // The stored conversation a request continues, looked up first (the
@@ -92,10 +104,12 @@ async fn prepare(
     #[derive(serde::Deserialize)]
     struct Continues {
         previous_response_id: Option<String>,
+        model: Option<String>,
     }
     let previous = match serde_json::from_slice::<Continues>(body) {
         Ok(Continues {
             previous_response_id: Some(id),
+            model,
         }) => {
             let here = match local {
                 Some(local) => local.get(&id, owner.as_deref()).await,
@@ -105,21 +119,39 @@ async fn prepare(
                 Some(found) => Some(found),
                 None => state.conversations.get(&id, owner.as_deref()).await,
             };
-            Some(found.ok_or_else(|| {
-                ApiError::not_found(
-                    "previous_response_not_found",
-                    format!("no stored response `{id}` for this API key (responses are kept an hour; with `store: false`, only on the WebSocket connection that made them)"),
-                )
-                .param("previous_response_id")
-            })?)
+            // A response the gateway did not keep may be the model's own,
+            // when the model speaks Responses: it goes there as sent.
+            let upstream_keeps = model
+                .and_then(|m| state.catalog().upstreams.resolve(&m))
+                .is_some_and(|r| r.upstream.protocol == Protocol::OpenaiResponses);
+            match found {
+                Some(found) => Some(found),
+                None if upstream_keeps => None,
+                None => {
+                    return Err(ApiError::not_found(
+                        "previous_response_not_found",
+                        format!("no stored response `{id}` for this API key (responses are kept an hour; with `store: false`, only on the WebSocket connection that made them)"),
+                    )
+                    .param("previous_response_id"));
+                }
+            }
         }
         _ => None,
     };
     let body = Bytes::copy_from_slice(body);
     let (original, planned) =
-        common::plan_decoded(state, caller, headers, &body, Passthrough::Never, |req| {
+        common::plan_decoded(state, caller, headers, &body, passthrough, |req| {
             let earlier = previous.as_ref().map_or(&[][..], |p| p.turns.as_slice());
-            decode::decode(req, &mut offered, earlier)
+            let mut translated = decode::decode(req, &mut offered, earlier)?;
+            // Continued here: the model does not know the gateway's id.
+            if previous.is_some() {
+                translated
+                    .request
+                    .fields
+                    .shift_remove("previous_response_id");
+                translated.request.modified = true;
+            }
+            Ok(translated)
         })
         .await?;
     let (the_loop, places, notices) = match planned {
@@ -128,13 +160,7 @@ async fn prepare(
             places,
             notices,
         } => (*the_loop, places, notices),
-        Planned::Proxied(_) => {
-            return Err(ApiError::new(
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
-                "a Responses request was planned as a passthrough",
-            ));
-        }
+        Planned::Proxied(response) => return Ok(Ready::Proxied(response)),
     };
     let echo = Echo::of(&original);
     let model = the_loop.request.model.clone();
@@ -164,12 +190,16 @@ async fn prepare(
             input_items: encode::input_items(&original),
         }
     });
-    Ok(Prepared {
+    Ok(Ready::Loop(Box::new(Prepared {
         the_loop,
         places,
         notices,
-        skeleton: Skeleton::new(&model, echo, offered, keep),
-    })
+        skeleton: Skeleton::new(&model, echo, offered, keep).with_encrypted_reasoning(
+            original["include"]
+                .as_array()
+                .is_some_and(|i| i.iter().any(|v| v == "reasoning.encrypted_content")),
+        ),
+    })))
 }
 
 /// What the model is asked to write when a conversation is compacted.
@@ -234,7 +264,19 @@ pub async fn compact(
     let body = summary_request.to_string();
     let Prepared {
         the_loop, places, ..
-    } = prepare(&state, &caller, &headers, body.as_bytes(), None).await?;
+    } = match prepare(
+        &state,
+        &caller,
+        &headers,
+        body.as_bytes(),
+        None,
+        Passthrough::Never,
+    )
+    .await?
+    {
+        Ready::Loop(prepared) => *prepared,
+        Ready::Proxied(response) => return Ok(response),
+    };
     let answer = the_loop.run().await?;
     drop(places);
     let summary = answer.content.unwrap_or_default();
@@ -394,8 +436,25 @@ async fn websocket_turn(
         obj.insert("stream".into(), json!(true));
     }
     let body = event.to_string();
-    let prepared = match prepare(state, caller, headers, body.as_bytes(), Some(local)).await {
-        Ok(p) => p,
+    let prepared = match prepare(
+        state,
+        caller,
+        headers,
+        body.as_bytes(),
+        Some(local),
+        Passthrough::Never,
+    )
+    .await
+    {
+        Ok(Ready::Loop(p)) => *p,
+        Ok(Ready::Proxied(_)) => {
+            let e = ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "a WebSocket turn was planned as a passthrough",
+            );
+            return send(socket, ws_error(&e)).await;
+        }
         Err(e) => {
             forget().await;
             return send(socket, ws_error(&e)).await;
