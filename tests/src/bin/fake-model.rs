@@ -1,6 +1,7 @@
 //! A fake model of one protocol as a server, following the scripted
 //! model's script: `fake-model PROTOCOL [ADDR]` (PROTOCOL: `anthropic`,
-//! `openai_responses`; `FAKE_KEY` is a Responses fake's deployment key).
+//! `openai_responses`, `gemini`; `FAKE_KEY` is a Responses or Gemini
+//! fake's deployment key).
 //! It prints where it listens; `GET /fake/requests` and `/fake/refusals`
 //! tell what it was sent and what it refused.
 
@@ -8,6 +9,7 @@
 
 use toolgate_tests::fakes::Brain;
 use toolgate_tests::fakes::anthropic::FakeAnthropic;
+use toolgate_tests::fakes::gemini::FakeGemini;
 use toolgate_tests::fakes::openai_responses::FakeResponses;
 
 #[tokio::main]
@@ -31,6 +33,12 @@ async fn main() {
             let key = std::env::var("FAKE_KEY").unwrap_or_else(|_| "responses-fake-key".into());
             let _fake = FakeResponses::serve_on(listener, Brain::Script, key.as_bytes());
             println!("fake {protocol} model listening on http://{local}/v1");
+            std::future::pending::<()>().await;
+        }
+        "gemini" => {
+            let key = std::env::var("FAKE_KEY").unwrap_or_else(|_| "gemini-fake-key".into());
+            let _fake = FakeGemini::serve_on(listener, Brain::Script, None, key.as_bytes());
+            println!("fake {protocol} model listening on http://{local}/v1beta");
             std::future::pending::<()>().await;
         }
         other => panic!("no fake of protocol {other:?}"),

@@ -16,6 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod anthropic;
+pub mod gemini;
 pub mod openai_chat;
 pub mod openai_responses;
 

@@ -16,6 +16,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use toolgate_tests::fakes::anthropic::FakeAnthropic;
+use toolgate_tests::fakes::gemini::FakeGemini;
 use toolgate_tests::fakes::openai_chat::FakeChat;
 use toolgate_tests::fakes::openai_responses::FakeResponses;
 use toolgate_tests::fakes::{Brain, Log};
@@ -214,6 +215,7 @@ enum Fake {
     Chat(FakeChat),
     Anthropic(FakeAnthropic),
     Responses(FakeResponses),
+    Gemini(FakeGemini),
 }
 
 impl Fake {
@@ -221,6 +223,7 @@ impl Fake {
         match protocol {
             "anthropic" => Fake::Anthropic(FakeAnthropic::start(Brain::Shape).await),
             "openai_responses" => Fake::Responses(FakeResponses::start(Brain::Shape).await),
+            "gemini" => Fake::Gemini(FakeGemini::start(Brain::Shape).await),
             _ => Fake::Chat(FakeChat::start().await),
         }
     }
@@ -230,6 +233,7 @@ impl Fake {
             Fake::Chat(f) => &f.log,
             Fake::Anthropic(f) => &f.log,
             Fake::Responses(f) => &f.log,
+            Fake::Gemini(f) => &f.log,
         }
     }
 
@@ -238,12 +242,13 @@ impl Fake {
             Fake::Chat(f) => f.base_url(),
             Fake::Anthropic(f) => f.base_url(),
             Fake::Responses(f) => f.base_url(),
+            Fake::Gemini(f) => f.base_url(),
         }
     }
 }
 
 /// The model protocols the corpus runs against, each with its fake.
-const PROTOCOLS: [&str; 3] = ["openai_chat", "anthropic", "openai_responses"];
+const PROTOCOLS: [&str; 4] = ["openai_chat", "anthropic", "openai_responses", "gemini"];
 
 /// One exchange of a case: the model requests it made and the answer.
 async fn exchange(gateway: &Gateway, fake: &Fake, case: &Case, stream: bool) -> Value {

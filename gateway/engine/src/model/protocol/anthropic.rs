@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use super::written::{self, Written};
 use super::{Decoded, Delta, Outgoing, Step, foreign_note};
 use crate::conversation::{
     Call, CallResult, FinishReason, Item, Media, MediaKind, Native, Notices, Opaque, Protocol,
@@ -218,7 +219,7 @@ pub fn tool_choice(choice: &ToolChoice, parallel: Option<bool>) -> Value {
 enum Part<'a> {
     Raw(&'a RawValue),
     Json(std::borrow::Cow<'a, RawValue>),
-    Messages(Vec<Message<'a>>),
+    Messages(Vec<Written<'a>>),
     Value(Value),
 }
 
@@ -233,38 +234,14 @@ impl Serialize for Part<'_> {
     }
 }
 
-/// One message of the body: as it came, or written from items.
-enum Message<'a> {
-    Raw(&'a RawValue),
-    Built {
-        role: &'static str,
-        content: Vec<Value>,
-    },
-}
-
-impl Serialize for Message<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        match self {
-            Message::Raw(v) => v.serialize(s),
-            Message::Built { role, content } => {
-                let mut m = s.serialize_map(Some(2))?;
-                m.serialize_entry("role", role)?;
-                m.serialize_entry("content", content)?;
-                m.end()
-            }
-        }
-    }
-}
-
 /// The conversation as Messages' `system` and `messages`.
 fn conversation<'a>(
     turns: &'a [Turn],
     notices: &mut Notices,
-) -> (Option<Part<'a>>, Vec<Message<'a>>) {
+) -> (Option<Part<'a>>, Vec<Written<'a>>) {
     let mut system_raw = None;
     let mut system_texts: Vec<Value> = Vec::new();
-    let mut messages: Vec<Message<'a>> = Vec::with_capacity(turns.len());
+    let mut messages: Vec<Written<'a>> = Vec::with_capacity(turns.len());
     for turn in turns {
         match turn.raw_for(PROTOCOL) {
             Some(o)
@@ -274,7 +251,7 @@ fn conversation<'a>(
                 continue;
             }
             Some(o) if o.slot == Slot::Message => {
-                messages.push(Message::Raw(&o.raw));
+                messages.push(Written::Raw(&o.raw));
                 continue;
             }
             _ => {}
@@ -317,17 +294,9 @@ fn conversation<'a>(
     (system, messages)
 }
 
-/// Appends `block` to the message of `role` being written, or starts one
-/// (Messages alternates user and assistant: consecutive turns of one role
-/// are one message).
-fn push<'a>(messages: &mut Vec<Message<'a>>, role: &'static str, block: Value) {
-    match messages.last_mut() {
-        Some(Message::Built { role: r, content }) if *r == role => content.push(block),
-        _ => messages.push(Message::Built {
-            role,
-            content: vec![block],
-        }),
-    }
+/// Appends `block` to the message of `role` being written, or starts one.
+fn push(messages: &mut Vec<Written<'_>>, role: &'static str, block: Value) {
+    written::push(messages, role, "content", block);
 }
 
 /// Media as a content block (`None` when Messages cannot hold it).
@@ -376,7 +345,7 @@ fn result_block(r: &CallResult, notices: &mut Notices) -> Value {
 
 /// A user's turn: its results first (they answer the calls before), then
 /// its text and media.
-fn user<'a>(turn: &'a Turn, messages: &mut Vec<Message<'a>>, notices: &mut Notices) {
+fn user<'a>(turn: &'a Turn, messages: &mut Vec<Written<'a>>, notices: &mut Notices) {
     let mut rest = Vec::new();
     for item in &turn.items {
         match item {
@@ -412,7 +381,7 @@ fn tool_use(c: &Call) -> Value {
 /// An assistant's turn, its blocks in order: its own reasoning as thinking
 /// with its signature, text, calls as `tool_use`; a result it holds (the
 /// gateway's own call, as a face showed it) in a user message between.
-fn assistant<'a>(turn: &'a Turn, messages: &mut Vec<Message<'a>>, notices: &mut Notices) {
+fn assistant<'a>(turn: &'a Turn, messages: &mut Vec<Written<'a>>, notices: &mut Notices) {
     for item in &turn.items {
         match item {
             Item::Reasoning(Reasoning {
