@@ -920,11 +920,22 @@ pub struct ModelRoute {
     /// The model name clients ask for: exact (`gpt-4o-mini`), a glob
     /// (`llama-*`), or an alias of your own (`fast`, with `upstream_model`).
     pub model: String,
-    /// The upstream that serves it.
-    pub upstream: String,
+    /// The upstream that serves it (or `targets`, for several).
+    #[serde(default)]
+    pub upstream: Option<String>,
     /// The name sent upstream; default: the name the client asked for.
     #[serde(default)]
     pub upstream_model: Option<String>,
+    /// Several deployments that serve the model, in place of `upstream`:
+    /// each request goes to one of the lowest `priority` by `weight`, and
+    /// on a connection error, a timeout, 429 or 5xx to the next (never
+    /// once an answer has begun, never on another 4xx). A conversation
+    /// whose reasoning state one target made goes back to that target.
+    #[serde(default)]
+    pub targets: Vec<TargetDecl>,
+    /// When a failing target of `targets` is left alone for a while.
+    #[serde(default)]
+    pub cooldown: CooldownDecl,
     /// How tools are given to the model.
     #[serde(default)]
     pub formatter: FormatterKind,
@@ -932,6 +943,54 @@ pub struct ModelRoute {
     /// configuration folder; default: the shipped template.
     #[serde(default)]
     pub template: Option<String>,
+}
+
+/// One deployment a route may send a request to.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TargetDecl {
+    /// The upstream (of any protocol).
+    pub upstream: String,
+    /// The name sent upstream; default: the name the client asked for.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Its share of the requests among the targets of its priority (1 or
+    /// more).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Lower first: a target of a higher priority serves only when every
+    /// target of the lower ones failed or cools down.
+    #[serde(default)]
+    pub priority: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// When a target of a route is left alone: after `failures` failures in a
+/// row, for `duration` (or at once, for as long as its `Retry-After`
+/// asks, up to `max_retry_after`).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct CooldownDecl {
+    pub failures: u32,
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub duration: Duration,
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
+    pub max_retry_after: Duration,
+}
+
+impl Default for CooldownDecl {
+    fn default() -> Self {
+        CooldownDecl {
+            failures: 3,
+            duration: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(300),
+        }
+    }
 }
 
 /// How tools reach a model.

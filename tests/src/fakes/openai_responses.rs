@@ -44,12 +44,21 @@ struct Shared {
     key: Arc<Vec<u8>>,
     brain: Brain,
     refusals: Arc<Mutex<Vec<String>>>,
+    /// A status every request gets instead of an answer (0: none): a
+    /// deployment that is down.
+    down: Arc<std::sync::atomic::AtomicU16>,
 }
 
 impl FakeResponses {
     pub async fn start(brain: Brain) -> FakeResponses {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         FakeResponses::serve_on(listener, brain, b"responses-fake-key")
+    }
+
+    /// A fake encrypting with `key` (another deployment).
+    pub async fn start_with_key(brain: Brain, key: &[u8]) -> FakeResponses {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        FakeResponses::serve_on(listener, brain, key)
     }
 
     /// The fake on `listener`, encrypting with `key` (two keys: two
@@ -62,6 +71,7 @@ impl FakeResponses {
             key: Arc::new(key.to_vec()),
             brain,
             refusals: Arc::default(),
+            down: Arc::default(),
         };
         let app = Router::new()
             .route("/v1/responses", post(responses))
@@ -78,6 +88,14 @@ impl FakeResponses {
     /// The base URL an upstream declares (`…/v1`).
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// Answers every request with `status` (a deployment down), or again
+    /// normally (`None`).
+    pub fn down(&self, status: Option<u16>) {
+        self.shared
+            .down
+            .store(status.unwrap_or(0), Ordering::SeqCst);
     }
 
     /// Why requests were refused, in order.
@@ -317,6 +335,14 @@ async fn responses(
         headers: headers_of(&headers),
         body: body.clone(),
     });
+    let down = shared.down.load(Ordering::SeqCst);
+    if down != 0 {
+        return error(
+            StatusCode::from_u16(down).unwrap(),
+            "server_error",
+            "The server is overloaded.",
+        );
+    }
     if let Err((code, message)) = check(&body, &shared) {
         shared.refusals.lock().unwrap().push(message.clone());
         return error(StatusCode::BAD_REQUEST, &code, &message);

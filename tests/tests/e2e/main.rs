@@ -28,6 +28,7 @@ mod native_registry;
 mod openapi;
 mod ops;
 mod parser_bfcl;
+mod routing;
 mod scale;
 mod search_public;
 mod serve;

@@ -744,7 +744,7 @@ pub(super) fn check_servers(
     raw: &RawConfig,
     env: &dyn Fn(&str) -> Option<String>,
     reserved: &HashMap<String, String>,
-    upstreams: &crate::model::upstream::Upstreams,
+    upstreams: &crate::model::routing::Upstreams,
     diags: &mut Vec<Diagnostic>,
 ) -> Vec<ServerSpec> {
     let mut checker = McpChecker::default();
@@ -783,7 +783,7 @@ fn check_sampling(
     file: &Loaded<RawToolFile>,
     index: usize,
     decl: &McpServerDecl,
-    upstreams: &crate::model::upstream::Upstreams,
+    upstreams: &crate::model::routing::Upstreams,
     diags: &mut Vec<Diagnostic>,
 ) {
     let Some(sampling) = &decl.sampling else {

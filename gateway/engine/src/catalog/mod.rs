@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 
-use crate::model::upstream::Upstreams;
+use crate::model::routing::Upstreams;
 use crate::tools::tool::Tool;
 use crate::tools::tool::mcp::{Gap, McpRegistry};
 use crate::tools::tool::native::NativeTool;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::conversation::Protocol;
-use crate::model::upstream::{Flavor, Timeouts, Upstream, Upstreams};
+use crate::model::routing::{Target, Upstreams};
+use crate::model::upstream::{Flavor, Timeouts, Upstream};
 use crate::tools::tool::is_valid_name;
 use toolgate_config::format::ModelProtocol;
 use toolgate_config::load::Loaded;
@@ -37,7 +38,13 @@ pub(super) fn build_upstreams(
         && let Some(first) = list.first()
     {
         // No routes: every model goes to the first upstream.
-        let _ = upstreams.add_route("*", Arc::clone(first), None, Default::default(), None);
+        let _ = upstreams.add_route(
+            "*",
+            vec![Target::only(Arc::clone(first), None)],
+            Default::default(),
+            Default::default(),
+            None,
+        );
     }
     upstreams
 }
@@ -199,8 +206,12 @@ fn declared(
     }
 }
 
-/// Route `i` of `models:` (a model pattern to an upstream, with its
-/// formatter and template), added to `upstreams`, or its error reported.
+/// The most targets one route may have.
+const MAX_TARGETS: usize = 32;
+
+/// Route `i` of `models:` (a model pattern to one upstream or several
+/// targets, with its formatter and template), added to `upstreams`, or its
+/// errors reported.
 fn add_route(
     dir: &std::path::Path,
     file: &Loaded<toolgate_config::GatewayFile>,
@@ -211,22 +222,98 @@ fn add_route(
     diags: &mut Vec<Diagnostic>,
 ) {
     let at = |p: &str| file.pos(&format!("models[{i}]{p}"));
-    let Some(up) = list.iter().find(|u| u.name == r.upstream) else {
-        let names: Vec<&str> = list.iter().map(|u| u.name.as_str()).collect();
-        diags.push(Diagnostic::error(
-            &file.file,
-            at(".upstream"),
-            format!("upstream `{}` does not exist", r.upstream),
-            format!(
-                "name one of: {}",
-                if names.is_empty() {
-                    "(none declared)".to_owned()
-                } else {
-                    names.join(", ")
+    let find = |name: &str, path: &str, diags: &mut Vec<Diagnostic>| {
+        let found = list.iter().find(|u| u.name == name).cloned();
+        if found.is_none() {
+            let names: Vec<&str> = list.iter().map(|u| u.name.as_str()).collect();
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(path),
+                format!("upstream `{name}` does not exist"),
+                format!(
+                    "name one of: {}",
+                    if names.is_empty() {
+                        "(none declared)".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
+            ));
+        }
+        found
+    };
+    let targets: Vec<Target> = match (&r.upstream, r.targets.is_empty()) {
+        (Some(name), true) => match find(name, ".upstream", diags) {
+            Some(up) => vec![Target::only(up, r.upstream_model.clone())],
+            None => return,
+        },
+        (None, false) => {
+            let mut ok = true;
+            if r.upstream_model.is_some() {
+                ok = false;
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    at(".upstream_model"),
+                    "`upstream_model` goes with `upstream`, not `targets`",
+                    "give each target its own `model`",
+                ));
+            }
+            if r.targets.len() > MAX_TARGETS {
+                ok = false;
+                diags.push(Diagnostic::error(
+                    &file.file,
+                    at(".targets"),
+                    format!(
+                        "{} targets; a route has at most {MAX_TARGETS}",
+                        r.targets.len()
+                    ),
+                    "split the model into several routes",
+                ));
+            }
+            let mut targets = Vec::new();
+            for (j, t) in r.targets.iter().enumerate() {
+                if t.weight == 0 {
+                    ok = false;
+                    diags.push(Diagnostic::error(
+                        &file.file,
+                        at(&format!(".targets[{j}].weight")),
+                        "a weight of 0",
+                        "give it 1 or more; a target only for failover takes a higher `priority`",
+                    ));
                 }
-            ),
-        ));
-        return;
+                match find(&t.upstream, &format!(".targets[{j}].upstream"), diags) {
+                    Some(up) => targets.push(Target {
+                        upstream: up,
+                        model: t.model.clone(),
+                        weight: t.weight,
+                        priority: t.priority,
+                    }),
+                    None => ok = false,
+                }
+            }
+            if !ok {
+                return;
+            }
+            targets
+        }
+        (Some(_), false) => {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(".targets"),
+                "a route has `upstream` and `targets`",
+                "keep one: `upstream` for one deployment, `targets` for several",
+            ));
+            return;
+        }
+        (None, true) => {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at(""),
+                format!("the route of `{}` names no upstream", r.model),
+                "add `upstream: NAME`, or `targets: [{upstream: NAME, weight: 1}, ...]`",
+            ));
+            return;
+        }
     };
     let template = match &r.template {
         None => None,
@@ -246,13 +333,9 @@ fn add_route(
             }
         },
     };
-    if let Err(e) = upstreams.add_route(
-        &r.model,
-        Arc::clone(up),
-        r.upstream_model.clone(),
-        r.formatter,
-        template,
-    ) {
+    if let Err(e) =
+        upstreams.add_route(&r.model, targets, r.cooldown.clone(), r.formatter, template)
+    {
         diags.push(Diagnostic::error(
             &file.file,
             at(".model"),

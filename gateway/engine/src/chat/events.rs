@@ -75,6 +75,18 @@ pub struct Report {
     /// Model calls made.
     pub iterations: u32,
     pub tool_calls: Vec<CallRecord>,
+    /// On a route of several targets: each target tried, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<crate::model::routing::Attempt>,
+}
+
+/// What is known when a streamed loop starts (its first model call
+/// answered): what the model protocol could not carry, and on a route of
+/// several targets those tried.
+#[derive(Debug, Default)]
+pub struct Started {
+    pub notices: Notices,
+    pub attempts: Vec<crate::model::routing::Attempt>,
 }
 
 /// One gateway tool call, as the report shows it.

@@ -10,7 +10,7 @@ mod subagent;
 mod tool_loop;
 
 pub use events::{
-    Answer, CallFunction, CallRecord, ChatError, Event, FinishReason, Report, Summary,
+    Answer, CallFunction, CallRecord, ChatError, Event, FinishReason, Report, Started, Summary,
 };
 pub use plan::Loop;
 pub use plan::{NO_TOOL_SET, Passthrough, Plan, PlanError, Services, plan};

@@ -12,7 +12,8 @@ use crate::governance::limits::Guards;
 use crate::identity::auth::ApiKey;
 use crate::model::formatter::Learned;
 use crate::model::protocol::OfferedTools;
-use crate::model::upstream::{Resolved, Upstream};
+use crate::model::routing::{Resolved, Router};
+use crate::model::upstream::Upstream;
 use crate::tools::discovery::{Discovery, FIND_TOOLS};
 use crate::tools::tool::Tool;
 use crate::tools::tool::context::CallContext;
@@ -42,6 +43,8 @@ pub struct Services {
     pub learned: Arc<Learned>,
     /// Caps and rate buckets (sub-agents are counted against them).
     pub guards: Arc<Guards>,
+    /// Targets' health and which made which opaque state.
+    pub router: Arc<Router>,
 }
 
 /// Why a request cannot be served.
@@ -134,6 +137,9 @@ pub fn plan(
         && request.deferred.is_none()
         && passthrough == Passthrough::Allowed
         && resolved.upstream.protocol == request.face
+        // A route of several targets runs as a loop: it fails over, and
+        // learns which target made the opaque state of each answer.
+        && !resolved.several()
     {
         return Ok(Plan::Proxy {
             upstream: Arc::clone(&resolved.upstream),
@@ -222,6 +228,7 @@ pub fn plan(
         max_iterations,
         request,
         learned: Arc::clone(&services.learned),
+        router: Arc::clone(&services.router),
         guards: Arc::clone(&services.guards),
         key,
     })))
@@ -249,6 +256,8 @@ pub struct Loop {
     pub max_iterations: u32,
     /// Formatter choices learned in `auto` mode.
     pub learned: Arc<Learned>,
+    /// Targets' health and which made which opaque state.
+    pub router: Arc<Router>,
     /// The request's context, injected into native tool calls.
     pub context: crate::tools::tool::context::CallContext,
     /// The caps and buckets sub-agents are counted against.

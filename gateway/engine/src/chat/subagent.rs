@@ -146,6 +146,7 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
         deferred: None,
         max_iterations: parent.catalog.settings.builtins.spawn.max_iterations,
         learned: Arc::clone(&parent.learned),
+        router: Arc::clone(&parent.router),
         context: parent.context.clone(),
         guards: Arc::clone(&parent.guards),
         key: parent.key.clone(),

@@ -23,7 +23,7 @@ use crate::conversation::{
     FinishReason, Item, Media, MediaKind, Notices, Protocol, Request, Role, Source, Turn,
 };
 use crate::model::protocol::{self, Outgoing, Tools};
-use crate::model::upstream::Resolved;
+use crate::model::routing::Resolved;
 
 /// The gateway's own model, as a relay's way to answer sampling.
 pub fn answerer(

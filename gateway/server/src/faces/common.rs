@@ -174,6 +174,24 @@ pub fn attach(notices: &Notices, mut response: Response) -> Response {
     response
 }
 
+/// The header that names the targets a request on a route of several
+/// tried, in order, with each outcome (a stream's: those of its first
+/// model call).
+pub const ATTEMPTS_HEADER: &str = "x-toolgate-attempts";
+
+/// `response` with the targets tried in its header.
+pub fn with_attempts(
+    attempts: &[toolgate_engine::model::routing::Attempt],
+    mut response: Response,
+) -> Response {
+    if let Some(v) = toolgate_engine::model::routing::attempts_header(attempts)
+        .and_then(|v| axum::http::HeaderValue::from_str(&v).ok())
+    {
+        response.headers_mut().insert(ATTEMPTS_HEADER, v);
+    }
+    response
+}
+
 /// What a decoded request became: a tool loop to run, or a request to
 /// pass to an upstream of the face's own protocol, untouched.
 #[derive(Debug)]
@@ -226,6 +244,7 @@ pub async fn plan_decoded(
                 stream: request.stream,
                 request_id: Some(&caller.request_id),
                 headers: &request.headers,
+                single_attempt: false,
             };
             let response =
                 tracing::Instrument::instrument(proxy(&upstream, call, places.stream), span)
@@ -309,10 +328,12 @@ pub async fn respond(
         let mut answer = the_loop.run().await?;
         drop(places);
         notices.extend(std::mem::take(&mut answer.notices));
-        return Ok(attach(&notices, axum::Json(whole(answer)).into_response()));
+        let attempts = answer.summary.report.attempts.clone();
+        let response = attach(&notices, axum::Json(whole(answer)).into_response());
+        return Ok(with_attempts(&attempts, response));
     }
-    let (more, stream) = the_loop.start_stream().await?;
-    notices.extend(more);
+    let (started, stream) = the_loop.start_stream().await?;
+    notices.extend(started.notices);
     let stream = in_request_span(stream);
     let sse = futures::StreamExt::flat_map(stream, move |e| {
         let _held = &places;
@@ -321,7 +342,7 @@ pub async fn respond(
     let response = Sse::new(sse)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
         .into_response();
-    Ok(attach(&notices, response))
+    Ok(with_attempts(&started.attempts, attach(&notices, response)))
 }
 
 /// A loop's events, each polled in the current (the request's) span. The

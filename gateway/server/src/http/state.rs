@@ -23,6 +23,9 @@ pub struct Shared {
     pub learned: Arc<toolgate_engine::model::formatter::Learned>,
     /// Caps on concurrent loops and streams, per-key rate limits.
     pub guards: Arc<Guards>,
+    /// Model targets' health, and which made which opaque state; outlives
+    /// catalog reloads.
+    pub router: Arc<toolgate_engine::model::routing::Router>,
     /// Cancelled when the gateway begins to stop: ends MCP sessions and
     /// their streams.
     pub stopping: tokio_util::sync::CancellationToken,
@@ -81,6 +84,7 @@ impl AppState {
             live,
             executor,
             learned: Arc::new(learned),
+            router: Arc::new(toolgate_engine::model::routing::Router::new(shared.clone())),
             guards,
             stopping: tokio_util::sync::CancellationToken::new(),
             draining: Draining::default(),
@@ -129,6 +133,7 @@ impl Shared {
             executor: self.executor.clone(),
             learned: Arc::clone(&self.learned),
             guards: Arc::clone(&self.guards),
+            router: Arc::clone(&self.router),
         }
     }
 

@@ -34,13 +34,14 @@ use std::sync::Arc;
 
 use futures::Stream;
 
-use super::events::{Answer, CallRecord, ChatError, Event, FinishReason, Report, Summary};
+use super::events::{Answer, CallRecord, ChatError, Event, FinishReason, Report, Started, Summary};
 use super::plan::Loop;
 use crate::conversation::{
     Call, Item, Notices, Origin, Reasoning, Role, Slot, ToolChoice, ToolDef, Turn, Usage,
 };
 use crate::model::formatter::{self, PromptTemplate};
 use crate::model::protocol::{self, Assembly, Outgoing, Tools};
+use crate::model::routing::{self, Attempt};
 use crate::model::upstream::{ModelCall, Reply, UpstreamError};
 use crate::tools::discovery::MAX_QUERY_CHARS;
 use crate::tools::tool::Tool;
@@ -129,6 +130,11 @@ struct Run {
     /// The span of the latest model call (its token usage is recorded on
     /// it once read).
     model_span: tracing::Span,
+    /// On a route of several targets: the one the conversation's opaque
+    /// state belongs to (the latest that answered, once one has).
+    affinity: Option<String>,
+    /// On a route of several targets: every target tried, in order.
+    attempts: Vec<Attempt>,
 }
 
 impl Loop {
@@ -142,6 +148,7 @@ impl Loop {
             )
             .await;
         let turns = self.request.take_turns();
+        let affinity = self.router.affinity(&self.resolved, &turns).await;
         let found = self.preloaded(&turns);
         let mode = match kind {
             FormatterKind::FunctionCalling => Mode::FunctionCalling { fallback: false },
@@ -159,6 +166,8 @@ impl Loop {
             found,
             loaded: Vec::new(),
             model_span: tracing::Span::none(),
+            affinity,
+            attempts: Vec::new(),
             mode,
             l: self,
         })
@@ -245,12 +254,13 @@ impl Loop {
 
     async fn run_to_end(self) -> Result<Answer, ChatError> {
         let mut run = self.start().await?;
-        let protocol = run.l.resolved.upstream.protocol;
         let mut iteration = 0;
         loop {
             iteration += 1;
             run.iterations = iteration;
             let reply = run.call(iteration, false).await?;
+            // The target that answered (on a route of several, any).
+            let protocol = run.l.resolved.upstream.protocol;
             let body = run
                 .l
                 .resolved
@@ -266,6 +276,7 @@ impl Loop {
                     .map_err(|e| run.invalid(e))?;
             }
             let mut said = run.said(assembly);
+            run.remember(&said).await;
             run.check_call_count(said.calls.len())?;
             let (next, finish) = run.decide(&said, iteration);
             let client_calls = match next {
@@ -305,7 +316,7 @@ impl Loop {
     /// and the tools in progress.
     pub async fn start_stream(
         self,
-    ) -> Result<(Notices, impl Stream<Item = Event> + Send), ChatError> {
+    ) -> Result<(Started, impl Stream<Item = Event> + Send), ChatError> {
         let mut run = self.start().await?;
         run.iterations = 1;
         let first = run.call(1, true).await?;
@@ -318,8 +329,11 @@ impl Loop {
         if !is_sse {
             return Err(run.invalid("asked to stream, it answered without an event stream".into()));
         }
-        let notices = std::mem::take(&mut run.notices);
-        Ok((notices, run.stream(first)))
+        let started = Started {
+            notices: std::mem::take(&mut run.notices),
+            attempts: run.attempts.clone(),
+        };
+        Ok((started, run.stream(first)))
     }
 }
 
@@ -355,6 +369,7 @@ impl Run {
                 upstream: self.upstream_name().to_owned(),
                 iterations: self.iterations,
                 tool_calls: std::mem::take(&mut self.calls),
+                attempts: std::mem::take(&mut self.attempts),
             },
             usage: std::mem::take(&mut self.usage),
         }
@@ -396,6 +411,20 @@ impl Run {
         // once for every call.
         let planned = !self.last_call && matches!(tools, Cow::Borrowed(_));
         let mut notices = Notices::default();
+        // On a target the conversation's opaque state does not belong to,
+        // without that state.
+        let key = self.l.resolved.key();
+        let foreign =
+            self.l.resolved.several() && self.affinity.as_ref().is_some_and(|a| *a != key);
+        let turns: Cow<'_, [Turn]> = if foreign {
+            Cow::Owned(routing::without_others_state(
+                &self.turns,
+                &key,
+                &mut notices,
+            ))
+        } else {
+            Cow::Borrowed(&self.turns)
+        };
         let body = match &self.mode {
             Mode::FunctionCalling { .. } => {
                 let offered = match planned {
@@ -405,7 +434,7 @@ impl Run {
                 let call = Outgoing {
                     request: req,
                     model,
-                    turns: &self.turns,
+                    turns: &turns,
                     tools: offered,
                     tool_choice: (iteration > 1 && forced && !tools.is_empty())
                         .then_some(ToolChoice::Auto),
@@ -416,7 +445,7 @@ impl Run {
             Mode::Structured { template, .. } => {
                 let plain = formatter::to_plain(
                     template,
-                    &self.turns,
+                    &turns,
                     &tools,
                     &protocol::openai_chat::tool_choice(&choice),
                 )
@@ -446,9 +475,92 @@ impl Run {
         self.call_upstream(iteration, stream).instrument(span).await
     }
 
-    /// Calls the model; in `auto` mode, falls back to the structured prompt
-    /// (and remembers it) when the upstream rejects `tools`.
+    /// Calls the model: on a route of several targets, each in the
+    /// router's order until one answers or fails in a way another would
+    /// too (an answer begun is never tried again elsewhere: this returns
+    /// at its head).
     async fn call_upstream(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
+        if !self.l.resolved.several() {
+            return self.call_target(iteration, stream).await;
+        }
+        let router = Arc::clone(&self.l.router);
+        let order = router
+            .order(&self.l.resolved, self.affinity.as_deref())
+            .await;
+        let mut last = None;
+        let from = self.attempts.len();
+        for i in order {
+            self.l.resolved.switch(i);
+            let key = self.l.resolved.key();
+            let result = self.call_target(iteration, stream).await;
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(ChatError::Upstream(e)) => e.code(),
+                Err(_) => "error",
+            };
+            self.attempts.push(Attempt {
+                target: key.clone(),
+                outcome,
+            });
+            match result {
+                Ok(reply) => {
+                    router.health.succeeded(&key);
+                    self.affinity = Some(key);
+                    self.record_attempts(from);
+                    return Ok(reply);
+                }
+                Err(ChatError::Upstream(e)) if routing::fails_over(&e) => {
+                    let retry_after = match &e {
+                        UpstreamError::Status { retry_after, .. } => *retry_after,
+                        _ => None,
+                    };
+                    router
+                        .health
+                        .failed(&key, retry_after, &self.l.resolved.cooldown)
+                        .await;
+                    tracing::warn!(target = %key, "model target failed ({e}); trying the next");
+                    last = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.record_attempts(from);
+        Err(last
+            .map(ChatError::from)
+            .unwrap_or_else(|| ChatError::Internal("a route without targets".into())))
+    }
+
+    /// The attempts of this model call (from index `from`) on its span,
+    /// and the target that answered.
+    fn record_attempts(&self, from: usize) {
+        if let Some(tried) = routing::attempts_header(&self.attempts[from..]) {
+            self.model_span.record("toolgate.attempts", tried.as_str());
+        }
+        self.model_span
+            .record("toolgate.upstream", self.l.resolved.upstream.name.as_str());
+    }
+
+    /// Remembers which target made the opaque state of an answer (on a
+    /// route of several, for the conversation's next requests).
+    async fn remember(&self, said: &Said) {
+        if !self.l.resolved.several() {
+            return;
+        }
+        let key = self.l.resolved.key();
+        let items: Vec<Item> = said
+            .reasoning_items
+            .iter()
+            .cloned()
+            .map(Item::Reasoning)
+            .chain(said.calls.iter().cloned().map(Item::Call))
+            .collect();
+        self.l.router.remember(&items, &key).await;
+    }
+
+    /// Calls the target in use; in `auto` mode, falls back to the
+    /// structured prompt (and remembers it) when the upstream rejects
+    /// `tools`.
+    async fn call_target(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
         let body = self.body(iteration, stream)?;
         match upstream.call(self.model_call(body, stream)).await {
@@ -486,6 +598,9 @@ impl Run {
             stream,
             request_id: Some(&self.l.context.request_id),
             headers: if same { &self.l.request.headers } else { &[] },
+            // On a route of several, a failure goes to the next target
+            // rather than again to this one.
+            single_attempt: self.l.resolved.several(),
         }
     }
 
@@ -601,7 +716,7 @@ impl Run {
                 slot: Slot::Message,
                 raw,
                 untyped: Vec::new(),
-                made_by: Some(self.upstream_name().to_owned()),
+                made_by: Some(self.l.resolved.key()),
             }),
         }
     }

@@ -18,7 +18,6 @@ impl Run {
         async_stream::stream! {
             let mut pending = Some(first);
             let mut iteration = 1;
-            let protocol = self.l.resolved.upstream.protocol;
             loop {
                 self.iterations = iteration;
                 let next = match pending.take() {
@@ -32,6 +31,8 @@ impl Run {
                         return;
                     }
                 };
+                // The target that answered (on a route of several, any).
+                let protocol = self.l.resolved.upstream.protocol;
                 let mut parser = match &self.mode {
                     Mode::Structured { offered, .. } => Some(StreamParser::with_options(offered.clone(), PARSE)),
                     Mode::FunctionCalling { .. } => None,
@@ -102,6 +103,7 @@ impl Run {
                     }
                     None => self.said(assembly),
                 };
+                self.remember(&said).await;
                 if let Err(e) = self.check_call_count(said.calls.len()) {
                     yield Event::Failed(e);
                     return;

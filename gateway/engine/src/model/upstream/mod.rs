@@ -1,8 +1,6 @@
-//! Upstream model servers and model routing.
-//!
-//! An [`Upstream`] is an OpenAI-compatible server with its own connection
-//! pool, API key, timeouts and retry policy. [`Upstreams`] maps a requested
-//! model name to an upstream, the model name to send, and a formatter.
+//! Upstream model servers: an [`Upstream`] is a model server of one
+//! protocol with its own connection pool, API key, timeouts and retry
+//! policy (routes to upstreams are `model::routing`).
 //! Requests are retried on 429, 5xx and connection errors, with exponential
 //! backoff that honours `Retry-After`, and only while no byte of a response
 //! has been used.
@@ -26,7 +24,6 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
-use globset::{Glob, GlobMatcher};
 use http::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, USER_AGENT};
 use http::{Method, Request, StatusCode, Uri};
 use http_body::{Body, Frame, SizeHint};
@@ -37,8 +34,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::conversation::Protocol;
-use crate::model::prompt::PromptTemplate;
-use toolgate_config::format::{FormatterKind, RetryDecl};
+use toolgate_config::format::RetryDecl;
 
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
@@ -99,34 +95,6 @@ pub struct Reply {
     /// The pooled connection the answer arrives on, given back when its
     /// body is read to the end.
     lease: Option<pool::Lease>,
-}
-
-/// How a model is served.
-#[derive(Debug, Clone)]
-pub struct Resolved {
-    pub upstream: Arc<Upstream>,
-    /// The model name to send upstream.
-    pub model: String,
-    pub formatter: FormatterKind,
-    /// The structured-prompt template of the route, if it has its own.
-    pub template: Option<Arc<PromptTemplate>>,
-}
-
-#[derive(Debug)]
-struct Route {
-    pattern: String,
-    glob: Option<GlobMatcher>,
-    upstream: Arc<Upstream>,
-    upstream_model: Option<String>,
-    formatter: FormatterKind,
-    template: Option<Arc<PromptTemplate>>,
-}
-
-/// Every upstream and the model routes, first match wins.
-#[derive(Debug, Default)]
-pub struct Upstreams {
-    upstreams: Vec<Arc<Upstream>>,
-    routes: Vec<Route>,
 }
 
 /// Why an upstream request failed.
@@ -262,6 +230,9 @@ pub struct ModelCall<'a> {
     /// Headers of the client's protocol it sent (`anthropic-beta`…), for an
     /// upstream of the same protocol.
     pub headers: &'a [(HeaderName, HeaderValue)],
+    /// Tried once whatever the upstream's `retries` (a route of several
+    /// targets tries the next instead).
+    pub single_attempt: bool,
 }
 
 impl Upstream {
@@ -409,6 +380,7 @@ impl Upstream {
             stream: false,
             request_id,
             headers: &[],
+            single_attempt: false,
         })
         .await
     }
@@ -549,7 +521,7 @@ impl Upstream {
                 Err(e @ UpstreamError::Timeout { .. }) => return Err(e),
                 Err(e) => (e, None),
             };
-            if attempt >= self.retry.max_attempts {
+            if call.single_attempt || attempt >= self.retry.max_attempts {
                 return Err(error);
             }
             let backoff = self
@@ -886,106 +858,6 @@ fn parse_retry_after(v: Option<&HeaderValue>) -> Option<Duration> {
     )
 }
 
-impl Upstreams {
-    /// Builds from declarations already validated by the catalog.
-    pub fn new(upstreams: Vec<Arc<Upstream>>) -> Upstreams {
-        Upstreams {
-            upstreams,
-            routes: Vec::new(),
-        }
-    }
-
-    pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {
-        self.upstreams.iter().find(|u| u.name == name)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.upstreams.is_empty()
-    }
-
-    pub fn upstreams(&self) -> impl Iterator<Item = &Arc<Upstream>> {
-        self.upstreams.iter()
-    }
-
-    /// Adds a route. `pattern` is an exact name or a glob.
-    pub fn add_route(
-        &mut self,
-        pattern: &str,
-        upstream: Arc<Upstream>,
-        upstream_model: Option<String>,
-        formatter: FormatterKind,
-        template: Option<Arc<PromptTemplate>>,
-    ) -> Result<(), String> {
-        let glob = if pattern.contains(['*', '?', '[']) {
-            Some(
-                Glob::new(pattern)
-                    .map_err(|e| e.kind().to_string())?
-                    .compile_matcher(),
-            )
-        } else {
-            None
-        };
-        self.routes.push(Route {
-            pattern: pattern.to_owned(),
-            glob,
-            upstream,
-            upstream_model,
-            formatter,
-            template,
-        });
-        Ok(())
-    }
-
-    /// How `model` is served, or `None` when no route matches.
-    pub fn resolve(&self, model: &str) -> Option<Resolved> {
-        self.routes
-            .iter()
-            .find(|r| match &r.glob {
-                Some(g) => g.is_match(model),
-                None => r.pattern == model,
-            })
-            .map(|r| Resolved {
-                upstream: Arc::clone(&r.upstream),
-                model: r.upstream_model.clone().unwrap_or_else(|| model.to_owned()),
-                formatter: r.formatter,
-                template: r.template.clone(),
-            })
-    }
-
-    /// The names routes spell out (exact names and aliases), and the glob
-    /// routes' upstreams, whose own lists are filtered by the globs.
-    pub async fn list_models(&self) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = self
-            .routes
-            .iter()
-            .filter(|r| r.glob.is_none())
-            .map(|r| (r.pattern.clone(), r.upstream.name.clone()))
-            .collect();
-        let mut asked: Vec<&str> = Vec::new();
-        for route in self.routes.iter().filter(|r| r.glob.is_some()) {
-            if asked.contains(&route.upstream.name.as_str()) {
-                continue;
-            }
-            asked.push(&route.upstream.name);
-            match route.upstream.list_models().await {
-                Ok(models) => {
-                    for m in models {
-                        if out.iter().all(|(n, _)| n != &m)
-                            && self
-                                .resolve(&m)
-                                .is_some_and(|r| Arc::ptr_eq(&r.upstream, &route.upstream))
-                        {
-                            out.push((m, route.upstream.name.clone()));
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!("cannot list models: {e}"),
-            }
-        }
-        out
-    }
-}
-
 /// The span of one model call, in OpenTelemetry's GenAI terms (the
 /// proxy's and the tool loop's); usage and the loop's iteration are
 /// recorded on it when known.
@@ -998,6 +870,7 @@ pub fn chat_span(upstream: &Upstream, model: &str) -> tracing::Span {
         "gen_ai.request.model" = %model,
         "server.address" = upstream.models_uri.host().unwrap_or_default(),
         "toolgate.upstream" = %upstream.name,
+        "toolgate.attempts" = tracing::field::Empty,
         iteration = tracing::field::Empty,
         "gen_ai.usage.input_tokens" = tracing::field::Empty,
         "gen_ai.usage.output_tokens" = tracing::field::Empty,
@@ -1042,44 +915,5 @@ mod tests {
         let v = HeaderValue::from_static("soon");
         assert_eq!(parse_retry_after(Some(&v)), None);
         assert_eq!(parse_retry_after(None), None);
-    }
-
-    fn up(name: &str) -> Arc<Upstream> {
-        Arc::new(
-            Upstream::new(
-                name.into(),
-                "http://127.0.0.1:1/v1/",
-                None,
-                Timeouts {
-                    connect: Duration::from_secs(1),
-                    read: Duration::from_secs(1),
-                    total: Duration::from_secs(1),
-                },
-                RetryDecl::default(),
-            )
-            .unwrap(),
-        )
-    }
-
-    #[test]
-    fn routes_match_in_order() {
-        let mut u = Upstreams::new(vec![up("a"), up("b")]);
-        let fc = FormatterKind::FunctionCalling;
-        u.add_route("fast", up("a"), Some("gpt-4o-mini".into()), fc, None)
-            .unwrap();
-        u.add_route("llama-*", up("b"), None, fc, None).unwrap();
-        u.add_route("*", up("a"), None, fc, None).unwrap();
-        let r = u.resolve("fast").unwrap();
-        assert_eq!(
-            (r.upstream.name.as_str(), r.model.as_str()),
-            ("a", "gpt-4o-mini")
-        );
-        let r = u.resolve("llama-3").unwrap();
-        assert_eq!(
-            (r.upstream.name.as_str(), r.model.as_str()),
-            ("b", "llama-3")
-        );
-        assert_eq!(u.resolve("other").unwrap().upstream.name, "a");
-        assert_eq!(up("x").base_url, "http://127.0.0.1:1/v1");
     }
 }

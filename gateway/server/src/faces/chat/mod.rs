@@ -50,6 +50,7 @@ pub async fn completions(
                 stream: request.stream,
                 request_id: Some(&caller.request_id),
                 headers: &request.headers,
+                single_attempt: false,
             };
             return common::proxy(&upstream, call, places.stream)
                 .instrument(span)

@@ -365,6 +365,7 @@ mod tests {
                     upstream: "default".into(),
                     iterations: 2,
                     tool_calls: vec![record("call_a", true)],
+                    attempts: Vec::new(),
                 },
                 usage: toolgate_engine::conversation::Usage {
                     input: 22,

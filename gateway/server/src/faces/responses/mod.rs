@@ -120,10 +120,11 @@ async fn prepare(
                 None => state.conversations.get(&id, owner.as_deref()).await,
             };
             // A response the gateway did not keep may be the model's own,
-            // when the model speaks Responses: it goes there as sent.
+            // when the model speaks Responses (and only one deployment
+            // serves it, whose answers pass through): it goes there as sent.
             let upstream_keeps = model
                 .and_then(|m| state.catalog().upstreams.resolve(&m))
-                .is_some_and(|r| r.upstream.protocol == Protocol::OpenaiResponses);
+                .is_some_and(|r| r.upstream.protocol == Protocol::OpenaiResponses && !r.several());
             match found {
                 Some(found) => Some(found),
                 None if upstream_keeps => None,
