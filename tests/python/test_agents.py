@@ -1,6 +1,7 @@
 """The coding agents people put in front of a gateway, unchanged: the real
-Claude Code CLI on `/v1/messages` and the real Codex CLI on `/v1/responses`
-(both pinned in tests/agents/package.json, installed by `make setup`), each
+Claude Code CLI on `/v1/messages`, the real Codex CLI on `/v1/responses`
+and the real Gemini CLI on `/v1beta/models/{model}:streamGenerateContent`
+(pinned in tests/agents/package.json, installed by `make setup`), each
 pointed at toolgate the documented way (a base URL and a gateway key) in its
 default configuration, offline (an isolated HOME, telemetry and updates
 off), against the shipped configuration and the scripted model.
@@ -217,6 +218,61 @@ def test_codex_uses_toolgate_as_its_mcp_server(codex, model):
     assert "[mcp__toolgate__calculator]" in out and "5" in out.split("[mcp__toolgate__calculator]")[1], out
     names = [t["function"]["name"] for t in sent(model)[-1].get("tools", [])]
     assert "mcp__toolgate__calculator" in names, names
+
+
+# ---------------------------------------------------------------------------
+# Gemini CLI
+
+# Its API-key mode, and no usage statistics (the tests run offline).
+GEMINI_SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}},
+    "privacy": {"usageStatisticsEnabled": False},
+}
+
+
+@pytest.fixture
+def gemini(gateway, tmp_path):
+    home = tmp_path / "home"
+    work = tmp_path / "work"
+    (home / ".gemini").mkdir(parents=True)
+    work.mkdir()
+    (home / ".gemini" / "settings.json").write_text(json.dumps(GEMINI_SETTINGS))
+    env = offline_env(home)
+    env = {k: v for k, v in env.items() if not k.startswith(("GEMINI_", "GOOGLE_"))}
+    env.update(GOOGLE_GEMINI_BASE_URL=gateway, GEMINI_API_KEY=KEY, GEMINI_CLI_TRUST_WORKSPACE="true")
+
+    def ask(prompt, *args, key=KEY):
+        return run([agent("gemini"), "-m", "mock-model", *args, "-p", prompt], {**env, "GEMINI_API_KEY": key}, work)
+
+    ask.home, ask.work, ask.gateway = home, work, gateway
+    return ask
+
+
+def test_gemini_cli_answers_streamed(gemini, model):
+    status, out = gemini("hello there")
+    assert status == 0, out
+    assert "Hello! You said: hello there" in out, out
+    # Gemini CLI streams (`streamGenerateContent?alt=sse`); so does the loop.
+    assert sent(model)[-1]["stream"] is True
+
+
+def test_gemini_cli_sees_a_gateway_tool_run_server_side(gemini):
+    status, out = gemini('call calculator {"expression": "6*7"}')
+    assert status == 0, out
+    assert "Tool results: [calculator] 42" in out, out
+
+
+def test_gemini_cli_runs_its_own_tool(gemini):
+    (gemini.work / "note.txt").write_text("the secret word is parsnip\n")
+    status, out = gemini('call read_file {"file_path": "note.txt"}')
+    assert status == 0, out
+    assert "Tool results: [read_file]" in out and "parsnip" in out, out
+
+
+def test_gemini_cli_with_a_wrong_key_says_so_in_google_s_error(gemini):
+    status, out = gemini("hello", key="wrong-key")
+    assert status != 0, out
+    assert '"status":"INVALID_ARGUMENT"' in out and "API key is not valid" in out, out
 
 
 def test_every_refusal_has_the_shape_of_the_face_that_answers(gateway):

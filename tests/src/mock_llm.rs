@@ -192,6 +192,25 @@ fn script(text: &str) -> Vec<(String, String, Value)> {
     out
 }
 
+/// A user's words without the context a client adds to them: Gemini
+/// CLI's `<session_context>` (the date, the system, the workspace).
+fn without_client_context(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("<session_context>") {
+        out.push_str(&rest[..start]);
+        match rest[start..].find("</session_context>") {
+            Some(end) => rest = &rest[start + end + "</session_context>".len()..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 fn content_text(message: &Value) -> String {
     match &message["content"] {
         Value::String(s) => s.clone(),
@@ -235,7 +254,7 @@ fn decide(req: &Value) -> Reply {
         .unwrap_or(0);
     let user_text = messages
         .get(last_user)
-        .map(content_text)
+        .map(|m| without_client_context(&content_text(m)))
         .unwrap_or_default();
     let offered: Vec<String> = req["tools"]
         .as_array()

@@ -180,6 +180,8 @@ pub fn plan(
     if code {
         gateway_tools.insert(crate::tools::code::RUN_CODE.to_owned());
     }
+    // A hosted tool a gateway tool of its name serves is that tool.
+    request.hosted.retain(|h| !gateway_tools.contains(&h.name));
     let deferred = request.deferred.take();
     let deferred_names = deferred.iter().flat_map(|d| {
         std::iter::once(d.search.as_str()).chain(d.tools.iter().map(|t| t.name.as_str()))

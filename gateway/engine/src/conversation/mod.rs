@@ -25,7 +25,7 @@ pub use finish::FinishReason;
 pub use items::{Call, CallResult, Media, MediaKind, Native, Opaque, Reasoning, Role, Source};
 pub use items::{Item, ToolChoice, ToolDef};
 pub use notices::Notices;
-pub use request::{DecodeRest, DeferredTools, RawFields, Request, RequestError, raw};
+pub use request::{DecodeRest, DeferredTools, Hosted, RawFields, Request, RequestError, raw};
 pub use usage::{Usage, add_json};
 
 use serde::{Deserialize, Serialize};

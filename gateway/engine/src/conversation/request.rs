@@ -69,6 +69,38 @@ pub struct Request {
     /// Headers of the face's protocol the client sent that a model of the
     /// same protocol takes (`anthropic-beta`, `anthropic-version`).
     pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// Tools the client's provider runs itself (Anthropic's web search,
+    /// Google's `googleSearch`…): offered as they came to a model of the
+    /// face's protocol, unless a gateway tool of the same name serves them.
+    pub hosted: Vec<Hosted>,
+}
+
+/// A tool the provider runs, as the client declared it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hosted {
+    /// The name a gateway tool serving it has (`web_search`).
+    pub name: String,
+    pub tool: super::Native,
+}
+
+impl Hosted {
+    /// `tool` (of `kind`, as `protocol` declares it), served by a gateway
+    /// tool named `name`.
+    pub fn new(
+        name: &str,
+        protocol: super::Protocol,
+        kind: &str,
+        tool: serde_json::Value,
+    ) -> Hosted {
+        Hosted {
+            name: name.to_owned(),
+            tool: super::Native {
+                protocol,
+                what: format!("`{kind}` tools"),
+                value: tool,
+            },
+        }
+    }
 }
 
 impl Request {
@@ -94,6 +126,7 @@ impl Request {
             modified: false,
             choices: None,
             headers: Vec::new(),
+            hosted: Vec::new(),
         }
     }
 
@@ -167,7 +200,10 @@ impl Request {
             return original;
         }
         let mut body = self.fields.clone();
-        body.insert("model".into(), raw(&upstream_model));
+        // Gemini's model is in the URL.
+        if self.face != super::Protocol::Gemini {
+            body.insert("model".into(), raw(&upstream_model));
+        }
         bytes::Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
     }
 }

@@ -225,7 +225,13 @@ pub async fn plan_decoded(
     let planned = match plan {
         Plan::Loop(the_loop) => {
             let mut notices = notices;
-            notices.settle(|tool| the_loop.gateway_tools.contains(tool));
+            // A hosted tool is served by the set's tool of its name, or
+            // by a model of the face's protocol (which runs it itself).
+            let runs_hosted = the_loop.resolved.upstream.protocol == the_loop.request.face;
+            notices.settle(|tool| {
+                the_loop.gateway_tools.contains(tool)
+                    || (runs_hosted && the_loop.request.hosted.iter().any(|h| h.name == tool))
+            });
             Planned::Loop {
                 the_loop,
                 places,
@@ -320,28 +326,52 @@ impl<B: http_body::Body + Unpin> http_body::Body for Held<B> {
 pub async fn respond(
     the_loop: Loop,
     places: Places,
-    mut notices: Notices,
+    notices: Notices,
     whole: impl FnOnce(Answer) -> Value,
     mut events: impl FnMut(Event) -> Vec<SseEvent> + Send + 'static,
+) -> Result<Response, ApiError> {
+    respond_with(
+        the_loop,
+        places,
+        notices,
+        |answer| axum::Json(whole(answer)).into_response(),
+        move |stream, places| {
+            let sse = futures::StreamExt::flat_map(stream, move |e| {
+                let _held = &places;
+                futures::stream::iter(events(e).into_iter().map(Ok::<_, Infallible>))
+            });
+            Sse::new(sse)
+                .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
+                .into_response()
+        },
+    )
+    .await
+}
+
+/// A loop's events, boxed.
+pub type Events = std::pin::Pin<Box<dyn futures::Stream<Item = Event> + Send>>;
+
+/// [`respond`] with the face's own framing: `whole` answers a whole
+/// answer, `stream` a stream of events (holding the places it is given
+/// until it ends).
+pub async fn respond_with(
+    the_loop: Loop,
+    places: Places,
+    mut notices: Notices,
+    whole: impl FnOnce(Answer) -> Response,
+    stream: impl FnOnce(Events, Places) -> Response,
 ) -> Result<Response, ApiError> {
     if places.stream.is_none() {
         let mut answer = the_loop.run().await?;
         drop(places);
         notices.extend(std::mem::take(&mut answer.notices));
         let attempts = answer.summary.report.attempts.clone();
-        let response = attach(&notices, axum::Json(whole(answer)).into_response());
+        let response = attach(&notices, whole(answer));
         return Ok(with_attempts(&attempts, response));
     }
-    let (started, stream) = the_loop.start_stream().await?;
+    let (started, events) = the_loop.start_stream().await?;
     notices.extend(started.notices);
-    let stream = in_request_span(stream);
-    let sse = futures::StreamExt::flat_map(stream, move |e| {
-        let _held = &places;
-        futures::stream::iter(events(e).into_iter().map(Ok::<_, Infallible>))
-    });
-    let response = Sse::new(sse)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
-        .into_response();
+    let response = stream(Box::pin(in_request_span(events)), places);
     Ok(with_attempts(&started.attempts, attach(&notices, response)))
 }
 
@@ -370,6 +400,30 @@ fn overloaded(full: toolgate_engine::governance::limits::Full) -> ApiError {
     );
     err.retry_after = Some(1);
     err
+}
+
+/// A request's input tokens, estimated without asking a model: its
+/// conversation and tools as a chat-completions body, one token per four
+/// bytes (rounded up), the rule of thumb for English text and code.
+pub fn estimate_tokens(request: &Request) -> usize {
+    use toolgate_engine::conversation::Protocol;
+    use toolgate_engine::model::protocol::{self, Outgoing, Tools};
+    let call = Outgoing {
+        request,
+        model: &request.model,
+        turns: request.turns(),
+        tools: Tools::List(&request.tools),
+        tool_choice: None,
+        stream: false,
+    };
+    let body = protocol::encode(Protocol::OpenaiChat, &call, &mut Notices::default());
+    let written: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let bytes: usize = ["messages", "tools"]
+        .iter()
+        .filter_map(|f| written.get(*f))
+        .map(|v| v.to_string().len())
+        .sum();
+    bytes.div_ceil(4)
 }
 
 /// Seconds since the Unix epoch (`created` fields).
@@ -411,7 +465,7 @@ pub fn request_of(
 /// (`tool_set`, `max_tool_iterations`, `tool_mode`), and `fields` (the
 /// face's top-level fields, raw, for a model of its protocol) without the
 /// gateway's.
-fn shared_fields(from: &Map<String, Value>, request: &mut Request) -> Result<(), ApiError> {
+pub fn shared_fields(from: &Map<String, Value>, request: &mut Request) -> Result<(), ApiError> {
     request.modified = ["tool_set", "max_tool_iterations", "tool_mode"]
         .iter()
         .any(|k| from.contains_key(*k));

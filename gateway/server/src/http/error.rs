@@ -72,6 +72,9 @@ pub enum ErrorShape {
     OpenAi,
     /// Anthropic's, on `/v1/messages` and below.
     Anthropic,
+    /// Google's (`{"error": {"code", "message", "status"}}`), on the
+    /// Gemini API's paths.
+    Google,
 }
 
 impl ApiError {
@@ -80,7 +83,52 @@ impl ApiError {
         match shape {
             ErrorShape::OpenAi => self.into_response(),
             ErrorShape::Anthropic => self.into_anthropic(),
+            ErrorShape::Google => self.into_google(),
         }
+    }
+
+    /// Google's error body (its canonical status name for the HTTP
+    /// status), with the same status (and `Retry-After`).
+    fn into_google(mut self) -> Response {
+        // Google's own answers to a missing or wrong key, which its
+        // clients know.
+        match self.code {
+            "missing_api_key" => self.status = StatusCode::FORBIDDEN,
+            "invalid_api_key" => self.status = StatusCode::BAD_REQUEST,
+            _ => {}
+        }
+        let mut body = self.google_error();
+        if self.code == "invalid_api_key" {
+            body["error"]["details"] = json!([{
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "API_KEY_INVALID",
+                "domain": "toolgate",
+            }]);
+        }
+        let mut resp = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        resp
+    }
+
+    /// Google's error body.
+    pub fn google_error(&self) -> Value {
+        let status = match self.status.as_u16() {
+            400 | 405 | 411 | 413 | 415 | 422 => "INVALID_ARGUMENT",
+            401 => "UNAUTHENTICATED",
+            403 => "PERMISSION_DENIED",
+            404 => "NOT_FOUND",
+            408 | 504 => "DEADLINE_EXCEEDED",
+            409 => "ABORTED",
+            429 => "RESOURCE_EXHAUSTED",
+            499 => "CANCELLED",
+            501 => "UNIMPLEMENTED",
+            502 | 503 => "UNAVAILABLE",
+            _ => "INTERNAL",
+        };
+        json!({"error": {"code": self.status.as_u16(), "message": self.message, "status": status}})
     }
 
     /// Anthropic's error body, with the same status (and `Retry-After`).

@@ -221,8 +221,9 @@ pub struct Paths {
     /// Paths whose 401 names the protected-resource metadata (RFC 9728),
     /// where OAuth-aware clients look.
     pub protected_resource: fn(&str) -> bool,
-    /// Whose error body a path's refusals have (its face's).
-    pub error_shape: fn(&str) -> ErrorShape,
+    /// Whose error body a request's refusals have (its face's, by its
+    /// path and, where two APIs share a path, its headers).
+    pub error_shape: fn(&str, &HeaderMap) -> ErrorShape,
 }
 
 /// The URL the client used to reach the gateway, from its `Host` (and a
@@ -256,6 +257,49 @@ pub fn metadata_url(headers: &HeaderMap, path: &str) -> String {
 
 /// The header Anthropic's clients send their key in.
 const X_API_KEY: &str = "x-api-key";
+
+/// The header Google's clients send their key in.
+const X_GOOG_API_KEY: &str = "x-goog-api-key";
+
+/// Marks a request whose key came the way Google's clients send it
+/// (`x-goog-api-key` or `?key=`).
+#[derive(Debug, Clone, Copy)]
+pub struct GoogleKey;
+
+/// Takes `key=…` out of `uri`'s query, returning its value (decoded).
+fn take_query_key(uri: &mut axum::http::Uri) -> Option<String> {
+    let query = uri.query()?;
+    if !query.split('&').any(|p| p.starts_with("key=")) {
+        return None;
+    }
+    let mut key = None;
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|p| match p.strip_prefix("key=") {
+            Some(v) => {
+                key = Some(
+                    percent_encoding::percent_decode_str(v)
+                        .decode_utf8_lossy()
+                        .into_owned(),
+                );
+                false
+            }
+            None => true,
+        })
+        .collect();
+    let path = uri.path().to_owned();
+    let path_and_query = if rest.is_empty() {
+        path
+    } else {
+        format!("{path}?{}", rest.join("&"))
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = path_and_query.parse().ok();
+    if let Ok(u) = axum::http::Uri::from_parts(parts) {
+        *uri = u;
+    }
+    key.filter(|k| !k.is_empty())
+}
 
 /// When keys are configured, every endpoint but `/healthz`, `/readyz`, the console's page and assets (and the protected-resource metadata) needs
 /// `Authorization: Bearer <key>` (or `x-api-key: <key>`): a missing or unknown key is 401, a key
@@ -291,30 +335,37 @@ pub async fn identify(
 ) -> Result<Caller, Response> {
     let catalog = state.catalog();
     let keys = catalog.keys();
-    let shape = (paths.error_shape)(req.uri.path());
+    let shape = (paths.error_shape)(req.uri.path(), &req.headers);
     refuse_what_pages_send(&catalog, req).map_err(|e| e.into_shaped(shape))?;
     let open = (paths.open)(req.uri.path());
     let mut verified_token = None;
+    // A key in the query (`?key=`, as Google's API takes one) is taken out
+    // of the URI: nothing behind this layer sees or logs it.
+    let query_key = take_query_key(&mut req.uri);
     let key = if keys.required() && !open {
-        // `x-api-key` is how Anthropic's clients send theirs.
+        // `x-api-key` is how Anthropic's clients send theirs,
+        // `x-goog-api-key` (or `?key=`) Google's.
+        let header = |name: &str| {
+            req.headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+        };
         let token = req
             .headers
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(auth::bearer)
-            .or_else(|| {
-                req.headers
-                    .get(X_API_KEY)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::trim)
-                    .filter(|k| !k.is_empty())
-            });
+            .or_else(|| header(X_API_KEY))
+            .or_else(|| header(X_GOOG_API_KEY))
+            .or(query_key.as_deref());
         let Some(token) = token else {
             return Err(unauthorized(
                 req,
                 paths,
                 "missing_api_key",
-                "this gateway needs an API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`)",
+                "this gateway needs an API key: send `Authorization: Bearer <key>` (or `x-api-key: <key>`, or Google's `x-goog-api-key: <key>`)",
             ));
         };
         let key = match keys.find(token) {
@@ -369,6 +420,12 @@ pub async fn identify(
     };
     req.headers.remove(AUTHORIZATION);
     req.headers.remove(X_API_KEY);
+    if req.headers.remove(X_GOOG_API_KEY).is_some() || query_key.is_some() {
+        // Its key is gone, but the request is still one of Google's
+        // clients' (the paths it shares with OpenAI's API answer them in
+        // Google's shape).
+        req.extensions.insert(GoogleKey);
+    }
     Ok(Caller {
         request_id,
         key,
@@ -515,8 +572,9 @@ fn unauthorized(
     message: &str,
 ) -> Response {
     toolgate_engine::support::metrics::record(|m| m.reject("unauthorized"));
-    let mut resp = ApiError::new(StatusCode::UNAUTHORIZED, code, message)
-        .into_shaped((paths.error_shape)(req.uri.path()));
+    let mut resp =
+        ApiError::new(StatusCode::UNAUTHORIZED, code, message)
+            .into_shaped((paths.error_shape)(req.uri.path(), &req.headers));
     let path = req.uri.path();
     let challenge = if (paths.protected_resource)(path) {
         let url = metadata_url(&req.headers, path);
@@ -543,7 +601,7 @@ pub async fn body_deadline(
     next: Next,
 ) -> Response {
     let (parts, body) = req.into_parts();
-    let shape = (paths.error_shape)(parts.uri.path());
+    let shape = (paths.error_shape)(parts.uri.path(), &parts.headers);
     match read_body(&state, body, shape).await {
         Ok(bytes) => {
             next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))

@@ -15,7 +15,7 @@ use axum::routing::{any, get, post};
 pub use direct::Gateway;
 
 use crate::faces::{
-    approvals, chat, connections, console, mcp, messages, models, responses, tools,
+    approvals, chat, connections, console, gemini, mcp, messages, models, responses, tools,
 };
 use crate::http::{self, ApiError, AppState, ErrorShape, Paths};
 use crate::ops;
@@ -27,11 +27,13 @@ pub(crate) const PATHS: Paths = Paths {
     error_shape,
 };
 
-/// Anthropic's paths answer errors in Anthropic's shape, every other path
-/// in OpenAI's.
-fn error_shape(path: &str) -> ErrorShape {
+/// Anthropic's paths answer errors in Anthropic's shape, Google's in
+/// Google's, every other path in OpenAI's.
+fn error_shape(path: &str, headers: &axum::http::HeaderMap) -> ErrorShape {
     if path == "/v1/messages" || path.starts_with("/v1/messages/") {
         ErrorShape::Anthropic
+    } else if gemini::is_gemini(path, headers) {
+        ErrorShape::Google
     } else {
         ErrorShape::OpenAi
     }
@@ -63,6 +65,8 @@ pub const ENDPOINTS: &[&str] = &[
     "GET /v1/responses/{id}/input_items",
     "POST /v1/messages",
     "POST /v1/messages/count_tokens",
+    "POST /v1beta/models/{model}:generateContent|streamGenerateContent|countTokens (and /v1/)",
+    "GET /v1beta/models[/{model}]",
     "GET /v1/models",
     "GET /v1/tools",
     "GET /v1/tool-sets",
@@ -86,7 +90,11 @@ pub const ENDPOINTS: &[&str] = &[
 /// 404 for a path the gateway does not serve, naming the ones it does (a
 /// client pointed at an API the gateway lacks learns that, rather than
 /// "model not found").
-async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+async fn unknown_endpoint(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+) -> Response {
     ApiError::not_found(
         "unknown_endpoint",
         format!(
@@ -95,17 +103,17 @@ async fn unknown_endpoint(method: axum::http::Method, uri: axum::http::Uri) -> R
             ENDPOINTS.join(", ")
         ),
     )
-    .into_shaped(error_shape(uri.path()))
+    .into_shaped(error_shape(uri.path(), &headers))
 }
 
 /// 405, in the path's face's shape.
-async fn method_not_allowed(uri: axum::http::Uri) -> Response {
+async fn method_not_allowed(uri: axum::http::Uri, headers: axum::http::HeaderMap) -> Response {
     ApiError::new(
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         "this endpoint does not accept that method",
     )
-    .into_shaped(error_shape(uri.path()))
+    .into_shaped(error_shape(uri.path(), &headers))
 }
 
 /// The gateway's routes. `limits.max_request_bytes` is read here, once:
@@ -154,6 +162,15 @@ pub fn router(state: AppState) -> Router {
         .route("/connect/callback", get(connections::callback))
         .route("/connect/{name}", get(connections::start))
         .route("/v1/models", get(models::list_models))
+        .route(
+            "/v1/models/{model}",
+            get(models::get_model).post(gemini::generate),
+        )
+        .route("/v1beta/models", get(gemini::list_models))
+        .route(
+            "/v1beta/models/{model}",
+            get(gemini::get_model).post(gemini::generate),
+        )
         .route("/v1/chat/completions", post(chat::completions))
         .route(
             "/v1/responses",

@@ -50,11 +50,16 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
             "max_tokens",
             json!(p.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
         );
-        if let Some(t) = p.temperature {
-            parts.insert("temperature", json!(t));
-        }
-        if let Some(t) = p.top_p {
-            parts.insert("top_p", json!(t));
+        // Messages takes no sampling temperature or nucleus any more.
+        for (name, given) in [
+            ("temperature", p.temperature.is_some()),
+            ("top_p", p.top_p.is_some()),
+        ] {
+            if given {
+                notices.add(format!(
+                    "`{name}` is not carried to a model of {PROTOCOL} (its API has no such field) and was left out"
+                ));
+            }
         }
         if !p.stop.is_empty() {
             parts.insert("stop_sequences", json!(p.stop));
@@ -93,11 +98,13 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
         None => body.shift_remove("system"),
     };
     body.insert("messages", Part::Messages(messages));
-    if call.tools.is_empty() {
+    let hosted = if same { &req.hosted[..] } else { &[] };
+    if call.tools.is_empty() && hosted.is_empty() {
         body.shift_remove("tools");
         body.shift_remove("tool_choice");
     } else {
-        body.insert("tools", Part::Json(call.tools.json(PROTOCOL, tool)));
+        let tools = super::with_hosted(call.tools.json(PROTOCOL, tool), hosted, PROTOCOL);
+        body.insert("tools", Part::Json(tools));
         let choice = match (&call.tool_choice, same) {
             (Some(c), _) => Some(c),
             (None, false) => req.tool_choice.as_ref(),
@@ -844,7 +851,10 @@ mod tests {
         let v: Value = serde_json::from_slice(&encode(&call, &mut notices)).unwrap();
         assert_eq!(v["system"], json!([{"type": "text", "text": "be brief"}]));
         assert_eq!(v["max_tokens"], DEFAULT_MAX_TOKENS);
-        assert_eq!(v["temperature"], 0.5);
+        assert!(
+            v.get("temperature").is_none(),
+            "Messages has no temperature"
+        );
         assert_eq!(
             v["messages"],
             json!([
@@ -855,7 +865,8 @@ mod tests {
             ])
         );
         let said: Vec<&str> = notices.iter().collect();
-        assert_eq!(said.len(), 2, "{said:?}");
+        assert_eq!(said.len(), 3, "{said:?}");
+        assert!(said.iter().any(|n| n.contains("`temperature`")), "{said:?}");
     }
 
     #[test]

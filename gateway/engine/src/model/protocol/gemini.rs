@@ -34,7 +34,7 @@ pub const NO_SIGNATURE: &str = "skip_thought_signature_validator";
 
 /// The prefix of call ids the gateway gives calls that came without one
 /// (they are not sent back: the model matches results by name).
-const MADE_ID: &str = "gemini_call_";
+pub const MADE_ID: &str = "gemini_call_";
 
 /// The request body of one model call (the model and streaming are in
 /// the URL).
@@ -95,12 +95,18 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
         None => body.shift_remove("systemInstruction"),
     };
     body.insert("contents", Part::Contents(contents));
-    if call.tools.is_empty() {
+    let hosted: Vec<&Value> = req
+        .hosted
+        .iter()
+        .filter(|h| same && h.tool.protocol == PROTOCOL)
+        .map(|h| &h.tool.value)
+        .collect();
+    if call.tools.is_empty() && hosted.is_empty() {
         body.shift_remove("tools");
         body.shift_remove("toolConfig");
     } else {
-        let declarations = call.tools.json(PROTOCOL, declaration);
-        body.insert("tools", Part::Tools(declarations));
+        let declarations = (!call.tools.is_empty()).then(|| call.tools.json(PROTOCOL, declaration));
+        body.insert("tools", Part::Tools(declarations, hosted));
         let choice = match (&call.tool_choice, same) {
             (Some(c), _) => Some(c),
             (None, false) => req.tool_choice.as_ref(),
@@ -149,8 +155,9 @@ pub fn tool_config(choice: &ToolChoice) -> Value {
 /// One field of the body.
 enum Part<'a> {
     Raw(&'a RawValue),
-    /// The function declarations, in one Tool.
-    Tools(std::borrow::Cow<'a, RawValue>),
+    /// The function declarations, in one Tool, then the client's hosted
+    /// tools (each a Tool of its own).
+    Tools(Option<std::borrow::Cow<'a, RawValue>>, Vec<&'a Value>),
     Contents(Vec<Written<'a>>),
     Value(Value),
 }
@@ -160,8 +167,9 @@ impl Serialize for Part<'_> {
         use serde::ser::{SerializeMap, SerializeSeq};
         match self {
             Part::Raw(v) => v.serialize(s),
-            Part::Tools(declarations) => {
-                let mut seq = s.serialize_seq(Some(1))?;
+            Part::Tools(declarations, hosted) => {
+                let mut seq =
+                    s.serialize_seq(Some(usize::from(declarations.is_some()) + hosted.len()))?;
                 struct Declarations<'a>(&'a RawValue);
                 impl Serialize for Declarations<'_> {
                     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -170,7 +178,12 @@ impl Serialize for Part<'_> {
                         m.end()
                     }
                 }
-                seq.serialize_element(&Declarations(declarations))?;
+                if let Some(declarations) = declarations {
+                    seq.serialize_element(&Declarations(declarations))?;
+                }
+                for h in hosted {
+                    seq.serialize_element(h)?;
+                }
                 seq.end()
             }
             Part::Contents(v) => v.serialize(s),

@@ -16,7 +16,7 @@ mod written;
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-pub use tools::OfferedTools;
+pub use tools::{OfferedTools, with_hosted};
 
 use crate::conversation::{
     Call, FinishReason, Item, Native, Notices, Opaque, Protocol, Reasoning, Request, Role,

@@ -69,12 +69,14 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
         None => body.shift_remove("instructions"),
     };
     body.insert("input", Part::Input(input));
-    if call.tools.is_empty() {
+    let hosted = if same { &req.hosted[..] } else { &[] };
+    if call.tools.is_empty() && hosted.is_empty() {
         body.shift_remove("tools");
         body.shift_remove("tool_choice");
         body.shift_remove("parallel_tool_calls");
     } else {
-        body.insert("tools", Part::Json(call.tools.json(PROTOCOL, tool)));
+        let tools = super::with_hosted(call.tools.json(PROTOCOL, tool), hosted, PROTOCOL);
+        body.insert("tools", Part::Json(tools));
         let choice = match (&call.tool_choice, same) {
             (Some(c), _) => Some(c),
             (None, false) => req.tool_choice.as_ref(),

@@ -50,3 +50,23 @@ impl OfferedTools {
 pub fn write_all(specs: &[ToolDef], write: fn(&ToolDef) -> Value) -> Box<RawValue> {
     raw(&specs.iter().map(write).collect::<Vec<Value>>())
 }
+
+/// The offered tools' JSON with the client's hosted tools of `protocol`
+/// after them (a model of the face's protocol runs them itself); the
+/// offered tools alone when there are none.
+pub fn with_hosted<'a>(
+    tools: Cow<'a, RawValue>,
+    hosted: &[crate::conversation::Hosted],
+    protocol: Protocol,
+) -> Cow<'a, RawValue> {
+    let mut extra = hosted
+        .iter()
+        .filter(|h| h.tool.protocol == protocol)
+        .peekable();
+    if extra.peek().is_none() {
+        return tools;
+    }
+    let mut all: Vec<Value> = serde_json::from_str(tools.get()).unwrap_or_default();
+    all.extend(extra.map(|h| h.tool.value.clone()));
+    Cow::Owned(raw(&all))
+}

@@ -10,8 +10,8 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 use toolgate_engine::conversation::{
-    Call, CallResult, DeferredTools, Item, Media, MediaKind, Native, Notices, Opaque, Protocol,
-    Reasoning, Role, Slot, Source, ToolChoice, ToolDef, Turn, raw,
+    Call, CallResult, DeferredTools, Hosted, Item, Media, MediaKind, Native, Notices, Opaque,
+    Protocol, Reasoning, Role, Slot, Source, ToolChoice, ToolDef, Turn, raw,
 };
 
 use super::super::common::{self, Translated};
@@ -116,8 +116,11 @@ pub fn decode(req: &Value) -> Result<Translated, ApiError> {
             Some(kind) => {
                 let name = t["name"].as_str().unwrap_or(kind);
                 notices.unless_served(name, format!(
-                    "tool `{name}` of type `{kind}` (a tool Anthropic runs or defines) is not served here and was left out (a tool set with a gateway tool named `{name}` serves it)"
+                    "tool `{name}` of type `{kind}` (a tool Anthropic runs or defines) was left out: only a model of Anthropic's Messages runs it (a tool set with a gateway tool named `{name}` serves it for any model)"
                 ));
+                request
+                    .hosted
+                    .push(Hosted::new(name, PROTOCOL, kind, t.clone()));
                 continue;
             }
         }

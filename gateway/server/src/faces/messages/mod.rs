@@ -14,8 +14,7 @@ use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use toolgate_engine::conversation::{Notices, Protocol};
-use toolgate_engine::model::protocol::{self, Outgoing, Tools};
+use toolgate_engine::conversation::Protocol;
 
 use super::common::{self, Planned};
 use crate::http::{ApiError, AppState, Caller, ErrorShape, body_error};
@@ -107,10 +106,8 @@ fn protocol_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
         .collect()
 }
 
-/// `POST /v1/messages/count_tokens`: the request's input tokens. An
-/// estimate (no upstream is asked): the decoded request's system,
-/// messages and tools as a chat-completions body, one token per four bytes
-/// (rounded up), the rule of thumb for English text and code.
+/// `POST /v1/messages/count_tokens`: the request's input tokens, estimated
+/// (no upstream is asked; see `common::estimate_tokens`).
 pub async fn count_tokens(
     State(_): State<AppState>,
     Extension(_): Extension<Caller>,
@@ -121,23 +118,7 @@ pub async fn count_tokens(
         let original: Value = serde_json::from_slice(&body)
             .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
         let translated = decode::decode(&original)?;
-        let request = &translated.request;
-        let call = Outgoing {
-            request,
-            model: &request.model,
-            turns: request.turns(),
-            tools: Tools::List(&request.tools),
-            tool_choice: None,
-            stream: false,
-        };
-        let body = protocol::encode(Protocol::OpenaiChat, &call, &mut Notices::default());
-        let written: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let bytes: usize = ["messages", "tools"]
-            .iter()
-            .filter_map(|f| written.get(*f))
-            .map(|v| v.to_string().len())
-            .sum();
-        Ok(json!({"input_tokens": bytes.div_ceil(4)}))
+        Ok(json!({"input_tokens": common::estimate_tokens(&translated.request)}))
     };
     match count() {
         Ok(v) => axum::Json(v).into_response(),

@@ -11,8 +11,8 @@ use std::collections::HashSet;
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use toolgate_engine::conversation::{
-    Call, CallResult, DeferredTools, Item, Media, MediaKind, Native, Notices, Opaque, Protocol,
-    Reasoning, ResponseFormat, Role, Slot, Source, ToolChoice, ToolDef, Turn, raw,
+    Call, CallResult, DeferredTools, Hosted, Item, Media, MediaKind, Native, Notices, Opaque,
+    Protocol, Reasoning, ResponseFormat, Role, Slot, Source, ToolChoice, ToolDef, Turn, raw,
 };
 
 use super::super::common::{self, Translated};
@@ -175,7 +175,8 @@ pub fn decode(
 ) -> Result<Translated, ApiError> {
     let (obj, mut request) = common::request_of(req, PROTOCOL)?;
     let mut notices = Notices::default();
-    let (functions, deferred) = translate_tools(obj, offered, earlier, &mut notices);
+    let (functions, deferred) =
+        translate_tools(obj, offered, earlier, &mut request.hosted, &mut notices);
     request.tools = functions;
     request.deferred = deferred;
     // Programmatic tool calling: served by code mode over the tool set.
@@ -257,6 +258,7 @@ fn translate_tools(
     obj: &Map<String, Value>,
     offered: &mut Offered,
     earlier: &[Turn],
+    hosted: &mut Vec<Hosted>,
     notices: &mut Notices,
 ) -> (Vec<ToolDef>, Option<Box<DeferredTools>>) {
     // What the input loads: tools it called or a search loaded.
@@ -337,8 +339,9 @@ fn translate_tools(
                     kind
                 };
                 notices.unless_served(gateway_name, format!(
-                    "`{kind}` tools are hosted tools this gateway does not run; left out (a tool set with a gateway tool named `{gateway_name}` serves it)"
+                    "`{kind}` tools are hosted tools this gateway does not run; left out for a model of another protocol than OpenAI's Responses (a tool set with a gateway tool named `{gateway_name}` serves it)"
                 ));
+                hosted.push(Hosted::new(gateway_name, PROTOCOL, kind, t.clone()));
             }
             None => notices.add("a tool without `type` was left out"),
         }
