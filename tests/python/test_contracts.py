@@ -44,7 +44,13 @@ FIXTURES = ROOT / "tests" / "fixtures"
 GOLDEN_RS = ROOT / "tests" / "tests" / "e2e" / "golden.rs"
 PROTOCOLS = ("openai_chat", "anthropic", "openai_responses", "gemini")
 # Each face's path and the model protocol it speaks.
-FACES = {"/v1/chat/completions": "openai_chat", "/v1/messages": "anthropic", "/v1/responses": "openai_responses"}
+GEMINI_PATH = "/v1beta/models/gemini-2.5-flash:generateContent"
+FACES = {
+    "/v1/chat/completions": "openai_chat",
+    "/v1/messages": "anthropic",
+    "/v1/responses": "openai_responses",
+    GEMINI_PATH: "gemini",
+}
 # The fields of a request the gateway owns (docs/chat.md): read, never sent on.
 GATEWAY_FIELDS = ("tool_set", "max_tool_iterations", "tool_mode")
 
@@ -67,6 +73,8 @@ def face_path(name: str) -> str:
         return "/v1/messages"
     if name.startswith("responses"):
         return "/v1/responses"
+    if name.startswith("gemini"):
+        return GEMINI_PATH
     return "/v1/chat/completions"
 
 
@@ -387,14 +395,30 @@ NOT_BASE64 = "bytes_invalid_encoding"
 
 
 def camel_keys(value, model, path, out):
-    """The keys of `value` (valid as a `model`) are the REST API's camelCase
-    names, not google-genai's Python names."""
+    """The keys of `value` (valid as a `model`) are the REST API's names of
+    its fields: lowerCamelCase, or the proto's snake_case field names,
+    which the API's JSON parser takes as well (Google's Python SDK writes
+    nested fields so). A map's keys (a schema's `properties`) are the
+    user's, and not checked."""
     if not isinstance(value, dict):
         return
-    known = {f.alias or k: f.annotation for k, f in model.model_fields.items()}
+    known = {}
+    for k, f in model.model_fields.items():
+        known[f.alias or k] = f.annotation
+        known[k] = f.annotation
     for k, v in value.items():
         if k not in known:
             out.append((at(path, k), f"{k!r} is not the REST name of a field of {model.__name__}", None))
+            continue
+        choices = [unwrap(known[k])]
+        while any(typing.get_origin(t) in UNIONS for t in choices):
+            choices = [a for t in choices for a in (typing.get_args(t) if typing.get_origin(t) in UNIONS else [t])]
+        maps = [t for t in choices if typing.get_origin(t) in DICTS]
+        if maps:
+            values = [m for t in maps for a in typing.get_args(t)[1:] for m in [unwrap(a), *typing.get_args(unwrap(a))] if is_model(m)]
+            for key, item in (v.items() if isinstance(v, dict) else []):
+                for m in values:
+                    camel_keys(item, m, at(at(path, k), key), out)
             continue
         inner = [unwrap(known[k])]
         while any(typing.get_origin(t) in UNIONS | LISTS | DICTS for t in inner):
@@ -404,11 +428,17 @@ def camel_keys(value, model, path, out):
                 camel_keys(item, t, at(path, k) if i is None else at(at(path, k), i), out)
 
 
+def snake_key(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)
+
+
 def gemini_conforms(body: dict, out: list):
     genai = need("google.genai.types")
     if not isinstance(body.get("contents"), list):
         out.append(("contents", "missing or not an array: GenerateContentRequest requires contents", None))
     for key, value in body.items():
+        # The proto's snake_case names are the API's too.
+        key = {snake_key(k): k for k in GEMINI_FIELDS}.get(key, key)
         if key not in GEMINI_FIELDS:
             out.append((key, f"unknown key {key!r}: GenerateContentRequest has no such field", None))
         elif key == "cachedContent":
@@ -478,7 +508,9 @@ def client_body(case: dict, stream: bool) -> dict:
     """The body the case sent (`stream` as golden.rs sets it), as the
     snapshot shows it."""
     body = copy.deepcopy(case["body"])
-    body["stream"] = stream
+    # Gemini streams by its method, not a field.
+    if case["path"] != GEMINI_PATH:
+        body["stream"] = stream
     return normalized(body)
 
 

@@ -61,12 +61,18 @@ def start_fake(protocol, key=None):
     return proc, "http://" + line.split("listening on http://")[1].strip()
 
 
-@pytest.fixture(scope="module")
-def fake():
-    proc, url = start_fake("anthropic")
+def stopped_after(started):
+    """Yields the URL of a process from `serve` or `start_fake`, and stops
+    the process when the fixture ends."""
+    proc, url = started
     yield url
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def fake():
+    yield from stopped_after(start_fake("anthropic"))
 
 
 def fake_get(fake, what):
@@ -76,10 +82,7 @@ def fake_get(fake, what):
 
 @pytest.fixture(scope="module")
 def gateway(fake, tmp_path_factory):
-    proc, url = serve(tmp_path_factory.mktemp("anthropic-gateway"), GATEWAY_YAML.format(fake=fake))
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    yield from stopped_after(serve(tmp_path_factory.mktemp("anthropic-gateway"), GATEWAY_YAML.format(fake=fake)))
 
 
 class Recorder(http.server.BaseHTTPRequestHandler):
@@ -202,18 +205,12 @@ env_key = "TOOLGATE_API_KEY"
 
 @pytest.fixture(scope="module")
 def responses_fake():
-    proc, url = start_fake("openai_responses")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    yield from stopped_after(start_fake("openai_responses"))
 
 
 @pytest.fixture(scope="module")
 def responses_gateway(responses_fake, tmp_path_factory):
-    proc, url = serve(tmp_path_factory.mktemp("responses-gateway"), RESPONSES_YAML.format(fake=responses_fake))
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    yield from stopped_after(serve(tmp_path_factory.mktemp("responses-gateway"), RESPONSES_YAML.format(fake=responses_fake)))
 
 
 def test_codex_carries_encrypted_reasoning_through_the_loop_and_its_next_turn(responses_gateway, responses_fake, tmp_path):
@@ -247,3 +244,87 @@ def test_codex_carries_encrypted_reasoning_through_the_loop_and_its_next_turn(re
     assert fake_get(responses_fake, "refusals") == [], out
     last = fake_get(responses_fake, "requests")[-1]
     assert any(i.get("type") == "reasoning" and i.get("encrypted_content") for i in last["input"]), last["input"]
+
+
+# ---------------------------------------------------------------------------
+# Gemini CLI in front of a Gemini model that signs its calls
+
+GEMINI_YAML = """
+builtins:
+  enabled: [calculator, text_process, json_process]
+upstreams:
+  - name: gemini
+    protocol: gemini
+    base_url: {fake}
+models:
+  - model: "*"
+    upstream: gemini
+auth:
+  keys:
+    - name: agent
+      key_env: TG_AGENT_KEY
+"""
+
+
+@pytest.fixture(scope="module")
+def gemini_fake():
+    yield from stopped_after(start_fake("gemini"))
+
+
+@pytest.fixture(scope="module")
+def gemini_gateway(gemini_fake, tmp_path_factory):
+    yield from stopped_after(serve(tmp_path_factory.mktemp("gemini-gateway"), GEMINI_YAML.format(fake=gemini_fake)))
+
+
+def fake_requests(fake):
+    with urllib.request.urlopen(fake.removesuffix("/v1beta") + "/fake/requests", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def fake_refusals(fake):
+    with urllib.request.urlopen(fake.removesuffix("/v1beta") + "/fake/refusals", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_gemini_cli_keeps_every_thought_signature_through_the_loop_and_its_next_turn(gemini_gateway, gemini_fake, tmp_path):
+    from test_agents import GEMINI_SETTINGS
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".gemini").mkdir(parents=True)
+    work.mkdir()
+    (home / ".gemini" / "settings.json").write_text(json.dumps(GEMINI_SETTINGS))
+    env = {k: v for k, v in offline_env(home).items() if not k.startswith(("GEMINI_", "GOOGLE_"))}
+    env.update(GOOGLE_GEMINI_BASE_URL=gemini_gateway, GEMINI_API_KEY=KEY, GEMINI_CLI_TRUST_WORKSPACE="true")
+    (work / "note.txt").write_text("the secret word is kohlrabi\n")
+    before = len(fake_requests(gemini_fake))
+    # Three gateway tools in the loop, then the CLI's own tool.
+    status, out = run([agent("gemini"), "-m", "gemini-3-pro", "-p", SCRIPT + ' then read_file {"file_path": "note.txt"}'], env, work)
+    assert status == 0, out
+    assert fake_refusals(gemini_fake) == [], out
+    assert "kohlrabi" in out, out
+    sent = fake_requests(gemini_fake)[before:]
+    loop = [r for r in sent if any(d.get("name") == "calculator" for t in r.get("tools", []) for d in t.get("functionDeclarations", []))]
+    assert len(loop) >= 4, len(loop)
+    # Each later call carries the model's earlier calls with the signatures
+    # it made, on the parts they came on.
+    for later in loop[1:]:
+        model_turns = [c for c in later["contents"] if c.get("role") == "model"]
+        firsts = [next(p for p in c["parts"] if "functionCall" in p) for c in model_turns if any("functionCall" in p for p in c["parts"])]
+        assert firsts and all(p.get("thoughtSignature") for p in firsts), model_turns
+    # The gateway's own calls carry the fake's signatures, not the
+    # stand-in for calls another model made.
+    signed = [p["thoughtSignature"] for r in loop for c in r["contents"] if c.get("role") == "model" for p in c["parts"] if "functionCall" in p and "thoughtSignature" in p]
+    assert any(s != "skip_thought_signature_validator" for s in signed), signed
+
+    # A session's next turn carries what the CLI was shown: 0 refusals.
+    # (A session whose model called the CLI's own tools is left out here:
+    # Gemini CLI 0.61.0 resumes it with each function response twice, from
+    # its record of the call and of the response, which Google's API
+    # refuses as well.)
+    status, out = run([agent("gemini"), "-m", "gemini-3-pro", "-p", SCRIPT], env, work)
+    assert status == 0, out
+    status, out = run([agent("gemini"), "-m", "gemini-3-pro", "--resume", "latest", "-p", "say done"], env, work)
+    assert status == 0, out
+    assert fake_refusals(gemini_fake) == [], out
+    last = fake_requests(gemini_fake)[-1]
+    assert "say done" in json.dumps(last["contents"]), last["contents"][-1]

@@ -1,6 +1,6 @@
-"""The official Node clients (tests/node: the openai SDK and Vercel's AI
-SDK, with the Node 22 they need, installed by `make setup`) against the
-gateway, run with `node --test`."""
+"""The official Node clients (tests/node: the openai SDK, Vercel's AI SDK
+and Google's @google/genai, with the Node 22 they need, installed by
+`make setup`) against the gateway, run with `node --test`."""
 
 import os
 import subprocess
@@ -24,4 +24,4 @@ def test_node_clients(gateway):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     # Every test ran and passed (none skipped or silently missing).
-    assert "ℹ tests 6" in r.stdout and "ℹ pass 6" in r.stdout, r.stdout
+    assert "ℹ tests 12" in r.stdout and "ℹ pass 12" in r.stdout, r.stdout

@@ -17,14 +17,33 @@ from sdk_shapes import (
     CHAT_PARTS,
     CHAT_TOOLS,
     CORPUS,
+    GEMINI_CALLING,
+    GEMINI_CONFIG,
+    GEMINI_DECLARATIONS,
+    GEMINI_PARTS,
+    GEMINI_REQUEST,
+    GEMINI_RESPONSE_PARTS,
+    GEMINI_THINKING,
+    GEMINI_TOOL_CONFIG,
+    GEMINI_TOOLS,
     ITEMS,
     OPENAI_TOOLS,
     build,
     chat_message,
     chat_part,
     chat_tool,
+    gemini_calling,
+    gemini_config,
+    gemini_declaration,
+    gemini_field,
+    gemini_part_request,
+    gemini_response_part_request,
+    gemini_thinking,
+    gemini_tool,
+    gemini_tool_config,
     messages_block,
     messages_tool,
+    python_sdk_requests,
     responses_item,
     responses_tool,
     written,
@@ -47,6 +66,10 @@ def test_the_unions_are_read():
     assert len(BLOCKS) >= 20 and len(ANTHROPIC_TOOLS) >= 20
     assert len(ITEMS) >= 30 and len(OPENAI_TOOLS) >= 15
     assert len(CHAT_MESSAGES) >= 6 and len(CHAT_PARTS) >= 4 and len(CHAT_TOOLS) >= 2
+    # google-genai's models, field by field.
+    assert len(GEMINI_PARTS) >= 15 and len(GEMINI_RESPONSE_PARTS) >= 5 and len(GEMINI_TOOLS) >= 12
+    assert len(GEMINI_DECLARATIONS) >= 5 and len(GEMINI_CONFIG) >= 20 and len(GEMINI_THINKING) >= 3
+    assert len(GEMINI_TOOL_CONFIG) >= 3 and len(GEMINI_CALLING) >= 3 and len(GEMINI_REQUEST) == 4
 
 
 def test_the_golden_corpus_holds_every_sdk_shape():
@@ -102,3 +125,43 @@ def test_every_chat_content_part_is_served(gateway, part):
 def test_every_chat_tool_is_served(gateway, tool):
     status, answer, _ = post(gateway, "/v1/chat/completions", chat_tool(tool))
     assert status == 200, (tool.__name__, build(tool), answer)
+
+
+# Gemini (google-genai's models, field by field), on the face's path: the
+# model is in it, the scripted model behind the test gateway's `mock-*`.
+
+GEMINI_PATH = "/v1beta/models/mock-model:generateContent"
+
+
+GEMINI_CASES = [
+    (kind, name, build)
+    for kind, names, build in [
+        ("part", GEMINI_PARTS, gemini_part_request),
+        ("function-response-part", GEMINI_RESPONSE_PARTS, gemini_response_part_request),
+        ("tool", GEMINI_TOOLS, gemini_tool),
+        ("declaration", GEMINI_DECLARATIONS, gemini_declaration),
+        ("generation-config", GEMINI_CONFIG, gemini_config),
+        ("thinking-config", GEMINI_THINKING, gemini_thinking),
+        ("tool-config", GEMINI_TOOL_CONFIG, gemini_tool_config),
+        ("function-calling-config", GEMINI_CALLING, gemini_calling),
+        ("request", GEMINI_REQUEST, gemini_field),
+    ]
+    for name in names
+]
+
+
+@pytest.mark.parametrize(
+    "kind,name,build", GEMINI_CASES, ids=[f"{k}-{n}" for k, n, _ in GEMINI_CASES]
+)
+def test_every_gemini_field_is_served_or_left_out(gateway, kind, name, build):
+    # Parts, tools, declarations, configs and request fields, one by one.
+    status, answer, _ = post(gateway, GEMINI_PATH, build(name))
+    assert status == 200, (kind, name, build(name), answer)
+
+
+@pytest.mark.parametrize("name", list(python_sdk_requests()))
+def test_the_python_sdk_s_spelling_is_served(gateway, name):
+    # snake_case within the models, URL-safe base64: as google-genai sends.
+    request = python_sdk_requests()[name]
+    status, answer, _ = post(gateway, GEMINI_PATH, request)
+    assert status == 200, (name, request, answer)

@@ -219,7 +219,7 @@ const FIELDS: [&str; 9] = [
     "labels",
 ];
 
-const DATA: [&str; 7] = [
+const DATA: [&str; 9] = [
     "text",
     "inlineData",
     "fileData",
@@ -227,6 +227,8 @@ const DATA: [&str; 7] = [
     "functionResponse",
     "executableCode",
     "codeExecutionResult",
+    "toolCall",
+    "toolResponse",
 ];
 
 /// The contents of a request, as the fake reads them.

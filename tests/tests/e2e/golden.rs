@@ -49,6 +49,9 @@ struct Case {
     body: Value,
 }
 
+/// A Gemini case's path (streamed: `:streamGenerateContent?alt=sse`).
+const GEMINI_PATH: &str = "/v1beta/models/gemini-2.5-flash:generateContent";
+
 /// The face a case's name starts with (after `sdk-`), and its path.
 fn face_path(name: &str) -> &'static str {
     let name = name.strip_prefix("sdk-").unwrap_or(name);
@@ -56,6 +59,8 @@ fn face_path(name: &str) -> &'static str {
         "/v1/messages"
     } else if name.starts_with("responses") {
         "/v1/responses"
+    } else if name.starts_with("gemini") {
+        GEMINI_PATH
     } else {
         "/v1/chat/completions"
     }
@@ -118,7 +123,7 @@ struct Normalizer {
 }
 
 /// Prefixes of made-up ids followed by at least this many id characters.
-const ID_PREFIXES: [&str; 12] = [
+const ID_PREFIXES: [&str; 13] = [
     "chatcmpl-",
     "msg_",
     "call_",
@@ -131,6 +136,7 @@ const ID_PREFIXES: [&str; 12] = [
     "msg-",
     "ctc_",
     "tsc_",
+    "gemini_call_",
 ];
 
 impl Normalizer {
@@ -174,6 +180,7 @@ impl Normalizer {
                             *v = json!(0);
                         }
                         "execution_time" | "duration_ms" if v.is_number() => *v = json!(0),
+                        "responseId" if v.is_string() => *v = json!("<responseId>"),
                         _ => self.value(v),
                     }
                 }
@@ -187,6 +194,8 @@ impl Normalizer {
 /// as keep-alives, left out).
 fn sse_events(text: &str) -> Vec<Value> {
     let mut out = Vec::new();
+    // Google's events end with `\r\n\r\n`.
+    let text = text.replace("\r\n", "\n");
     for block in text.split("\n\n") {
         let mut event = None;
         let mut data = Vec::new();
@@ -253,11 +262,17 @@ const PROTOCOLS: [&str; 4] = ["openai_chat", "anthropic", "openai_responses", "g
 /// One exchange of a case: the model requests it made and the answer.
 async fn exchange(gateway: &Gateway, fake: &Fake, case: &Case, stream: bool) -> Value {
     let mut body = case.body.clone();
-    body["stream"] = json!(stream);
+    // Gemini streams by its method, every other face by a field.
+    let path = match case.path.strip_suffix(":generateContent") {
+        Some(model) if stream => format!("{model}:streamGenerateContent?alt=sse"),
+        Some(_) => case.path.clone(),
+        None => {
+            body["stream"] = json!(stream);
+            case.path.clone()
+        }
+    };
     let before = fake.log().len();
-    let mut req = reqwest::Client::new()
-        .post(gateway.url(&case.path))
-        .json(&body);
+    let mut req = reqwest::Client::new().post(gateway.url(&path)).json(&body);
     for (k, v) in &case.headers {
         req = req.header(k, v);
     }

@@ -152,7 +152,12 @@ impl Loop {
         let found = self.preloaded(&turns);
         let mode = match kind {
             FormatterKind::FunctionCalling => Mode::FunctionCalling { fallback: false },
-            FormatterKind::Auto => Mode::FunctionCalling { fallback: true },
+            // Only a server of OpenAI's chat completions may lack function
+            // calling: another protocol's refusal is about something else.
+            FormatterKind::Auto => Mode::FunctionCalling {
+                fallback: self.resolved.upstream.protocol
+                    == crate::conversation::Protocol::OpenaiChat,
+            },
             FormatterKind::StructuredPrompt => self.structured(&self.offered_tools(&found, &[]))?,
         };
         tracing::debug!(formatter = mode.label(), model = %self.request.model, "tool loop");

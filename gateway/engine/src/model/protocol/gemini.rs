@@ -22,8 +22,8 @@ use serde_json::{Map, Value, json};
 use super::written::{self, Written};
 use super::{Decoded, Delta, Outgoing, Step, foreign_note};
 use crate::conversation::{
-    CallResult, FinishReason, Item, Media, MediaKind, Native, Notices, Opaque, Protocol, Role,
-    Slot, Source, ToolChoice, ToolDef, Turn, Usage, raw,
+    Call, CallResult, FinishReason, Item, Media, MediaKind, Native, Notices, Opaque, Protocol,
+    Role, Slot, Source, ToolChoice, ToolDef, Turn, Usage, raw,
 };
 
 const PROTOCOL: Protocol = Protocol::Gemini;
@@ -354,40 +354,73 @@ fn user<'a>(
     }
 }
 
-/// A model's turn written from its items; in the turn being answered, its
-/// first call carries a signature (its own, or the documented one).
-/// `true` when a call went with the documented signature.
+/// A model's turn written from its items; in the turn being answered, the
+/// first call of each model content carries a signature (its own, or the
+/// documented one). A call the turn answers itself (a tool the gateway ran,
+/// as a client shows it) goes first, as a model content of its own with
+/// its response after it: Gemini pairs a content's calls with the next
+/// content's responses, all of them. `true` when a call went with the
+/// documented signature.
 fn model<'a>(
     turn: &'a Turn,
     answering: bool,
     contents: &mut Vec<Written<'a>>,
     notices: &mut Notices,
 ) -> bool {
-    let mut first_call = true;
+    let answered: std::collections::HashMap<&str, &CallResult> = turn
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Result(r) => Some((r.call_id.as_str(), r)),
+            _ => None,
+        })
+        .collect();
     let mut unsigned = false;
     let mut names = std::collections::HashMap::new();
+    // A model content starts: its first call is the one to sign.
+    let mut first_call = true;
+    let call_part = |c: &Call, first: &mut bool, unsigned: &mut bool| {
+        let mut f = json!({"name": c.name, "args": c.arguments_value()});
+        if !c.id.is_empty() && !c.id.starts_with(MADE_ID) {
+            f["id"] = json!(c.id);
+        }
+        let mut part = json!({"functionCall": f});
+        match &c.opaque {
+            Some(o) if o.protocol == PROTOCOL => part["thoughtSignature"] = json!(o.data),
+            _ if answering && *first => {
+                part["thoughtSignature"] = json!(NO_SIGNATURE);
+                *unsigned = true;
+            }
+            _ => {}
+        }
+        *first = false;
+        part
+    };
+    for item in &turn.items {
+        if let Item::Call(c) = item
+            && let Some(r) = answered.get(c.id.as_str())
+        {
+            names.insert(c.id.as_str(), c.name.as_str());
+            let mut first = true;
+            let part = call_part(c, &mut first, &mut unsigned);
+            contents.push(Written::Built {
+                role: "model",
+                key: "parts",
+                items: vec![part],
+            });
+            push(contents, "user", function_response(r, &names));
+        }
+    }
     for item in &turn.items {
         match item {
             Item::Text { text } => push(contents, "model", json!({"text": text})),
+            Item::Call(c) if answered.contains_key(c.id.as_str()) => {}
             Item::Call(c) => {
                 names.insert(c.id.as_str(), c.name.as_str());
-                let mut f = json!({"name": c.name, "args": c.arguments_value()});
-                if !c.id.is_empty() && !c.id.starts_with(MADE_ID) {
-                    f["id"] = json!(c.id);
-                }
-                let mut part = json!({"functionCall": f});
-                match &c.opaque {
-                    Some(o) if o.protocol == PROTOCOL => part["thoughtSignature"] = json!(o.data),
-                    _ if answering && first_call => {
-                        part["thoughtSignature"] = json!(NO_SIGNATURE);
-                        unsigned = true;
-                    }
-                    _ => {}
-                }
-                first_call = false;
+                let part = call_part(c, &mut first_call, &mut unsigned);
                 push(contents, "model", part);
             }
-            Item::Result(r) => push(contents, "user", function_response(r, &names)),
+            Item::Result(_) => {}
             // A thought's words are not sent back; a signature made on a
             // text part goes back on an empty one.
             Item::Reasoning(r) => match &r.opaque {
@@ -452,8 +485,26 @@ pub fn usage(u: &Value) -> Usage {
     }
 }
 
-/// The deltas of one part; `calls` counts the calls so far.
-fn part_deltas(p: &Value, calls: &mut usize, deltas: &mut Vec<Delta>) {
+/// The calls of one answer so far, and what makes the ids the gateway
+/// gives those without one unique (a client keeps every turn's calls by
+/// id: two answers' `gemini_call_0` would be one call to it).
+#[derive(Debug, Default)]
+struct Calls {
+    count: usize,
+    tag: Option<String>,
+}
+
+impl Calls {
+    fn made_id(&mut self) -> String {
+        let tag = self
+            .tag
+            .get_or_insert_with(|| uuid::Uuid::new_v4().simple().to_string());
+        format!("{MADE_ID}{tag}_{}", self.count)
+    }
+}
+
+/// The deltas of one part.
+fn part_deltas(p: &Value, calls: &mut Calls, deltas: &mut Vec<Delta>) {
     let signature = p["thoughtSignature"]
         .as_str()
         .or_else(|| p["thought_signature"].as_str())
@@ -461,10 +512,10 @@ fn part_deltas(p: &Value, calls: &mut usize, deltas: &mut Vec<Delta>) {
     if let Some(f) = p.get("functionCall").filter(|f| f.is_object()) {
         let id = match f["id"].as_str() {
             Some(id) if !id.is_empty() => id.to_owned(),
-            _ => format!("{MADE_ID}{calls}"),
+            _ => calls.made_id(),
         };
         deltas.push(Delta::Call {
-            index: *calls,
+            index: calls.count,
             id: Some(id),
             name: f["name"].as_str().map(str::to_owned),
             arguments: Some(
@@ -473,7 +524,7 @@ fn part_deltas(p: &Value, calls: &mut usize, deltas: &mut Vec<Delta>) {
             ),
             opaque: signature,
         });
-        *calls += 1;
+        calls.count += 1;
         return;
     }
     if let Some(t) = p["text"].as_str() {
@@ -537,7 +588,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
         serde_json::from_slice(body).map_err(|e| format!("not a JSON response: {e}"))?;
     let candidate = response.get("candidates").and_then(|c| c.get(0));
     let mut deltas = Vec::new();
-    let mut calls = 0;
+    let mut calls = Calls::default();
     let parts: Vec<Value> = candidate
         .and_then(|c| c["content"]["parts"].as_array())
         .cloned()
@@ -549,7 +600,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
         candidate.and_then(|c| c["finishReason"].as_str()),
         blocked(&response),
     ) {
-        (Some(reason), _) => deltas.push(Delta::Finish(finish(reason, calls > 0))),
+        (Some(reason), _) => deltas.push(Delta::Finish(finish(reason, calls.count > 0))),
         (None, Some(_)) => deltas.push(Delta::Finish(FinishReason::ContentFilter)),
         (None, None) if candidate.is_none() => {
             return Err("the response has no candidate".into());
@@ -582,7 +633,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
 /// stream has no end marker of its own).
 #[derive(Debug, Default)]
 pub struct Stream {
-    calls: usize,
+    calls: Calls,
     parts: Vec<Value>,
     usage: Option<Value>,
     done: bool,
@@ -625,7 +676,7 @@ impl Stream {
             candidate.and_then(|c| c["finishReason"].as_str()),
             blocked(&chunk),
         ) {
-            (Some(reason), _) => Some(finish(reason, self.calls > 0)),
+            (Some(reason), _) => Some(finish(reason, self.calls.count > 0)),
             (None, Some(_)) => Some(FinishReason::ContentFilter),
             _ => None,
         };
@@ -666,7 +717,7 @@ pub fn error_message(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conversation::{Call, Origin, Request};
+    use crate::conversation::{Origin, Request};
     use crate::model::protocol::{Assembly, Tools};
 
     #[test]
@@ -805,7 +856,18 @@ mod tests {
             }
         }
         assert!(s.complete());
-        assert_eq!(a.items(), b.items());
+        // The same, but for the ids the gateway made (unique per answer).
+        let without_ids = |a: &Assembly| {
+            let mut items = a.items();
+            for i in &mut items {
+                if let Item::Call(c) = i {
+                    assert!(c.id.starts_with(MADE_ID), "{}", c.id);
+                    c.id.clear();
+                }
+            }
+            items
+        };
+        assert_eq!(without_ids(&a), without_ids(&b));
         assert_eq!(a.finish, Some(FinishReason::ToolCalls));
         assert_eq!(a.calls[0].opaque.as_ref().unwrap().data, "c2ln");
         assert_eq!(

@@ -75,12 +75,86 @@ impl Tools<'_> {
 /// The request body of `call` in `protocol`; what it cannot carry to that
 /// protocol is said in `notices`.
 pub fn encode(protocol: Protocol, call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
+    if protocol != Protocol::OpenaiChat
+        && let Some(turns) = results_as_text(call.turns, protocol, notices)
+    {
+        let call = Outgoing {
+            turns: &turns,
+            tools: call.tools,
+            tool_choice: call.tool_choice.clone(),
+            ..*call
+        };
+        return encode(protocol, &call, notices);
+    }
     match protocol {
         Protocol::OpenaiChat => openai_chat::encode(call, notices),
         Protocol::Anthropic => anthropic::encode(call, notices),
         Protocol::OpenaiResponses => openai_responses::encode(call, notices),
         Protocol::Gemini => gemini::encode(call, notices),
     }
+}
+
+/// The turns with each result that answers no call of the assistant turn
+/// right before it (a history cut short, a client's own record) as the
+/// user's words: Anthropic, Gemini and Responses refuse a result without
+/// its call. `None` when every result has its call. Turns that go to
+/// `protocol` as they came are the client's own, and left as they are.
+fn results_as_text(turns: &[Turn], protocol: Protocol, notices: &mut Notices) -> Option<Vec<Turn>> {
+    let orphan = |i: usize, id: &str| {
+        // The assistant's turn before (or the one holding the result: a
+        // client shows a call the gateway ran with its result).
+        let before = turns[..=i].iter().rev().find(|t| t.role == Role::Assistant);
+        !before.is_some_and(|t| {
+            t.items
+                .iter()
+                .any(|it| matches!(it, Item::Call(c) if c.id == id))
+        })
+    };
+    let has_orphan = |i: usize, t: &Turn| {
+        t.raw_for(protocol).is_none()
+            && t.items
+                .iter()
+                .any(|it| matches!(it, Item::Result(r) if orphan(i, &r.call_id)))
+    };
+    if !turns.iter().enumerate().any(|(i, t)| has_orphan(i, t)) {
+        return None;
+    }
+    notices.add(format!(
+        "tool results that answer no call of the turn before them went to the model of {protocol} as text (it takes a result only with its call)"
+    ));
+    Some(
+        turns
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                if !has_orphan(i, t) {
+                    return t.clone();
+                }
+                let items = t
+                    .items
+                    .iter()
+                    .map(|it| match it {
+                        Item::Result(r) if orphan(i, &r.call_id) => Item::text(format!(
+                            "[result of {}{}]\n{}",
+                            r.name.as_deref().unwrap_or("a tool call"),
+                            if r.call_id.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" ({})", r.call_id)
+                            },
+                            r.text
+                        )),
+                        other => other.clone(),
+                    })
+                    .collect();
+                Turn {
+                    role: t.role,
+                    items,
+                    origin: None,
+                }
+            })
+            .collect(),
+    )
 }
 
 /// A whole answer in `protocol` as deltas, and its envelope (the fields

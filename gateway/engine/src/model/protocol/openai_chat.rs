@@ -100,7 +100,8 @@ fn typed_params<'a>(call: &Outgoing<'a>, parts: &mut IndexMap<&'a str, Part<'a>>
     if let Some(f) = &p.response_format {
         let format = match &f.schema {
             Some(schema) => {
-                let mut s = json!({"name": f.name, "schema": schema});
+                let mut s =
+                    json!({"name": f.name.as_deref().unwrap_or("answer"), "schema": schema});
                 if let Some(strict) = f.strict {
                     s["strict"] = json!(strict);
                 }

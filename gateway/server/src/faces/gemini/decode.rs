@@ -22,6 +22,21 @@ use crate::http::ApiError;
 
 const PROTOCOL: Protocol = Protocol::Gemini;
 
+/// The fields of a part the typed view reads.
+const PART_READ: [&str; 11] = [
+    "text",
+    "thought",
+    "thoughtSignature",
+    "inlineData",
+    "fileData",
+    "functionCall",
+    "functionResponse",
+    "executableCode",
+    "codeExecutionResult",
+    "toolCall",
+    "toolResponse",
+];
+
 /// The most contents a request may have (the engine's message cap applies
 /// too; this bounds the work before it).
 const MAX_CONTENTS: usize = 100_000;
@@ -136,7 +151,7 @@ pub fn decode(req: &Value, model: &str, stream: bool) -> Result<Translated, ApiE
                 .param("contents"));
             }
         };
-        let items = content_items(c, i, role, &mut before)
+        let items = content_items(c, i, role, &mut before, &mut request.untyped)
             .map_err(|e| ApiError::bad_request(format!("contents[{i}]: {e}")).param("contents"))?;
         turns.push(Turn::decoded(role, items, PROTOCOL, Slot::Message, raw(c)));
     }
@@ -146,16 +161,17 @@ pub fn decode(req: &Value, model: &str, stream: bool) -> Result<Translated, ApiE
         tool_config(config, &mut request)?;
     }
     if let Some(config) = field(req, "generationConfig") {
-        generation_config(config, &mut request, &mut notices)?;
+        generation_config(config, &mut request)?;
     }
-    if field(req, "cachedContent").is_some() {
-        notices.add("`cachedContent` names a cache of Google's: it goes to a Gemini model as sent, and is left out for a model of another protocol");
-    }
-    request.untyped = obj
+    let mut untyped: Vec<String> = obj
         .keys()
-        .filter(|k| !TYPED.contains(&camel(k).as_str()))
+        .filter(|k| !TYPED.contains(&k.as_str()) && !TYPED.contains(&camel(k).as_str()))
         .cloned()
         .collect();
+    // What the typed view does not read inside the fields it does: a
+    // model of another protocol is told it was left out.
+    untyped.append(&mut request.untyped);
+    request.untyped = untyped;
     Ok(Translated { request, notices })
 }
 
@@ -235,6 +251,7 @@ fn content_items(
     i: usize,
     role: Role,
     before: &mut Vec<Call>,
+    extras: &mut Vec<String>,
 ) -> Result<Vec<Item>, String> {
     let parts = c
         .get("parts")
@@ -246,6 +263,17 @@ fn content_items(
     for (j, p) in parts.iter().enumerate() {
         if !p.is_object() {
             return Err(format!("parts[{j}] is not an object"));
+        }
+        // A part's metadata (`videoMetadata`, `mediaResolution`…) only a
+        // model of Gemini reads.
+        for (k, _) in p.as_object().into_iter().flatten() {
+            let k = camel(k);
+            if !PART_READ.contains(&k.as_str()) {
+                let name = format!("contents[].parts[].{k}");
+                if !extras.contains(&name) {
+                    extras.push(name);
+                }
+            }
         }
         let signature = field(p, "thoughtSignature")
             .and_then(Value::as_str)
@@ -345,18 +373,6 @@ fn content_items(
     Ok(items)
 }
 
-/// Google's hosted tools: the tool-set tool that serves each (by name).
-const HOSTED: [(&str, &str); 8] = [
-    ("googleSearch", "google_search"),
-    ("googleSearchRetrieval", "google_search"),
-    ("urlContext", "url_context"),
-    ("fileSearch", "file_search"),
-    ("googleMaps", "google_maps"),
-    ("computerUse", "computer_use"),
-    ("retrieval", "retrieval"),
-    ("enterpriseWebSearch", "enterprise_web_search"),
-];
-
 /// `tools`: function declarations become the client's tools; code
 /// execution the gateway's code mode; another hosted tool is served by the
 /// set's tool of its name, else left out with a notice.
@@ -381,6 +397,13 @@ fn tools(req: &Value, request: &mut Request, notices: &mut Notices) -> Result<()
                 (None, Some(s)) => json_schema(s, 0),
                 (None, None) => json!({"type": "object", "properties": {}}),
             };
+            for key in ["response", "responseJsonSchema", "behavior"] {
+                if field(d, key).is_some() {
+                    request
+                        .untyped
+                        .push(format!("functionDeclarations[].{key}"));
+                }
+            }
             request.tools.push(ToolDef {
                 name: name.to_owned(),
                 description: d["description"].as_str().map(str::to_owned),
@@ -397,8 +420,18 @@ fn tools(req: &Value, request: &mut Request, notices: &mut Notices) -> Result<()
             request.tool_mode = Some(toolgate_config::format::SetMode::Code);
             notices.add("`codeExecution` is served by the gateway's code mode: the model writes Python that calls the tool set's tools (`run_code`) on the gateway's interpreter");
         }
-        for (key, name) in HOSTED {
-            if field(t, key).is_some() {
+        // Every other kind of tool is one Google runs (`googleSearch`,
+        // `urlContext`, `mcpServers`…), served by the set's tool of its
+        // snake_case name.
+        let hosted = t.as_object().into_iter().flatten().filter(|(k, v)| {
+            !v.is_null() && !matches!(camel(k).as_str(), "functionDeclarations" | "codeExecution")
+        });
+        for (key, _) in hosted {
+            let key = camel(key);
+            let key = key.as_str();
+            let name = snake(key);
+            let name = name.as_str();
+            {
                 notices.unless_served(
                     name,
                     format!(
@@ -479,9 +512,21 @@ pub fn json_schema(s: &Value, depth: usize) -> Value {
 
 /// `toolConfig.functionCallingConfig`: the mode and the names allowed.
 fn tool_config(config: &Value, request: &mut Request) -> Result<(), ApiError> {
+    for (k, _) in config.as_object().into_iter().flatten() {
+        if camel(k) != "functionCallingConfig" {
+            request.untyped.push(format!("toolConfig.{}", camel(k)));
+        }
+    }
     let Some(f) = field(config, "functionCallingConfig") else {
         return Ok(());
     };
+    for (k, _) in f.as_object().into_iter().flatten() {
+        if !matches!(camel(k).as_str(), "mode" | "allowedFunctionNames") {
+            request
+                .untyped
+                .push(format!("toolConfig.functionCallingConfig.{}", camel(k)));
+        }
+    }
     let allowed: Vec<&str> = field(f, "allowedFunctionNames")
         .and_then(Value::as_array)
         .into_iter()
@@ -506,11 +551,7 @@ fn tool_config(config: &Value, request: &mut Request) -> Result<(), ApiError> {
 }
 
 /// `generationConfig`, read into the sampling every protocol has.
-fn generation_config(
-    config: &Value,
-    request: &mut Request,
-    notices: &mut Notices,
-) -> Result<(), ApiError> {
+fn generation_config(config: &Value, request: &mut Request) -> Result<(), ApiError> {
     let p = &mut request.params;
     p.max_tokens = field(config, "maxOutputTokens").and_then(Value::as_u64);
     p.temperature = field(config, "temperature").and_then(Value::as_f64);
@@ -550,17 +591,26 @@ fn generation_config(
     {
         request.choices = Some(n);
     }
-    for (key, what) in [
-        ("responseModalities", "output modalities"),
-        ("speechConfig", "speech"),
-        ("imageConfig", "image output settings"),
-        ("mediaResolution", "media resolution"),
-        ("responseLogprobs", "log probabilities"),
-    ] {
-        if field(config, key).is_some() {
-            notices.add(format!(
-                "`generationConfig.{key}` ({what}) goes to a Gemini model as sent and is left out for a model of another protocol"
-            ));
+    const READ: [&str; 9] = [
+        "maxOutputTokens",
+        "temperature",
+        "topP",
+        "stopSequences",
+        "responseMimeType",
+        "responseJsonSchema",
+        "responseSchema",
+        "thinkingConfig",
+        "candidateCount",
+    ];
+    for k in config
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, _)| camel(k))
+    {
+        if !READ.contains(&k.as_str()) {
+            request.untyped.push(format!("generationConfig.{k}"));
         }
     }
     Ok(())

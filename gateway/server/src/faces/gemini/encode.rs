@@ -13,6 +13,7 @@ use toolgate_engine::conversation::{Call, Protocol, Reasoning, Usage};
 
 use super::super::common;
 use crate::http::ApiError;
+use toolgate_engine::model::protocol::gemini::MADE_ID;
 
 /// What the client asked to see, and the names of its answer.
 #[derive(Debug, Clone)]
@@ -81,10 +82,15 @@ pub fn usage(usage: &Usage) -> Value {
 }
 
 /// A call of the client's tool as a `functionCall` part (its signature on
-/// it when a model of Gemini made one).
+/// it when a model of Gemini made one). An id the gateway made for a call
+/// that came without one is not shown: Google's clients pair a call and
+/// its response by name, or by an id of their own.
 fn call_part(c: &Call) -> Value {
-    let mut part =
-        json!({"functionCall": {"id": c.id, "name": c.name, "args": c.arguments_value()}});
+    let mut call = json!({"name": c.name, "args": c.arguments_value()});
+    if !c.id.starts_with(MADE_ID) {
+        call["id"] = json!(c.id);
+    }
+    let mut part = json!({ "functionCall": call });
     if let Some(o) = c.opaque.as_ref().filter(|o| o.protocol == Protocol::Gemini) {
         part["thoughtSignature"] = json!(o.data);
     }
