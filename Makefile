@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: book mdbook run search-model setup deb cargo-deny test check lint lint-code deny fmt bench bench-guards fuzz demo schema screenshots clean
+.PHONY: book mdbook run search-model setup deb cargo-deny test check lint lint-code deny fmt bench bench-guards fuzz demo schema prices screenshots clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -214,6 +214,10 @@ bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) $(OHA) deb
 bench-guards: $(PUBLIC_DATA)
 	$(CARGO) build --release -p toolgate-server --bin toolgate
 	.venv/bin/python tests/bench/guards.py target/public-data/wheels/agentdojo-0.1.35-py3-none-any.whl target/release/toolgate
+
+## prices: the shipped price table, from the price list of the litellm package
+prices: $(VENV)/.installed
+	$(PYTHON) gateway/engine/prices/update.py
 
 ## schema: write the JSON Schema of the configuration formats to docs/schema.json
 schema:

@@ -96,6 +96,21 @@ def read_until(stream, needle: str, timeout: float = 30.0) -> str:
     return result["line"]
 
 
+def serving(config, env):
+    """`toolgate serve` on the folder `config` with `env` added to its
+    environment (`OPENAI_BASE_URL` taken out): yields its URL, and stops
+    it after."""
+    env = {**os.environ, "NO_COLOR": "1", **env}
+    env.pop("OPENAI_BASE_URL", None)
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)], stderr=subprocess.PIPE, env=env
+    )
+    line = read_until(proc.stderr, "listening on http://")
+    yield "http://" + line.split("listening on http://")[1].strip()
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
 @pytest.fixture(scope="session")
 def backend():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Backend)

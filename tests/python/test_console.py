@@ -436,6 +436,68 @@ def test_the_console_works_from_the_keyboard_and_at_400_percent_zoom(console, tm
     page.context.close()
 
 
+def api(console, method, path, body=None, key="admin"):
+    import json
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        console["base"] + path,
+        data=data,
+        method=method,
+        headers={"authorization": "Bearer " + KEYS[key], "content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_the_dashboard_draws_the_run_s_traffic(console, tmp_path):
+    import json
+
+    # Traffic of this run: a loop that calls a tool, and a tool call that fails.
+    api(console, "POST", "/v1/chat/completions", {
+        "model": "mock-model", "tool_set": "default",
+        "messages": [{"role": "user", "content": 'call calculator {"expression": "6*7"}'}],
+    })
+    try:
+        api(console, "POST", "/v1/tools/calculator/invoke", {"arguments": {"expression": "1/"}})
+    except OSError:
+        pass  # its error status
+    time.sleep(0.3)
+    spend = api(console, "GET", "/v1/spend?group_by=hour")["data"]
+    calls = sum(r["model_calls"] for r in spend)
+    tool_calls = sum(r["tool_calls"] for r in spend)
+    tool_failures = sum(r["tool_failures"] for r in spend)
+    assert calls >= 2 and tool_calls >= 2 and tool_failures >= 1, spend
+
+    page = open_console(console)
+    page.get_by_role("button", name="Dashboard").click()
+    expect(page.locator("#page-title")).to_have_text("Dashboard")
+    for chart in ("calls", "latency", "tokens", "spend", "tools"):
+        expect(page.locator(f"#chart-{chart} canvas")).to_have_count(1)
+    drawn = lambda chart: json.loads(page.locator(f"#chart-{chart}").get_attribute("data-drawn"))
+    # What is drawn is the run's traffic: 24 hours, the calls in the last.
+    hours, model_calls = drawn("calls")
+    assert len(hours) == 24 and sum(model_calls) == calls and model_calls[-1] > 0, model_calls
+    _, tools, failures = drawn("tools")
+    assert (sum(tools), sum(failures)) == (tool_calls, tool_failures)
+    _, p50, p95 = drawn("latency")
+    assert p50[-1] is not None and p95[-1] >= p50[-1]
+    _, inputs, outputs, _ = drawn("tokens")
+    assert inputs[-1] > 0 and outputs[-1] > 0
+    # The canvas has pixels of the series' colour, not only a frame.
+    painted = page.evaluate(
+        """() => { const c = document.querySelector('#chart-calls canvas');
+                   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                   let n = 0; for (let i = 0; i < d.length; i += 4) { if (d[i] === 0x1f && d[i+1] === 0x5f && d[i+2] === 0xbf) n++; }
+                   return n; }"""
+    )
+    assert painted > 10, painted
+    expect(page.locator("table.dash-tools")).to_contain_text("calculator")
+    shoot(page, tmp_path, "dashboard")
+    page.context.close()
+
+
 def test_the_console_is_off_unless_enabled(gateway):
     import urllib.error
     import urllib.request

@@ -16,7 +16,7 @@ import pytest
 from google import genai
 from google.genai import errors, types
 
-from conftest import KEY
+from conftest import KEY, TOOLS_YAML, serving
 
 
 def client(base, api_version=None, key="not-needed"):
@@ -239,3 +239,62 @@ def test_a_stream_is_nothing_but_data_events(gateway):
     assert events[-1] == "" and len(events) > 2, raw
     for e in events[:-1]:
         assert e.startswith("data: {") and "\n" not in e, e
+
+
+LIMITED_YAML = """
+upstreams:
+  - name: mock
+    base_url: {model}
+  - name: gone
+    base_url: http://127.0.0.1:9/v1
+    retries: {{ max_attempts: 1 }}
+models:
+  - model: "mock-*"
+    upstream: mock
+  - model: "gone-*"
+    upstream: gone
+limits:
+  max_concurrent_streams: 1
+auth:
+  keys:
+    - name: agent
+      key_env: TG_AGENT_KEY
+      limits: {{ requests_per_minute: 4 }}
+"""
+
+
+@pytest.fixture
+def limited_gateway(tmp_path, backend, model):
+    (tmp_path / "tools.d").mkdir()
+    (tmp_path / "tool-sets").mkdir()
+    (tmp_path / "toolgate.yaml").write_text(LIMITED_YAML.format(model=model))
+    (tmp_path / "tools.d" / "t.yaml").write_text(TOOLS_YAML.format(backend=backend))
+    (tmp_path / "tool-sets" / "default.yaml").write_text("name: default\ntools: [slow]\n")
+    yield from serving(tmp_path, {"TG_AGENT_KEY": KEY})
+
+
+def test_limits_overload_and_a_failed_upstream_are_in_google_s_form(limited_gateway):
+    headers = {"content-type": "application/json", "x-goog-api-key": KEY}
+    ok = json.dumps({"contents": [{"parts": [{"text": "hi"}]}]}).encode()
+    # An upstream that cannot be reached: 502, UNAVAILABLE.
+    status, answer = google_call(limited_gateway, "POST", "/v1beta/models/gone-model:generateContent", ok, headers)
+    assert (status, answer["error"]["status"]) == (502, "UNAVAILABLE"), answer
+    # One stream at a time: a second one while the first runs a slow tool
+    # is 503, UNAVAILABLE.
+    slow = json.dumps({"contents": [{"parts": [{"text": 'call slow {"ms": 250}'}]}]}).encode()
+    first = urllib.request.Request(
+        limited_gateway + "/v1beta/models/mock-model:streamGenerateContent?alt=sse", slow, headers, method="POST"
+    )
+    with urllib.request.urlopen(first, timeout=10) as held:
+        status, answer = google_call(
+            limited_gateway, "POST", "/v1beta/models/mock-model:streamGenerateContent?alt=sse", ok, headers
+        )
+        held.read()
+    assert (status, answer["error"]["status"]) == (503, "UNAVAILABLE"), answer
+    # Past the key's requests per minute: 429, RESOURCE_EXHAUSTED.
+    for _ in range(4):
+        status, answer = google_call(limited_gateway, "POST", "/v1beta/models/mock-model:generateContent", ok, headers)
+        if status != 200:
+            break
+    assert (status, answer["error"]["status"]) == (429, "RESOURCE_EXHAUSTED"), answer
+    assert set(answer) == {"error"} and {"code", "message", "status"} <= set(answer["error"]), answer

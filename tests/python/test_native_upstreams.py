@@ -172,6 +172,51 @@ def test_claude_code_runs_a_three_tool_task_and_continues_with_its_thinking_inta
     assert '"thinking"' in text and "say done" in text
 
 
+def sse_events(url, body, headers):
+    """The events of a streamed answer, as (event, data) pairs, with the
+    message's id (the fake's counter) left out."""
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"content-type": "application/json", **headers})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        raw = r.read().decode()
+    events = []
+    for block in raw.split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "data" in lines:
+            data = json.loads(lines["data"])
+            data.get("message", {}).pop("id", None)
+            events.append((lines.get("event"), data))
+    return events
+
+
+def test_a_messages_stream_without_tools_is_relayed_event_for_event(tmp_path):
+    # Same protocol, no tools: the model's stream reaches the client as it
+    # was written, thinking and signature deltas included.
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 512,
+        "stream": True,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [{"role": "user", "content": "say hello"}],
+    }
+    # Two fakes fresh from the start count their answers alike.
+    mine, behind = start_fake("anthropic"), start_fake("anthropic")
+    gateway = serve(tmp_path, GATEWAY_YAML.format(fake=behind[1]))
+    try:
+        direct = sse_events(mine[1] + "/messages", body, {"anthropic-version": "2023-06-01"})
+        relayed = sse_events(
+            gateway[1] + "/v1/messages",
+            {**body, "tool_set": "none"},
+            {"anthropic-version": "2023-06-01", "x-api-key": KEY},
+        )
+    finally:
+        for proc, _ in (gateway, mine, behind):
+            proc.terminate()
+            proc.wait(timeout=10)
+    deltas = [d["delta"]["type"] for _, d in direct if d.get("type") == "content_block_delta"]
+    assert "thinking_delta" in deltas and "signature_delta" in deltas, deltas
+    assert relayed == direct
+
+
 # ---------------------------------------------------------------------------
 # Codex in front of a Responses model that encrypts its reasoning
 

@@ -97,6 +97,10 @@ pub struct GatewayFile {
     /// obtained for them by token exchange.
     #[serde(default)]
     pub connections: Option<ConnectionsDecl>,
+    /// What model calls cost and who spent it: prices, where the counts
+    /// are kept, and budgets that stop spending past a limit.
+    #[serde(default)]
+    pub spend: SpendDecl,
 }
 
 /// `connections`: how users connect their upstream accounts, and where the
@@ -943,6 +947,139 @@ pub struct ModelRoute {
     /// configuration folder; default: the shipped template.
     #[serde(default)]
     pub template: Option<String>,
+    /// What the model costs, in US dollars per million tokens; default:
+    /// the shipped price table's entry for the model name sent upstream
+    /// (none: its cost is unknown, counted in tokens only).
+    #[serde(default)]
+    pub price: Option<PriceDecl>,
+}
+
+/// A model's prices, in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PriceDecl {
+    /// An input token (neither read from nor written to a prompt cache).
+    pub input: f64,
+    /// An output token.
+    pub output: f64,
+    /// An input token read from a prompt cache; default `input`.
+    #[serde(default)]
+    pub cached_input: Option<f64>,
+    /// An input token written to a prompt cache; default `input`.
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+    /// A reasoning (thinking) token; default `output`.
+    #[serde(default)]
+    pub reasoning: Option<f64>,
+}
+
+/// `spend`: prices, the store of what was spent, and budgets.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpendDecl {
+    /// Use the shipped price table for models whose route names no
+    /// `price` (its source and date are in the table).
+    #[serde(default = "yes")]
+    pub shipped_prices: bool,
+    /// Folder of the embedded spend store (budgets' counts and spend by
+    /// day), relative to the configuration folder; default
+    /// `.toolgate/spend`. With `state.redis`, the counts are kept in Redis
+    /// instead, for every replica.
+    #[serde(default)]
+    pub store: Option<String>,
+    /// How many days of spend by day are kept.
+    #[serde(default = "default_spend_days")]
+    pub keep_days: u32,
+    /// Limits on what keys, users, projects or groups of keys may spend.
+    #[serde(default)]
+    pub budgets: Vec<BudgetDecl>,
+}
+
+impl Default for SpendDecl {
+    fn default() -> Self {
+        SpendDecl {
+            shipped_prices: true,
+            store: None,
+            keep_days: default_spend_days(),
+            budgets: Vec::new(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_spend_days() -> u32 {
+    90
+}
+
+/// A budget: a limit on what one key, user, project or group of keys may
+/// spend in a period.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetDecl {
+    /// Its name, shown in refusals, warnings and the spend API.
+    pub name: String,
+    /// Whose spending it counts: `{key: NAME}`, `{user: NAME}`,
+    /// `{project: NAME}` (`"*"`: each its own) or `{keys: [A, B]}`.
+    #[serde(rename = "for", with = "serde_yaml::with::singleton_map")]
+    #[schemars(with = "BudgetScope")]
+    pub scope: BudgetScope,
+    /// The most that may be spent in a period: `{usd: 50}` or
+    /// `{tokens: 1000000}`.
+    #[serde(with = "serde_yaml::with::singleton_map")]
+    #[schemars(with = "BudgetLimit")]
+    pub limit: BudgetLimit,
+    /// When the count starts again (UTC): `day`, `week` (Monday),
+    /// `month`, or `none`.
+    #[serde(default)]
+    pub period: BudgetPeriod,
+    /// The share of the limit, in percent, past which answers carry a
+    /// warning (`X-Toolgate-Budget-Warning`) and a line is logged.
+    #[serde(default = "default_warn_at")]
+    pub warn_at: u8,
+}
+
+fn default_warn_at() -> u8 {
+    80
+}
+
+/// Whose spending a budget counts. `"*"` gives each key, user or project
+/// a budget of its own; a name, that one alone.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetScope {
+    /// An API key by its name.
+    Key(String),
+    /// A user: the `sub` of the caller's bearer token (JWT).
+    User(String),
+    /// A project (`X-Toolgate-Project`).
+    Project(String),
+    /// Several API keys sharing one count.
+    Keys(Vec<String>),
+}
+
+/// A budget's limit: money or tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetLimit {
+    /// US dollars (models without a known price are not counted).
+    Usd(f64),
+    /// Tokens, input and output.
+    Tokens(u64),
+}
+
+/// When a budget's count starts again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetPeriod {
+    Day,
+    Week,
+    #[default]
+    Month,
+    /// Never.
+    None,
 }
 
 /// One deployment a route may send a request to.

@@ -153,6 +153,9 @@ async fn prepare(
     if let Some(redis) = &state.shared {
         redis.spawn(state.stopping.clone()).await;
     }
+    tokio::spawn(
+        Arc::clone(&state.spend).keep(state.catalog().spend.keep_secs, state.stopping.clone()),
+    );
     let reloader = Arc::new(Reloader::new(
         live,
         options.loader,
@@ -191,6 +194,7 @@ fn shared_state(
 /// servers and flushes the audit log.
 async fn finish(state: &AppState, audit: Option<AuditLog>) {
     state.stopping.cancel();
+    state.spend.flush(state.catalog().spend.keep_secs);
     state.catalog().mcp().shutdown().await;
     if let Some(audit) = audit {
         audit.flush().await;

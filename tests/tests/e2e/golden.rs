@@ -36,6 +36,7 @@ upstreams:
 models:
   - model: "*"
     upstream: fake
+    price: { input: 3, output: 15, cached_input: 0.3, reasoning: 20 }
 --- tool-sets/default.yaml
 name: default
 tools: [calculator]
@@ -305,13 +306,65 @@ async fn exchange(gateway: &Gateway, fake: &Fake, case: &Case, stream: bool) -> 
     out
 }
 
+/// What one call of a fake costs at the golden route's price (dollars per
+/// million tokens: input 3, cached input 0.3, output 15, reasoning 20):
+/// each fake answers with `USAGE` (Anthropic's tells no reasoning).
+fn call_cost(protocol: &str) -> f64 {
+    let (input, output, cached, reasoning) = toolgate_tests::fakes::USAGE;
+    let reasoning = if protocol == "anthropic" {
+        0
+    } else {
+        reasoning
+    };
+    ((input - cached) as f64 * 3.0
+        + cached as f64 * 0.3
+        + (output - reasoning) as f64 * 15.0
+        + reasoning as f64 * 20.0)
+        / 1e6
+}
+
+/// The `toolgate` report of an exchange's answer (a stream's last).
+fn report_of(answer: &Value) -> Option<&Value> {
+    match answer {
+        Value::Array(events) => events.iter().rev().find_map(report_of),
+        Value::Object(o) => o.get("toolgate").or_else(|| {
+            // Responses' events carry the response, Gemini's its chunk.
+            o.values().find_map(|v| v.as_object()?.get("toolgate"))
+        }),
+        _ => None,
+    }
+}
+
+/// Where the answer reports its cost, it is what the fake's answered
+/// calls cost (one per iteration; a request the fake refused, which the
+/// loop sent again another way, told no usage).
+fn cost_differs(protocol: &str, exchange: &Value) -> Option<String> {
+    let report = report_of(&exchange["answer"])?;
+    let sent = exchange["upstream"].as_array().map_or(0, Vec::len);
+    let calls = report["iterations"].as_u64().unwrap_or(0) as usize;
+    if calls == 0 || calls > sent {
+        return Some(format!("{calls} iterations, {sent} model requests"));
+    }
+    let expected = calls as f64 * call_cost(protocol);
+    let got = report["cost"]["usd"].as_f64();
+    match got {
+        Some(usd) if (usd - expected).abs() < 1e-9 => None,
+        _ => Some(format!(
+            "{calls} calls should cost {expected}, the report says {}",
+            report["cost"]
+        )),
+    }
+}
+
 /// Every case of the corpus, whole and streamed, against the fake of each
-/// model protocol: one snapshot per case and protocol.
+/// model protocol: one snapshot per case and protocol; and where a loop
+/// reports its cost, it is what its model calls cost.
 #[tokio::test]
 async fn every_face_request_translates_as_its_snapshot_says() {
     let cases = corpus();
     assert!(cases.len() >= 100, "the corpus has {} cases", cases.len());
     let mut failures = Vec::new();
+    let (mut costs, mut costed) = (Vec::new(), 0);
     for protocol in PROTOCOLS {
         for case in &cases {
             // A fresh model and gateway per case: no cached result, no
@@ -330,6 +383,13 @@ async fn every_face_request_translates_as_its_snapshot_says() {
                 "whole": exchange(&gateway, &fake, case, false).await,
                 "stream": exchange(&gateway, &fake, case, true).await,
             });
+            for side in ["whole", "stream"] {
+                if let Some(why) = cost_differs(protocol, &shown[side]) {
+                    costs.push(format!("{protocol}: {} ({side}): {why}", case.name));
+                } else if report_of(&shown[side]["answer"]).is_some() {
+                    costed += 1;
+                }
+            }
             normalizer.value(&mut shown);
             let text = serde_json::to_string_pretty(&shown).unwrap();
             let name = format!("{protocol}__{}", case.name);
@@ -347,6 +407,8 @@ async fn every_face_request_translates_as_its_snapshot_says() {
             }
         }
     }
+    assert!(costs.is_empty(), "costs differ: {costs:#?}");
+    assert!(costed > 1000, "only {costed} answers reported a cost");
     assert!(
         failures.is_empty(),
         "{} of {} cases differ from their snapshots: {failures:?}",

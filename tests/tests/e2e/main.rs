@@ -32,6 +32,7 @@ mod routing;
 mod scale;
 mod search_public;
 mod serve;
+mod spend;
 mod structured;
 mod subagents;
 mod traces;

@@ -114,6 +114,16 @@ pub(super) fn build(
         raw.gateway.value.approvals.destructive,
     );
     let catalog = Catalog {
+        spend: crate::governance::spend::Rules::new(&raw.gateway.value.spend).stored_in(
+            raw.dir.join(
+                raw.gateway
+                    .value
+                    .spend
+                    .store
+                    .as_deref()
+                    .unwrap_or(".toolgate/spend"),
+            ),
+        ),
         mcp: super::mcp::registry(mcp_specs, &tools, &sets),
         extensions,
         settings: raw.gateway.value,
@@ -372,6 +382,7 @@ fn http_tools(
 
 fn check_settings(file: &Loaded<toolgate_config::GatewayFile>, diags: &mut Vec<Diagnostic>) {
     let s = &file.value;
+    check_budgets(file, diags);
     if s.defaults.parallelism == 0 {
         diags.push(Diagnostic::error(
             &file.file,
@@ -424,5 +435,53 @@ fn http_annotations(
                 .unwrap_or(matches!(method, Method::Get | Method::Put | Method::Delete)),
         ),
         open_world_hint: Some(decl.open_world.unwrap_or(true)),
+    }
+}
+
+/// Budgets: each named once, with a limit above zero, for keys that are
+/// declared.
+fn check_budgets(file: &Loaded<toolgate_config::GatewayFile>, diags: &mut Vec<Diagnostic>) {
+    use toolgate_config::format::{BudgetLimit, BudgetScope};
+    let s = &file.value;
+    let keys: Vec<&str> = s.auth.keys.iter().map(|k| k.name.as_str()).collect();
+    let mut seen = std::collections::HashSet::new();
+    for (i, b) in s.spend.budgets.iter().enumerate() {
+        let at = |field: &str| file.pos(&format!("spend.budgets[{i}].{field}"));
+        if !seen.insert(b.name.as_str()) {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at("name"),
+                format!("the budget `{}` is declared twice", b.name),
+                "give each budget a name of its own",
+            ));
+        }
+        let positive = match b.limit {
+            BudgetLimit::Usd(u) => u.is_finite() && u > 0.0,
+            BudgetLimit::Tokens(t) => t > 0,
+        };
+        if !positive {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at("limit"),
+                "a budget's limit must be above zero",
+                "write e.g. `limit: {usd: 50}` or `limit: {tokens: 1000000}`",
+            ));
+        }
+        let named: Vec<&str> = match &b.scope {
+            BudgetScope::Key(k) if k != "*" => vec![k.as_str()],
+            BudgetScope::Keys(ks) => ks.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
+        };
+        for k in named.into_iter().filter(|k| !keys.contains(k)) {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at("for"),
+                format!(
+                    "the budget `{}` names the key `{k}`, which auth.keys does not declare",
+                    b.name
+                ),
+                "name a key of auth.keys, or `*` for each key",
+            ));
+        }
     }
 }

@@ -41,6 +41,8 @@ pub use toolset::{McpPattern, Offers, ToolSet};
 #[derive(Debug)]
 pub struct Catalog {
     pub settings: GatewayFile,
+    /// Budgets, and whether the shipped prices apply (`spend`).
+    pub spend: crate::governance::spend::Rules,
     tools: IndexMap<String, Arc<Tool>>,
     unavailable: IndexMap<String, Unavailable>,
     sets: IndexMap<String, ToolSet>,

@@ -44,6 +44,7 @@ pub(super) fn build_upstreams(
             Default::default(),
             Default::default(),
             None,
+            None,
         );
     }
     upstreams
@@ -333,9 +334,14 @@ fn add_route(
             }
         },
     };
-    if let Err(e) =
-        upstreams.add_route(&r.model, targets, r.cooldown.clone(), r.formatter, template)
-    {
+    if let Err(e) = upstreams.add_route(
+        &r.model,
+        targets,
+        r.cooldown.clone(),
+        r.formatter,
+        template,
+        r.price,
+    ) {
         diags.push(Diagnostic::error(
             &file.file,
             at(".model"),

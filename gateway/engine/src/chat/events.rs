@@ -78,6 +78,37 @@ pub struct Report {
     /// On a route of several targets: each target tried, in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<crate::model::routing::Attempt>,
+    /// What the model calls cost.
+    pub cost: Cost,
+}
+
+/// What a loop's model calls cost.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Cost {
+    /// In US dollars; `null` ("cost unknown") when a call's price is not
+    /// known (its tokens are counted all the same).
+    pub usd: Option<f64>,
+    /// Model calls whose price is unknown.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unpriced_calls: u32,
+    /// Budgets of the caller past their warning share.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budget_warnings: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl Cost {
+    /// The cost as the `X-Toolgate-Cost` header says it: dollars, or
+    /// `unknown`.
+    pub fn header(&self) -> String {
+        match self.usd {
+            Some(usd) => format!("{usd:.6}"),
+            None => "unknown".into(),
+        }
+    }
 }
 
 /// What is known when a streamed loop starts (its first model call
@@ -87,6 +118,8 @@ pub struct Report {
 pub struct Started {
     pub notices: Notices,
     pub attempts: Vec<crate::model::routing::Attempt>,
+    /// Budgets of the caller past their warning share.
+    pub budget_warnings: Vec<String>,
 }
 
 /// One gateway tool call, as the report shows it.
@@ -146,6 +179,9 @@ pub enum ChatError {
     /// The gateway could not do its part (e.g. render the prompt template).
     #[error("{0}")]
     Internal(String),
+    /// A budget of the caller is spent (or cannot be checked).
+    #[error(transparent)]
+    Spend(#[from] crate::governance::spend::SpendError),
 }
 
 impl ChatError {
@@ -154,6 +190,12 @@ impl ChatError {
         match self {
             ChatError::Upstream(e) => e.code(),
             ChatError::Internal(_) => "internal_error",
+            ChatError::Spend(crate::governance::spend::SpendError::Exceeded(_)) => {
+                "budget_exceeded"
+            }
+            ChatError::Spend(crate::governance::spend::SpendError::Unavailable) => {
+                "budget_unavailable"
+            }
         }
     }
 }

@@ -10,7 +10,8 @@ mod subagent;
 mod tool_loop;
 
 pub use events::{
-    Answer, CallFunction, CallRecord, ChatError, Event, FinishReason, Report, Started, Summary,
+    Answer, CallFunction, CallRecord, ChatError, Cost, Event, FinishReason, Report, Started,
+    Summary,
 };
 pub use plan::Loop;
 pub use plan::{NO_TOOL_SET, Passthrough, Plan, PlanError, Services, plan};

@@ -30,6 +30,10 @@ pub enum Plan {
         upstream: Arc<Upstream>,
         model: String,
         request: Box<Request>,
+        /// Whose spend the call is.
+        who: crate::governance::spend::Who,
+        /// The route's own prices, if it has them.
+        price: Option<toolgate_config::format::PriceDecl>,
     },
     /// The tool loop.
     Loop(Box<Loop>),
@@ -45,6 +49,8 @@ pub struct Services {
     pub guards: Arc<Guards>,
     /// Targets' health and which made which opaque state.
     pub router: Arc<Router>,
+    /// What was spent, and budgets' counts.
+    pub spend: Arc<crate::governance::spend::Spend>,
 }
 
 /// Why a request cannot be served.
@@ -143,6 +149,8 @@ pub fn plan(
     {
         return Ok(Plan::Proxy {
             upstream: Arc::clone(&resolved.upstream),
+            who: crate::governance::spend::Who::of(&context),
+            price: resolved.price,
             model: resolved.model,
             request: Box::new(request),
         });
@@ -232,6 +240,7 @@ pub fn plan(
         learned: Arc::clone(&services.learned),
         router: Arc::clone(&services.router),
         guards: Arc::clone(&services.guards),
+        spend: Arc::clone(&services.spend),
         key,
     })))
 }
@@ -266,6 +275,8 @@ pub struct Loop {
     pub guards: Arc<crate::governance::limits::Guards>,
     /// The caller's key, whose limits sub-agents count against.
     pub key: Option<Arc<crate::identity::auth::ApiKey>>,
+    /// What was spent, and budgets' counts.
+    pub spend: Arc<crate::governance::spend::Spend>,
 }
 
 /// A set's tool search, as a loop offers it: `find_tools` first, then the

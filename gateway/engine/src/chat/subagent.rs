@@ -76,7 +76,11 @@ where
         answers[i] = Some(match outcome {
             Ok(answer) => json!({
                 "task": task,
-                "success": answer.summary.finish != FinishReason::MaxToolIterations,
+                "success": !matches!(
+                    answer.summary.finish,
+                    FinishReason::MaxToolIterations | FinishReason::BudgetExceeded
+                ),
+                "cost_usd": answer.summary.report.cost.usd,
                 "answer": answer.content,
                 "finish_reason": answer.summary.finish.as_str(),
                 "tool_calls": answer.summary.report.tool_calls.len(),
@@ -150,5 +154,6 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
         context: parent.context.clone(),
         guards: Arc::clone(&parent.guards),
         key: parent.key.clone(),
+        spend: Arc::clone(&parent.spend),
     }
 }

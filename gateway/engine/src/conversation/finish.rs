@@ -13,6 +13,9 @@ pub enum FinishReason {
     ToolCalls,
     /// The iteration budget is spent and the model still wanted tools.
     MaxToolIterations,
+    /// A spending budget of the caller is spent and the model still
+    /// wanted tools.
+    BudgetExceeded,
     /// A reason the upstream gave that the gateway does not know.
     Other(String),
 }
@@ -47,6 +50,7 @@ impl FinishReason {
             FinishReason::ContentFilter => "content_filter",
             FinishReason::ToolCalls => "tool_calls",
             FinishReason::MaxToolIterations => "max_tool_iterations",
+            FinishReason::BudgetExceeded => "budget_exceeded",
             FinishReason::Other(s) => s,
         }
     }

@@ -140,6 +140,8 @@ pub struct Executor {
     rates: Option<Arc<RateLimits>>,
     shared: Option<Arc<Redis>>,
     approvals: Arc<Approvals>,
+    /// Where tool calls are counted, by tool and caller.
+    spend: Option<Arc<crate::governance::spend::Spend>>,
 }
 
 /// The call's context with the gateway's model answering the server's
@@ -179,6 +181,7 @@ impl Executor {
             rates: None,
             shared: None,
             approvals: Arc::new(Approvals::new()),
+            spend: None,
         }
     }
 
@@ -190,6 +193,12 @@ impl Executor {
     /// Shares cached results with other replicas through `redis`.
     pub fn with_shared(mut self, redis: Option<Arc<Redis>>) -> Self {
         self.shared = redis;
+        self
+    }
+
+    /// Counts every call in `spend` (by tool, key, user and project).
+    pub fn with_spend(mut self, spend: Arc<crate::governance::spend::Spend>) -> Self {
+        self.spend = Some(spend);
         self
     }
 

@@ -8,3 +8,4 @@ pub mod audit;
 pub mod guards;
 pub mod limits;
 pub mod policy;
+pub mod spend;

@@ -14,8 +14,8 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Every metric the gateway exports.
@@ -68,7 +68,23 @@ pub struct Metrics {
     /// Operations that found the shared state unavailable and fell back,
     /// by what (`rate_limit`, `cache`, `formatter`) and policy outcome.
     pub shared_state_fallbacks: IntCounterVec,
+    /// What priced model calls cost, in US dollars, by key, user, project
+    /// and model.
+    pub spend_usd: CounterVec,
+    /// Model call tokens by key, user, project, model and kind (`input`,
+    /// `output`, `cached_input`, `cache_write`, `reasoning`).
+    pub spend_tokens: IntCounterVec,
+    /// Model calls whose price is unknown, by key, user, project and model.
+    pub spend_unpriced_calls: IntCounterVec,
+    /// Requests refused and loops stopped by a budget, by budget.
+    pub budget_refusals: IntCounterVec,
+    /// Label values of spend seen so far (bounded: past a cap, `other`).
+    seen: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// Distinct key, user, project and model label values the spend metrics
+/// keep before they say `other`.
+const MAX_SPEND_LABELS: usize = 1000;
 
 fn seconds_buckets() -> Vec<f64> {
     vec![
@@ -121,7 +137,32 @@ impl Metrics {
             "Audit lines that waited for room in the writer's queue.",
         )?;
         registry.register(Box::new(audit_waits.clone()))?;
+        let spend_usd = CounterVec::new(
+            Opts::new(
+                "toolgate_spend_usd_total",
+                "What priced model calls cost, in US dollars, by key, user, project and model.",
+            ),
+            &["key", "user", "project", "model"],
+        )?;
+        registry.register(Box::new(spend_usd.clone()))?;
         Ok(Metrics {
+            spend_usd,
+            spend_tokens: counter(
+                "toolgate_spend_tokens_total",
+                "Model call tokens by key, user, project, model and kind.",
+                &["key", "user", "project", "model", "kind"],
+            )?,
+            spend_unpriced_calls: counter(
+                "toolgate_spend_unpriced_calls_total",
+                "Model calls whose price is unknown (counted in tokens only).",
+                &["key", "user", "project", "model"],
+            )?,
+            budget_refusals: counter(
+                "toolgate_budget_refusals_total",
+                "Requests refused and loops stopped by a budget, by budget.",
+                &["budget"],
+            )?,
+            seen: std::sync::Mutex::new(std::collections::HashSet::new()),
             http_requests: counter(
                 "toolgate_http_requests_total",
                 "HTTP requests answered, by route, method and status.",
@@ -243,12 +284,30 @@ impl Metrics {
         self.loop_iterations.observe(f64::from(iterations));
         // Finish reasons come from the upstream; keep the label bounded.
         let reason = match finish_reason {
-            "stop" | "length" | "tool_calls" | "content_filter" | "max_tool_iterations" => {
-                finish_reason
-            }
+            "stop"
+            | "length"
+            | "tool_calls"
+            | "content_filter"
+            | "max_tool_iterations"
+            | "budget_exceeded" => finish_reason,
             _ => "other",
         };
         self.loops.with_label_values(&[reason]).inc();
+    }
+
+    /// A spend label's value as recorded: itself while fewer than
+    /// 1,000 values were seen, else `other` (user names and
+    /// projects come from callers).
+    pub fn spend_label<'a>(&self, value: &'a str) -> &'a str {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.contains(value) {
+            return value;
+        }
+        if seen.len() < MAX_SPEND_LABELS {
+            seen.insert(value.to_owned());
+            return value;
+        }
+        "other"
     }
 
     /// Records a request refused before any work.
@@ -298,6 +357,27 @@ pub fn record(f: impl FnOnce(&Metrics)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_grafana_dashboard_reads_metrics_the_gateway_exports() {
+        let dashboard = include_str!("../../../../deploy/grafana/toolgate.json");
+        let source = include_str!("metrics.rs");
+        let names = regex::Regex::new(r"toolgate_[a-z_]+").unwrap();
+        let mut checked = 0;
+        for m in names.find_iter(dashboard) {
+            let name = m.as_str();
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            assert!(
+                source.contains(&format!("\"{base}\"")),
+                "the dashboard reads `{name}`, which is not exported"
+            );
+            checked += 1;
+        }
+        assert!(checked >= 10, "{checked}");
+    }
 
     #[test]
     fn every_metric_registers_and_renders() {

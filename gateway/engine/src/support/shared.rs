@@ -72,6 +72,32 @@ redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_
 return {1, 0}
 ";
 
+/// Admits a call to a budget's count (KEYS[1]) while `spent + reserved`
+/// is under the limit (ARGV[1]): reserves what the previous call cost, or
+/// the call's own guess (ARGV[3]) when larger. `{1, reserved}`, or `{0,
+/// spent}` when the budget is spent.
+const BUDGET_ADMIT: &str = r"
+local spent = tonumber(redis.call('HGET', KEYS[1], 'spent') or '0')
+local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0')
+if spent + reserved >= tonumber(ARGV[1]) then
+  return {0, spent}
+end
+local last = math.max(tonumber(redis.call('HGET', KEYS[1], 'last') or '0'), tonumber(ARGV[3]))
+redis.call('HINCRBY', KEYS[1], 'reserved', last)
+if tonumber(ARGV[2]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[2]) end
+return {1, last}
+";
+
+/// Replaces a reservation (ARGV[1]) by what the call cost (ARGV[2], which
+/// becomes the next reservation); returns what is spent.
+const BUDGET_SETTLE: &str = r"
+redis.call('HINCRBY', KEYS[1], 'reserved', -tonumber(ARGV[1]))
+local spent = redis.call('HINCRBY', KEYS[1], 'spent', ARGV[2])
+if tonumber(ARGV[3]) == 1 then redis.call('HSET', KEYS[1], 'last', ARGV[2]) end
+if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+return spent
+";
+
 /// The shared Redis: a multiplexed connection, its health, and the
 /// operations the gateway needs.
 pub struct Redis {
@@ -87,6 +113,8 @@ pub struct Redis {
     /// When a refused operation was last logged (seconds since the epoch).
     last_refusal_logged: AtomicU64,
     gcra: redis::Script,
+    budget_admit: redis::Script,
+    budget_settle: redis::Script,
 }
 
 impl std::fmt::Debug for Redis {
@@ -118,6 +146,8 @@ impl Redis {
             lost: Notify::new(),
             last_refusal_logged: AtomicU64::new(0),
             gcra: redis::Script::new(GCRA),
+            budget_admit: redis::Script::new(BUDGET_ADMIT),
+            budget_settle: redis::Script::new(BUDGET_SETTLE),
         }))
     }
 
@@ -299,6 +329,101 @@ impl Redis {
         } else {
             Err(Duration::from_micros(u64::try_from(wait_us).unwrap_or(0)))
         })
+    }
+
+    /// Admits a call to the budget count `counter` under `limit` (it
+    /// reserves the previous call's cost, or `guess` if larger), keeping
+    /// the count `ttl_secs` (0: for ever). `Ok(Ok(reserved))`, or
+    /// `Ok(Err(spent))` when the budget is spent.
+    pub async fn budget_admit(
+        &self,
+        counter: &str,
+        limit: i64,
+        guess: i64,
+        ttl_secs: i64,
+    ) -> Result<Result<i64, i64>, Down> {
+        let key = self.key(&["budget", counter]);
+        let (admitted, n): (i64, i64) = self
+            .run(|mut c| async move {
+                self.budget_admit
+                    .key(key)
+                    .arg(limit)
+                    .arg(ttl_secs)
+                    .arg(guess)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(if admitted == 1 { Ok(n) } else { Err(n) })
+    }
+
+    /// Replaces the reservation `reserved` of `counter` by `actual` (kept
+    /// as the next reservation when `learn`); returns what is spent.
+    pub async fn budget_settle(
+        &self,
+        counter: &str,
+        reserved: i64,
+        actual: i64,
+        learn: bool,
+        ttl_secs: i64,
+    ) -> Result<i64, Down> {
+        let key = self.key(&["budget", counter]);
+        self.run(|mut c| async move {
+            self.budget_settle
+                .key(key)
+                .arg(reserved)
+                .arg(actual)
+                .arg(i64::from(learn))
+                .arg(ttl_secs)
+                .invoke_async(&mut c)
+                .await
+        })
+        .await
+    }
+
+    /// What the budget count `counter` holds spent.
+    pub async fn budget_spent(&self, counter: &str) -> Result<i64, Down> {
+        let key = self.key(&["budget", counter]);
+        let spent: Option<i64> = self
+            .run(|mut c| async move {
+                redis::cmd("HGET")
+                    .arg(key)
+                    .arg("spent")
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(spent.unwrap_or(0))
+    }
+
+    /// Adds `fields` to the spend hash of hour `hour`, kept `ttl_secs`.
+    pub async fn spend_add(
+        &self,
+        hour: i64,
+        fields: &[(String, i64)],
+        ttl_secs: i64,
+    ) -> Result<(), Down> {
+        let key = self.key(&["spend", &hour.to_string()]);
+        let mut pipe = redis::pipe();
+        for (field, n) in fields {
+            pipe.cmd("HINCRBY").arg(&key).arg(field).arg(*n).ignore();
+        }
+        pipe.cmd("EXPIRE").arg(&key).arg(ttl_secs).ignore();
+        self.run(|mut c| async move { pipe.query_async::<()>(&mut c).await })
+            .await
+    }
+
+    /// The spend hash of each hour of `hours`.
+    pub async fn spend_hours(&self, hours: &[i64]) -> Result<Vec<(i64, Vec<(String, i64)>)>, Down> {
+        let mut pipe = redis::pipe();
+        for h in hours {
+            pipe.cmd("HGETALL")
+                .arg(self.key(&["spend", &h.to_string()]));
+        }
+        let all: Vec<Vec<(String, i64)>> = self
+            .run(|mut c| async move { pipe.query_async(&mut c).await })
+            .await?;
+        Ok(hours.iter().copied().zip(all).collect())
     }
 
     /// A cached result, if another replica (or this one) stored it.

@@ -63,8 +63,36 @@
       if (title) { title.focus(); }
     }
     if (document.getElementById("play-form")) { setUpPlayground(); }
+    if (document.getElementById("dashboard")) { setUpDashboard(); }
     setUpApps();
   });
+
+  // The dashboard's charts, drawn by uPlot from the data the gateway put
+  // in the page (numbers only). Each chart's container says what it drew
+  // (data-drawn: its series as drawn), for people's tools and tests.
+  function setUpDashboard() {
+    var box = document.getElementById("dashboard");
+    var data;
+    try { data = JSON.parse(box.getAttribute("data-dashboard")); } catch (_) { return; }
+    var width = Math.max(320, Math.min(box.clientWidth - 16, 640));
+    var colors = ["#1f5fbf", "#c0392b", "#2e8b57", "#8e44ad"];
+    function chart(id, names, columns) {
+      var el = document.getElementById(id);
+      if (!el || typeof uPlot === "undefined") { return; }
+      el.textContent = "";
+      var series = [{}].concat(names.map(function (n, i) {
+        return { label: n, stroke: colors[i % colors.length], width: 2 };
+      }));
+      var drawn = [data.hours].concat(columns);
+      new uPlot({ width: width, height: 200, series: series, axes: [{}, {}] }, drawn, el);
+      el.setAttribute("data-drawn", JSON.stringify(drawn));
+    }
+    chart("chart-calls", ["model calls"], [data.model_calls]);
+    chart("chart-latency", ["p50", "p95"], [data.latency_p50_ms, data.latency_p95_ms]);
+    chart("chart-tokens", ["input", "output", "cached input"], [data.input_tokens, data.output_tokens, data.cached_input_tokens]);
+    chart("chart-spend", ["USD"], [data.priced_cost_usd]);
+    chart("chart-tools", ["tool calls", "failures"], [data.tool_calls, data.tool_failures]);
+  }
 
   function setUpKeyForm() {
     var form = document.getElementById("key-form");

@@ -242,54 +242,153 @@ pub async fn plan_decoded(
             upstream,
             model,
             request,
+            who,
+            price,
         } => {
-            let span = toolgate_engine::model::upstream::chat_span(&upstream, &model);
-            let call = toolgate_engine::model::upstream::ModelCall {
-                body: request.proxy_body(body.clone(), &model),
-                model: &model,
-                stream: request.stream,
-                request_id: Some(&caller.request_id),
-                headers: &request.headers,
-                single_attempt: false,
+            let passed = Passed {
+                upstream,
+                model,
+                request,
+                who,
+                price,
             };
-            let response =
-                tracing::Instrument::instrument(proxy(&upstream, call, places.stream), span)
-                    .await?;
+            let response = passed
+                .send(state, caller, body.clone(), places.stream)
+                .await?;
             Planned::Proxied(attach(&notices, response))
         }
     };
     Ok((original, planned))
 }
 
-/// Forwards a request and passes the upstream's answer back unchanged:
-/// status, content type and body, with its length when it has one (a
-/// stream stays a stream). `guard` (a stream's place under the cap) is
-/// held until the body ends.
-pub async fn proxy(
-    upstream: &toolgate_engine::model::upstream::Upstream,
-    call: toolgate_engine::model::upstream::ModelCall<'_>,
-    guard: Option<Permit>,
-) -> Result<Response, ApiError> {
-    let reply = upstream.call(call).await?;
-    let status = reply.response.status();
-    let content_type = reply
-        .response
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .cloned();
-    // Not size-capped (nothing is buffered); the upstream's read timeout
-    // and total deadline still end a trickling answer.
-    let body = upstream.body(reply, usize::MAX);
-    let mut out = Response::new(axum::body::Body::new(Held {
-        body,
-        _guard: guard,
-    }));
-    *out.status_mut() = status;
-    if let Some(ct) = content_type {
-        out.headers_mut()
-            .insert(axum::http::header::CONTENT_TYPE, ct);
+/// A request passed to an upstream of its face's protocol (a planned
+/// [`Plan::Proxy`]).
+#[derive(Debug)]
+pub struct Passed {
+    pub upstream: std::sync::Arc<toolgate_engine::model::upstream::Upstream>,
+    pub model: String,
+    pub request: Box<Request>,
+    pub who: toolgate_engine::governance::spend::Who,
+    pub price: Option<toolgate_config::format::PriceDecl>,
+}
+
+impl Passed {
+    /// Admits the call by the caller's budgets, forwards `body` (the
+    /// client's, with the model name the route sends) and passes the
+    /// upstream's answer back unchanged: status, content type and body,
+    /// with its length when it has one (a stream stays a stream). The
+    /// answer's usage is read as it passes and counted once it ends.
+    /// `guard` (a stream's place under the cap) is held until then.
+    pub async fn send(
+        self,
+        state: &AppState,
+        caller: &Caller,
+        body: Bytes,
+        guard: Option<Permit>,
+    ) -> Result<Response, ApiError> {
+        use toolgate_engine::governance::spend::prices::Price;
+        let catalog = state.catalog();
+        let rules = &catalog.spend;
+        let price = rules.price(self.price.map(Price::from), &self.model);
+        let admission = match rules.budgets.is_empty() {
+            true => None,
+            false => {
+                // Its input, guessed at a token per four bytes.
+                let guess = toolgate_engine::conversation::Usage {
+                    input: (body.len() / 4) as u64,
+                    calls: 1,
+                    ..Default::default()
+                };
+                Some(
+                    state
+                        .spend
+                        .admit(rules, &self.who, &guess, price)
+                        .await
+                        .map_err(ApiError::from)?,
+                )
+            }
+        };
+        let warnings = admission
+            .as_ref()
+            .map(|a| a.warnings.clone())
+            .unwrap_or_default();
+        let meter = super::metered::Meter {
+            spend: std::sync::Arc::clone(&state.spend),
+            admission,
+            who: self.who,
+            price,
+            reader: toolgate_engine::model::protocol::metered::UsageReader::new(
+                self.upstream.protocol,
+                self.request.stream,
+            ),
+            model: self.model.clone(),
+            began: std::time::Instant::now(),
+        };
+        let span = toolgate_engine::model::upstream::chat_span(&self.upstream, &self.model);
+        let call = toolgate_engine::model::upstream::ModelCall {
+            body: self.request.proxy_body(body, &self.model),
+            model: &self.model,
+            stream: self.request.stream,
+            request_id: Some(&caller.request_id),
+            headers: &self.request.headers,
+            single_attempt: false,
+        };
+        let reply = tracing::Instrument::instrument(self.upstream.call(call), span.clone()).await?;
+        let status = reply.response.status();
+        let content_type = reply
+            .response
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .cloned();
+        // Not size-capped (nothing is buffered but what the meter reads,
+        // itself bounded); the upstream's read timeout and total deadline
+        // still end a trickling answer.
+        let body = self.upstream.body(reply, usize::MAX);
+        let meter = status.is_success().then_some(meter);
+        let mut out = Response::new(axum::body::Body::new(Held {
+            body: super::metered::Metered::new(body, meter, span),
+            _guard: guard,
+        }));
+        *out.status_mut() = status;
+        if let Some(ct) = content_type {
+            out.headers_mut()
+                .insert(axum::http::header::CONTENT_TYPE, ct);
+        }
+        Ok(with_budget_warnings(&warnings, out))
     }
-    Ok(out)
+}
+
+/// The header that says which budgets of the caller are past their
+/// warning share.
+pub const BUDGET_WARNING_HEADER: &str = "x-toolgate-budget-warning";
+
+/// The header that says what a whole answer's model calls cost, in US
+/// dollars (`unknown` when a price is not known).
+pub const COST_HEADER: &str = "x-toolgate-cost";
+
+/// `response` with budget warnings in its header.
+pub fn with_budget_warnings(warnings: &[String], mut response: Response) -> Response {
+    if warnings.is_empty() {
+        return response;
+    }
+    let mut unique: Vec<&str> = Vec::new();
+    for w in warnings {
+        if !unique.contains(&w.as_str()) {
+            unique.push(w);
+        }
+    }
+    if let Ok(v) = axum::http::HeaderValue::from_str(&unique.join("; ")) {
+        response.headers_mut().insert(BUDGET_WARNING_HEADER, v);
+    }
+    response
+}
+
+/// `response` with what the answer cost, and budget warnings.
+pub fn with_cost(cost: &chat::Cost, mut response: Response) -> Response {
+    if let Ok(v) = axum::http::HeaderValue::from_str(&cost.header()) {
+        response.headers_mut().insert(COST_HEADER, v);
+    }
+    with_budget_warnings(&cost.budget_warnings, response)
 }
 
 /// A body that holds a place under the stream cap until it is dropped.
@@ -366,12 +465,14 @@ pub async fn respond_with(
         drop(places);
         notices.extend(std::mem::take(&mut answer.notices));
         let attempts = answer.summary.report.attempts.clone();
-        let response = attach(&notices, whole(answer));
+        let cost = answer.summary.report.cost.clone();
+        let response = with_cost(&cost, attach(&notices, whole(answer)));
         return Ok(with_attempts(&attempts, response));
     }
     let (started, events) = the_loop.start_stream().await?;
     notices.extend(started.notices);
     let response = stream(Box::pin(in_request_span(events)), places);
+    let response = with_budget_warnings(&started.budget_warnings, response);
     Ok(with_attempts(&started.attempts, attach(&notices, response)))
 }
 

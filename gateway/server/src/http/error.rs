@@ -231,6 +231,30 @@ impl From<toolgate_engine::chat::ChatError> for ApiError {
             ChatError::Internal(message) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
             }
+            ChatError::Spend(e) => e.into(),
+        }
+    }
+}
+
+impl From<toolgate_engine::governance::spend::SpendError> for ApiError {
+    /// A budget spent: 429 `budget_exceeded` with the limit, what is
+    /// spent and when it resets (and `Retry-After` until then).
+    fn from(e: toolgate_engine::governance::spend::SpendError) -> Self {
+        use toolgate_engine::governance::spend::SpendError;
+        let message = e.to_string();
+        match e {
+            SpendError::Exceeded(exceeded) => {
+                let mut err =
+                    ApiError::new(StatusCode::TOO_MANY_REQUESTS, "budget_exceeded", message)
+                        .with_details(exceeded.details());
+                err.retry_after = exceeded.retry_after(chrono::Utc::now());
+                err
+            }
+            SpendError::Unavailable => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "budget_unavailable",
+                message,
+            ),
         }
     }
 }

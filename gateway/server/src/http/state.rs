@@ -37,6 +37,9 @@ pub struct Shared {
     pub shared: Option<Arc<toolgate_engine::support::shared::Redis>>,
     /// Responses kept for `previous_response_id` and `GET /v1/responses/{id}`.
     pub conversations: toolgate_engine::chat::stored::Conversations,
+    /// What was spent, and budgets' counts (in `spend.store`, or Redis);
+    /// outlives catalog reloads.
+    pub spend: Arc<toolgate_engine::governance::spend::Spend>,
 }
 
 impl std::ops::Deref for AppState {
@@ -79,8 +82,15 @@ impl AppState {
         } else {
             executor.with_rate_limits(Arc::clone(&guards.rates))
         };
-        let executor = executor.with_shared(shared.clone());
+        let spend = toolgate_engine::governance::spend::Spend::open(
+            live.load().spend.store.clone(),
+            shared.clone(),
+        );
+        let executor = executor
+            .with_shared(shared.clone())
+            .with_spend(Arc::clone(&spend));
         AppState(Arc::new(Shared {
+            spend,
             live,
             executor,
             learned: Arc::new(learned),
@@ -134,6 +144,7 @@ impl Shared {
             learned: Arc::clone(&self.learned),
             guards: Arc::clone(&self.guards),
             router: Arc::clone(&self.router),
+            spend: Arc::clone(&self.spend),
         }
     }
 

@@ -15,7 +15,7 @@ use axum::routing::{any, get, post};
 pub use direct::Gateway;
 
 use crate::faces::{
-    approvals, chat, connections, console, gemini, mcp, messages, models, responses, tools,
+    approvals, chat, connections, console, gemini, mcp, messages, models, responses, spend, tools,
 };
 use crate::http::{self, ApiError, AppState, ErrorShape, Paths};
 use crate::ops;
@@ -148,6 +148,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools", get(tools::list_tools))
         .route("/v1/tool-sets", get(tools::list_sets))
         .route("/v1/tools/{name}/invoke", post(tools::invoke))
+        .route("/v1/spend", get(spend::spend))
+        .route("/v1/budgets", get(spend::budgets))
         .route("/v1/approvals", get(approvals::list))
         .route(
             "/v1/approvals/{id}",

@@ -34,11 +34,16 @@ use std::sync::Arc;
 
 use futures::Stream;
 
-use super::events::{Answer, CallRecord, ChatError, Event, FinishReason, Report, Started, Summary};
+use super::events::{
+    Answer, CallRecord, ChatError, Cost, Event, FinishReason, Report, Started, Summary,
+};
 use super::plan::Loop;
 use crate::conversation::{
     Call, Item, Notices, Origin, Reasoning, Role, Slot, ToolChoice, ToolDef, Turn, Usage,
 };
+use crate::governance::spend::budgets::Exceeded;
+use crate::governance::spend::prices::{NanoUsd, Price};
+use crate::governance::spend::{Admission, ModelSpend, SpendError, Who};
 use crate::model::formatter::{self, PromptTemplate};
 use crate::model::protocol::{self, Assembly, Outgoing, Tools};
 use crate::model::routing::{self, Attempt};
@@ -135,6 +140,21 @@ struct Run {
     affinity: Option<String>,
     /// On a route of several targets: every target tried, in order.
     attempts: Vec<Attempt>,
+    /// Whose budgets the model calls count against.
+    who: Who,
+    /// The next model call's admission by the caller's budgets.
+    admission: Option<Admission>,
+    /// The latest model call's usage, until its spend is counted.
+    last_usage: Usage,
+    /// What the model calls cost so far, in nano-dollars, and how many
+    /// had no known price.
+    cost: (NanoUsd, u32),
+    /// Budgets of the caller past their warning share.
+    budget_warnings: Vec<String>,
+    /// A budget the calls spent: the loop runs no more tools.
+    budget_spent: Option<Exceeded>,
+    /// When the latest model call began.
+    call_began: std::time::Instant,
 }
 
 impl Loop {
@@ -173,6 +193,13 @@ impl Loop {
             model_span: tracing::Span::none(),
             affinity,
             attempts: Vec::new(),
+            who: Who::of(&self.context),
+            admission: None,
+            last_usage: Usage::default(),
+            cost: (0, 0),
+            budget_warnings: Vec::new(),
+            budget_spent: None,
+            call_began: std::time::Instant::now(),
             mode,
             l: self,
         })
@@ -281,6 +308,7 @@ impl Loop {
                     .map_err(|e| run.invalid(e))?;
             }
             let mut said = run.said(assembly);
+            run.count_spend(!said.calls.is_empty()).await;
             run.remember(&said).await;
             run.check_call_count(said.calls.len())?;
             let (next, finish) = run.decide(&said, iteration);
@@ -337,6 +365,7 @@ impl Loop {
         let started = Started {
             notices: std::mem::take(&mut run.notices),
             attempts: run.attempts.clone(),
+            budget_warnings: run.budget_warnings.clone(),
         };
         Ok((started, run.stream(first)))
     }
@@ -375,6 +404,12 @@ impl Run {
                 iterations: self.iterations,
                 tool_calls: std::mem::take(&mut self.calls),
                 attempts: std::mem::take(&mut self.attempts),
+                cost: Cost {
+                    usd: (self.cost.1 == 0)
+                        .then(|| crate::governance::spend::prices::usd(self.cost.0)),
+                    unpriced_calls: self.cost.1,
+                    budget_warnings: dedup(std::mem::take(&mut self.budget_warnings)),
+                },
             },
             usage: std::mem::take(&mut self.usage),
         }
@@ -386,11 +421,113 @@ impl Run {
         if usage.is_empty() {
             return;
         }
+        self.last_usage = usage.clone();
         self.usage.add(usage);
         self.model_span
             .record("gen_ai.usage.input_tokens", usage.input);
         self.model_span
             .record("gen_ai.usage.output_tokens", usage.output);
+        self.model_span
+            .record("gen_ai.usage.cache_read.input_tokens", usage.cache_read);
+        self.model_span.record(
+            "gen_ai.usage.cache_creation.input_tokens",
+            usage.cache_write,
+        );
+        self.model_span
+            .record("gen_ai.usage.reasoning.output_tokens", usage.reasoning);
+    }
+
+    /// Admits the next model call (a body of `bytes`) by the caller's
+    /// budgets, unless it was admitted already.
+    async fn admit(&mut self, bytes: usize) -> Result<(), ChatError> {
+        if self.admission.is_some() || self.l.catalog.spend.budgets.is_empty() {
+            return Ok(());
+        }
+        // Its input, guessed at a token per four bytes.
+        let guess = Usage {
+            input: (bytes / 4) as u64,
+            calls: 1,
+            ..Usage::default()
+        };
+        let admission = self
+            .l
+            .spend
+            .admit(&self.l.catalog.spend, &self.who, &guess, self.price())
+            .await?;
+        self.budget_warnings
+            .extend(admission.warnings.iter().cloned());
+        self.admission = Some(admission);
+        Ok(())
+    }
+
+    /// The price of the target in use.
+    fn price(&self) -> Option<Price> {
+        let resolved = &self.l.resolved;
+        self.l
+            .catalog
+            .spend
+            .price(resolved.price.map(Price::from), &resolved.model)
+    }
+
+    /// The latest model call's spend: counted against the caller's budgets
+    /// (the call's reservation replaced by its cost), in the ledger and
+    /// the metrics, and on the call's span. When the model wants tools
+    /// run, the next call is admitted now: a budget spent (by this call or
+    /// another of the caller's) ends the loop with what the model said.
+    async fn count_spend(&mut self, wants_tools: bool) {
+        let usage = std::mem::take(&mut self.last_usage);
+        let price = self.price();
+        let call = ModelSpend {
+            model: &self.l.resolved.model,
+            usage: &usage,
+            price,
+            took: self.call_began.elapsed(),
+        };
+        let cost = match self.admission.take() {
+            Some(admission) => {
+                let settled = self.l.spend.settle(admission, &self.who, call).await;
+                self.budget_warnings.extend(settled.warnings);
+                if settled.exceeded.is_some() {
+                    self.budget_spent = settled.exceeded;
+                }
+                settled.cost
+            }
+            None => self.l.spend.record(&self.who, call).await,
+        };
+        match cost {
+            Some(c) => {
+                self.cost.0 += c;
+                self.model_span.record(
+                    "toolgate.cost_usd",
+                    crate::governance::spend::prices::usd(c),
+                );
+            }
+            None => self.cost.1 += 1,
+        }
+        if wants_tools && self.budget_spent.is_none() && !self.l.catalog.spend.budgets.is_empty() {
+            // The next call's input: at least this one's.
+            let guess = Usage {
+                input: usage.input,
+                calls: 1,
+                ..Usage::default()
+            };
+            match self
+                .l
+                .spend
+                .admit(&self.l.catalog.spend, &self.who, &guess, price)
+                .await
+            {
+                Ok(admission) => self.admission = Some(admission),
+                Err(SpendError::Exceeded(e)) => self.budget_spent = Some(e),
+                Err(SpendError::Unavailable) => {}
+            }
+        }
+        if let Some(e) = &self.budget_spent {
+            tracing::warn!(budget = %e.budget, "a budget is spent: the loop stops");
+        }
+        for w in &self.budget_warnings {
+            tracing::info!("{w}");
+        }
     }
 
     /// The request body of model call number `iteration` (1-based).
@@ -473,6 +610,8 @@ impl Run {
     /// One model call (retries and the `tools` fallback included) in a
     /// span of its own (OpenTelemetry's GenAI conventions).
     async fn call(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
+        self.last_usage = Usage::default();
+        self.call_began = std::time::Instant::now();
         let span =
             crate::model::upstream::chat_span(&self.l.resolved.upstream, &self.l.resolved.model);
         span.record("iteration", iteration);
@@ -568,6 +707,7 @@ impl Run {
     async fn call_target(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
         let body = self.body(iteration, stream)?;
+        self.admit(body.len()).await?;
         match upstream.call(self.model_call(body, stream)).await {
             Ok(r) => Ok(r),
             Err(e)
@@ -641,6 +781,9 @@ impl Run {
     fn decide(&self, said: &Said, iteration: u32) -> (Next, FinishReason) {
         let next = self.next(said, iteration);
         let finish = match &next {
+            Next::Answer if self.budget_spent.is_some() && !said.calls.is_empty() => {
+                FinishReason::BudgetExceeded
+            }
             Next::Answer if self.last_call => FinishReason::MaxToolIterations,
             Next::Answer | Next::Run(_) | Next::LastCall => {
                 FinishReason::of_answer(said.finish.as_ref())
@@ -654,6 +797,12 @@ impl Run {
     /// the model's answer has none of its own.
     fn budget_text(&self, said: &Said) -> Option<String> {
         let said_nothing = said.content.as_deref().is_none_or(|c| c.trim().is_empty());
+        if let Some(e) = &self.budget_spent
+            && said_nothing
+            && !said.calls.is_empty()
+        {
+            return Some(format!("The tools were not run: {e}."));
+        }
         (self.last_call && said_nothing).then(|| {
             format!(
                 "The tools did not lead to an answer within this request's budget of {} tool iterations.",
@@ -688,8 +837,9 @@ impl Run {
         if !client.is_empty() && !unreadable {
             return Next::ClientCalls(client);
         }
-        // After the last call, gateway calls are not run.
-        if self.last_call {
+        // After the last call, or once a budget is spent, gateway calls
+        // are not run.
+        if self.last_call || self.budget_spent.is_some() {
             return Next::Answer;
         }
         if iteration >= self.l.max_iterations {
@@ -732,4 +882,11 @@ impl Run {
             message,
         })
     }
+}
+
+/// `items` without repeats, in their first order.
+fn dedup(mut items: Vec<String>) -> Vec<String> {
+    let mut seen = HashSet::new();
+    items.retain(|i| seen.insert(i.clone()));
+    items
 }

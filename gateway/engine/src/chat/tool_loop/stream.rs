@@ -103,6 +103,7 @@ impl Run {
                     }
                     None => self.said(assembly),
                 };
+                self.count_spend(!said.calls.is_empty()).await;
                 self.remember(&said).await;
                 if let Err(e) = self.check_call_count(said.calls.len()) {
                     yield Event::Failed(e);

@@ -8,6 +8,7 @@
 
 pub mod anthropic;
 pub mod gemini;
+pub mod metered;
 pub mod openai_chat;
 pub mod openai_responses;
 mod tools;

@@ -271,9 +271,11 @@ fn content(parts: Vec<Value>) -> Value {
     if parts.is_empty() {
         return Value::Null;
     }
+    // Text parts alone become one string (what every chat server reads),
+    // a line between parts as chat templates join them.
     if parts.iter().all(|p| p["type"] == "text") {
         let text: Vec<&str> = parts.iter().filter_map(|p| p["text"].as_str()).collect();
-        return json!(text.concat());
+        return json!(text.join("\n"));
     }
     Value::Array(parts)
 }
@@ -439,6 +441,11 @@ fn assistant<'a>(turn: &'a Turn, out: &mut Vec<Message<'a>>, notices: &mut Notic
             Item::Media { .. } => {
                 notices.add("media in an assistant's turn is not carried and was left out")
             }
+            // The client's reasoning (a chat model's own, made in this
+            // loop, is never sent back by chat completions' rule).
+            Item::Reasoning(r) if r.opaque.is_none() && turn.origin.is_some() => notices.add(
+                "reasoning in an assistant's turn is not carried to chat completions and was left out",
+            ),
             other => {
                 foreign_note(other, PROTOCOL, notices);
             }

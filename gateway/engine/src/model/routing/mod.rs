@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use globset::{Glob, GlobMatcher};
-use toolgate_config::format::{CooldownDecl, FormatterKind};
+use toolgate_config::format::{CooldownDecl, FormatterKind, PriceDecl};
 
 use crate::conversation::{Item, Notices, Turn};
 use crate::model::prompt::PromptTemplate;
@@ -63,6 +63,8 @@ pub struct Resolved {
     /// Every target of the route, in the order declared.
     pub targets: Arc<[Target]>,
     pub cooldown: CooldownDecl,
+    /// The route's own prices (else the shipped table's for the model).
+    pub price: Option<PriceDecl>,
     /// The model name the client asked for.
     asked: String,
 }
@@ -110,6 +112,7 @@ struct Route {
     cooldown: CooldownDecl,
     formatter: FormatterKind,
     template: Option<Arc<PromptTemplate>>,
+    price: Option<PriceDecl>,
 }
 
 /// Every upstream and the model routes, first match wins.
@@ -149,6 +152,7 @@ impl Upstreams {
         cooldown: CooldownDecl,
         formatter: FormatterKind,
         template: Option<Arc<PromptTemplate>>,
+        price: Option<PriceDecl>,
     ) -> Result<(), String> {
         if targets.is_empty() {
             return Err("a route needs a target".into());
@@ -169,6 +173,7 @@ impl Upstreams {
             cooldown,
             formatter,
             template,
+            price,
         });
         Ok(())
     }
@@ -188,6 +193,7 @@ impl Upstreams {
             template: r.template.clone(),
             targets: Arc::clone(&r.targets),
             cooldown: r.cooldown.clone(),
+            price: r.price,
             asked: model.to_owned(),
         })
     }
@@ -487,11 +493,12 @@ mod tests {
         let mut u = Upstreams::new(vec![up("a"), up("b")]);
         let fc = FormatterKind::FunctionCalling;
         let cd = CooldownDecl::default;
-        u.add_route("fast", one("a", Some("gpt-4o-mini")), cd(), fc, None)
+        u.add_route("fast", one("a", Some("gpt-4o-mini")), cd(), fc, None, None)
             .unwrap();
-        u.add_route("llama-*", one("b", None), cd(), fc, None)
+        u.add_route("llama-*", one("b", None), cd(), fc, None, None)
             .unwrap();
-        u.add_route("*", one("a", None), cd(), fc, None).unwrap();
+        u.add_route("*", one("a", None), cd(), fc, None, None)
+            .unwrap();
         let r = u.resolve("fast").unwrap();
         assert_eq!(
             (r.upstream.name.as_str(), r.model.as_str()),

@@ -874,6 +874,10 @@ pub fn chat_span(upstream: &Upstream, model: &str) -> tracing::Span {
         iteration = tracing::field::Empty,
         "gen_ai.usage.input_tokens" = tracing::field::Empty,
         "gen_ai.usage.output_tokens" = tracing::field::Empty,
+        "gen_ai.usage.cache_read.input_tokens" = tracing::field::Empty,
+        "gen_ai.usage.cache_creation.input_tokens" = tracing::field::Empty,
+        "gen_ai.usage.reasoning.output_tokens" = tracing::field::Empty,
+        "toolgate.cost_usd" = tracing::field::Empty,
     )
 }
 

@@ -74,12 +74,12 @@ pub fn usage(usage: &Usage) -> Option<Value> {
     Some(u)
 }
 
-/// OpenAI's `finish_reason` for how the loop ended: a spent tool budget
-/// ends with an answer, so it is `stop` (clients that see anything else
-/// ask again); the precise reason is in the report.
+/// OpenAI's `finish_reason` for how the loop ended: a spent tool or
+/// spending budget ends with an answer, so it is `stop` (clients that see
+/// anything else ask again); the precise reason is in the report.
 fn wire_finish(finish: &FinishReason) -> &str {
     match finish {
-        FinishReason::MaxToolIterations => "stop",
+        FinishReason::MaxToolIterations | FinishReason::BudgetExceeded => "stop",
         other => other.as_str(),
     }
 }

@@ -14,11 +14,9 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use toolgate_engine::chat::{self, Plan};
 use toolgate_engine::conversation::Notices;
-use toolgate_engine::model::upstream::ModelCall;
 
 use super::common::{self, Admitted};
 use crate::http::{ApiError, AppState, Caller, body_error};
-use tracing::Instrument;
 
 pub async fn completions(
     State(state): State<AppState>,
@@ -41,20 +39,17 @@ pub async fn completions(
             upstream,
             model,
             request,
+            who,
+            price,
         } => {
-            let body = request.proxy_body(body, &model);
-            let span = toolgate_engine::model::upstream::chat_span(&upstream, &model);
-            let call = ModelCall {
-                body,
-                model: &model,
-                stream: request.stream,
-                request_id: Some(&caller.request_id),
-                headers: &request.headers,
-                single_attempt: false,
+            let passed = common::Passed {
+                upstream,
+                model,
+                request,
+                who,
+                price,
             };
-            return common::proxy(&upstream, call, places.stream)
-                .instrument(span)
-                .await;
+            return passed.send(&state, &caller, body, places.stream).await;
         }
         Plan::Loop(l) => *l,
     };

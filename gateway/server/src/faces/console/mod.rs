@@ -18,6 +18,7 @@
 //! send without a CORS preflight the gateway never grants.
 
 mod apps;
+mod dashboard;
 mod form;
 mod pages;
 mod play;
@@ -55,6 +56,7 @@ pub fn routes() -> Router<AppState> {
         .route("/console/ui/approvals/{id}", post(review::decide))
         .route("/console/ui/changes/{server}/{tool}", post(review::accept))
         .route("/console/ui/playground", get(play::page))
+        .route("/console/ui/dashboard", get(dashboard::page))
         .route("/console/ui/play", post(play::play))
 }
 
@@ -107,6 +109,10 @@ static TEMPLATES: LazyLock<minijinja::Environment<'static>> = LazyLock::new(|| {
         (
             "fields.html",
             include_str!("../../../console/templates/fields.html"),
+        ),
+        (
+            "dashboard.html",
+            include_str!("../../../console/templates/dashboard.html"),
         ),
     ] {
         if let Err(e) = env.add_template(name, source) {
@@ -203,6 +209,15 @@ async fn asset(State(state): State<AppState>, Path(file): Path<String>) -> Respo
             include_str!("../../../console/static/console.css"),
             "text/css; charset=utf-8",
         ),
+        // uPlot 1.6.32, MIT (uPlot.LICENSE), from its npm package.
+        "uPlot.iife.min.js" => (
+            include_str!("../../../console/static/uPlot.iife.min.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        "uPlot.min.css" => (
+            include_str!("../../../console/static/uPlot.min.css"),
+            "text/css; charset=utf-8",
+        ),
         _ => return ApiError::not_found("not_found", "no such console file").into_response(),
     };
     secured(
@@ -273,7 +288,7 @@ mod tests {
         let names: Vec<&str> = TEMPLATES.templates().map(|(name, _)| name).collect();
         assert_eq!(
             names.len(),
-            10,
+            11,
             "a template failed to compile: only {names:?}"
         );
     }

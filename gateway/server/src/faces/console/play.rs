@@ -366,6 +366,7 @@ mod tests {
                     iterations: 2,
                     tool_calls: vec![record("call_a", true)],
                     attempts: Vec::new(),
+                    cost: Default::default(),
                 },
                 usage: toolgate_engine::conversation::Usage {
                     input: 22,

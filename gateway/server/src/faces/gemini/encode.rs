@@ -253,6 +253,7 @@ fn stream_error(e: &ChatError) -> Value {
     let status = match e {
         ChatError::Upstream(u) => ApiError::from(u.clone()).status,
         ChatError::Internal(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        ChatError::Spend(s) => ApiError::from(s.clone()).status,
     };
     ApiError::new(status, "stream_failed", message).google_error()
 }
