@@ -509,11 +509,12 @@ pub struct ApiKeyDecl {
     /// Rate limits of this key.
     #[serde(default)]
     pub limits: KeyLimitsDecl,
-    /// The projects (workspace sub-folders) the key may use. A request
-    /// naming none in `X-Toolgate-Project` gets the first; naming another
-    /// is refused (403). Without it, the key may name any project, and
-    /// works in the whole workspace when it names none: give every key that
-    /// must not see the others' files its own projects.
+    /// The projects (workspace sub-folders) the key may use, shared with
+    /// every key that lists them. A request naming none in
+    /// `X-Toolgate-Project` gets the first; naming another is refused
+    /// (403). Without it, the key works in a folder of its own,
+    /// `key-<name>`, and may name no project. `"*"`: any project no key
+    /// lists, and the whole workspace when it names none.
     #[serde(default)]
     pub projects: Vec<String>,
     /// Whether the key may use the console (`none`, `own`, `all`).

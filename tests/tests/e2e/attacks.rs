@@ -590,6 +590,12 @@ async fn projects_cannot_escape_and_keys_are_pinned_to_theirs() {
       projects: [admin, shared]
     - name: carol
       key_env: CAROL_KEY
+    - name: dave
+      key_env: DAVE_KEY
+      projects: [shared]
+    - name: root
+      key_env: ROOT_KEY
+      projects: [\"*\"]
 ";
     let dir = attack_config(ws.path(), &model, keys);
     let served = Served::start(
@@ -599,6 +605,8 @@ async fn projects_cannot_escape_and_keys_are_pinned_to_theirs() {
             ("BOB_KEY", "bob-key-1234567890"),
             ("ADMIN_KEY", "admin-key-1234567890"),
             ("CAROL_KEY", "carol-key-1234567890"),
+            ("DAVE_KEY", "dave-key-1234567890"),
+            ("ROOT_KEY", "root-key-1234567890"),
         ],
     )
     .await;
@@ -647,7 +655,8 @@ async fn projects_cannot_escape_and_keys_are_pinned_to_theirs() {
     .await;
     assert_eq!(status, 200, "{v}");
     assert!(ws.path().join("key-carol/mine.txt").exists());
-    // ...nor by naming one; a project no key is pinned to is hers to use.
+    // ...nor by naming one, nor any project at all: a key granted none
+    // has its own folder alone (keys share no files by default).
     let (status, v) = invoke_in(
         &base,
         carol,
@@ -665,8 +674,58 @@ async fn projects_cannot_escape_and_keys_are_pinned_to_theirs() {
         json!({"path": "x.txt", "content": "x"}),
     )
     .await;
+    assert_eq!(status, 403, "{v}");
+    assert!(error_of(&v).contains("own folder `key-carol`"), "{v}");
+    assert!(!ws.path().join("open").exists());
+    // A project granted to two keys is theirs to share.
+    let (status, v) = invoke_in(
+        &base,
+        admin,
+        Some("shared"),
+        "file_write",
+        json!({"path": "plan.txt", "content": "shared plan"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = invoke_in(
+        &base,
+        Some("dave-key-1234567890"),
+        Some("shared"),
+        "file_read",
+        json!({"path": "plan.txt"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v.to_string().contains("shared plan"), "{v}");
+    // A key granted `*` works in the whole workspace, and names any
+    // project no key lists, not one another key lists.
+    let (status, v) = invoke_in(
+        &base,
+        Some("root-key-1234567890"),
+        Some("open"),
+        "file_write",
+        json!({"path": "x.txt", "content": "x"}),
+    )
+    .await;
     assert_eq!(status, 200, "{v}");
     assert!(ws.path().join("open/x.txt").exists());
+    let (status, v) = invoke(
+        &base,
+        Some("root-key-1234567890"),
+        "file_read",
+        json!({"path": "key-carol/mine.txt"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = invoke_in(
+        &base,
+        Some("root-key-1234567890"),
+        Some("bob"),
+        "file_read",
+        json!({"path": "by-mcp.txt"}),
+    )
+    .await;
+    assert_eq!(status, 403, "{v}");
     // The MCP face builds the same context: bob's calls work in his
     // project, and naming another is refused.
     let bob_key = "bob-key-1234567890";

@@ -33,6 +33,7 @@ pub(crate) fn check(
             .keys
             .iter()
             .flat_map(|k| k.projects.iter().cloned())
+            .filter(|p| p != crate::identity::auth::ANY_PROJECT)
             .collect(),
     );
     let set_names = || {
@@ -124,12 +125,14 @@ pub(crate) fn check(
             decl.limits.max_concurrent_streams,
         );
         for (j, p) in decl.projects.iter().enumerate() {
-            if !crate::tools::tool::context::is_valid_project(p) {
+            if p != crate::identity::auth::ANY_PROJECT
+                && !crate::tools::tool::context::is_valid_project(p)
+            {
                 err(
                     diags,
                     &format!(".projects[{j}]"),
                     format!("{p:?} is not a valid project name"),
-                    "use 1-64 letters, digits, `_`, `-` or `.`, starting with a letter or digit"
+                    "use 1-64 letters, digits, `_`, `-` or `.`, starting with a letter or digit (or `*`: the whole workspace and any project no key lists)"
                         .into(),
                 );
             }

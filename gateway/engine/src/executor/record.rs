@@ -40,13 +40,12 @@ impl Executor {
         let duration = Duration::from_secs_f64(result.duration_ms.max(0.0) / 1000.0);
         crate::support::metrics::record(|m| m.tool_call(label, outcome, duration, result.cached));
         if let Some(spend) = &self.spend {
-            let (spend, who, tool) = (
-                std::sync::Arc::clone(spend),
-                crate::governance::spend::Who::of(ctx),
-                label.to_owned(),
-            );
+            let who = crate::governance::spend::Who::of(ctx);
             let success = result.error.is_none();
-            tokio::spawn(async move { spend.record_tool(&who, &tool, success).await });
+            if !spend.record_tool_now(&who, label, success) {
+                let (spend, tool) = (std::sync::Arc::clone(spend), label.to_owned());
+                tokio::spawn(async move { spend.record_tool(&who, &tool, success).await });
+            }
         }
         if self.audit.is_none() && self.recent.is_none() {
             return;

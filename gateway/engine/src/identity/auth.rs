@@ -29,8 +29,9 @@ pub struct ApiKey {
     pub tool_calls_per_minute: Option<NonZeroU32>,
     pub max_concurrent_loops: Option<NonZeroU32>,
     pub max_concurrent_streams: Option<NonZeroU32>,
-    /// The projects the key may use, the first by default; empty: any
-    /// project no key is pinned to.
+    /// The projects the key may use, the first by default (`"*"`: any
+    /// project no key is pinned to, and the whole workspace); empty: its
+    /// own folder alone.
     pub projects: Vec<String>,
     /// Every project some key of the configuration is pinned to.
     pub claimed: Arc<BTreeSet<String>>,
@@ -40,43 +41,63 @@ pub struct ApiKey {
     pub approver: bool,
 }
 
+/// The grant of every project no key is pinned to, and of the whole
+/// workspace, in a key's `projects`.
+pub const ANY_PROJECT: &str = "*";
+
 impl ApiKey {
-    /// The project a request of this key works in: the one it names (if
-    /// the key may use it) or the key's first. A key pinned to no project
-    /// may name any project no key is pinned to; without a name it works in
-    /// the whole workspace while no key is pinned anywhere, else in a folder
-    /// of its own, `key-<name>` (the whole workspace would show the pinned
-    /// projects' folders). `Err` names the refusal.
+    /// The project a request of this key works in. A key's files live in
+    /// a folder of its own, `key-<name>`, unless the configuration grants
+    /// it projects: then the one it names (if listed) or its first. A key
+    /// granted `"*"` may name any project no key is pinned to, and works in
+    /// the whole workspace when it names none. `Err` names the refusal.
     pub fn project(&self, asked: Option<String>) -> Result<Option<String>, String> {
-        if self.projects.is_empty() {
-            return match asked {
-                Some(p) if self.claimed.contains(&p) => Err(format!(
-                    "the project `{p}` belongs to the API keys pinned to it, and API key `{}` is pinned to none: list it in the key's `projects` to use it",
-                    self.name
-                )),
-                Some(p) => Ok(Some(p)),
-                None if self.claimed.is_empty() => Ok(None),
+        let anywhere = self.projects.iter().any(|p| p == ANY_PROJECT);
+        let granted: Vec<&String> = self.projects.iter().filter(|p| *p != ANY_PROJECT).collect();
+        match asked {
+            Some(p) if granted.contains(&&p) => Ok(Some(p)),
+            Some(p) if anywhere && !self.claimed.contains(&p) => Ok(Some(p)),
+            Some(p) if anywhere => Err(format!(
+                "the project `{p}` belongs to the API keys granted it, and API key `{}` is not one: list it in the key's `projects` to use it",
+                self.name
+            )),
+            Some(p) if granted.is_empty() && p == self.own_folder() => Ok(Some(p)),
+            Some(p) => Err(format!(
+                "API key `{}` may not use the project `{p}`: a project is shared by the keys that list it in their `projects`{}",
+                self.name,
+                if granted.is_empty() {
+                    format!("; this key works in its own folder `{}`", self.own_folder())
+                } else {
+                    format!(
+                        "; this key may use: {}",
+                        granted
+                            .iter()
+                            .map(|p| p.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            )),
+            None if anywhere => Ok(None),
+            None => match granted.first() {
+                Some(first) => Ok(Some((*first).clone())),
                 None => {
-                    let own: String = format!("key-{}", self.name).chars().take(64).collect();
+                    let own = self.own_folder();
                     if self.claimed.contains(&own) {
                         return Err(format!(
-                            "API key `{}` is pinned to no project and its own folder `{own}` is another key's project: give the key `projects`",
+                            "API key `{}` has no project and its own folder `{own}` is another key's project: give the key `projects`",
                             self.name
                         ));
                     }
                     Ok(Some(own))
                 }
-            };
+            },
         }
-        match asked {
-            None => Ok(self.projects.first().cloned()),
-            Some(p) if self.projects.contains(&p) => Ok(Some(p)),
-            Some(p) => Err(format!(
-                "API key `{}` may not use the project `{p}`; it may use: {}",
-                self.name,
-                self.projects.join(", ")
-            )),
-        }
+    }
+
+    /// The folder of a key granted no project.
+    fn own_folder(&self) -> String {
+        format!("key-{}", self.name).chars().take(64).collect()
     }
 
     /// `true` when the key may use the tool set `name`.

@@ -78,13 +78,33 @@ pub struct Metrics {
     pub spend_unpriced_calls: IntCounterVec,
     /// Requests refused and loops stopped by a budget, by budget.
     pub budget_refusals: IntCounterVec,
-    /// Label values of spend seen so far (bounded: past a cap, `other`).
-    seen: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The spend series of each (key, user, project, model) seen so far,
+    /// resolved once (bounded: past a cap, `other`).
+    spend_series: std::sync::Mutex<std::collections::HashMap<String, SpendSeries>>,
 }
 
-/// Distinct key, user, project and model label values the spend metrics
-/// keep before they say `other`.
-const MAX_SPEND_LABELS: usize = 1000;
+/// The spend counters of one (key, user, project, model).
+#[derive(Debug)]
+struct SpendSeries {
+    usd: prometheus::Counter,
+    unpriced: IntCounter,
+    /// Input, output, cached input, cache write, reasoning.
+    tokens: [IntCounter; 5],
+}
+
+/// The token kinds of `toolgate_spend_tokens_total`, in the order
+/// [`Metrics::spend`] takes them.
+pub const TOKEN_KINDS: [&str; 5] = [
+    "input",
+    "output",
+    "cached_input",
+    "cache_write",
+    "reasoning",
+];
+
+/// Distinct (key, user, project, model) label sets the spend metrics keep
+/// before the rest are counted as `other`.
+const MAX_SPEND_SERIES: usize = 1000;
 
 fn seconds_buckets() -> Vec<f64> {
     vec![
@@ -162,7 +182,7 @@ impl Metrics {
                 "Requests refused and loops stopped by a budget, by budget.",
                 &["budget"],
             )?,
-            seen: std::sync::Mutex::new(std::collections::HashSet::new()),
+            spend_series: std::sync::Mutex::new(std::collections::HashMap::new()),
             http_requests: counter(
                 "toolgate_http_requests_total",
                 "HTTP requests answered, by route, method and status.",
@@ -295,19 +315,37 @@ impl Metrics {
         self.loops.with_label_values(&[reason]).inc();
     }
 
-    /// A spend label's value as recorded: itself while fewer than
-    /// 1,000 values were seen, else `other` (user names and
-    /// projects come from callers).
-    pub fn spend_label<'a>(&self, value: &'a str) -> &'a str {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.contains(value) {
-            return value;
+    /// Records one model call's spend for `labels` (key, user, project,
+    /// model; empty when none): its cost in dollars (`None`: unknown
+    /// price) and its tokens by [`TOKEN_KINDS`]. Past 1,000 label sets
+    /// (user names and projects come from callers), new ones are `other`.
+    pub fn spend(&self, labels: [&str; 4], cost_usd: Option<f64>, tokens: [u64; 5]) {
+        let mut series = self.spend_series.lock().unwrap_or_else(|p| p.into_inner());
+        let mut key = labels.join("\u{1f}");
+        if !series.contains_key(&key) && series.len() >= MAX_SPEND_SERIES {
+            key = "other".into();
         }
-        if seen.len() < MAX_SPEND_LABELS {
-            seen.insert(value.to_owned());
-            return value;
+        let labels = if key == "other" { ["other"; 4] } else { labels };
+        let entry = match series.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(SpendSeries {
+                usd: self.spend_usd.with_label_values(&labels),
+                unpriced: self.spend_unpriced_calls.with_label_values(&labels),
+                tokens: TOKEN_KINDS.map(|kind| {
+                    let [k, u, p, m] = labels;
+                    self.spend_tokens.with_label_values(&[k, u, p, m, kind])
+                }),
+            }),
+        };
+        match cost_usd {
+            Some(c) => entry.usd.inc_by(c),
+            None => entry.unpriced.inc(),
         }
-        "other"
+        for (counter, n) in entry.tokens.iter().zip(tokens) {
+            if n > 0 {
+                counter.inc_by(n);
+            }
+        }
     }
 
     /// Records a request refused before any work.

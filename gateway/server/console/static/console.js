@@ -74,16 +74,17 @@
     var box = document.getElementById("dashboard");
     var data;
     try { data = JSON.parse(box.getAttribute("data-dashboard")); } catch (_) { return; }
-    var width = Math.max(320, Math.min(box.clientWidth - 16, 640));
     var colors = ["#1f5fbf", "#c0392b", "#2e8b57", "#8e44ad"];
     function chart(id, names, columns) {
       var el = document.getElementById(id);
       if (!el || typeof uPlot === "undefined") { return; }
       el.textContent = "";
       var series = [{}].concat(names.map(function (n, i) {
-        return { label: n, stroke: colors[i % colors.length], width: 2 };
+        return { label: n, stroke: colors[i % colors.length], width: 2, points: { show: true, size: 5 } };
       }));
       var drawn = [data.hours].concat(columns);
+      // As wide as its box (the grid's column), less its padding.
+      var width = Math.max(240, el.parentNode.clientWidth - 20);
       new uPlot({ width: width, height: 200, series: series, axes: [{}, {}] }, drawn, el);
       el.setAttribute("data-drawn", JSON.stringify(drawn));
     }

@@ -41,6 +41,16 @@ impl Meter {
         let took = began.elapsed();
         let usage = reader.finish();
         record_usage(&span, &usage);
+        let call = ModelSpend {
+            model: &model,
+            usage: &usage,
+            price,
+            took,
+        };
+        // Nothing to wait for: counted now.
+        if admission.is_none() && spend.record_now(&who, call).is_some() {
+            return;
+        }
         let count = async move {
             let call = ModelSpend {
                 model: &model,
@@ -108,7 +118,7 @@ impl<B: http_body::Body<Data = Bytes> + Unpin> http_body::Body for Metered<B> {
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let (Some(data), Some(m)) = (frame.data_ref(), self.meter.as_mut()) {
-                    m.reader.push(data);
+                    m.reader.push_bytes(data);
                 }
             }
             Poll::Ready(None) => {

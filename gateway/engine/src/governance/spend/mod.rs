@@ -415,11 +415,40 @@ impl Spend {
         cost: Option<NanoUsd>,
         now: DateTime<Utc>,
     ) {
+        let (group, totals) = self.model_totals(who, call, cost, now);
+        self.add(group, totals).await;
+    }
+
+    /// Whether the counts are kept in Redis.
+    pub fn is_shared(&self) -> bool {
+        self.redis.is_some()
+    }
+
+    /// [`Spend::record`] done now, without waiting: for a store that is
+    /// not shared (`None` when it is: use [`Spend::record`]).
+    pub fn record_now(&self, who: &Who, call: ModelSpend<'_>) -> Option<Option<NanoUsd>> {
+        if self.redis.is_some() {
+            return None;
+        }
+        let cost = call.price.map(|p| p.cost(call.usage));
+        let (group, totals) = self.model_totals(who, &call, cost, Utc::now());
+        self.add_local(group, &totals);
+        Some(cost)
+    }
+
+    /// A model call's ledger bucket and sums, recorded in the metrics.
+    fn model_totals(
+        &self,
+        who: &Who,
+        call: &ModelSpend<'_>,
+        cost: Option<NanoUsd>,
+        now: DateTime<Utc>,
+    ) -> (Group, Totals) {
         let u = call.usage;
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let mut latency = [0; ledger::LATENCY_MS.len()];
-        latency[ledger::latency_bucket(i64::try_from(call.took.as_millis()).unwrap_or(i64::MAX))] =
-            1;
+        let ms = i64::try_from(call.took.as_millis()).unwrap_or(i64::MAX);
+        latency[ledger::latency_bucket(ms)] = 1;
         let totals = Totals {
             latency,
             model_calls: 1,
@@ -433,39 +462,47 @@ impl Spend {
             ..Totals::default()
         };
         crate::support::metrics::record(|m| {
-            let label = |v: &Option<String>| m.spend_label(v.as_deref().unwrap_or("")).to_owned();
-            let (key, user, project) = (label(&who.key), label(&who.user), label(&who.project));
-            let model = m.spend_label(call.model).to_owned();
-            let base = [key.as_str(), &user, &project, &model];
-            match cost {
-                Some(c) => m.spend_usd.with_label_values(&base).inc_by(prices::usd(c)),
-                None => m.spend_unpriced_calls.with_label_values(&base).inc(),
+            fn label(v: &Option<String>) -> &str {
+                v.as_deref().unwrap_or("")
             }
-            for (kind, v) in [
-                ("input", u.input),
-                ("output", u.output),
-                ("cached_input", u.cache_read),
-                ("cache_write", u.cache_write),
-                ("reasoning", u.reasoning),
-            ] {
-                let [k, us, p, mo] = base;
-                m.spend_tokens
-                    .with_label_values(&[k, us, p, mo, kind])
-                    .inc_by(v);
-            }
+            m.spend(
+                [
+                    label(&who.key),
+                    label(&who.user),
+                    label(&who.project),
+                    call.model,
+                ],
+                cost.map(prices::usd),
+                [u.input, u.output, u.cache_read, u.cache_write, u.reasoning],
+            );
         });
-        self.add(self.group(who, call.model, "", now), totals).await;
+        (self.group(who, call.model, "", now), totals)
     }
 
     /// Counts a tool call of `who`.
     pub async fn record_tool(&self, who: &Who, tool: &str, success: bool) {
+        let (group, totals) = self.tool_totals(who, tool, success);
+        self.add(group, totals).await;
+    }
+
+    /// [`Spend::record_tool`] done now, for a store that is not shared
+    /// (`false` when it is).
+    pub fn record_tool_now(&self, who: &Who, tool: &str, success: bool) -> bool {
+        if self.redis.is_some() {
+            return false;
+        }
+        let (group, totals) = self.tool_totals(who, tool, success);
+        self.add_local(group, &totals);
+        true
+    }
+
+    fn tool_totals(&self, who: &Who, tool: &str, success: bool) -> (Group, Totals) {
         let totals = Totals {
             tool_calls: 1,
             tool_failures: i64::from(!success),
             ..Totals::default()
         };
-        self.add(self.group(who, "", tool, Utc::now()), totals)
-            .await;
+        (self.group(who, "", tool, Utc::now()), totals)
     }
 
     fn group(&self, who: &Who, model: &str, tool: &str, now: DateTime<Utc>) -> Group {
@@ -498,7 +535,17 @@ impl Spend {
                 return;
             }
         }
-        self.local().ledger.entry(group).or_default().add(&totals);
+        self.add_local(group, &totals);
+    }
+
+    fn add_local(&self, group: Group, totals: &Totals) {
+        let mut local = self.local();
+        match local.ledger.get_mut(&group) {
+            Some(t) => t.add(totals),
+            None => {
+                local.ledger.insert(group, totals.clone());
+            }
+        }
         self.dirty.store(true, Ordering::Release);
     }
 

@@ -3,7 +3,7 @@
 //! a stream's events decoded one by one. Bounded: past the limits below,
 //! the answer is not metered (its usage is counted as none told).
 
-use super::{Delta, StreamDecoder, decode};
+use super::{Delta, StreamDecoder};
 use crate::conversation::{Protocol, Usage};
 
 /// The longest whole answer read for its usage.
@@ -15,8 +15,12 @@ const MAX_LINE: usize = 1 << 20;
 #[derive(Debug)]
 pub struct UsageReader {
     protocol: Protocol,
-    /// The whole answer so far, or a stream's unfinished line.
+    /// A stream's unfinished line (or a whole answer, joined at its end).
     buf: Vec<u8>,
+    /// A whole answer's pieces so far (shared, not copied).
+    pieces: Vec<bytes::Bytes>,
+    /// Their length.
+    whole_len: usize,
     /// A stream's decoder and the event being read (its name and data).
     stream: Option<(StreamDecoder, String, String)>,
     usage: Usage,
@@ -29,9 +33,25 @@ impl UsageReader {
         UsageReader {
             protocol,
             buf: Vec::new(),
+            pieces: Vec::new(),
+            whole_len: 0,
             stream: stream.then(|| (StreamDecoder::new(protocol), String::new(), String::new())),
             usage: Usage::default(),
             given_up: false,
+        }
+    }
+
+    /// The next piece of the answer (kept as it is when the answer is
+    /// whole).
+    pub fn push_bytes(&mut self, chunk: &bytes::Bytes) {
+        if self.stream.is_some() || self.given_up {
+            return self.push(chunk);
+        }
+        self.whole_len += chunk.len();
+        if self.whole_len > MAX_WHOLE {
+            self.give_up();
+        } else {
+            self.pieces.push(chunk.clone());
         }
     }
 
@@ -41,12 +61,7 @@ impl UsageReader {
             return;
         }
         if self.stream.is_none() {
-            if self.buf.len() + chunk.len() > MAX_WHOLE {
-                self.give_up();
-            } else {
-                self.buf.extend_from_slice(chunk);
-            }
-            return;
+            return self.push_bytes(&bytes::Bytes::copy_from_slice(chunk));
         }
         let mut rest = chunk;
         while let Some(at) = rest.iter().position(|b| *b == b'\n') {
@@ -65,6 +80,7 @@ impl UsageReader {
     fn give_up(&mut self) {
         self.given_up = true;
         self.buf = Vec::new();
+        self.pieces = Vec::new();
     }
 
     /// One line of a stream: a field of the event being read, or the
@@ -117,16 +133,54 @@ impl UsageReader {
             self.line(b"");
             return self.usage;
         }
-        let mut usage = Usage::default();
-        if let Ok(decoded) = decode(self.protocol, &self.buf) {
-            for d in decoded.deltas {
-                if let Delta::Usage(u) = d {
-                    usage.add(&u);
-                }
+        if let [one] = self.pieces.as_slice() {
+            return whole_usage(self.protocol, one);
+        }
+        let joined: Vec<u8> = self.pieces.concat();
+        whole_usage(self.protocol, &joined)
+    }
+}
+
+/// The usage of a whole answer: its usage object, found from the end
+/// (where every API writes it), else by reading the whole answer.
+fn whole_usage(protocol: Protocol, buf: &[u8]) -> Usage {
+    if let Some(u) = usage_object(buf) {
+        return super::usage_of(protocol, &u);
+    }
+    #[derive(serde::Deserialize)]
+    struct Whole {
+        #[serde(alias = "usageMetadata")]
+        usage: Option<serde_json::Value>,
+    }
+    match serde_json::from_slice::<Whole>(buf) {
+        Ok(Whole { usage: Some(u) }) if u.is_object() => super::usage_of(protocol, &u),
+        _ => Usage::default(),
+    }
+}
+
+/// The object after the last `"usage":` or `"usageMetadata":` key of a
+/// JSON answer (a key, not words of a string: its quote is not escaped),
+/// when it parses as one.
+fn usage_object(buf: &[u8]) -> Option<serde_json::Value> {
+    for key in [&b"\"usage\""[..], b"\"usageMetadata\""] {
+        let mut end = buf.len();
+        while let Some(at) = buf[..end].windows(key.len()).rposition(|w| w == key) {
+            end = at;
+            if at > 0 && buf[at - 1] == b'\\' {
+                continue;
+            }
+            let rest = buf[at + key.len()..].trim_ascii_start();
+            let Some(value) = rest.strip_prefix(b":") else {
+                continue;
+            };
+            let mut values =
+                serde_json::Deserializer::from_slice(value).into_iter::<serde_json::Value>();
+            if let Some(Ok(v @ serde_json::Value::Object(_))) = values.next() {
+                return Some(v);
             }
         }
-        usage
     }
+    None
 }
 
 #[cfg(test)]
@@ -136,6 +190,17 @@ mod tests {
 
     const WHOLE: &[u8] = br#"{"id":"x","choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":4}}}"#;
     const STREAM: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"h\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\ndata: [DONE]\n\n";
+
+    #[test]
+    fn the_usage_key_is_found_from_the_end_and_never_in_a_string() {
+        let quoted =
+            br#"{"content":"my \"usage\": {\"prompt_tokens\": 99}","usage":{"prompt_tokens":7}}"#;
+        assert_eq!(usage_object(quoted).unwrap()["prompt_tokens"], 7);
+        let only_words = br#"{"content":"the \"usage\": none"}"#;
+        assert_eq!(usage_object(only_words), None);
+        let gemini = br#"{"candidates":[],"usageMetadata" : {"promptTokenCount":3}}"#;
+        assert_eq!(usage_object(gemini).unwrap()["promptTokenCount"], 3);
+    }
 
     #[test]
     fn a_whole_answer_and_a_stream_tell_their_usage() {
