@@ -406,9 +406,10 @@ fn memory_limit() -> Option<u64> {
     })
 }
 
-/// Connections that have not sent their first request yet, oldest first:
-/// at the cap, the oldest of them makes room for a new one (a client that
-/// holds a connection without asking anything loses it first).
+/// The open connections, oldest first: at the cap, the oldest that has
+/// not sent its first request makes room for a new one (a client that
+/// holds a connection without asking anything loses it first), else the
+/// oldest keep-alive connection idle between requests.
 #[derive(Default)]
 struct Waiting(std::sync::Mutex<std::collections::VecDeque<std::sync::Weak<Unasked>>>);
 
@@ -416,6 +417,8 @@ struct Waiting(std::sync::Mutex<std::collections::VecDeque<std::sync::Weak<Unask
 struct Unasked {
     /// It has had a request.
     used: std::sync::atomic::AtomicBool,
+    /// It waits for its next request (no exchange in progress).
+    idle: std::sync::atomic::AtomicBool,
     /// Cancelled to close it.
     shed: CancellationToken,
 }
@@ -427,31 +430,35 @@ impl Waiting {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if q.len() >= bound {
-            q.retain(|c| {
-                c.upgrade()
-                    .is_some_and(|c| !c.used.load(std::sync::atomic::Ordering::Relaxed))
-            });
+            q.retain(|c| c.strong_count() > 0);
         }
         q.push_back(Arc::downgrade(conn));
     }
 
-    /// Closes the oldest connection still waiting for its first request;
-    /// `false` when there is none.
+    /// Closes the oldest connection still waiting for its first request,
+    /// else the oldest idle between requests; `false` when there is none.
     fn shed_oldest(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
         let mut q = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        while let Some(c) = q.pop_front() {
-            if let Some(c) = c.upgrade()
-                && !c.used.load(std::sync::atomic::Ordering::Relaxed)
-                && !c.shed.is_cancelled()
-            {
-                c.shed.cancel();
-                return true;
-            }
+        q.retain(|c| c.strong_count() > 0);
+        let unused = |c: &Unasked| !c.used.load(Relaxed);
+        let idle = |c: &Unasked| c.used.load(Relaxed) && c.idle.load(Relaxed);
+        let pick = |which: &dyn Fn(&Unasked) -> bool| {
+            q.iter().position(|c| {
+                c.upgrade()
+                    .is_some_and(|c| !c.shed.is_cancelled() && which(&c))
+            })
+        };
+        let Some(at) = pick(&unused).or_else(|| pick(&idle)) else {
+            return false;
+        };
+        if let Some(c) = q.remove(at).and_then(|c| c.upgrade()) {
+            c.shed.cancel();
         }
-        false
+        true
     }
 }
 
@@ -501,6 +508,7 @@ async fn serve_connections(
     let serve = |stream: std::net::TcpStream, slot| {
         let unasked = Arc::new(Unasked {
             used: std::sync::atomic::AtomicBool::new(false),
+            idle: std::sync::atomic::AtomicBool::new(true),
             shed: CancellationToken::new(),
         });
         waiting.push(&unasked, cap);
@@ -639,6 +647,13 @@ async fn serve_connection(
 ) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let shed = unasked.as_ref().map(|u| u.shed.clone()).unwrap_or_default();
+    // Whether it waits for a request (what may be shed at the cap).
+    let idle_flag = unasked.clone();
+    let set_idle = move |idle: bool| {
+        if let Some(u) = &idle_flag {
+            u.idle.store(idle, Ordering::Relaxed);
+        }
+    };
     // The connection's own token: polled on every wake-up of this task,
     // and a token's check takes its lock, which all connections would
     // otherwise share.
@@ -693,12 +708,14 @@ async fn serve_connection(
                     io.stream.peek(&mut head).await.map(Some)
                 }
             };
+            set_idle(true);
             let woke = tokio::select! {
                 ready = first_bytes => ready.ok(),
                 () = tokio::time::sleep(builders.idle) => None,
-                // At the cap, and it has asked nothing yet: closed for a new one.
-                () = shed.cancelled(), if !had_one => {
-                    tracing::debug!("a connection that sent no request was closed to make room");
+                // At the cap: a connection that waits for a request (its
+                // first, or its next) is closed for a new one.
+                () = shed.cancelled() => {
+                    tracing::debug!("a connection waiting for a request was closed to make room");
                     None
                 }
                 // Draining: an idle connection closes at once.
@@ -707,6 +724,7 @@ async fn serve_connection(
             let Some(peeked) = woke else {
                 return;
             };
+            set_idle(false);
             if let Some(n) = peeked {
                 opened = true;
                 if n == 0 {

@@ -984,6 +984,58 @@ async fn the_gateway_keeps_within_the_files_it_may_open_and_health_checks_get_in
     drop(slow);
 }
 
+#[tokio::test]
+async fn idle_keep_alive_connections_make_room_at_the_cap() {
+    let model = MockLlm::start().await;
+    let ws = tempfile::tempdir().unwrap();
+    let dir = attack_config(ws.path(), &model, "");
+    // Keep-alive connections idle for a minute unless shed.
+    let yaml = std::fs::read_to_string(dir.path().join("toolgate.yaml")).unwrap();
+    std::fs::write(
+        dir.path().join("toolgate.yaml"),
+        yaml.replace("  header_timeout: 1s\n", "  header_timeout: 60s\n"),
+    )
+    .unwrap();
+    let server = Server::start_with_files(dir.path(), &[("UPSTREAM_KEY", UPSTREAM_KEY)], 200).await;
+    server
+        .logged("the gateway holds at most 68 connections")
+        .await;
+    let addr = server.addr.clone();
+    // 100 clients each make a request and keep their connection, idle.
+    let mut idle = Vec::new();
+    let mut answered = 0;
+    for _ in 0..100 {
+        let mut s = raw_connection(&addr, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 512];
+        // The 69th and later get a place only if idle ones make room.
+        if s.read(&mut buf)
+            .is_ok_and(|n| buf[..n].starts_with(b"HTTP/1.1 200"))
+        {
+            answered += 1;
+        }
+        idle.push(s);
+    }
+    assert_eq!(
+        answered, 100,
+        "each client was answered without waiting for a place"
+    );
+    // At the cap, the oldest idle connections make room: the health check
+    // is answered long before their minute is up.
+    let started = std::time::Instant::now();
+    assert_healthy(
+        &server.url(""),
+        "100 idle keep-alive connections under a 200-file limit",
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(idle);
+}
+
 // ---------------------------------------------------------------------------
 // 11. Per-key fairness: sub-agents count against the key; a key's own caps
 // on concurrent loops leave other keys alone.
