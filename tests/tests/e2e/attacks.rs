@@ -941,12 +941,13 @@ async fn slow_clients_are_cut_off_and_cannot_starve_others() {
     assert_healthy(&server.url(""), "a slow body").await;
 }
 
-#[tokio::test]
-async fn the_gateway_keeps_within_the_files_it_may_open_and_health_checks_get_in() {
+/// A gateway that may open 200 files (so 68 connections), with a header
+/// deadline of a minute (what lets a health check in is not it), and what
+/// it runs with.
+async fn capped_gateway() -> (MockLlm, tempfile::TempDir, ConfigDir, Server) {
     let model = MockLlm::start().await;
     let ws = tempfile::tempdir().unwrap();
     let dir = attack_config(ws.path(), &model, "");
-    // A long header deadline: what lets the health check in is not it.
     let yaml = std::fs::read_to_string(dir.path().join("toolgate.yaml")).unwrap();
     std::fs::write(
         dir.path().join("toolgate.yaml"),
@@ -958,6 +959,12 @@ async fn the_gateway_keeps_within_the_files_it_may_open_and_health_checks_get_in
     server
         .logged("the gateway holds at most 68 connections")
         .await;
+    (model, ws, dir, server)
+}
+
+#[tokio::test]
+async fn the_gateway_keeps_within_the_files_it_may_open_and_health_checks_get_in() {
+    let (_model, _ws, _dir, server) = capped_gateway().await;
     let addr = server.addr.clone();
     // More half-sent requests than the process could hold open.
     let slow: Vec<TcpStream> = (0..220)
@@ -986,20 +993,7 @@ async fn the_gateway_keeps_within_the_files_it_may_open_and_health_checks_get_in
 
 #[tokio::test]
 async fn idle_keep_alive_connections_make_room_at_the_cap() {
-    let model = MockLlm::start().await;
-    let ws = tempfile::tempdir().unwrap();
-    let dir = attack_config(ws.path(), &model, "");
-    // Keep-alive connections idle for a minute unless shed.
-    let yaml = std::fs::read_to_string(dir.path().join("toolgate.yaml")).unwrap();
-    std::fs::write(
-        dir.path().join("toolgate.yaml"),
-        yaml.replace("  header_timeout: 1s\n", "  header_timeout: 60s\n"),
-    )
-    .unwrap();
-    let server = Server::start_with_files(dir.path(), &[("UPSTREAM_KEY", UPSTREAM_KEY)], 200).await;
-    server
-        .logged("the gateway holds at most 68 connections")
-        .await;
+    let (_model, _ws, _dir, server) = capped_gateway().await;
     let addr = server.addr.clone();
     // 100 clients each make a request and keep their connection, idle.
     let mut idle = Vec::new();
