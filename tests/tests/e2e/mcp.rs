@@ -752,6 +752,17 @@ async fn the_gateway_s_model_answers_a_server_s_sampling_request_when_its_declar
             );
             assert_eq!(asked[0]["max_tokens"], 64, "the declaration's cap");
             assert_eq!(asked[0]["model"], "mock-model");
+            // Its spend is counted with the request's: three model calls
+            // (the loop's two and the sampling one), each with its tokens.
+            let spend: Value = reqwest::get(gw.url("/v1/spend?group_by=model"))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let row = &spend["data"][0];
+            assert_eq!(row["model_calls"], 3, "{spend}");
+            assert!(row["input_tokens"].as_i64().unwrap() > 0, "{spend}");
         } else {
             assert_eq!(call["success"], false, "{body}");
             assert!(call.to_string().contains("sampling"), "{call}");

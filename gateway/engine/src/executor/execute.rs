@@ -248,7 +248,7 @@ impl Executor {
             }
             // Dropped on timeout, which tells the server to cancel the call.
             ToolKind::Mcp(mcp) => {
-                let answered = sampling_by_model(catalog, mcp, ctx);
+                let answered = sampling_by_model(catalog, mcp, ctx, self.spend.as_ref());
                 let ctx = answered.as_ref().unwrap_or(ctx);
                 Box::pin(self.invoke_mcp(mcp, &args, ctx, catalog, progress)).await
             }

@@ -152,6 +152,7 @@ fn sampling_by_model(
     catalog: &Catalog,
     mcp: &crate::tools::tool::mcp::McpTool,
     ctx: &CallContext,
+    spend: Option<&Arc<crate::governance::spend::Spend>>,
 ) -> Option<CallContext> {
     use crate::tools::tool::mcp::relay::Relay;
     let sampling = mcp.sampling()?;
@@ -160,16 +161,62 @@ fn sampling_by_model(
         return None;
     }
     let resolved = catalog.upstreams.resolve(&sampling.model)?;
+    let counted = spend.map(|spend| sampling_spend(catalog, &resolved, ctx, Arc::clone(spend)));
     let mut ctx = ctx.clone();
     ctx.client = Some(toolgate::ClientLink::new(Relay {
         sample: Some(crate::model::sampling::answerer(
             resolved,
             sampling.max_tokens,
             catalog.settings.limits.max_response_bytes,
+            counted,
         )),
         ..relay
     }));
     Some(ctx)
+}
+
+/// What counts the spend of the gateway's model answering a server's
+/// sampling requests during a call made with `ctx`: the caller's.
+fn sampling_spend(
+    catalog: &Catalog,
+    resolved: &crate::model::routing::Resolved,
+    ctx: &CallContext,
+    spend: Arc<crate::governance::spend::Spend>,
+) -> crate::model::sampling::Counted {
+    use crate::governance::spend::{ModelSpend, Who};
+    let who = Who::of(ctx);
+    let price = catalog.spend.price(
+        resolved
+            .price
+            .map(crate::governance::spend::prices::Price::from),
+        &resolved.model,
+    );
+    Arc::new(move |model, usage, took| {
+        let call = ModelSpend {
+            model,
+            usage,
+            price,
+            took,
+        };
+        if spend.record_now(&who, call).is_some() {
+            return;
+        }
+        let (spend, who, model, usage) = (
+            Arc::clone(&spend),
+            who.clone(),
+            model.to_owned(),
+            usage.clone(),
+        );
+        tokio::spawn(async move {
+            let call = ModelSpend {
+                model: &model,
+                usage: &usage,
+                price,
+                took,
+            };
+            spend.record(&who, call).await;
+        });
+    })
 }
 
 impl Executor {

@@ -20,7 +20,7 @@ use rmcp::model::{CreateMessageRequestParams, CreateMessageResult};
 use serde_json::{Value, json};
 
 use crate::conversation::{
-    FinishReason, Item, Media, MediaKind, Notices, Protocol, Request, Role, Source, Turn,
+    FinishReason, Item, Media, MediaKind, Notices, Protocol, Request, Role, Source, Turn, Usage,
 };
 use crate::model::protocol::{self, Outgoing, Tools};
 use crate::model::routing::Resolved;
@@ -30,6 +30,7 @@ pub fn answerer(
     resolved: Resolved,
     max_tokens: u32,
     max_bytes: usize,
+    counted: Option<Counted>,
 ) -> Arc<
     dyn Fn(CreateMessageRequestParams) -> toolgate_mcp_client::relay::Reply<CreateMessageResult>
         + Send
@@ -38,16 +39,28 @@ pub fn answerer(
     let resolved = Arc::new(resolved);
     Arc::new(move |params| {
         let resolved = Arc::clone(&resolved);
-        Box::pin(async move { answer(&resolved, max_tokens, max_bytes, &params).await })
+        let counted = counted.clone();
+        Box::pin(async move {
+            let began = std::time::Instant::now();
+            let (result, usage) = answer(&resolved, max_tokens, max_bytes, &params).await?;
+            if let Some(count) = counted {
+                count(&resolved.model, &usage, began.elapsed());
+            }
+            Ok(result)
+        })
     })
 }
+
+/// Told each answered sampling call's model, usage and time (what counts
+/// its spend).
+pub type Counted = Arc<dyn Fn(&str, &Usage, std::time::Duration) + Send + Sync>;
 
 async fn answer(
     resolved: &Resolved,
     max_tokens: u32,
     max_bytes: usize,
     params: &CreateMessageRequestParams,
-) -> Result<CreateMessageResult, rmcp::ErrorData> {
+) -> Result<(CreateMessageResult, Usage), rmcp::ErrorData> {
     let failed = |why: String| rmcp::ErrorData::internal_error(why, None);
     let asked = serde_json::to_value(params)
         .map_err(|e| failed(format!("the sampling request cannot be read: {e}")))?;
@@ -153,7 +166,11 @@ fn item(block: &Value) -> Item {
 }
 
 /// The model's answer as the server's sampling result.
-fn result(protocol: Protocol, model: &str, body: &[u8]) -> Result<CreateMessageResult, String> {
+fn result(
+    protocol: Protocol,
+    model: &str,
+    body: &[u8],
+) -> Result<(CreateMessageResult, Usage), String> {
     let decoded = protocol::decode(protocol, body)
         .map_err(|e| format!("the gateway's model answered something unreadable: {e}"))?;
     let mut assembly = protocol::Assembly::default();
@@ -169,13 +186,14 @@ fn result(protocol: Protocol, model: &str, body: &[u8]) -> Result<CreateMessageR
         _ => CreateMessageResult::STOP_REASON_END_TURN,
     };
     let used = decoded.model.as_deref().unwrap_or(model);
-    serde_json::from_value(json!({
+    let answer = serde_json::from_value(json!({
         "role": "assistant",
         "content": {"type": "text", "text": text},
         "model": used,
         "stopReason": stop,
     }))
-    .map_err(|e| format!("the gateway's model's answer cannot be given to the server: {e}"))
+    .map_err(|e| format!("the gateway's model's answer cannot be given to the server: {e}"))?;
+    Ok((answer, assembly.usage))
 }
 
 #[cfg(test)]
@@ -242,9 +260,10 @@ mod tests {
 
     #[test]
     fn the_model_s_text_is_the_server_s_result_and_no_text_is_an_error() {
-        let answered = br#"{"model": "small-2", "choices": [{"message": {"role": "assistant", "content": "Paris."}, "finish_reason": "length"}]}"#;
-        let given =
-            serde_json::to_value(result(Protocol::OpenaiChat, "small", answered).unwrap()).unwrap();
+        let answered = br#"{"model": "small-2", "choices": [{"message": {"role": "assistant", "content": "Paris."}, "finish_reason": "length"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}"#;
+        let (given, usage) = result(Protocol::OpenaiChat, "small", answered).unwrap();
+        assert_eq!((usage.input, usage.output), (5, 2));
+        let given = serde_json::to_value(given).unwrap();
         assert_eq!(given["content"]["text"], "Paris.");
         assert_eq!(given["model"], "small-2");
         assert_eq!(given["stopReason"], "maxTokens");
