@@ -431,7 +431,76 @@ mod tests {
             })
     }
 
+    const PROTOCOLS: [Protocol; 4] = [
+        Protocol::OpenaiChat,
+        Protocol::Anthropic,
+        Protocol::OpenaiResponses,
+        Protocol::Gemini,
+    ];
+
+    /// An upstream's event: a name each protocol uses (or none, or any),
+    /// and data that is JSON of the shapes the decoders read, or any text.
+    fn upstream_event() -> impl Strategy<Value = (String, String)> {
+        let name = prop_oneof![
+            Just(String::new()),
+            prop::sample::select(vec![
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
+                "error",
+                "response.output_item.added",
+                "response.output_text.delta",
+                "response.function_call_arguments.delta",
+                "response.completed",
+                "response.failed",
+            ])
+            .prop_map(str::to_owned),
+            ".{0,24}",
+        ];
+        let data = prop_oneof![
+            ".{0,200}",
+            Just("[DONE]".to_owned()),
+            "\\{\"(choices|delta|type|index|content_block|candidates|usage|item|response)\":(\\[\\]|\\{\\}|null|1|\"x\")\\}",
+            r#"\{"choices":\[\{"index":[0-9]{1,3},"delta":\{"tool_calls":\[\{"index":[0-9]{1,10},"function":\{"arguments":"[a-z{}]{0,8}"\}\}\]\}\}\]\}"#,
+            r#"\{"type":"content_block_delta","index":[0-9]{1,10},"delta":\{"type":"(text_delta|input_json_delta|thinking_delta|signature_delta)","(text|partial_json|thinking|signature)":"[a-z]{0,8}"\}\}"#,
+            r#"\{"candidates":\[\{"content":\{"parts":\[\{"(text|functionCall|thoughtSignature)":("[a-z]{0,5}"|\{\})\}\]\}\}\]\}"#,
+        ];
+        (name, data)
+    }
+
     proptest! {
+        /// Whatever an upstream streams — events of any name, JSON of the
+        /// shapes read or not, huge indices — every protocol's decoder
+        /// answers an error or deltas, never panics, and the assembly stays
+        /// within its call cap.
+        #[test]
+        fn any_upstream_stream_is_decoded_or_refused(events in prop::collection::vec(upstream_event(), 0..24)) {
+            for protocol in PROTOCOLS {
+                let mut decoder = StreamDecoder::new(protocol);
+                let mut a = Assembly::default();
+                for (name, data) in &events {
+                    let Ok(step) = decoder.event(name, data) else { continue };
+                    for d in step.deltas {
+                        let _ = a.push(d, 16);
+                    }
+                    prop_assert!(a.calls.len() <= 16);
+                }
+                let _ = decoder.complete();
+            }
+        }
+
+        /// Any bytes as a whole answer: decoded or refused, never a panic.
+        #[test]
+        fn any_whole_answer_is_decoded_or_refused(body in prop::collection::vec(any::<u8>(), 0..512), json in "\\{\"(choices|content|output|candidates|usage|usageMetadata)\":(\\[\\{\\}\\]|\\[\\]|\\{\\}|null|\"x\")\\}") {
+            for protocol in PROTOCOLS {
+                let _ = decode(protocol, &body);
+                let _ = decode(protocol, json.as_bytes());
+            }
+        }
+
         /// Any sequence of streamed call pieces: no panic, never more calls
         /// than the cap, and an index beyond it is an error.
         #[test]
