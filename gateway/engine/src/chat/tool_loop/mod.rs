@@ -486,6 +486,9 @@ impl Run {
         let cost = match self.admission.take() {
             Some(admission) => {
                 let settled = self.l.spend.settle(admission, &self.who, call).await;
+                for w in &settled.warnings {
+                    tracing::info!("{w}");
+                }
                 self.budget_warnings.extend(settled.warnings);
                 if settled.exceeded.is_some() {
                     self.budget_spent = settled.exceeded;
@@ -524,9 +527,6 @@ impl Run {
         }
         if let Some(e) = &self.budget_spent {
             tracing::warn!(budget = %e.budget, "a budget is spent: the loop stops");
-        }
-        for w in &self.budget_warnings {
-            tracing::info!("{w}");
         }
     }
 
