@@ -183,8 +183,7 @@ fn sampling_spend(
     ctx: &CallContext,
     spend: Arc<crate::governance::spend::Spend>,
 ) -> crate::model::sampling::Counted {
-    use crate::governance::spend::{ModelSpend, Who};
-    let who = Who::of(ctx);
+    let who = crate::governance::spend::Who::of(ctx);
     let price = catalog.spend.price(
         resolved
             .price
@@ -192,30 +191,14 @@ fn sampling_spend(
         &resolved.model,
     );
     Arc::new(move |model, usage, took| {
-        let call = ModelSpend {
-            model,
-            usage,
-            price,
-            took,
-        };
-        if spend.record_now(&who, call).is_some() {
-            return;
-        }
-        let (spend, who, model, usage) = (
-            Arc::clone(&spend),
+        spend.count_soon(
+            None,
             who.clone(),
             model.to_owned(),
             usage.clone(),
+            price,
+            took,
         );
-        tokio::spawn(async move {
-            let call = ModelSpend {
-                model: &model,
-                usage: &usage,
-                price,
-                took,
-            };
-            spend.record(&who, call).await;
-        });
     })
 }
 

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use axum::body::Bytes;
 use http_body::Frame;
 use toolgate_engine::governance::spend::prices::Price;
-use toolgate_engine::governance::spend::{Admission, ModelSpend, Spend, Who};
+use toolgate_engine::governance::spend::{Admission, Spend, Who};
 use toolgate_engine::model::protocol::metered::UsageReader;
 
 /// What counts a passed-through call's spend.
@@ -38,38 +38,9 @@ impl Meter {
             reader,
             began,
         } = self;
-        let took = began.elapsed();
         let usage = reader.finish();
         record_usage(&span, &usage);
-        let call = ModelSpend {
-            model: &model,
-            usage: &usage,
-            price,
-            took,
-        };
-        // Nothing to wait for: counted now.
-        if admission.is_none() && spend.record_now(&who, call).is_some() {
-            return;
-        }
-        let count = async move {
-            let call = ModelSpend {
-                model: &model,
-                usage: &usage,
-                price,
-                took,
-            };
-            match admission {
-                Some(a) => {
-                    spend.settle(a, &who, call).await;
-                }
-                None => {
-                    spend.record(&who, call).await;
-                }
-            }
-        };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(count);
-        }
+        spend.count_soon(admission, who, model, usage, price, began.elapsed());
     }
 }
 

@@ -419,6 +419,49 @@ impl Spend {
         self.add(group, totals).await;
     }
 
+    /// Counts a finished model call off the caller's path: at once when
+    /// nothing needs waiting for (no budget to settle, no shared store),
+    /// else on a task of its own.
+    pub fn count_soon(
+        self: &Arc<Self>,
+        admission: Option<Admission>,
+        who: Who,
+        model: String,
+        usage: Usage,
+        price: Option<Price>,
+        took: std::time::Duration,
+    ) {
+        let now = ModelSpend {
+            model: &model,
+            usage: &usage,
+            price,
+            took,
+        };
+        if admission.is_none() && self.record_now(&who, now).is_some() {
+            return;
+        }
+        let spend = Arc::clone(self);
+        let count = async move {
+            let call = ModelSpend {
+                model: &model,
+                usage: &usage,
+                price,
+                took,
+            };
+            match admission {
+                Some(a) => {
+                    spend.settle(a, &who, call).await;
+                }
+                None => {
+                    spend.record(&who, call).await;
+                }
+            }
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(count);
+        }
+    }
+
     /// Whether the counts are kept in Redis.
     pub fn is_shared(&self) -> bool {
         self.redis.is_some()
