@@ -9,14 +9,13 @@ MOCK_LISTEN ?= 127.0.0.1:8089
 
 ## search-model: a static embedding model for tool search (`search.model`),
 ## which the tests and benchmarks use: potion-base-2M (MIT), as the
-## crate yantrikdb 0.23.4 on crates.io carries it, pinned by hash, into
-## target/models/potion-base-2M.
+## crate yantrikdb 0.23.4 carries it, fetched by cargo by its package name
+## and pinned by hash, into target/models/potion-base-2M.
 SEARCH_MODEL := target/models/potion-base-2M/model.safetensors
-SEARCH_MODEL_CRATE := https://static.crates.io/crates/yantrikdb/yantrikdb-0.23.4.crate
 SEARCH_MODEL_SHA256 := 4563469dda349e5e9fd103b885351ca61e0f73454e25e4c0b14d9358b632120a
 search-model: $(SEARCH_MODEL)
 $(SEARCH_MODEL): deploy/search-model/fetch.py
-	python3 deploy/search-model/fetch.py $(SEARCH_MODEL_CRATE) $(SEARCH_MODEL_SHA256) yantrikdb-0.23.4/assets/potion-base-2M target/models/potion-base-2M
+	python3 deploy/search-model/fetch.py yantrikdb 0.23.4 $(SEARCH_MODEL_SHA256) yantrikdb-0.23.4/assets/potion-base-2M target/models/potion-base-2M
 	touch $@
 
 ## run: serve the shipped configuration on $(LISTEN). Without OPENAI_BASE_URL
@@ -65,8 +64,8 @@ MDBOOK_VERSION := 0.5.4
 ## tests (tests/openapi/package.json), the coding agents run against the
 ## gateway (Claude Code and Codex, tests/agents/package.json), the Open
 ## Responses compliance suite's runtime (tests/openresponses/package.json),
-## mdBook (built from crates.io once, when missing, for the docs/ book), cargo-deny
-## (built from crates.io once, when missing) and the Debian packages of `deb`
+## mdBook (built with cargo once, when missing, for the docs/ book), cargo-deny
+## (built with cargo once, when missing) and the Debian packages of `deb`
 setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) $(OPENRESPONSES_NODE) $(PUBLIC_DATA) $(SEARCH_MODEL) cargo-deny mdbook deb
 
 $(PUBLIC_DATA): tests/public-data/requirements.txt tests/public-data/extract.py tests/public-data/agentdojo_source.py $(VENV)/.installed

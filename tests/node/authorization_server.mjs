@@ -8,10 +8,17 @@
 // gateway's /connect/callback), GATEWAY_RESOURCE (the audience of tokens
 // that call the gateway), API_RESOURCE (the API users connect to),
 // SHORT_RESOURCE (a second such API), MCP_RESOURCE (an MCP server users
-// connect to), BRIEF_RESOURCE (an API whose tokens live 20 seconds), EXCHANGE_RESOURCE (the API reached
-// by token exchange), API_TOKEN_TTL (seconds an API token lives). Prints "ready <issuer>" when listening.
-// GET /test/stats answers how many grants of each type it issued and
-// how many tokens were revoked.
+// connect to), BRIEF_RESOURCE (an API whose tokens live 20 seconds),
+// ROTATING_RESOURCE (an API whose tokens live 40 seconds), EXCHANGE_RESOURCE
+// (the API reached by token exchange), API_TOKEN_TTL (seconds an API token
+// lives). Prints "ready <issuer>" when listening.
+//
+// Refresh tokens rotate on every use, and a spent one presented again
+// revokes its whole grant (the provider's reuse detection): a client that
+// renews one token twice disconnects its user.
+// GET /test/stats answers how many grants of each type it issued, how
+// many tokens and whole grants were revoked, and how many token requests
+// it refused.
 
 import Provider, { errors } from 'oidc-provider';
 import * as jose from 'jose';
@@ -24,6 +31,7 @@ const exchangeTarget = process.env.EXCHANGE_RESOURCE;
 const short = process.env.SHORT_RESOURCE;
 const mcp = process.env.MCP_RESOURCE;
 const brief = process.env.BRIEF_RESOURCE;
+const rotating = process.env.ROTATING_RESOURCE;
 const apiTtl = Number(process.env.API_TOKEN_TTL || 3600);
 
 const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
@@ -32,7 +40,7 @@ const ACCESS_TOKEN = 'urn:ietf:params:oauth:token-type:access_token';
 const { privateKey, publicKey } = await jose.generateKeyPair('RS256', { extractable: true });
 const signing = { ...(await jose.exportJWK(privateKey)), kid: 'k1', alg: 'RS256', use: 'sig' };
 
-const stats = { grants: {}, revoked: 0 };
+const stats = { grants: {}, revoked: 0, grants_revoked: 0, refused: 0 };
 
 const provider = new Provider(issuer, {
   clients: [
@@ -66,24 +74,30 @@ const provider = new Provider(issuer, {
       defaultResource: () => undefined,
       useGrantedResource: () => true,
       getResourceServerInfo: (ctx, resource) => {
-        if (![gateway, api, short, mcp, brief, exchangeTarget].includes(resource)) {
+        if (![gateway, api, short, mcp, brief, rotating, exchangeTarget].includes(resource)) {
           throw new errors.InvalidTarget();
         }
         return {
           scope: 'api',
           audience: resource,
           accessTokenFormat: 'jwt',
-          accessTokenTTL: { [api]: apiTtl, [brief]: 20 }[resource] || 3600,
+          accessTokenTTL: { [api]: apiTtl, [brief]: 20, [rotating]: 40 }[resource] || 3600,
         };
       },
     },
   },
   issueRefreshToken: (ctx, client) => client.grantTypeAllowed('refresh_token'),
+  rotateRefreshToken: () => true,
   // Tokens for the gateway name the API key they act as.
   extraTokenClaims: (ctx, token) => (token.aud === gateway || (Array.isArray(token.aud) && token.aud.includes(gateway))
     ? { toolgate_key: 'team' } : undefined),
   pkce: { required: () => true },
 });
+
+// A whole grant revoked (a spent refresh token presented again, or a
+// revocation), and token requests refused.
+provider.on('grant.revoked', () => { stats.grants_revoked += 1; });
+provider.on('grant.error', () => { stats.refused += 1; });
 
 provider.on('grant.success', (ctx) => {
   const type = ctx.oidc.params.grant_type;

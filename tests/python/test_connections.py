@@ -202,7 +202,7 @@ def world(request, tmp_path_factory, model):
     as_port, gw_port = free_port(), free_port()
     issuer = f"http://127.0.0.1:{as_port}"
     gateway = f"http://127.0.0.1:{gw_port}"
-    resources = {name: f"http://127.0.0.1:{free_port()}/" for name in ("api", "short", "brief", "exchange")}
+    resources = {name: f"http://127.0.0.1:{free_port()}/" for name in ("api", "short", "brief", "rotating", "exchange")}
     mcp_port = free_port()
     mcp_url = f"http://127.0.0.1:{mcp_port}/mcp"
     # Tokens for the gateway: the audience `auth.jwt` checks, which the
@@ -218,6 +218,7 @@ def world(request, tmp_path_factory, model):
         "EXCHANGE_RESOURCE": resources["exchange"],
         "MCP_RESOURCE": mcp_url,
         "BRIEF_RESOURCE": resources["brief"],
+        "ROTATING_RESOURCE": resources["rotating"],
     }
     auth = subprocess.Popen([NODE, SERVER], cwd=NODE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     read_until(auth.stdout, "ready ")
@@ -296,6 +297,12 @@ connections:
       client_secret_env: TG_CLIENT_SECRET
       scopes: [api]
       resource: {resources["brief"]}
+    rotating:
+      issuer: {issuer}
+      client_id: toolgate
+      client_secret_env: TG_CLIENT_SECRET
+      scopes: [api]
+      resource: {resources["rotating"]}
     tasks:
       issuer: {issuer}
       client_id: toolgate
@@ -320,11 +327,12 @@ connections:
         ("people", "{per_user: people}", "people_me", resources["api"]),
         ("short", "{per_user: short}", "short_me", resources["short"]),
         ("brief", "{per_user: brief}", "brief_me", resources["brief"]),
+        ("rotating", "{per_user: rotating}", "rotating_me", resources["rotating"]),
         ("corp", "{token_exchange: corp}", "corp_me", resources["exchange"]),
         ("forward", "forward", "forward_me", gateway_resource),
     ]:
         text = f"credentials: {credentials}\ntools:" + tool.format(name=name, url=url)
-        if file in ("short", "brief"):  # every call reaches its API
+        if file in ("short", "brief", "rotating"):  # every call reaches its API
             text = text.replace("    cache: { ttl: 5m }\n", "")
         (config / "tools.d" / f"{file}.yaml").write_text(text)
     (config / "tools.d" / "mcp.yaml").write_text(f"""
@@ -345,7 +353,7 @@ mcp_servers:
     tools: {{ prefix: u_ }}
 """)
     (config / "tool-sets" / "me.yaml").write_text(
-        "name: me\ntools: [people_me, short_me, brief_me, corp_me, forward_me, whoami, refuse_my_token, alice_notes, u_*]\n"
+        "name: me\ntools: [people_me, short_me, brief_me, rotating_me, corp_me, forward_me, whoami, refuse_my_token, alice_notes, u_*]\n"
         'prompts: ["*"]\nresources: ["notes://*"]\n'
     )
     genv = {
@@ -396,15 +404,16 @@ mcp_servers:
             assert r.status_code == 200, r.text
             return r.json()["access_token"]
 
-    def invoke(token, tool):
+    def invoke(token, tool, base=None):
+        """Calls `tool` as `token`'s caller (at another replica's `base`)."""
         req = urllib.request.Request(
-            f"{gateway}/v1/tools/{tool}/invoke",
+            f"{base or gateway}/v1/tools/{tool}/invoke",
             data=json.dumps({"arguments": {}}).encode(),
             headers={"Authorization": f"Bearer {token}", "X-Tool-Set": "me", "Content-Type": "application/json"},
             method="POST",
         )
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:
+            with urllib.request.urlopen(req, timeout=60) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
@@ -522,7 +531,7 @@ def test_each_user_connects_once_and_then_calls_as_themselves(world):
     r = world["web"].get(world["gateway"] + "/v1/connections", token=alice)
     assert r.status_code == 200, r.text
     listed = {c["name"]: c["connected"] for c in r.json()["data"]}
-    assert listed == {"people": True, "short": True, "brief": False, "tasks": False}
+    assert listed == {"people": True, "short": True, "brief": False, "rotating": False, "tasks": False}
     assert "access_token" not in r.text and "eyJ" not in r.text
 
 
@@ -591,6 +600,71 @@ def test_a_token_about_to_expire_is_refreshed_before_the_call(world):
         jtis.append(body["data"]["jti"])
     assert stats()["grants"]["refresh_token"] == refreshes + 2
     assert len(set(jtis)) == 2, "each call came with a renewed token"
+
+
+def test_one_renewal_for_a_hundred_calls_on_two_replicas(world):
+    # The authorization server rotates refresh tokens and revokes the whole
+    # grant when a spent one comes back. `rotating` tokens live 40 seconds:
+    # 10 seconds after connecting, a token is within the 30 s before expiry
+    # at which the gateway renews it, and 100 calls of one user arrive at
+    # once, half on a second replica of the gateway (with Redis, sharing
+    # the store; with the embedded store, all on the one replica). Exactly
+    # one renewal, no grant revoked, every call answered as the user.
+    grace = world["sign_in"]("grace")
+    stats = world["stats"]
+    ensure_connected(world, "grace", grace, "rotating_me")
+    connected = time.monotonic()
+    bases = [world["gateway"]]
+    second = None
+    if world["redis_port"]:
+        port = free_port()
+        second = subprocess.Popen(
+            [binary("toolgate"), "serve", "--listen", f"127.0.0.1:{port}", "--config", str(world["config"])],
+            stderr=subprocess.PIPE,
+            env=world["env"],
+        )
+        read_until(second.stderr, "listening on http://")
+        threading.Thread(target=second.stderr.read, daemon=True).start()
+        bases.append(f"http://127.0.0.1:{port}")
+    try:
+
+        def call(i):
+            return world["invoke"](grace, "rotating_me", base=bases[i % len(bases)])
+
+        # Each replica warm (its sessions, keys and the server's metadata
+        # at hand) while the token is still fresh: no renewal yet.
+        for i in range(len(bases)):
+            status, body = call(i)
+            assert status == 200 and body["data"]["sub"] == "grace", body
+        before = stats()
+        time.sleep(max(0.0, 10.5 - (time.monotonic() - connected)))
+        results = [None] * 100
+        go = threading.Barrier(100)
+
+        def run(i):
+            go.wait()
+            results[i] = call(i)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(100)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        failed = [r for r in results if r[0] != 200]
+        assert not failed, failed[:3]
+        assert {r[1]["data"]["sub"] for r in results} == {"grace"}
+        after = stats()
+        assert after["grants"].get("refresh_token", 0) - before["grants"].get("refresh_token", 0) == 1
+        assert after["grants_revoked"] == before["grants_revoked"]
+        assert after["refused"] == before["refused"]
+        # Still connected, on either replica.
+        for i in range(len(bases)):
+            status, body = call(i)
+            assert status == 200 and body["data"]["sub"] == "grace", body
+    finally:
+        if second is not None:
+            second.terminate()
+            second.wait(timeout=10)
 
 
 def test_a_token_the_upstream_keeps_refusing_is_dropped(world):
@@ -851,7 +925,7 @@ def test_the_console_shows_a_users_accounts_and_connects_and_disconnects_them(wo
     assert page.status_code == 200, page.text
     assert "Your accounts" in page.text
     accounts = dict(re.findall(r'data-account="(\w+)"><strong>\w+</strong>:\s*(connected|not connected)', page.text))
-    assert accounts == {n: "not connected" for n in ("people", "short", "brief", "tasks")}, accounts
+    assert accounts == {n: "not connected" for n in ("people", "short", "brief", "rotating", "tasks")}, accounts
     # The page's Connect link is dana's own.
     link = html.unescape(re.search(r'data-account="people">.*?href="([^"]+)"', page.text, re.S).group(1))
     world["connect"]("dana", link)

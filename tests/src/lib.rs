@@ -480,7 +480,7 @@ pub fn search_model() -> Option<std::sync::Arc<toolgate_engine::support::embeddi
     let dir = repo_root().join("target/models/potion-base-2M");
     if !dir.join("model.safetensors").exists() {
         missing(&format!(
-            "{} is missing: `make search-model` (part of `make setup`) fetches it from crates.io",
+            "{} is missing: `make search-model` (part of `make setup`) fetches it with cargo",
             dir.display()
         ));
         return None;

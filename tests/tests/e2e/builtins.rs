@@ -727,7 +727,7 @@ impl Site {
                      <body><nav>Home | About</nav><article><h1>Rust facts</h1>\
                      <p>Rust is a systems programming language focused on <b>safety</b>, speed and concurrency. \
                      It achieves memory safety without a garbage collector, using ownership and borrowing.</p>\
-                     <p>Cargo is its build tool and package manager; crates.io hosts the packages of the community.</p>\
+                     <p>Cargo is its build tool and package manager; its registry hosts the packages of the community.</p>\
                      <ul><li>Ownership</li><li>Borrowing</li></ul>\
                      <p>See <a href=\"https://www.rust-lang.org/\">the website</a>.</p></article></body></html>",
                 )

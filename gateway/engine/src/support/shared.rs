@@ -90,6 +90,13 @@ return {1, last}
 
 /// Replaces a reservation (ARGV[1]) by what the call cost (ARGV[2], which
 /// becomes the next reservation); returns what is spent.
+/// Deletes a lock only while it is still the caller's: KEYS[1] the lock,
+/// ARGV[1] the token it was taken with.
+const UNLOCK: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+";
+
 const BUDGET_SETTLE: &str = r"
 redis.call('HINCRBY', KEYS[1], 'reserved', -tonumber(ARGV[1]))
 local spent = redis.call('HINCRBY', KEYS[1], 'spent', ARGV[2])
@@ -115,6 +122,7 @@ pub struct Redis {
     gcra: redis::Script,
     budget_admit: redis::Script,
     budget_settle: redis::Script,
+    unlock: redis::Script,
 }
 
 impl std::fmt::Debug for Redis {
@@ -148,6 +156,7 @@ impl Redis {
             gcra: redis::Script::new(GCRA),
             budget_admit: redis::Script::new(BUDGET_ADMIT),
             budget_settle: redis::Script::new(BUDGET_SETTLE),
+            unlock: redis::Script::new(UNLOCK),
         }))
     }
 
@@ -516,6 +525,43 @@ impl Redis {
         let key = self.key(&[kind, id]);
         self.run(|mut c| async move { redis::cmd("EXISTS").arg(key).query_async(&mut c).await })
             .await
+    }
+
+    /// Takes the lock `parts` for at most `ttl` unless another holder has
+    /// it: the holder's token (to [`unlock`](Self::unlock) with) when taken.
+    pub async fn lock(&self, parts: &[&str], ttl: Duration) -> Result<Option<String>, Down> {
+        let key = self.key(&[&["lock"][..], parts].concat());
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let held = token.clone();
+        let taken: Option<String> = self
+            .run(|mut c| async move {
+                redis::cmd("SET")
+                    .arg(key)
+                    .arg(held)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ms)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(taken.map(|_| token))
+    }
+
+    /// Gives back the lock `parts` taken with `token` (a lock that expired
+    /// and was taken by another holder is left to it).
+    pub async fn unlock(&self, parts: &[&str], token: &str) -> Result<(), Down> {
+        let key = self.key(&[&["lock"][..], parts].concat());
+        let token = token.to_owned();
+        self.run(|mut c| async move {
+            self.unlock
+                .key(key)
+                .arg(token)
+                .invoke_async::<()>(&mut c)
+                .await
+        })
+        .await
     }
 
     /// Whether some replica learned that `route` (`upstream/model`) takes

@@ -48,6 +48,19 @@ pub use toolgate_config::format::CredentialsDecl;
 /// exchanged one asked for again.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 
+/// How often a call waiting for another replica's renewal of a token looks
+/// at the store again.
+const RENEWAL_POLL: Duration = Duration::from_millis(50);
+
+/// Whether `record`'s token is another than `stale` and not about to
+/// expire: renewed by someone else.
+fn renewed(record: &Record, stale: &str) -> bool {
+    record.access_token != stale
+        && record
+            .expires_at
+            .is_none_or(|at| at > now() + EXPIRY_MARGIN.as_secs())
+}
+
 /// The longest wait for an authorization server.
 const SERVER_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -469,7 +482,7 @@ impl Connections {
     ) -> Result<String, ToolError> {
         match how {
             CredentialsDecl::Forward => Ok(caller_token(ctx)?.to_owned()),
-            CredentialsDecl::TokenExchange(name) => self.exchanged(name, ctx, false).await,
+            CredentialsDecl::TokenExchange(name) => self.exchanged(name, ctx, None).await,
             CredentialsDecl::PerUser(name) => {
                 let subject = caller_subject(ctx)?;
                 let Some(record) = self.load(store, name, subject).await.map_err(store_error)?
@@ -555,7 +568,9 @@ impl Connections {
     ) -> Result<Option<String>, ToolError> {
         match how {
             CredentialsDecl::Forward => Ok(None),
-            CredentialsDecl::TokenExchange(name) => self.exchanged(name, ctx, true).await.map(Some),
+            CredentialsDecl::TokenExchange(name) => {
+                self.exchanged(name, ctx, Some(refused)).await.map(Some)
+            }
             CredentialsDecl::PerUser(name) => {
                 let subject = caller_subject(ctx)?;
                 self.refresh(store, name, subject, refused).await.map(Some)
@@ -596,8 +611,13 @@ impl Connections {
 
     /// A new token for `subject` at `connection` from its refresh token,
     /// unless another call refreshed it already (its token is no longer
-    /// `stale`). Without a refresh token, or when the server refuses it,
-    /// the token is dropped.
+    /// `stale`). One renewal at a time per user and connection: within the
+    /// process (a lock), and across replicas sharing Redis (a lock there,
+    /// while the others wait for the token it renews). An authorization
+    /// server that rotates refresh tokens revokes the whole grant when a
+    /// spent one comes back: two renewals would disconnect the user.
+    /// Without a refresh token, or when the server refuses it, the token is
+    /// dropped.
     async fn refresh(
         &self,
         store: &Store,
@@ -611,20 +631,59 @@ impl Connections {
                 Arc::new(tokio::sync::Mutex::new(()))
             });
         let _held = lock.lock().await;
-        let Some(record) = self
+        let began = Instant::now();
+        loop {
+            let record = self.current(store, connection, subject).await?;
+            if renewed(&record, stale) {
+                return Ok(record.access_token);
+            }
+            if let Some(token) = store.lock(connection, subject).await.map_err(store_error)? {
+                // Read again under the lock: a replica may have renewed
+                // it between the read above and the lock.
+                let renewal = match self.current(store, connection, subject).await {
+                    Ok(record) if renewed(&record, stale) => Ok(record.access_token),
+                    Ok(record) => self.renew(store, connection, subject, record).await,
+                    Err(e) => Err(e),
+                };
+                store.unlock(connection, subject, &token).await;
+                return renewal;
+            }
+            if began.elapsed() > store::RENEWAL_LOCK {
+                return Err(ToolError::Backend(format!(
+                    "another replica has been renewing your token at `{connection}` for too long; try again"
+                )));
+            }
+            tokio::time::sleep(RENEWAL_POLL).await;
+        }
+    }
+
+    /// The stored record of `subject` at `connection`; not connected
+    /// without one.
+    async fn current(
+        &self,
+        store: &Store,
+        connection: &str,
+        subject: &str,
+    ) -> Result<Record, ToolError> {
+        match self
             .load(store, connection, subject)
             .await
             .map_err(store_error)?
-        else {
-            return Err(self.not_connected(connection, subject, "you have not connected"));
-        };
-        if record.access_token != stale
-            && record
-                .expires_at
-                .is_none_or(|at| at > now() + EXPIRY_MARGIN.as_secs())
         {
-            return Ok(record.access_token);
+            Some(record) => Ok(record),
+            None => Err(self.not_connected(connection, subject, "you have not connected")),
         }
+    }
+
+    /// Renews `record` with its refresh token (the caller holds the
+    /// renewal locks).
+    async fn renew(
+        &self,
+        store: &Store,
+        connection: &str,
+        subject: &str,
+        record: Record,
+    ) -> Result<String, ToolError> {
         let Some(refresh_token) = record.refresh_token.clone() else {
             store
                 .delete(connection, subject)
@@ -692,22 +751,30 @@ impl Connections {
         }
     }
 
-    /// A token for the caller from the exchange `name`: the one kept, or
-    /// a new one (always a new one when `again`).
+    /// A token for the caller from the exchange `name`: the one kept
+    /// (unless it is the one the upstream `refused`), or a new one.
     async fn exchanged(
         &self,
         name: &str,
         ctx: &CallContext,
-        again: bool,
+        refused: Option<&str>,
     ) -> Result<String, ToolError> {
         let exchange = self.exchange.get(name).ok_or_else(|| {
             ToolError::Failed(format!("this gateway has no token exchange `{name}`"))
         })?;
         let token = caller_token(ctx)?;
         let key = format!("{name}\0{}", digest(token));
-        if !again
-            && let Some(kept) = self.exchanged.get(&key)
+        // One exchange at a time per caller's token: the calls that wait
+        // take the token it brings.
+        let lock = self
+            .refreshing
+            .get_with(format!("exchange\0{key}"), || {
+                Arc::new(tokio::sync::Mutex::new(()))
+            });
+        let _held = lock.lock().await;
+        if let Some(kept) = self.exchanged.get(&key)
             && kept.1 > Instant::now()
+            && refused != Some(kept.0.as_str())
         {
             return Ok(kept.0.clone());
         }

@@ -106,6 +106,49 @@ impl Store {
     }
 }
 
+/// How long a replica may hold the lock on one user's token while it
+/// renews it (a renewal takes one request to the authorization server,
+/// itself bounded by the HTTP client's timeout).
+pub const RENEWAL_LOCK: std::time::Duration = std::time::Duration::from_secs(15);
+
+impl Store {
+    /// Takes the lock every replica sharing this store honours before it
+    /// renews `subject`'s token at `connection`: `Some` (the holder's
+    /// token) when taken, `None` while another replica holds it. The
+    /// embedded store belongs to one process, whose own lock suffices.
+    pub async fn lock(
+        &self,
+        connection: &str,
+        subject: &str,
+    ) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Files(_) => Ok(Some(String::new())),
+            Store::Redis(redis) => redis
+                .lock(
+                    &["connections", connection, &entry_name(subject)],
+                    RENEWAL_LOCK,
+                )
+                .await
+                .map_err(|_| StoreError::Down),
+        }
+    }
+
+    /// Gives back the lock [`lock`](Self::lock) took.
+    pub async fn unlock(&self, connection: &str, subject: &str, token: &str) {
+        if let Store::Redis(redis) = self
+            && redis
+                .unlock(&["connections", connection, &entry_name(subject)], token)
+                .await
+                .is_err()
+        {
+            tracing::warn!(
+                connection,
+                "could not give back a token's renewal lock; it expires by itself"
+            );
+        }
+    }
+}
+
 /// File work, off the runtime's threads.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
