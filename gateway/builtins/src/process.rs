@@ -5,7 +5,12 @@
 //!   user namespace when the gateway is not root): the command is the
 //!   namespace's first process, so when it ends or is killed the kernel
 //!   kills everything it started, `setsid` and double forks included;
-//! - **a process limit** (`prlimit --nproc`, `builtins.sandbox.max_processes`);
+//! - **a process limit** (`prlimit --nproc`, `builtins.sandbox.max_processes`)
+//!   and **a memory limit** per process (`prlimit --data`,
+//!   `builtins.sandbox.memory_mb`);
+//! - **a seccomp filter** (set by `toolgate confine` with Landlock): no
+//!   tracing, new namespaces, mounts, keyrings, BPF, performance counters,
+//!   modules or io_uring;
 //! - **another user** when the gateway runs as root (`setpriv`, the
 //!   `builtins.sandbox.user`): the code has none of root's rights and cannot
 //!   read the gateway's memory or environment (which the gateway also
@@ -38,6 +43,8 @@ pub struct Sandbox {
     pub network: bool,
     /// Children run even where they cannot be confined.
     pub allow_unconfined: bool,
+    /// `RLIMIT_DATA` of the children, in bytes.
+    pub memory_bytes: u64,
 }
 
 impl Sandbox {
@@ -54,6 +61,7 @@ impl Sandbox {
             max_processes: decl.max_processes,
             network: decl.network,
             allow_unconfined: decl.allow_unconfined,
+            memory_bytes: decl.memory_mb.saturating_mul(1024 * 1024),
         })
     }
 
@@ -65,6 +73,7 @@ impl Sandbox {
             max_processes: decl.max_processes,
             network: decl.network,
             allow_unconfined: decl.allow_unconfined,
+            memory_bytes: decl.memory_mb.saturating_mul(1024 * 1024),
         }
     }
 }
@@ -253,6 +262,7 @@ async fn sandboxed(spec: &ChildSpec) -> Result<(String, Vec<String>), ToolError>
     argv.extend([
         "prlimit".into(),
         format!("--nproc={0}:{0}", spec.sandbox.max_processes),
+        format!("--data={0}:{0}", spec.sandbox.memory_bytes),
         "--".into(),
     ]);
     if let Some((uid, gid)) = spec.sandbox.user {

@@ -165,6 +165,112 @@ fn seccomp_filter() -> Result<BpfProgram, String> {
         .map_err(|e: seccompiler::BackendError| format!("seccomp program: {e}"))
 }
 
+/// The system calls a command run by `exec` or lenient Python never
+/// needs, refused (`EPERM`) by `toolgate confine`: tracing or reading other
+/// processes, namespaces and mounts, the kernel's keyrings, BPF,
+/// performance counters, modules, io_uring (whose operations a filter
+/// cannot see), `userfaultfd`, and the machine's own switches.
+const CHILD_DENIED: &[libc::c_long] = &[
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_kcmp,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_setns,
+    libc::SYS_unshare,
+    libc::SYS_fsopen,
+    libc::SYS_fsmount,
+    libc::SYS_fsconfig,
+    libc::SYS_fspick,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_mount_setattr,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_userfaultfd,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_acct,
+    libc::SYS_quotactl,
+    libc::SYS_syslog,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
+    libc::SYS_clock_adjtime,
+    libc::SYS_adjtimex,
+    libc::SYS_sethostname,
+    libc::SYS_setdomainname,
+    libc::SYS_lookup_dcookie,
+];
+
+/// The namespace flags of `clone`: a child may start processes, not new
+/// namespaces.
+const CLONE_NAMESPACES: [u64; 7] = [
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWCGROUP as u64,
+];
+
+/// The filters `toolgate confine` installs before it becomes the command:
+/// [`CHILD_DENIED`] and `clone` with a namespace flag refused (`EPERM`);
+/// `clone3`, whose flags a filter cannot read, answered `ENOSYS` so that
+/// the C library falls back to `clone`, whose flags it can.
+fn child_seccomp() -> Result<[BpfProgram; 2], String> {
+    use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompRule};
+    let arch = TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|e| format!("seccomp on {}: {e}", std::env::consts::ARCH))?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        CHILD_DENIED.iter().map(|nr| (*nr, Vec::new())).collect();
+    let namespaces = CLONE_NAMESPACES
+        .iter()
+        .map(|flag| {
+            SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(*flag),
+                *flag,
+            )
+            .and_then(|c| SeccompRule::new(vec![c]))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("seccomp rule: {e}"))?;
+    rules.insert(libc::SYS_clone, namespaces);
+    let program = |rules, action| -> Result<BpfProgram, String> {
+        SeccompFilter::new(rules, SeccompAction::Allow, action, arch)
+            .map_err(|e| format!("seccomp filter: {e}"))?
+            .try_into()
+            .map_err(|e: seccompiler::BackendError| format!("seccomp program: {e}"))
+    };
+    Ok([
+        program(rules, SeccompAction::Errno(libc::EPERM as u32))?,
+        program(
+            BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+            SeccompAction::Errno(libc::ENOSYS as u32),
+        )?,
+    ])
+}
+
 /// The exit code of `toolgate confine` when it could not confine and was
 /// not allowed to run unconfined.
 pub const NOT_CONFINED: i32 = 125;
@@ -209,7 +315,8 @@ fn parse_child_args(args: &[String]) -> Result<ChildArgs, String> {
 /// [--allow-unconfined] -- command…`: confines itself with Landlock —
 /// reading and running only below the `--read` paths, writing only below
 /// the `--write` paths, no TCP unless `--network`, signals and abstract
-/// sockets only within — then becomes `command`. Exits with
+/// sockets only within — and a seccomp filter ([`CHILD_DENIED`], no new
+/// namespaces), then becomes `command`. Exits with
 /// [`NOT_CONFINED`] when Landlock is not there, unless allowed to run
 /// unconfined.
 pub fn child_main(args: &[String]) -> i32 {
@@ -266,6 +373,9 @@ fn confine_child(args: &ChildArgs) -> Result<RulesetStatus, String> {
         .map_err(fail)?
         .restrict_self()
         .map_err(fail)?;
+    for filter in child_seccomp()? {
+        seccompiler::apply_filter(&filter).map_err(|e| format!("seccomp: {e}"))?;
+    }
     Ok(status.ruleset)
 }
 

@@ -1305,6 +1305,10 @@ pub struct SandboxDecl {
     /// namespace, no Landlock): off, so `exec` and lenient Python refuse to
     /// run rather than run with the gateway's view of the machine.
     pub allow_unconfined: bool,
+    /// The memory each process the code starts may have, in MiB
+    /// (`RLIMIT_DATA`: its heap and private mappings); an allocation past
+    /// it fails.
+    pub memory_mb: u64,
 }
 
 impl Default for SandboxDecl {
@@ -1314,6 +1318,7 @@ impl Default for SandboxDecl {
             max_processes: 64,
             network: false,
             allow_unconfined: false,
+            memory_mb: 1024,
         }
     }
 }

@@ -562,6 +562,45 @@ async fn exec_timeout_kills_the_command_and_its_process_group() {
     );
 }
 
+/// What a command never needs is refused by the sandbox's seccomp filter:
+/// tracing, the kernel's keyrings, performance counters and new
+/// namespaces (each of which works on this machine outside it); and an
+/// allocation past `sandbox.memory_mb` fails.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[tokio::test]
+async fn exec_is_refused_what_a_command_never_needs() {
+    let ws = tempfile::tempdir().unwrap();
+    let (_d, catalog) = exec_catalog(ws.path(), "  sandbox: { memory_mb: 1024 }\n");
+    // Raw system calls by number (x86_64), through ctypes: ptrace(PTRACE_TRACEME),
+    // keyctl(KEYCTL_GET_KEYRING_ID, session), perf_event_open(NULL, ...):
+    // outside the filter the first succeeds and the others fail with
+    // another error than EPERM.
+    let probe = r#"python3 -c '
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+for name, nr, args in [("ptrace", 101, (0, 0, 0, 0)), ("keyctl", 250, (0, -3, 0)), ("perf_event_open", 298, (0, 0, -1, -1, 0))]:
+    r = libc.syscall(nr, *args)
+    print(name, "refused" if r == -1 and ctypes.get_errno() == errno.EPERM else "allowed")
+'; unshare -U true && echo unshare allowed || echo unshare refused"#;
+    let r = call(&catalog, "exec", json!({ "command": probe })).await;
+    let v = ok(&r);
+    assert_eq!(
+        v["stdout"],
+        json!("ptrace refused\nkeyctl refused\nperf_event_open refused\nunshare refused\n"),
+        "{v}"
+    );
+    let r = call(
+        &catalog,
+        "exec",
+        json!({"command": "python3 -c 'x = bytearray(256 << 20); print(len(x) >> 20)'; python3 -c 'bytearray(2 << 30)'"}),
+    )
+    .await;
+    let v = ok(&r);
+    assert_eq!(v["stdout"], json!("256\n"), "{v}");
+    assert!(v["stderr"].as_str().unwrap().contains("MemoryError"), "{v}");
+    assert_eq!(v["exit_code"], json!(1));
+}
+
 fn python_catalog(ws: &Path, python: &str) -> (ConfigDir, Catalog) {
     let dir = config(
         ws,

@@ -146,6 +146,16 @@ fn check_settings(file: &Loaded<GatewayFile>, diags: &mut Vec<Diagnostic>) {
             "give the most processes code may have at once, e.g. 64",
         );
     }
+    if decl.sandbox.memory_mb < 16 {
+        err(
+            "sandbox.memory_mb",
+            format!(
+                "sandbox.memory_mb is {}, too little for a shell to start",
+                decl.sandbox.memory_mb
+            ),
+            "give each process of the code at least 16 MiB, e.g. 1024",
+        );
+    }
     for (field, value) in [
         ("max_tasks", decl.spawn.max_tasks),
         ("concurrency", decl.spawn.concurrency),
