@@ -70,7 +70,8 @@ fn landlock() -> Result<Landlock, landlock::RulesetError> {
     })
 }
 
-/// The system calls a program's process never needs once it runs.
+/// The system calls a program's process never needs once it runs, besides
+/// [`CHILD_DENIED`].
 const DENIED: &[libc::c_long] = &[
     // files
     libc::SYS_openat,
@@ -101,29 +102,11 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_execve,
     libc::SYS_execveat,
     libc::SYS_kill,
-    libc::SYS_ptrace,
-    libc::SYS_process_vm_readv,
-    libc::SYS_process_vm_writev,
     libc::SYS_pidfd_open,
-    libc::SYS_pidfd_getfd,
-    // the system
-    libc::SYS_mount,
-    libc::SYS_umount2,
-    libc::SYS_pivot_root,
-    libc::SYS_chroot,
-    libc::SYS_setns,
-    libc::SYS_unshare,
-    libc::SYS_bpf,
-    libc::SYS_perf_event_open,
-    libc::SYS_userfaultfd,
-    libc::SYS_io_uring_setup,
-    libc::SYS_keyctl,
-    libc::SYS_add_key,
-    libc::SYS_request_key,
-    libc::SYS_init_module,
-    libc::SYS_finit_module,
+    // its own limits
     libc::SYS_setrlimit,
     libc::SYS_prlimit64,
+    // (and all of CHILD_DENIED: tracing, namespaces, the system)
 ];
 
 /// Their older forms, which only some architectures have (aarch64 has
@@ -150,6 +133,7 @@ fn seccomp_filter() -> Result<BpfProgram, String> {
         .map_err(|e| format!("seccomp on {}: {e}", std::env::consts::ARCH))?;
     let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = DENIED
         .iter()
+        .chain(CHILD_DENIED)
         .chain(DENIED_LEGACY)
         .map(|nr| (*nr, Vec::new()))
         .collect();
