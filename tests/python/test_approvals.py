@@ -8,6 +8,8 @@ and MCP faces.
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +26,7 @@ import pytest
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import ROOT, TOOLS_YAML, binary, read_until
+from conftest import ROOT, TOOLS_YAML, binary, missing, read_until
 
 AGENT = "agent-key-approvals-0123456789"
 BOSS = "boss-key-approvals-0123456789ab"
@@ -76,34 +78,77 @@ mcp_servers:
 """
 
 
-@pytest.fixture(scope="module")
-def gw(tmp_path_factory, backend, model):
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module", params=["memory", "redis"])
+def gw(request, tmp_path_factory, backend, model):
+    """A gateway; with `redis`, two replicas sharing the requests for
+    approval through a real redis-server: calls are made on the first
+    (`base`), requests listed and decided on the second (`other`)."""
     config = tmp_path_factory.mktemp("approvals")
     (config / "tools.d").mkdir()
     (config / "tool-sets").mkdir()
     audit = config / "audit.jsonl"
-    (config / "toolgate.yaml").write_text(GATEWAY_YAML.format(model=model, audit=audit))
+    state = ""
+    redis = None
+    env = {**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "TG_AGENT": AGENT, "TG_BOSS": BOSS}
+    env.pop("OPENAI_BASE_URL", None)
+    if request.param == "redis":
+        if not shutil.which("redis-server"):
+            missing("redis-server is not installed: `make deb` installs it")
+        port = free_port()
+        redis = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        read_until_port(port, redis)
+        state = "state:\n  redis:\n    url_env: TG_REDIS_URL\n"
+        env["TG_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+    (config / "toolgate.yaml").write_text(state + GATEWAY_YAML.format(model=model, audit=audit))
     (config / "tools.d" / "t.yaml").write_text(TOOLS_YAML.format(backend=backend))
     (config / "tools.d" / "m.yaml").write_text(
         MCP_YAML.format(python=sys.executable, server=ROOT / "tests/mcp/test_server.py")
     )
     (config / "tool-sets" / "web.yaml").write_text('name: web\ntools: [lookup, "py_*"]\n')
-    env = {**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "TG_AGENT": AGENT, "TG_BOSS": BOSS}
-    env.pop("OPENAI_BASE_URL", None)
-    proc = subprocess.Popen(
-        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    line = read_until(proc.stderr, "listening on http://")
-    base = "http://" + line.split("listening on http://")[1].strip()
-    deadline = time.time() + 60
-    while "py_delete_note" not in json.dumps(api(base, "GET", "/v1/tools", key=BOSS)[1]):
-        assert time.time() < deadline, "the MCP server's tools never came"
-        time.sleep(0.2)
-    yield {"base": base, "audit": audit}
-    proc.terminate()
-    proc.wait(timeout=10)
+    procs, bases = [], []
+    for _ in range(2 if redis else 1):
+        proc = subprocess.Popen(
+            [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        line = read_until(proc.stderr, "listening on http://")
+        threading.Thread(target=proc.stderr.read, daemon=True).start()
+        procs.append(proc)
+        bases.append("http://" + line.split("listening on http://")[1].strip())
+    for base in bases:
+        deadline = time.time() + 60
+        while "py_delete_note" not in json.dumps(api(base, "GET", "/v1/tools", key=BOSS)[1]):
+            assert time.time() < deadline, "the MCP server's tools never came"
+            time.sleep(0.2)
+    yield {"base": bases[0], "other": bases[-1], "audit": audit}
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=10)
+    if redis is not None:
+        redis.kill()
+        redis.wait()
+
+
+def read_until_port(port, proc):
+    """Waits until `proc` listens on `port`."""
+    for _ in range(300):
+        assert proc.poll() is None, f"the server on port {port} exited"
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on port {port}")
 
 
 def api(base, method, path, body=None, key=BOSS, headers=None, form=None):
@@ -129,7 +174,7 @@ def pending(gw, tool, key=BOSS, known=()):
     """The first pending request for `tool` not in `known`, waited for."""
     deadline = time.time() + 20
     while True:
-        status, listing = api(gw["base"], "GET", "/v1/approvals", key=key)
+        status, listing = api(gw["other"], "GET", "/v1/approvals", key=key)
         assert status == 200, listing
         for r in listing["data"]:
             if r["tool"] == tool and r["status"] == "pending" and r["id"] not in known:
@@ -191,16 +236,16 @@ def test_a_held_call_runs_once_a_person_approves_it(gw, face):
     assert request["why"] == "policy `payments`: payments need a person"
     assert request["key"] == "agent" and request["arguments"] == {"q": q}
     # The caller sees its own request, and may not decide it.
-    status, own = api(gw["base"], "GET", f"/v1/approvals/{request['id']}", key=AGENT)
+    status, own = api(gw["other"], "GET", f"/v1/approvals/{request['id']}", key=AGENT)
     assert status == 200 and own["status"] == "pending"
-    status, err = api(gw["base"], "POST", f"/v1/approvals/{request['id']}", {"decision": "approve"}, key=AGENT)
+    status, err = api(gw["other"], "POST", f"/v1/approvals/{request['id']}", {"decision": "approve"}, key=AGENT)
     assert status == 403 and err["error"]["code"] == "not_an_approver"
-    status, decided = api(gw["base"], "POST", f"/v1/approvals/{request['id']}", {"decision": "approve"})
+    status, decided = api(gw["other"], "POST", f"/v1/approvals/{request['id']}", {"decision": "approve"})
     assert status == 200 and decided["status"] == "approved" and decided["by"] == "boss"
     assert q in answer()
-    status, used = api(gw["base"], "GET", f"/v1/approvals/{request['id']}")
+    status, used = api(gw["other"], "GET", f"/v1/approvals/{request['id']}")
     assert used["status"] == "used"
-    status, again = api(gw["base"], "POST", f"/v1/approvals/{request['id']}", {"decision": "refuse"})
+    status, again = api(gw["other"], "POST", f"/v1/approvals/{request['id']}", {"decision": "refuse"})
     assert status == 409 and again["error"]["code"] == "already_decided"
 
 
@@ -208,25 +253,28 @@ def test_a_held_call_runs_once_a_person_approves_it(gw, face):
 def test_a_refusal_is_read_by_the_model(gw, face):
     answer = in_background(lambda: FACES[face](gw, f"payment of 6 via {face}"))
     request = pending(gw, "lookup")
-    status, _ = api(gw["base"], "POST", f"/v1/approvals/{request['id']}", {"decision": "refuse", "reason": "not today"})
+    status, _ = api(gw["other"], "POST", f"/v1/approvals/{request['id']}", {"decision": "refuse", "reason": "not today"})
     assert status == 200
     assert "refused by approver `boss`: not today" in answer()
 
 
 def test_an_approval_after_the_wait_lets_the_same_call_run_and_not_another(gw):
-    invoke = lambda q: api(gw["base"], "POST", "/v1/tools/lookup/invoke", {"arguments": {"q": q}}, key=AGENT)  # noqa: E731
+    def invoke(q, base=gw["base"]):
+        return api(base, "POST", "/v1/tools/lookup/invoke", {"arguments": {"q": q}}, key=AGENT)
+
     status, err = invoke("payment of 7")
     assert status == 403 and err["error"]["code"] == "approval_pending", err
     request = pending(gw, "lookup")
     assert request["id"] in err["error"]["message"]
-    api(gw["base"], "POST", f"/v1/approvals/{request['id']}", {"decision": "approve"})
-    status, ok = invoke("payment of 7")
+    api(gw["other"], "POST", f"/v1/approvals/{request['id']}", {"decision": "approve"})
+    # Made again (on the other replica, with Redis): it runs, once.
+    status, ok = invoke("payment of 7", gw["other"])
     assert status == 200 and ok["data"] == "payment of 7"
     # Changed arguments: another request, held again.
     held = in_background(lambda: invoke("payment of 8"))
     other = pending(gw, "lookup", known={request["id"]})
     assert other["arguments_sha256"] != request["arguments_sha256"]
-    api(gw["base"], "POST", f"/v1/approvals/{other['id']}", {"decision": "refuse"})
+    api(gw["other"], "POST", f"/v1/approvals/{other['id']}", {"decision": "refuse"})
     status, err = held()
     assert status == 422 and err["error"]["code"] == "refused"
 

@@ -68,7 +68,7 @@ impl Executor {
             arguments_sha256: crate::governance::audit::sha256_hex(&canonical_json(arguments)),
             policy_version: catalog.policy_version.clone(),
         };
-        match self.approvals.ask(binding, shown, why, settings) {
+        match self.approvals.ask(binding, shown, why, settings).await {
             Err(reason) => Err(ToolError::Refused(reason)),
             Ok(Ask::Run { .. }) => Ok(()),
             Ok(Ask::Wait { id, decision }) => {

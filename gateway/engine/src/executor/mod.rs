@@ -220,8 +220,12 @@ impl Executor {
         &self.approvals
     }
 
-    /// Shares cached results with other replicas through `redis`.
+    /// Shares cached results and requests for approval with other
+    /// replicas through `redis`.
     pub fn with_shared(mut self, redis: Option<Arc<Redis>>) -> Self {
+        if let Some(r) = &redis {
+            self.approvals = Arc::new(Approvals::shared(Arc::clone(r)));
+        }
         self.shared = redis;
         self
     }

@@ -256,7 +256,7 @@ impl Redis {
 
     /// Runs one operation on the connection under the timeout. A broken
     /// connection is dropped (the supervisor reconnects).
-    async fn run<T, F, Fut>(&self, op: F) -> Result<T, Down>
+    pub(crate) async fn run<T, F, Fut>(&self, op: F) -> Result<T, Down>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
@@ -307,7 +307,7 @@ impl Redis {
         }
     }
 
-    fn key(&self, parts: &[&str]) -> String {
+    pub(crate) fn key(&self, parts: &[&str]) -> String {
         let mut key = self.prefix.clone();
         key.push_str(&parts.join(":"));
         key

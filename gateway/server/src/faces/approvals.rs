@@ -28,8 +28,9 @@ pub fn is_approver(caller: &Caller) -> bool {
 
 /// The requests `caller` may see, newest first: every one for an
 /// approver, and on a gateway without keys.
-pub fn visible(state: &AppState, caller: &Caller) -> Vec<Request> {
-    let all = state.executor.approvals().list();
+pub async fn visible(state: &AppState, caller: &Caller) -> Vec<Request> {
+    let settings = state.catalog().settings.approvals;
+    let all = state.executor.approvals().list(&settings).await;
     if is_approver(caller) || !state.catalog().keys().required() {
         return all;
     }
@@ -44,7 +45,7 @@ pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
 ) -> Json<Value> {
-    Json(json!({"object": "list", "data": visible(&state, &caller)}))
+    Json(json!({"object": "list", "data": visible(&state, &caller).await}))
 }
 
 /// `GET /v1/approvals/{id}`.
@@ -54,6 +55,7 @@ pub async fn get(
     Path(id): Path<String>,
 ) -> Result<Json<Request>, ApiError> {
     visible(&state, &caller)
+        .await
         .into_iter()
         .find(|r| r.id == id)
         .map(Json)
@@ -94,11 +96,13 @@ pub async fn post(
         ))
     })?;
     let approve = matches!(decision.decision, Verdict::Approve);
-    decide(&state, &caller, &id, approve, decision.reason).map(Json)
+    decide(&state, &caller, &id, approve, decision.reason)
+        .await
+        .map(Json)
 }
 
 /// Decides request `id` as `caller`, when it may.
-pub fn decide(
+pub async fn decide(
     state: &AppState,
     caller: &Caller,
     id: &str,
@@ -126,8 +130,14 @@ pub fn decide(
         .executor
         .approvals()
         .decide(id, approve, &by, reason)
+        .await
         .map_err(|e| match e {
             DecideError::Unknown(_) => unknown(id),
+            DecideError::Unavailable => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shared_state_unavailable",
+                e.to_string(),
+            ),
             DecideError::Decided { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "already_decided", e.to_string())
             }

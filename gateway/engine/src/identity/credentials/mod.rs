@@ -766,11 +766,9 @@ impl Connections {
         let key = format!("{name}\0{}", digest(token));
         // One exchange at a time per caller's token: the calls that wait
         // take the token it brings.
-        let lock = self
-            .refreshing
-            .get_with(format!("exchange\0{key}"), || {
-                Arc::new(tokio::sync::Mutex::new(()))
-            });
+        let lock = self.refreshing.get_with(format!("exchange\0{key}"), || {
+            Arc::new(tokio::sync::Mutex::new(()))
+        });
         let _held = lock.lock().await;
         if let Some(kept) = self.exchanged.get(&key)
             && kept.1 > Instant::now()

@@ -21,17 +21,18 @@ pub async fn page(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let access = console_access(&state, &caller, &headers)?;
-    review(&state, &caller, access.operator, None)
+    review(&state, &caller, access.operator, None).await
 }
 
 /// The page, with `notice` (what was just done) on top.
-fn review(
+async fn review(
     state: &AppState,
     caller: &Caller,
     operator: bool,
     notice: Option<String>,
 ) -> Result<Response, ApiError> {
     let requests: Vec<Value> = approvals::visible(state, caller)
+        .await
         .into_iter()
         .map(|r| {
             let mut v = json!(r);
@@ -123,13 +124,13 @@ pub async fn decide(
         }
     };
     let reason = Some(form.reason).filter(|r| !r.trim().is_empty());
-    let decided = approvals::decide(&state, &caller, &id, approve, reason)?;
+    let decided = approvals::decide(&state, &caller, &id, approve, reason).await?;
     let notice = format!(
         "{} the call of `{}` ({id}).",
         if approve { "Approved" } else { "Refused" },
         decided.binding.tool
     );
-    review(&state, &caller, access.operator, Some(notice))
+    review(&state, &caller, access.operator, Some(notice)).await
 }
 
 /// What the accept form sends: the definition shown, so that only it is
@@ -164,7 +165,7 @@ pub async fn accept(
     let notice = format!(
         "Accepted the new definition of `{tool}` of MCP server `{server}`; the gateway lists the server's tools again and serves it."
     );
-    review(&state, &caller, access.operator, Some(notice))
+    review(&state, &caller, access.operator, Some(notice)).await
 }
 
 #[cfg(test)]

@@ -15,20 +15,26 @@
 //!
 //! Bounded: at most `approvals.max_pending` requests wait at once, and
 //! decided ones are forgotten when they expire (or, beyond four times that
-//! many, oldest first). In memory, per process: a restart forgets them.
+//! many, oldest first). In memory, per process (a restart forgets them);
+//! with `state.redis`, in Redis ([`shared`]) for every replica and across
+//! restarts, a held call seeing the decision within a tenth of a second.
+
+mod shared;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
 use toolgate_config::format::ApprovalsDecl;
 
+use crate::support::shared::Redis;
+
 /// What an approval is for: one call, by one caller, under one set of
 /// policies.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Binding {
     /// The caller's API key (its name), if any.
     pub key: Option<String>,
@@ -45,7 +51,7 @@ pub struct Binding {
 }
 
 /// Where a request for approval stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Status {
     /// Waiting for a decision.
@@ -59,7 +65,7 @@ pub enum Status {
 }
 
 /// A request for approval, as an approver sees it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Request {
     pub id: String,
     #[serde(flatten)]
@@ -67,7 +73,7 @@ pub struct Request {
     /// The arguments as the audit log shows them (secret properties
     /// redacted), for the approver to read; absent under a `redact` policy
     /// or `audit.arguments: digest|none`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<Value>,
     /// Why the call needs an approval (the policy, or the tool's
     /// destructive hint).
@@ -92,10 +98,16 @@ pub enum Ask {
     /// An approval was given for this very call: run it.
     Run { by: String },
     /// Wait for the decision on request `id`.
-    Wait {
-        id: String,
-        decision: watch::Receiver<Status>,
-    },
+    Wait { id: String, decision: Decision },
+}
+
+/// Where a held call learns its decision.
+#[derive(Debug)]
+pub enum Decision {
+    /// This process's request.
+    Local(watch::Receiver<Status>),
+    /// A request in Redis, read again until decided.
+    Shared,
 }
 
 /// Why a decision cannot be taken.
@@ -105,6 +117,8 @@ pub enum DecideError {
     Unknown(String),
     #[error("request for approval `{id}` is already decided ({status})")]
     Decided { id: String, status: &'static str },
+    #[error("the requests for approval (kept in the shared state) cannot be reached now")]
+    Unavailable,
 }
 
 /// How a held call ends.
@@ -119,10 +133,19 @@ pub enum Outcome {
     NotYet(String),
 }
 
-/// The requests for approval of one gateway process.
+/// The requests for approval: of this process, or of every replica.
 #[derive(Default)]
 pub struct Approvals {
     entries: Mutex<HashMap<String, Entry>>,
+    shared: Option<Arc<Redis>>,
+}
+
+/// How often a call held on a request in Redis reads its status again.
+const SHARED_POLL: Duration = Duration::from_millis(100);
+
+/// What the model reads when the shared state cannot be reached.
+fn unavailable() -> String {
+    "this call needs an approval, and the requests for approval (kept in the shared state) cannot be reached now; it was not run, try again later".to_owned()
 }
 
 impl std::fmt::Debug for Approvals {
@@ -145,6 +168,14 @@ impl Approvals {
         Self::default()
     }
 
+    /// Requests kept in `redis`, for every replica.
+    pub fn shared(redis: Arc<Redis>) -> Self {
+        Approvals {
+            entries: Mutex::default(),
+            shared: Some(redis),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -152,7 +183,7 @@ impl Approvals {
     /// A call bound to `binding` needs an approval: run it on one given,
     /// else wait for one. `Err` with the reason the model reads when it was
     /// refused, or when too many calls wait already.
-    pub fn ask(
+    fn ask_local(
         &self,
         binding: Binding,
         arguments: Option<Value>,
@@ -176,7 +207,7 @@ impl Approvals {
                 Status::Pending => {
                     return Ok(Ask::Wait {
                         id: entry.request.id.clone(),
-                        decision: entry.tx.subscribe(),
+                        decision: Decision::Local(entry.tx.subscribe()),
                     });
                 }
                 Status::Refused { by, reason } => return Err(refusal(&by, reason.as_deref())),
@@ -227,11 +258,14 @@ impl Approvals {
             },
         );
         crate::support::metrics::record(|m| m.approval("requested"));
-        Ok(Ask::Wait { id, decision })
+        Ok(Ask::Wait {
+            id,
+            decision: Decision::Local(decision),
+        })
     }
 
-    /// Waits up to `wait` for the decision on `id`.
-    pub async fn wait(
+    /// Waits up to `wait` for the decision on `id`, of this process.
+    async fn wait_local(
         &self,
         id: &str,
         mut decision: watch::Receiver<Status>,
@@ -243,13 +277,8 @@ impl Approvals {
             .await
             .map(|r| r.map(drop));
         match decided {
-            Err(_) => Outcome::NotYet(format!(
-                "this call needs a person's approval and none came within {}; it was not run. Request `{id}` stays open: once it is approved, make the same call again (same arguments) and it runs",
-                humantime_serde::re::humantime::format_duration(wait)
-            )),
-            Ok(Err(_)) => Outcome::Refused(format!(
-                "the request for approval `{id}` expired before a decision; the call was not run"
-            )),
+            Err(_) => not_yet(id, wait),
+            Ok(Err(_)) => expired(id),
             Ok(Ok(_)) => self.take(id),
         }
     }
@@ -258,28 +287,18 @@ impl Approvals {
     fn take(&self, id: &str) -> Outcome {
         let mut entries = self.lock();
         let Some(entry) = entries.get_mut(id) else {
-            return Outcome::Refused(format!(
-                "the request for approval `{id}` expired before a decision; the call was not run"
-            ));
+            return expired(id);
         };
-        match entry.request.status.clone() {
-            Status::Approved { by } => {
-                entry.request.status = Status::Used { by: by.clone() };
-                entry.tx.send_replace(entry.request.status.clone());
-                Outcome::Run { by }
-            }
-            Status::Refused { by, reason } => Outcome::Refused(refusal(&by, reason.as_deref())),
-            Status::Used { .. } => Outcome::Refused(format!(
-                "the approval `{id}` was used by an identical call that ran first; this one was not run (make it again to ask for another approval)"
-            )),
-            Status::Pending => Outcome::NotYet(format!(
-                "request for approval `{id}` is still pending; the call was not run"
-            )),
+        let before = entry.request.status.clone();
+        if let Status::Approved { by } = &before {
+            entry.request.status = Status::Used { by: by.clone() };
+            entry.tx.send_replace(entry.request.status.clone());
         }
+        taken(id, before)
     }
 
-    /// Approves (or refuses) request `id` on behalf of `by`.
-    pub fn decide(
+    /// Approves (or refuses) request `id` on behalf of `by`, here.
+    fn decide_local(
         &self,
         id: &str,
         approve: bool,
@@ -314,8 +333,8 @@ impl Approvals {
         Ok(view(entry, now))
     }
 
-    /// Every open request, newest first.
-    pub fn list(&self) -> Vec<Request> {
+    /// Every open request of this process, newest first.
+    fn list_local(&self) -> Vec<Request> {
         let now = Instant::now();
         let mut entries = self.lock();
         entries.retain(|_, e| e.expires > now);
@@ -328,13 +347,192 @@ impl Approvals {
         out
     }
 
-    /// Request `id`, if open.
-    pub fn get(&self, id: &str) -> Option<Request> {
+    /// Request `id` of this process, if open.
+    fn get_local(&self, id: &str) -> Option<Request> {
         let now = Instant::now();
         self.lock()
             .get(id)
             .filter(|e| e.expires > now)
             .map(|e| view(e, now))
+    }
+}
+
+impl Approvals {
+    /// A call bound to `binding` needs an approval: run it on one given,
+    /// else wait for one. `Err` with the reason the model reads when it was
+    /// refused, when too many calls wait already, or when the shared
+    /// state is out of reach (a held call is never let through unasked).
+    pub async fn ask(
+        &self,
+        binding: Binding,
+        arguments: Option<Value>,
+        why: String,
+        settings: &ApprovalsDecl,
+    ) -> Result<Ask, String> {
+        let Some(redis) = &self.shared else {
+            return self.ask_local(binding, arguments, why, settings);
+        };
+        let digest = crate::governance::audit::sha256_hex(
+            &serde_json::to_string(&binding).unwrap_or_default(),
+        );
+        let request = Request {
+            id: format!("apr_{}", uuid::Uuid::new_v4().simple()),
+            binding,
+            arguments,
+            why,
+            requested_at: crate::governance::audit::now_rfc3339(),
+            expires_in_s: 0,
+            status: Status::Pending,
+        };
+        let asked = shared::ask(
+            redis,
+            &digest,
+            &request,
+            settings.valid_for,
+            settings.max_pending,
+        )
+        .await
+        .map_err(|_| unavailable())?;
+        match asked {
+            shared::Asked::Run { by } => Ok(Ask::Run { by }),
+            shared::Asked::Refused { by, reason } => Err(refusal(&by, reason.as_deref())),
+            shared::Asked::Full(pending) => Err(format!(
+                "the call needs an approval, and {pending} calls are already waiting for one (approvals.max_pending); it was not run, try again later"
+            )),
+            shared::Asked::Wait { id } => {
+                if id == request.id {
+                    tracing::info!(approval = %id, tool = %request.binding.tool, key = ?request.binding.key, "a call waits for approval");
+                    crate::support::metrics::record(|m| m.approval("requested"));
+                }
+                Ok(Ask::Wait {
+                    id,
+                    decision: Decision::Shared,
+                })
+            }
+        }
+    }
+
+    /// Waits up to `wait` for the decision on `id`.
+    pub async fn wait(&self, id: &str, decision: Decision, wait: Duration) -> Outcome {
+        let (Decision::Shared, Some(redis)) = (&decision, &self.shared) else {
+            return match decision {
+                Decision::Local(rx) => self.wait_local(id, rx, wait).await,
+                Decision::Shared => expired(id),
+            };
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match shared::status_of(redis, id).await {
+                Err(_) => return Outcome::Refused(unavailable()),
+                Ok(None) => return expired(id),
+                Ok(Some(Status::Pending)) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep_until(
+                        deadline.min(tokio::time::Instant::now() + SHARED_POLL),
+                    )
+                    .await;
+                }
+                Ok(Some(Status::Pending)) => return not_yet(id, wait),
+                Ok(Some(_)) => {
+                    return match shared::take(redis, id).await {
+                        Err(_) => Outcome::Refused(unavailable()),
+                        Ok(None) => expired(id),
+                        Ok(Some(before)) => taken(id, before),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Approves (or refuses) request `id` on behalf of `by`.
+    pub async fn decide(
+        &self,
+        id: &str,
+        approve: bool,
+        by: &str,
+        reason: Option<String>,
+    ) -> Result<Request, DecideError> {
+        let Some(redis) = &self.shared else {
+            return self.decide_local(id, approve, by, reason);
+        };
+        let to = if approve {
+            Status::Approved { by: by.to_owned() }
+        } else {
+            Status::Refused {
+                by: by.to_owned(),
+                reason,
+            }
+        };
+        match shared::decide(redis, id, &to).await {
+            Err(_) => Err(DecideError::Unavailable),
+            Ok(shared::Decided::Unknown) => Err(DecideError::Unknown(id.to_owned())),
+            Ok(shared::Decided::Already(status)) => Err(DecideError::Decided {
+                id: id.to_owned(),
+                status: match status.as_str() {
+                    "approved" => "approved",
+                    "refused" => "refused",
+                    "used" => "used",
+                    _ => "pending",
+                },
+            }),
+            Ok(shared::Decided::Done) => {
+                tracing::info!(approval = %id, by, approve, "a request for approval is decided");
+                crate::support::metrics::record(|m| {
+                    m.approval(if approve { "approved" } else { "refused" })
+                });
+                match shared::get(redis, id).await {
+                    Ok(Some(request)) => Ok(request),
+                    Ok(None) => Err(DecideError::Unknown(id.to_owned())),
+                    Err(_) => Err(DecideError::Unavailable),
+                }
+            }
+        }
+    }
+
+    /// Every open request, newest first (of every replica with
+    /// `state.redis`: at most four times `max_pending`, the newest).
+    pub async fn list(&self, settings: &ApprovalsDecl) -> Vec<Request> {
+        match &self.shared {
+            None => self.list_local(),
+            Some(redis) => shared::list(redis, settings.max_pending.saturating_mul(4))
+                .await
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Request `id`, if open.
+    pub async fn get(&self, id: &str) -> Option<Request> {
+        match &self.shared {
+            None => self.get_local(id),
+            Some(redis) => shared::get(redis, id).await.ok().flatten(),
+        }
+    }
+}
+
+/// What the model reads when no decision came in time.
+fn not_yet(id: &str, wait: Duration) -> Outcome {
+    Outcome::NotYet(format!(
+        "this call needs a person's approval and none came within {}; it was not run. Request `{id}` stays open: once it is approved, make the same call again (same arguments) and it runs",
+        humantime_serde::re::humantime::format_duration(wait)
+    ))
+}
+
+fn expired(id: &str) -> Outcome {
+    Outcome::Refused(format!(
+        "the request for approval `{id}` expired before a decision; the call was not run"
+    ))
+}
+
+/// How a held call ends, by the status its request had when it took it.
+fn taken(id: &str, before: Status) -> Outcome {
+    match before {
+        Status::Approved { by } => Outcome::Run { by },
+        Status::Refused { by, reason } => Outcome::Refused(refusal(&by, reason.as_deref())),
+        Status::Used { .. } => Outcome::Refused(format!(
+            "the approval `{id}` was used by an identical call that ran first; this one was not run (make it again to ask for another approval)"
+        )),
+        Status::Pending => Outcome::NotYet(format!(
+            "request for approval `{id}` is still pending; the call was not run"
+        )),
     }
 }
 
@@ -377,7 +575,11 @@ mod tests {
 
     fn wait_of(ask: Ask) -> (String, watch::Receiver<Status>) {
         match ask {
-            Ask::Wait { id, decision } => (id, decision),
+            Ask::Wait {
+                id,
+                decision: Decision::Local(rx),
+            } => (id, rx),
+            Ask::Wait { .. } => panic!("expected a request of this process"),
             Ask::Run { .. } => panic!("expected to wait"),
         }
     }
@@ -386,33 +588,42 @@ mod tests {
     async fn an_approved_call_runs_once_and_a_changed_one_asks_again() {
         let a = Approvals::new();
         let s = settings(10);
-        let (id, rx) = wait_of(a.ask(binding("d1"), None, "policy".into(), &s).unwrap());
-        let waiting = a.wait(&id, rx, Duration::from_secs(5));
+        let (id, rx) = wait_of(
+            a.ask_local(binding("d1"), None, "policy".into(), &s)
+                .unwrap(),
+        );
+        let waiting = a.wait_local(&id, rx, Duration::from_secs(5));
         let decide = async {
             tokio::task::yield_now().await;
-            a.decide(&id, true, "bob", None).unwrap();
+            a.decide_local(&id, true, "bob", None).unwrap();
         };
         let (outcome, ()) = tokio::join!(waiting, decide);
         assert_eq!(outcome, Outcome::Run { by: "bob".into() });
         assert_eq!(
-            a.get(&id).unwrap().status,
+            a.get_local(&id).unwrap().status,
             Status::Used { by: "bob".into() }
         );
         // Used: the same call again needs a new approval.
-        let (again, _) = wait_of(a.ask(binding("d1"), None, "policy".into(), &s).unwrap());
+        let (again, _) = wait_of(
+            a.ask_local(binding("d1"), None, "policy".into(), &s)
+                .unwrap(),
+        );
         assert_ne!(again, id);
         // Changed arguments: another request.
-        let (other, _) = wait_of(a.ask(binding("d2"), None, "policy".into(), &s).unwrap());
+        let (other, _) = wait_of(
+            a.ask_local(binding("d2"), None, "policy".into(), &s)
+                .unwrap(),
+        );
         assert_ne!(other, again);
         assert_eq!(
-            a.decide(&id, true, "bob", None).unwrap_err(),
+            a.decide_local(&id, true, "bob", None).unwrap_err(),
             DecideError::Decided {
                 id: id.clone(),
                 status: "used"
             }
         );
         assert!(matches!(
-            a.decide("apr_nope", true, "bob", None),
+            a.decide_local("apr_nope", true, "bob", None),
             Err(DecideError::Unknown(_))
         ));
     }
@@ -421,18 +632,25 @@ mod tests {
     async fn an_approval_after_the_wait_lets_the_same_call_run_later() {
         let a = Approvals::new();
         let s = settings(10);
-        let (id, rx) = wait_of(a.ask(binding("d1"), None, "policy".into(), &s).unwrap());
-        let outcome = a.wait(&id, rx, Duration::from_millis(10)).await;
+        let (id, rx) = wait_of(
+            a.ask_local(binding("d1"), None, "policy".into(), &s)
+                .unwrap(),
+        );
+        let outcome = a.wait_local(&id, rx, Duration::from_millis(10)).await;
         assert!(
             matches!(outcome, Outcome::NotYet(ref m) if m.contains(&id)),
             "{outcome:?}"
         );
         // Asked again while pending: the same request.
-        let (same, _) = wait_of(a.ask(binding("d1"), None, "policy".into(), &s).unwrap());
+        let (same, _) = wait_of(
+            a.ask_local(binding("d1"), None, "policy".into(), &s)
+                .unwrap(),
+        );
         assert_eq!(same, id);
-        a.decide(&id, true, "bob", None).unwrap();
+        a.decide_local(&id, true, "bob", None).unwrap();
         assert!(matches!(
-            a.ask(binding("d1"), None, "policy".into(), &s).unwrap(),
+            a.ask_local(binding("d1"), None, "policy".into(), &s)
+                .unwrap(),
             Ask::Run { .. }
         ));
     }
@@ -441,16 +659,20 @@ mod tests {
     async fn a_refusal_is_read_by_the_model_and_sticks() {
         let a = Approvals::new();
         let s = settings(10);
-        let (id, rx) = wait_of(a.ask(binding("d1"), None, "policy".into(), &s).unwrap());
-        a.decide(&id, false, "bob", Some("too much".into()))
+        let (id, rx) = wait_of(
+            a.ask_local(binding("d1"), None, "policy".into(), &s)
+                .unwrap(),
+        );
+        a.decide_local(&id, false, "bob", Some("too much".into()))
             .unwrap();
-        let outcome = a.wait(&id, rx, Duration::from_secs(1)).await;
+        let outcome = a.wait_local(&id, rx, Duration::from_secs(1)).await;
         assert_eq!(
             outcome,
             Outcome::Refused("refused by approver `bob`: too much".into())
         );
         assert_eq!(
-            a.ask(binding("d1"), None, "policy".into(), &s).unwrap_err(),
+            a.ask_local(binding("d1"), None, "policy".into(), &s)
+                .unwrap_err(),
             "refused by approver `bob`: too much"
         );
     }
@@ -459,21 +681,22 @@ mod tests {
     fn pending_requests_are_bounded() {
         let a = Approvals::new();
         let s = settings(2);
-        a.ask(binding("1"), None, "p".into(), &s).unwrap();
-        a.ask(binding("2"), None, "p".into(), &s).unwrap();
-        let e = a.ask(binding("3"), None, "p".into(), &s).unwrap_err();
+        a.ask_local(binding("1"), None, "p".into(), &s).unwrap();
+        a.ask_local(binding("2"), None, "p".into(), &s).unwrap();
+        let e = a.ask_local(binding("3"), None, "p".into(), &s).unwrap_err();
         assert!(e.contains("max_pending"), "{e}");
-        for r in a.list() {
-            a.decide(&r.id, false, "bob", None).unwrap();
+        for r in a.list_local() {
+            a.decide_local(&r.id, false, "bob", None).unwrap();
         }
         // Decided ones are kept to four times the bound.
         for i in 0..20 {
-            if let Ok(Ask::Wait { id, .. }) = a.ask(binding(&format!("x{i}")), None, "p".into(), &s)
+            if let Ok(Ask::Wait { id, .. }) =
+                a.ask_local(binding(&format!("x{i}")), None, "p".into(), &s)
             {
-                a.decide(&id, false, "bob", None).unwrap();
+                a.decide_local(&id, false, "bob", None).unwrap();
             }
         }
-        let kept = a.list();
+        let kept = a.list_local();
         assert!((6..=8).contains(&kept.len()), "{}", kept.len());
         assert!(kept.iter().any(|r| r.binding.arguments_sha256 == "x19"));
     }
@@ -485,8 +708,8 @@ mod tests {
             valid_for: Duration::ZERO,
             ..settings(2)
         };
-        let (id, _) = wait_of(a.ask(binding("1"), None, "p".into(), &s).unwrap());
-        assert!(a.get(&id).is_none());
-        assert!(a.list().is_empty());
+        let (id, _) = wait_of(a.ask_local(binding("1"), None, "p".into(), &s).unwrap());
+        assert!(a.get_local(&id).is_none());
+        assert!(a.list_local().is_empty());
     }
 }
