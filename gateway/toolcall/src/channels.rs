@@ -167,6 +167,7 @@ pub(super) const XTML: Section = Section {
     call_begin: XTML_CALL,
     call_end: XTML_CALL_CLOSE,
     call_begin_optional: false,
+    sep: None,
     item: xtml_call,
 };
 

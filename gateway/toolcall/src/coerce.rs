@@ -74,6 +74,11 @@ pub(super) fn coerce_text(raw: &str, ps: Option<&Value>, hint: Option<&str>) -> 
     {
         types.push(t);
     }
+    // `null` written for a property that may be null is null, even where
+    // a string is allowed too (`anyOf: [string, null]`).
+    if types.contains(&"null") && raw.trim() == "null" {
+        return Value::Null;
+    }
     for t in &types {
         if let Some(v) = text_as(raw, t, ps) {
             return v;
@@ -227,6 +232,9 @@ mod tests {
         );
         assert_eq!(coerce_text("[1]", Some(&arr), None), json!([1]));
         assert_eq!(coerce_text("5", Some(&s), None), json!("5"));
+        let nullable = json!({"anyOf": [{"type": "string"}, {"type": "null"}]});
+        assert_eq!(coerce_text("null", Some(&nullable), None), json!(null));
+        assert_eq!(coerce_text("Alice", Some(&nullable), None), json!("Alice"));
         // No schema type: unchanged.
         assert_eq!(coerce_text("5", None, None), json!("5"));
         assert_eq!(coerce_text("5", Some(&json!({})), None), json!("5"));

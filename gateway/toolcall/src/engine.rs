@@ -16,10 +16,10 @@ use super::families::{block_at, section_block};
 use super::json_scan::{self, Scan};
 use super::offered::ParsedCall;
 use super::offered::Tools;
-use super::python;
 use super::text::{
     Block, Input, MarkerMatch, Outcome, Piece, ceil_boundary, is_ident_char, is_ident_start,
 };
+use super::{gemma, python};
 
 /// Output of the engine, in text order.
 #[derive(Debug, Clone, PartialEq)]
@@ -239,6 +239,23 @@ fn recipient_call(src: &Input, p: usize) -> Outcome<Block> {
     }
 }
 
+/// Whether a call of an offered tool reads from the start of `text` (a
+/// call marker found in reasoning, the text up to the reasoning's end).
+pub(super) fn starts_call(text: &str, tools: &Tools) -> bool {
+    call_from(text, true, tools) == Some(true)
+}
+
+/// [`starts_call`] on text that may go on (`eof` false): `None` while
+/// undecided. A decision is final: the same as on any continuation.
+pub(super) fn call_from(text: &str, eof: bool, tools: &Tools) -> Option<bool> {
+    let src = Input::new(text, eof, tools);
+    match try_at(&src, 0, false) {
+        Outcome::Ok(b) => Some(b.pieces.iter().any(|p| matches!(p, Piece::Call(_)))),
+        Outcome::More if !eof => None,
+        _ => Some(false),
+    }
+}
+
 /// The next byte at or after `from` where a call could start.
 fn next_trigger(src: &Input, from: usize) -> usize {
     let b = src.b;
@@ -251,6 +268,10 @@ fn next_trigger(src: &Input, from: usize) -> usize {
             // `>>>` (what follows may not have arrived yet).
             b'>' if b.iter().skip(i + 1).take(2).all(|&c| c == b'>') => return i,
             b'f' if i == 0 || !b.get(i - 1).copied().is_some_and(is_ident_char) => return i,
+            // Gemma's bare `call:NAME{…}`, at the start of a word.
+            b'c' if gemma::starts_word(i.checked_sub(1).and_then(|k| b.get(k).copied())) => {
+                return i;
+            }
             _ => i += 1,
         }
     }
@@ -268,6 +289,7 @@ fn try_at(src: &Input, s: usize, after_call: bool) -> Outcome<Block> {
         },
         Some(b'<' | b'`' | b'f') => block_at(src, s, 1),
         Some(b'>') => functionary(src, s),
+        Some(b'c') => gemma::bare_block(src, s),
         Some(b']') => section_block(src, s),
         _ => Outcome::No,
     }
@@ -319,7 +341,7 @@ fn bare(src: &Input, s: usize) -> Outcome<Block> {
             }
             if is_array {
                 match python::py_list(src, s) {
-                    Outcome::Ok((calls, e)) => return Outcome::Ok(calls_block(calls, e)),
+                    Outcome::Ok((pieces, end)) => return Outcome::Ok(Block { pieces, end }),
                     Outcome::More => return Outcome::More,
                     Outcome::No => {}
                 }
@@ -329,7 +351,7 @@ fn bare(src: &Input, s: usize) -> Outcome<Block> {
         Scan::Fail(f) => {
             if is_array {
                 match python::py_list(src, s) {
-                    Outcome::Ok((calls, e)) => return Outcome::Ok(calls_block(calls, e)),
+                    Outcome::Ok((pieces, end)) => return Outcome::Ok(Block { pieces, end }),
                     Outcome::More => return Outcome::More,
                     Outcome::No => {}
                 }

@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use super::calls::{args_object, json_args, span_pieces};
+use super::calls::{args_object, call_shape, json_args, span_pieces};
 use super::coerce::{coerce_text, prop_schema};
 use super::json_scan::{self, Scan};
 use super::offered::ParsedCall;
@@ -24,120 +24,132 @@ use super::{channels, gemma, minimax_m3};
 struct Wrapper {
     open: &'static str,
     closes: &'static [&'static str],
-    /// Allow GLM-4 items (`name\n<arg_key>k</arg_key><arg_value>v</arg_value>`).
-    glm: bool,
+    /// Allow GLM-4 items (`name\n<arg_key>k</arg_key><arg_value>v</arg_value>`,
+    /// or `name\n{json}`), their tags behind this namespace (`ifm|`).
+    glm: Option<&'static str>,
 }
 
 const WRAPPERS: &[Wrapper] = &[
     Wrapper {
         open: "<tool_call>",
         closes: &["</tool_call>"],
-        glm: true,
+        glm: Some(""),
     },
     Wrapper {
         open: "<|tool_call|>",
         closes: &["<|/tool_call|>", "</tool_call>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<tool_calls>",
         closes: &["</tool_calls>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<tools>",
         closes: &["</tools>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<tool>",
         closes: &["</tool>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<function_call>",
         closes: &["</function_call>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<function_calls>",
         closes: &["</function_calls>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<functions>",
         closes: &["</functions>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<response>",
         closes: &["</response>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<json>",
         closes: &["</json>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<xml>",
         closes: &["</xml>"],
-        glm: false,
+        glm: None,
+    },
+    // Kimi K2 "horizon" (`<ifm|tool_calls><ifm|tool_call>…`).
+    Wrapper {
+        open: "<ifm|tool_calls>",
+        closes: &["</ifm|tool_calls>"],
+        glm: None,
+    },
+    Wrapper {
+        open: "<ifm|tool_call>",
+        closes: &["</ifm|tool_call>"],
+        glm: Some("ifm|"),
     },
     Wrapper {
         open: "<minimax:tool_call>",
         closes: &["</minimax:tool_call>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<｜DSML｜function_calls>",
         closes: &["</｜DSML｜function_calls>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<｜DSML｜tool_calls>",
         closes: &["</｜DSML｜tool_calls>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<｜DSML｜ calls>",
         closes: &["</｜DSML｜ calls>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<dots_function_call>",
         closes: &["</dots_function_call>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<seed:tool_call>",
         closes: &["</seed:tool_call>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<toolcall>",
         closes: &["</toolcall>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<|python_start|>",
         closes: &["<|python_end|>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<|python_tag|>",
         closes: &["<|eom_id|>", "<|eot_id|>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<|tool_call_start|>",
         closes: &["<|tool_call_end|>"],
-        glm: false,
+        glm: None,
     },
     Wrapper {
         open: "<|action_start|><|plugin|>",
         closes: &["<|action_end|>"],
-        glm: false,
+        glm: None,
     },
 ];
 
@@ -150,7 +162,8 @@ struct Ctx {
     /// elements of a broken array (explicitly marked blocks only).
     repair: bool,
     xml: bool,
-    glm: bool,
+    /// GLM-4 items, their tags behind this namespace.
+    glm: Option<&'static str>,
     py_bare: bool,
     mistral11: bool,
     /// How many levels of nested blocks (fence in tag, tag in fence) remain.
@@ -161,7 +174,7 @@ struct Ctx {
 const JSON_ONLY: Ctx = Ctx {
     repair: true,
     xml: false,
-    glm: false,
+    glm: None,
     py_bare: false,
     mistral11: false,
     nest: 0,
@@ -189,12 +202,13 @@ fn tag_block(src: &Input, s: usize, nest: u8) -> Outcome<Block> {
             MarkerMatch::No => {}
         }
     }
-    let parsers: [fn(&Input, usize) -> Outcome<Block>; 5] = [
+    let parsers: [fn(&Input, usize) -> Outcome<Block>; 6] = [
         bare_function,
         section_block,
         apertus_block,
         channels::block,
         gemma::block,
+        ns_block,
     ];
     for parser in parsers {
         match parser(src, s) {
@@ -246,7 +260,7 @@ fn fence_block(src: &Input, s: usize, nest: u8) -> Outcome<Block> {
     let ctx = Ctx {
         repair: true,
         xml: true,
-        glm: false,
+        glm: None,
         py_bare: true,
         mistral11: false,
         nest,
@@ -398,8 +412,8 @@ fn item(src: &Input, q: usize, ctx: Ctx, after_first: bool) -> Outcome<Block> {
                     Outcome::No => {}
                 }
             }
-            if ctx.glm {
-                match glm_item(src, q, ctx.closers) {
+            if let Some(ns) = ctx.glm {
+                match glm_item(src, q, ctx.closers, ns) {
                     Outcome::No => {}
                     other => return other,
                 }
@@ -421,11 +435,16 @@ fn json_item(src: &Input, q: usize, ctx: Ctx, after_first: bool) -> Outcome<Bloc
             if let Some((pieces, n)) = span_pieces(src, (q, c.end), c.repaired.as_deref(), &c.elems)
                 && n > 0
             {
+                let pieces = if c.repaired.is_some() {
+                    mark_repaired(pieces)
+                } else {
+                    pieces
+                };
                 return Outcome::Ok(Block { pieces, end: c.end });
             }
             if is_array {
                 match python::py_list(src, q) {
-                    Outcome::Ok((calls, e)) => return Outcome::Ok(calls_block(calls, e)),
+                    Outcome::Ok((pieces, end)) => return Outcome::Ok(Block { pieces, end }),
                     Outcome::More => return Outcome::More,
                     Outcome::No => {}
                 }
@@ -439,10 +458,24 @@ fn json_item(src: &Input, q: usize, ctx: Ctx, after_first: bool) -> Outcome<Bloc
         Scan::Fail(f) => {
             if is_array {
                 match python::py_list(src, q) {
-                    Outcome::Ok((calls, e)) => return Outcome::Ok(calls_block(calls, e)),
+                    Outcome::Ok((pieces, end)) => return Outcome::Ok(Block { pieces, end }),
                     Outcome::More => return Outcome::More,
                     Outcome::No => {}
                 }
+            }
+            if ctx.repair
+                && let Some(fixed) = f
+                    .open_string
+                    .and_then(|q0| unclosed_json_string(src, q, q0, &f.open_closers, ctx.closers))
+                && let Some((pieces, n)) = span_pieces(src, (q, src.len()), Some(&fixed), &[])
+                && n > 0
+            {
+                // The last string never closed, and the output ends with
+                // exactly what closes the rest (see `unclosed_json_string`).
+                return Outcome::Ok(Block {
+                    pieces: mark_repaired(pieces),
+                    end: src.len(),
+                });
             }
             if ctx.repair && f.closable {
                 // The block's closer arrived while brackets were still open
@@ -456,7 +489,10 @@ fn json_item(src: &Input, q: usize, ctx: Ctx, after_first: bool) -> Outcome<Bloc
                                 span_pieces(src, (q, f.at), Some(&fixed), &[])
                                 && n > 0
                             {
-                                return Outcome::Ok(Block { pieces, end: f.at });
+                                return Outcome::Ok(Block {
+                                    pieces: mark_repaired(pieces),
+                                    end: f.at,
+                                });
                             }
                             break;
                         }
@@ -503,6 +539,62 @@ fn json_item(src: &Input, q: usize, ctx: Ctx, after_first: bool) -> Outcome<Bloc
             Outcome::No
         }
     }
+}
+
+/// The JSON at `q` repaired, when its last string (opened at `q0`) runs to
+/// the end of the output and what follows its opening quote ends with
+/// exactly the closers of the open containers (`open`, innermost first)
+/// and/or one of the block's `closers`, whitespace allowed around them:
+/// the string closed where they begin. `None` when the output ends
+/// otherwise (cut off: nothing is read).
+fn unclosed_json_string(
+    src: &Input,
+    q: usize,
+    q0: usize,
+    open: &[u8],
+    closers: &[&str],
+) -> Option<String> {
+    let mut rest = src.slice(q0 + 1, src.len()).trim_end();
+    let mut marker = false;
+    if let Some(c) = closers.iter().find(|c| rest.ends_with(**c)) {
+        rest = rest.get(..rest.len() - c.len())?.trim_end();
+        marker = true;
+    }
+    let mut cut = rest;
+    let mut matched = 0;
+    for &c in open.iter().rev() {
+        match cut.trim_end().strip_suffix(char::from(c)) {
+            Some(before) => {
+                cut = before;
+                matched += 1;
+            }
+            None => break,
+        }
+    }
+    let content = if matched == open.len() {
+        cut
+    } else if matched == 0 && marker {
+        rest
+    } else {
+        return None;
+    };
+    let mut fixed = String::with_capacity(q0 + 1 - q + content.len() + 1 + open.len());
+    fixed.push_str(src.slice(q, q0 + 1));
+    fixed.push_str(content);
+    fixed.push('"');
+    fixed.extend(open.iter().map(|&c| char::from(c)));
+    Some(fixed)
+}
+
+/// The calls among `pieces`, marked as read from repaired text.
+fn mark_repaired(pieces: Vec<Piece>) -> Vec<Piece> {
+    pieces
+        .into_iter()
+        .map(|p| match p {
+            Piece::Call(c) => Piece::Call(c.mark_repaired()),
+            other => other,
+        })
+        .collect()
 }
 
 fn calls_block(calls: Vec<ParsedCall>, end: usize) -> Block {
@@ -592,13 +684,6 @@ const PARAM_MARKUP: &[&str] = &[
     "</params>",
     "<function",
     "</function>",
-];
-const GLM_MARKUP: &[&str] = &[
-    "<arg_key>",
-    "</arg_key>",
-    "<arg_value>",
-    "<tool_call>",
-    "</tool_call>",
 ];
 
 const MAX_NAME: usize = 256;
@@ -780,16 +865,17 @@ fn xml_function(src: &Input, s: usize) -> Outcome<Block> {
 }
 
 /// The spellings of one `<invoke>` family: MiniMax-M2 and dots (plain),
-/// DeepSeek V3.2/V4 DSML, DeepSeek V4.1's spaced DSML, Step3's `steptml`.
-struct InvokeDialect {
-    invoke: &'static str,
-    invoke_close: &'static str,
-    param: &'static str,
-    param_close: &'static str,
-    markup: &'static [&'static str],
+/// DeepSeek V3.2/V4 DSML, DeepSeek V4.1's spaced DSML, Step3's `steptml`,
+/// and any other namespace ([`ns_invoke`]).
+struct InvokeDialect<'a> {
+    invoke: &'a str,
+    invoke_close: &'a str,
+    param: &'a str,
+    param_close: &'a str,
+    markup: &'a [&'a str],
 }
 
-const INVOKE_DIALECTS: &[InvokeDialect] = &[
+const INVOKE_DIALECTS: &[InvokeDialect<'static>] = &[
     InvokeDialect {
         invoke: "<invoke",
         invoke_close: "</invoke>",
@@ -824,7 +910,8 @@ const INVOKE_DIALECTS: &[InvokeDialect] = &[
     },
 ];
 
-/// An `<invoke name="f">` item in any of [`INVOKE_DIALECTS`].
+/// An `<invoke name="f">` item in any of [`INVOKE_DIALECTS`], or behind
+/// any other namespace prefix ([`ns_invoke`]).
 fn invoke_item(src: &Input, s: usize) -> Outcome<Block> {
     let mut more = false;
     for d in INVOKE_DIALECTS {
@@ -834,16 +921,142 @@ fn invoke_item(src: &Input, s: usize) -> Outcome<Block> {
             ok => return ok,
         }
     }
-    if more { Outcome::More } else { Outcome::No }
+    if more {
+        return Outcome::More;
+    }
+    ns_invoke(src, s)
+}
+
+/// The longest namespace prefix or element name of namespaced XML read.
+const MAX_XML_NAME: usize = 64;
+
+/// An XML name at `i` (letters, digits, `_`, `-`, `.`), up to
+/// [`MAX_XML_NAME`] bytes: its end.
+fn xml_name(src: &Input, i: usize) -> Outcome<usize> {
+    let mut j = i;
+    while src
+        .at(j)
+        .is_some_and(|c| is_ident_char(c) || c == b'-' || c == b'.')
+    {
+        j += 1;
+        if j - i > MAX_XML_NAME {
+            return Outcome::No;
+        }
+    }
+    if j >= src.len() {
+        return src.need();
+    }
+    if j == i || !src.at(i).is_some_and(is_ident_start) {
+        return Outcome::No;
+    }
+    Outcome::Ok(j)
+}
+
+/// `<PREFIX:` at `s`: the prefix (without the colon) and the end.
+fn ns_prefix<'a>(src: &Input<'a>, s: usize) -> Outcome<(&'a str, usize)> {
+    if src.at(s) != Some(b'<') {
+        return Outcome::No;
+    }
+    let e = match xml_name(src, s + 1) {
+        Outcome::Ok(e) => e,
+        Outcome::No => return Outcome::No,
+        Outcome::More => return Outcome::More,
+    };
+    if src.at(e) != Some(b':') {
+        return Outcome::No;
+    }
+    Outcome::Ok((src.slice(s + 1, e), e + 1))
+}
+
+/// A namespaced `<P:invoke name="f">` item with `<P:parameter name="k">`
+/// children, whatever the prefix `P` (Claude's older `antml:` and the
+/// like); read as the plain dialect is.
+fn ns_invoke(src: &Input, s: usize) -> Outcome<Block> {
+    let (prefix, _) = match ns_prefix(src, s) {
+        Outcome::Ok(x) => x,
+        Outcome::No => return Outcome::No,
+        Outcome::More => return Outcome::More,
+    };
+    let invoke = format!("<{prefix}:invoke");
+    let invoke_close = format!("</{prefix}:invoke>");
+    let param = format!("<{prefix}:parameter");
+    let param_close = format!("</{prefix}:parameter>");
+    let markup = [param.as_str(), invoke.as_str(), invoke_close.as_str()];
+    let d = InvokeDialect {
+        invoke: &invoke,
+        invoke_close: &invoke_close,
+        param: &param,
+        param_close: &param_close,
+        markup: &markup,
+    };
+    dialect_invoke(src, s, &d)
+}
+
+/// Namespaced XML calls: `<P:function_calls>` (any element name, any
+/// prefix) whose first child is an invoke, plain or behind a prefix, then
+/// more invokes, then the wrapper's closer (optional at the end).
+fn ns_block(src: &Input, s: usize) -> Outcome<Block> {
+    let (prefix, p) = match ns_prefix(src, s) {
+        Outcome::Ok(x) => x,
+        Outcome::No => return Outcome::No,
+        Outcome::More => return Outcome::More,
+    };
+    let e = match xml_name(src, p) {
+        Outcome::Ok(e) => e,
+        Outcome::No => return Outcome::No,
+        Outcome::More => return Outcome::More,
+    };
+    let local = src.slice(p, e);
+    if local.eq_ignore_ascii_case("invoke") || src.at(e) != Some(b'>') {
+        return Outcome::No;
+    }
+    let close = format!("</{prefix}:{local}>");
+    let mut pieces = Vec::new();
+    let mut end = e + 1;
+    loop {
+        let q = src.skip_ws(end);
+        if q >= src.len() {
+            if src.eof {
+                break;
+            }
+            return Outcome::More;
+        }
+        if pieces.is_empty() || src.at(q) == Some(b'<') {
+            match src.marker(q, &close) {
+                MarkerMatch::Yes(c) if !pieces.is_empty() => {
+                    end = c;
+                    break;
+                }
+                MarkerMatch::More => return Outcome::More,
+                _ => {}
+            }
+        }
+        match invoke_item(src, q) {
+            Outcome::Ok(b) if b.end > q => {
+                pieces.extend(b.pieces);
+                end = b.end;
+            }
+            Outcome::More => return Outcome::More,
+            _ => break,
+        }
+    }
+    if pieces.is_empty() {
+        return Outcome::No;
+    }
+    Outcome::Ok(Block { pieces, end })
 }
 
 /// MiniMax-M2's item (also Claude's older XML): `<invoke name="f">` with
 /// `<parameter name="k">v</parameter>` children, up to `</invoke>`, and the
-/// same in the other dialects. A value may itself hold `</parameter>`
-/// (code, vLLM#44060): it ends at the `</parameter>` that the next
-/// parameter or `</invoke>` follows. DSML's `string="true"` is a hint that
-/// the value is text, `string="false"` that it is a JSON literal; the
-/// tool's schema, when it types the parameter, wins over both.
+/// same in the other dialects. A value is taken as written, whitespace and
+/// entities included (these templates write values raw, inline). A value
+/// may itself hold `</parameter>` (code, vLLM#44060): it ends at the
+/// `</parameter>` that the next parameter or `</invoke>` follows; a value
+/// whose closer is misspelled short (`</｜DSML｜>`, a prefix of the
+/// closer) ends there when the next parameter follows it. DSML's
+/// `string="true"` is a hint that the value is text, `string="false"` that
+/// it is a JSON literal; the tool's schema, when it types the parameter,
+/// wins over both.
 fn dialect_invoke(src: &Input, s: usize, d: &InvokeDialect) -> Outcome<Block> {
     let p = match src.marker(s, d.invoke) {
         MarkerMatch::Yes(p) => p,
@@ -903,11 +1116,18 @@ fn dialect_invoke(src: &Input, s: usize, d: &InvokeDialect) -> Outcome<Block> {
             }
             from = e + 1;
         }
-        let (v1, next) = match v1 {
-            Some(e) => (e, e + d.param_close.len()),
-            None => (close, close),
+        // A closer only after the next parameter's opener: maybe this
+        // value's closer was misspelled.
+        let runs_on = v1.is_none_or(|e| src.find(d.param, v0).is_some_and(|n| n < e));
+        let (v1, next) = match (
+            runs_on.then(|| short_closer(src, v0, close, d)).flatten(),
+            v1,
+        ) {
+            (Some((e, n)), _) => (e, n),
+            (None, Some(e)) => (e, e + d.param_close.len()),
+            (None, None) => (close, close),
         };
-        match xml_value(key, strip_nl(src.slice(v0, v1)), d.markup) {
+        match raw_value(key, src.slice(v0, v1), d.markup) {
             Ok(value) => {
                 args.insert(
                     key.to_string(),
@@ -925,14 +1145,52 @@ fn dialect_invoke(src: &Input, s: usize, d: &InvokeDialect) -> Outcome<Block> {
     Outcome::Ok(call_block(call, close + d.invoke_close.len()))
 }
 
+/// A parameter closer misspelled short: the value starting at `v0` runs
+/// into the next parameter, and just before it (whitespace aside) stands
+/// `</…>` whose text is a prefix of the proper closer (`</｜DSML｜>` for
+/// `</｜DSML｜parameter>`). The value's end and where the next parameter
+/// starts.
+fn short_closer(src: &Input, v0: usize, close: usize, d: &InvokeDialect) -> Option<(usize, usize)> {
+    let next = src.find(d.param, v0).filter(|&n| n < close)?;
+    let before = src.slice(v0, next).trim_end();
+    let body = before.strip_suffix('>')?;
+    let open = body.rfind("</")?;
+    let written = body.get(open..)?;
+    let proper = d.param_close.strip_suffix('>')?;
+    (written.len() > 2 && written.len() < proper.len() && proper.starts_with(written))
+        .then_some((v0 + open, next))
+}
+
+/// An invoke dialect's value as written (a CDATA section's text as it is).
+/// A value holding `markup`, the item tags of its own format, is not a
+/// value (see [`xml_value`]).
+fn raw_value(key: &str, raw: &str, markup: &[&str]) -> Result<String, String> {
+    if let Some(inner) = raw
+        .trim()
+        .strip_prefix("<![CDATA[")
+        .and_then(|r| r.strip_suffix("]]>"))
+    {
+        return Ok(inner.to_owned());
+    }
+    match xml_value(key, raw, markup) {
+        Ok(_) => Ok(raw.to_owned()),
+        Err(why) => Err(why),
+    }
+}
+
 /// GLM-4 item inside `<tool_call>`: `name` (Hunyuan HY v3: `name<tool_sep>`)
-/// then `<arg_key>`/`<arg_value>` pairs; the wrapper's closer must follow.
-fn glm_item(src: &Input, q: usize, closers: &[&str]) -> Outcome<Block> {
+/// then `<arg_key>`/`<arg_value>` pairs (an `<arg_type>` between them is
+/// the model's type hint, used where the schema declares none); the
+/// wrapper's closer must follow. The tags may sit behind a namespace
+/// (`ns`: Kimi K2 "horizon" writes `<ifm|arg_key>`). Also GLM's variant
+/// with JSON arguments after the name (`get_weather\n{"city": "Paris"}`),
+/// the wrapper's closer (or the end of the output) after them.
+fn glm_item(src: &Input, q: usize, closers: &[&str], ns: &str) -> Outcome<Block> {
     let mut j = q;
     loop {
         match src.at(j) {
             None => return src.need(),
-            Some(c) if is_ws(c) || c == b'<' => break,
+            Some(c) if is_ws(c) || c == b'<' || c == b'{' => break,
             Some(_) => j += 1,
         }
         if j - q > MAX_NAME {
@@ -942,6 +1200,26 @@ fn glm_item(src: &Input, q: usize, closers: &[&str]) -> Outcome<Block> {
     let Some(name) = src.tools.resolve(src.slice(q, j)) else {
         return Outcome::No;
     };
+    let r = src.skip_ws(j);
+    if r >= src.len() {
+        return src.need();
+    }
+    if src.at(r) == Some(b'{') {
+        return glm_json(src, name, r, closers);
+    }
+    let key_open = format!("<{ns}arg_key>");
+    let key_close = format!("</{ns}arg_key>");
+    let type_open = format!("<{ns}arg_type>");
+    let type_close = format!("</{ns}arg_type>");
+    let value_open = format!("<{ns}arg_value>");
+    let value_close = format!("</{ns}arg_value>");
+    let markup = [
+        key_open.as_str(),
+        key_close.as_str(),
+        value_open.as_str(),
+        "<tool_call>",
+        "</tool_call>",
+    ];
     let schema = src.tools.schema(&name);
     let mut args = Map::new();
     let mut unreadable = None;
@@ -956,34 +1234,46 @@ fn glm_item(src: &Input, q: usize, closers: &[&str]) -> Outcome<Block> {
         if r >= src.len() {
             return src.need();
         }
-        match src.marker(r, "<arg_key>") {
+        match src.marker(r, &key_open) {
             MarkerMatch::Yes(k0) => {
-                let Some(ke) = src.find("</arg_key>", k0) else {
+                let Some(ke) = src.find(&key_close, k0) else {
                     return src.need();
                 };
                 let key = src.slice(k0, ke).trim();
                 if key.contains('<') {
                     return Outcome::No;
                 }
-                let r2 = src.skip_ws(ke + "</arg_key>".len());
-                let v0 = match src.marker(r2, "<arg_value>") {
+                let mut r2 = src.skip_ws(ke + key_close.len());
+                let mut hint = None;
+                match src.marker(r2, &type_open) {
+                    MarkerMatch::Yes(t0) => {
+                        let Some(te) = src.find(&type_close, t0) else {
+                            return src.need();
+                        };
+                        hint = Some(src.slice(t0, te).trim());
+                        r2 = src.skip_ws(te + type_close.len());
+                    }
+                    MarkerMatch::More => return Outcome::More,
+                    MarkerMatch::No => {}
+                }
+                let v0 = match src.marker(r2, &value_open) {
                     MarkerMatch::Yes(v0) => v0,
                     MarkerMatch::More => return Outcome::More,
                     MarkerMatch::No => return Outcome::No,
                 };
-                let Some(ve) = src.find("</arg_value>", v0) else {
+                let Some(ve) = src.find(&value_close, v0) else {
                     return src.need();
                 };
-                match xml_value(key, src.slice(v0, ve), GLM_MARKUP) {
+                match xml_value(key, src.slice(v0, ve), &markup) {
                     Ok(value) => {
                         args.insert(
                             key.to_string(),
-                            coerce_text(&value, prop_schema(schema, key), None),
+                            coerce_text(&value, prop_schema(schema, key), hint),
                         );
                     }
                     Err(why) => unreadable = unreadable.or(Some(why)),
                 }
-                p = ve + "</arg_value>".len();
+                p = ve + value_close.len();
             }
             MarkerMatch::More => return Outcome::More,
             MarkerMatch::No => {
@@ -1004,6 +1294,43 @@ fn glm_item(src: &Input, q: usize, closers: &[&str]) -> Outcome<Block> {
             }
         }
     }
+}
+
+/// GLM's `name` then JSON arguments (`{…}` at `r`), then the wrapper's
+/// closer or the end of the output. A whole call object of the same name
+/// after the name (`get_weather\n{"name": "get_weather", "arguments": {…}}`)
+/// gives its arguments.
+fn glm_json(src: &Input, name: String, r: usize, closers: &[&str]) -> Outcome<Block> {
+    let (mut m, e) = match json_args(src, r) {
+        Outcome::Ok(x) => x,
+        Outcome::No => return Outcome::No,
+        Outcome::More => return Outcome::More,
+    };
+    let inner = Value::Object(m);
+    m = match call_shape(&inner) {
+        Some((n, args)) if src.tools.resolve(&n).as_deref() == Some(name.as_str()) => args,
+        _ => match inner {
+            Value::Object(o) => o,
+            _ => Map::new(),
+        },
+    };
+    let t = src.skip_ws(e);
+    if t >= src.len() {
+        return match src.need::<()>() {
+            Outcome::More => Outcome::More,
+            _ => Outcome::Ok(call_block(ParsedCall::new(name, Value::Object(m)), e)),
+        };
+    }
+    for c in closers {
+        match src.marker(t, c) {
+            MarkerMatch::Yes(_) => {
+                return Outcome::Ok(call_block(ParsedCall::new(name, Value::Object(m)), e));
+            }
+            MarkerMatch::More => return Outcome::More,
+            MarkerMatch::No => {}
+        }
+    }
+    Outcome::No
 }
 
 /// Mistral tokenizer v11+: `[TOOL_CALLS]name{json}` (optionally
@@ -1047,6 +1374,7 @@ const DEEPSEEK: Section = Section {
     call_begin: "<｜tool▁call▁begin｜>",
     call_end: "<｜tool▁call▁end｜>",
     call_begin_optional: true,
+    sep: None,
     item: deepseek_item,
 };
 
@@ -1056,6 +1384,7 @@ const KIMI: Section = Section {
     call_begin: "<|tool_call_begin|>",
     call_end: "<|tool_call_end|>",
     call_begin_optional: false,
+    sep: None,
     item: kimi_item,
 };
 
@@ -1065,6 +1394,7 @@ const STEP3: Section = Section {
     call_begin: "<｜tool_call_begin｜>",
     call_end: "<｜tool_call_end｜>",
     call_begin_optional: false,
+    sep: Some("<｜tool_sep｜>"),
     item: step3_item,
 };
 
@@ -1092,12 +1422,13 @@ pub(super) fn section_block(src: &Input, s: usize) -> Outcome<Block> {
     if more { Outcome::More } else { Outcome::No }
 }
 
-/// Step3: `function<｜tool_sep｜>` (the name may follow on its own line),
-/// then one `<steptml:invoke>` item.
+/// Step3: an optional `function<｜tool_sep｜>` (the name may follow on its
+/// own line), then one `<steptml:invoke>` item.
 fn step3_item(src: &Input, q: usize) -> Option<ParsedCall> {
     let r = src.skip_ws(q);
-    let MarkerMatch::Yes(p) = src.marker(r, "function<｜tool_sep｜>") else {
-        return None;
+    let p = match src.marker(r, "function<｜tool_sep｜>") {
+        MarkerMatch::Yes(p) => p,
+        _ => r,
     };
     let d = INVOKE_DIALECTS
         .iter()

@@ -43,6 +43,8 @@ pub(super) struct Failure {
     pub closable: bool,
     /// Closers of the open containers, innermost first.
     pub open_closers: Vec<u8>,
+    /// The opening quote of a value string the (final) text ended in.
+    pub open_string: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -117,6 +119,7 @@ pub(super) fn scan(b: &[u8], s: usize, eof: bool, repair: bool) -> Scan {
                 top_is_array: false,
                 closable: false,
                 open_closers: Vec::new(),
+                open_string: None,
             });
         }
     };
@@ -128,10 +131,12 @@ pub(super) fn scan(b: &[u8], s: usize, eof: bool, repair: bool) -> Scan {
         scalar: false,
     });
     let mut i = s + 1;
+    // A value string being read: where it opened.
+    let mut in_string: Option<usize> = None;
 
     macro_rules! fail {
         ($at:expr) => {
-            return failure(&stack, spans, $at)
+            return failure(&stack, spans, $at, in_string.filter(|_| $at >= b.len()))
         };
     }
     macro_rules! tok {
@@ -215,9 +220,13 @@ pub(super) fn scan(b: &[u8], s: usize, eof: bool, repair: bool) -> Scan {
                         i += 1;
                     }
                     b'"' => {
+                        in_string = Some(i);
                         i = tok!(string(b, i));
-                        top.st = St::After;
-                        top.scalar = true;
+                        in_string = None;
+                        if let Some(top) = stack.last_mut() {
+                            top.st = St::After;
+                            top.scalar = true;
+                        }
                     }
                     b'-' | b'0'..=b'9' => {
                         i = tok!(number(b, i));
@@ -313,7 +322,12 @@ fn close(
     None
 }
 
-fn failure(stack: &[Frame], spans: Vec<(usize, usize)>, at: usize) -> Scan {
+fn failure(
+    stack: &[Frame],
+    spans: Vec<(usize, usize)>,
+    at: usize,
+    open_string: Option<usize>,
+) -> Scan {
     let top_end = stack
         .get(1)
         .map_or(spans.len(), |f| f.cstart.min(spans.len()));
@@ -328,6 +342,7 @@ fn failure(stack: &[Frame], spans: Vec<(usize, usize)>, at: usize) -> Scan {
             .last()
             .is_some_and(|f| matches!(f.st, St::After | St::First)),
         open_closers: stack.iter().rev().map(Frame::closer).collect(),
+        open_string,
         closed: spans,
     })
 }

@@ -10,7 +10,7 @@
 //! # Order of work
 //!
 //! 1. **Reasoning** is split off first (see below), so a call-shaped string
-//!    inside `<think>` is never a call.
+//!    inside `<think>…</think>` is never a call.
 //! 2. The rest is scanned left to right for places where a call could start
 //!    (`<`, `[`, `{`, a code fence, the word `functools`, and `;`/`,` right
 //!    after a call). Each is decided by the family parsers; text that is not
@@ -25,7 +25,8 @@
 //!   `<tools>`, `<tool>`, `<function_call>`, `<response>`, `<json>`, `<xml>`
 //!   (tag names match ASCII case-insensitively), `<seed:tool_call>`,
 //!   `<TOOLCALL>`, `<|tool_call_start|>`, `<|action_start|><|plugin|>`
-//!   (InternLM2).
+//!   (InternLM2), `<ifm|tool_calls>` and `<ifm|tool_call>` (Kimi K2
+//!   "horizon").
 //! - **Bare or fenced JSON**: `{"name", "arguments"|"parameters"}` (also
 //!   `tool_name`, or a string `function`, for the name; `args` for the
 //!   arguments), an array of them, `{"tool_calls": [...]}`, OpenAI's
@@ -48,15 +49,25 @@
 //!   `<dots_function_call>`, DeepSeek V3.2's DSML
 //!   (`<｜DSML｜function_calls>`, V4's `<｜DSML｜tool_calls>`, V4.1's spaced
 //!   `<｜DSML｜ calls>`; `string="true|false"` is a hint the schema
-//!   overrides) and Step3's `<steptml:invoke>`. In every XML family a
-//!   value's entities are decoded (`S&amp;P` is `S&P`) and a CDATA section
-//!   is taken as written; a value holding its format's own item markup (a
-//!   closer the model forgot) makes the call *unreadable*
+//!   overrides; a closer misspelled short, `</｜DSML｜>`, ends its value
+//!   when the next parameter follows), Step3's `<steptml:invoke>`, and
+//!   namespaced XML of any prefix and wrapper name
+//!   (`<P:function_calls><P:invoke name="f"><P:parameter name="k">v</P:parameter>…`;
+//!   the wrapper's first child must be an invoke). These `<invoke>`
+//!   families take a value as written, whitespace and entities included
+//!   (their templates write values raw, inline); in the others a value's
+//!   entities are decoded (`S&amp;P` is `S&P`). In every XML family a CDATA
+//!   section is taken as written, and a value holding its format's own
+//!   item markup (a closer the model forgot) makes the call *unreadable*
 //!   ([`ParsedCall::unreadable`]): not an argument, and the gateway tells
 //!   the model so.
 //! - **Pythonic**: `[get_weather(city="Paris"), add(a=1, b=2)]` (keyword
 //!   arguments, Python literals — sets read as lists, raw line breaks in
-//!   strings kept, as LFM2 writes them —, nested), bare or in a wrapper
+//!   strings kept, as LFM2 writes them, bytes and raw strings read as
+//!   text —, nested; a string's own quote written unescaped inside it is
+//!   text unless what follows it may follow a value, as in
+//!   `command='sed -n '1,5p' f'`; a call of a tool not offered beside
+//!   offered ones stays content), bare or in a wrapper
 //!   (`<|python_start|>`, `<function_calls>`, `<TOOLCALL>`,
 //!   `<|tool_call_start|>`); inside a wrapper or code fence the calls may
 //!   also be written without brackets, one per line
@@ -68,11 +79,18 @@
 //!   (`<|open|>call tool="f"<|sep|><|open|>argument key="k"
 //!   type="T"<|sep|>v<|close|>argument<|sep|>…`).
 //! - **Others**: GLM-4.5/4.7 (`<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>`,
-//!   Hunyuan HY v3's `name<tool_sep>` inside `<tool_calls>`), DeepSeek
-//!   V3/R1/V3.1 special tokens, Kimi K2 sections (stray text between the
-//!   markers is content), Step3's `<｜tool_calls_begin｜>` sections, Gemma 4
-//!   (`<|tool_call>call:f{k:<|"|>v<|"|>,n:1}<tool_call|>`) and FunctionGemma
-//!   (`<start_function_call>call:f{k:<escape>v<escape>}<end_function_call>`),
+//!   or the name then JSON arguments, `<tool_call>name\n{json}</tool_call>`;
+//!   Hunyuan HY v3's `name<tool_sep>` inside `<tool_calls>`; Kimi K2
+//!   "horizon"'s `<ifm|arg_key>` pairs, an `<ifm|arg_type>` hint between),
+//!   DeepSeek V3/R1/V3.1 special tokens, Kimi K2 sections (stray text
+//!   between the markers is content), Step3's `<｜tool_calls_begin｜>`
+//!   sections (`function<｜tool_sep｜>` optional, `<｜tool_sep｜>` between
+//!   calls), Gemma 4 (`<|tool_call>call:f{k:<|"|>v<|"|>,n:1}<tool_call|>`;
+//!   also `<|tool_call>:call:f{…}`, the opener split into `<call>f{…}`, and
+//!   a bare `call:f{…}` at the start of a word) and FunctionGemma
+//!   (`<start_function_call>call:f{k:<escape>v<escape>}<end_function_call>`);
+//!   in their notation a key or value in double quotes is one JSON string,
+//!   separators and escapes included (`q:"a,b:c"`),
 //!   Apertus (`<|tools_prefix|>[{"f": {…}}]<|tools_suffix|>`), MiniMax-M3
 //!   (every tag behind `]<]minimax[>[`, arguments as elements: nested
 //!   elements an object, `<item>`s an array), Functionary
@@ -113,6 +131,18 @@
 //!   truncated or broken array keeps its complete leading elements. In one
 //!   tag holding one object per line, an invalid line is left as content and
 //!   the following lines still parse.
+//! - **A last string never closed** (JSON after an explicit marker, Gemma's
+//!   notation) is repaired at the end of the output only, and only when
+//!   nothing else could be meant: what follows its opening quote ends with
+//!   exactly the closers of the open containers and/or the block's closing
+//!   marker (`command:<|"|>ls}<tool_call|>` is `{"command": "ls"}`). Text
+//!   that merely stops inside a string, a number or a partial set of
+//!   closers is a cut-off output, and stays content. Gemma's containers
+//!   left open by a complete last value that the block's closing marker
+//!   follows, at the end of the output, are closed too.
+//! - **Repairs are counted.** A call read from repaired text (either rule
+//!   above) has [`ParsedCall::repaired`] set, and [`Parsed::repaired`]
+//!   counts them; the flag is not part of a call's equality.
 //! - **Nothing is lost.** Text that is not part of an accepted call —
 //!   prose, an incomplete call, an unoffered call, text between or after
 //!   calls — is content. Whitespace: the content's leading and trailing
@@ -124,16 +154,30 @@
 //!   object/array, numbers → string for `string`), in every family, JSON
 //!   ones included (models quote numbers); it is left as written when the
 //!   schema declares no type or the value does not read as it. A value of a
-//!   declared type is never changed.
+//!   declared type is never changed. Text `null` for a property that may be
+//!   null is null. A schema's local `$ref`s (`#/$defs/…`, any pointer into
+//!   itself) are inlined first, within a depth and size bound.
 //! - **Reasoning.** `<think>…</think>` (also `<thinking>`, `<seed:think>`,
 //!   Harmony's `analysis` channel, Gemma 4's `<|channel>thought`, Apertus's
 //!   `<|inner_prefix|>`, Kimi K3's `<|open|>think<|sep|>`) is split off into
 //!   [`Parsed::reasoning`] before anything else. Where the template opened
-//!   the reasoning (a closer with no opener), a call's start token before
-//!   the closer ends it there and the call is read (vLLM#39056). The first
+//!   the reasoning (a closer with no opener), a call marker of any family
+//!   before the closer from which a call of an offered tool reads ends it
+//!   there, and the call is read (vLLM#39056). The first
 //!   think tag decides: a closing tag with no opener makes everything before
-//!   it reasoning; an opener without a closer makes everything after it
-//!   reasoning. Because of the closing-tag rule, a [`StreamParser`] cannot
+//!   it reasoning; an opener makes what follows it reasoning up to its
+//!   closer, calls included (the model was thinking about them). An opener
+//!   never closed (the serving engine returned the template's `<think>`, and
+//!   the model called without closing it) makes what follows it reasoning
+//!   up to the first call marker (the same markers) from which a call of an
+//!   offered tool reads to the end of the output; the call is read, and
+//!   what follows it is read as after any call. Only the first eight
+//!   markers within the last 64 KiB of the output are tried: one further
+//!   back, or from which no offered call reads, stays reasoning. A
+//!   [`StreamParser`] holds an open block's text back from such a marker (at
+//!   most 64 KiB of it) until the closer, the end, or as soon as no call can
+//!   read from there; the reasoning before it streams. Because of the
+//!   closing-tag rule, a [`StreamParser`] cannot
 //!   release any text before the first think tag (or the end) — it might
 //!   turn out to be reasoning. [`ParseOptions::orphan_think_close`] turns the
 //!   rule off for models known not to pre-open `<think>`, so content streams
@@ -148,7 +192,9 @@
 //! bracket inside it. The stream parser holds text back only from a
 //! possible call start, and retries an undecided candidate only after its
 //! pending text doubled (or at [`StreamParser::finish`]), so streaming stays
-//! linear for any chunking. The price is latency: a call is recognised at
+//! linear for any chunking; in a reasoning block not closed yet, a held
+//! call marker is looked at again only after as much text again as the
+//! last look read. The price is latency: a call is recognised at
 //! the latest once as much text again as the call itself has arrived after
 //! its start, or at `finish`; text after it waits as long.
 
@@ -189,6 +235,10 @@ pub struct Parsed {
     pub calls: Vec<ParsedCall>,
     /// Reasoning split off from `<think>` blocks; `None` when there is none.
     pub reasoning: Option<String>,
+    /// How many of [`calls`](Self::calls) were read from repaired text
+    /// ([`ParsedCall::repaired`]): a metric of how often models need it. A
+    /// [`StreamParser`]'s caller counts the flag on each call.
+    pub repaired: usize,
 }
 
 /// Options for [`parse_with_options`] and [`StreamParser::with_options`].
@@ -223,7 +273,10 @@ pub fn parse_with_options(text: &str, tools: &[OfferedTool], options: ParseOptio
         match e {
             StreamEvent::Content(s) => out.content.push_str(&s),
             StreamEvent::Reasoning(s) => reasoning.push_str(&s),
-            StreamEvent::Call(c) => out.calls.push(c),
+            StreamEvent::Call(c) => {
+                out.repaired += usize::from(c.repaired);
+                out.calls.push(c);
+            }
         }
     }
     if !reasoning.is_empty() {
@@ -246,7 +299,10 @@ pub enum StreamEvent {
 /// prefix of a marker, an opening `{`/`[`, a `<`), which is held back until
 /// decided, trailing whitespace (held until it is known not to be trailing),
 /// and — unless [`ParseOptions::orphan_think_close`] is off — everything
-/// before the first think tag (see the module docs).
+/// before the first think tag (see the module docs). Reasoning is emitted as
+/// it arrives too, except, in a block not closed yet, the text from a call
+/// marker from which a call may read (at most 64 KiB of it): the block may
+/// end there, unclosed (see the module docs).
 pub struct StreamParser {
     tools: Tools,
     front: Front,
@@ -284,7 +340,7 @@ impl StreamParser {
 
     fn step(&mut self, chunk: &str, eof: bool) -> Vec<StreamEvent> {
         let mut front_out = Vec::new();
-        self.front.push(chunk, eof, &mut front_out);
+        self.front.push(chunk, eof, &self.tools, &mut front_out);
         let mut events = Vec::new();
         for o in front_out {
             match o {

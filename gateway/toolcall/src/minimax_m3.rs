@@ -34,6 +34,7 @@ pub(super) const SECTION: Section = Section {
     call_begin: INVOKE,
     call_end: INVOKE_CLOSE,
     call_begin_optional: false,
+    sep: None,
     item: invoke,
 };
 

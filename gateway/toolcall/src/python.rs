@@ -7,9 +7,10 @@
 
 use serde_json::{Map, Value};
 
+use super::json_scan::MAX_DEPTH;
 use super::offered::ParsedCall;
 use super::python_literal::{literal, ws};
-use super::text::{Input, Outcome, is_ident_char, is_ident_start};
+use super::text::{Input, Outcome, Piece, is_ident_char, is_ident_start};
 
 /// A dotted identifier at `i`: its end, or `More`/`No`.
 fn dotted_name(src: &Input, i: usize) -> Outcome<usize> {
@@ -100,35 +101,105 @@ pub(super) fn py_call(src: &Input, s: usize) -> Outcome<(ParsedCall, usize)> {
     Outcome::Ok((ParsedCall::new(name, Value::Object(args)), i))
 }
 
-/// A bracketed list of calls `[a(...), b(...)]` at `s`. Every element must
-/// be a call of an offered tool; the list must not be empty.
-pub(super) fn py_list(src: &Input, s: usize) -> Outcome<(Vec<ParsedCall>, usize)> {
+/// A bracketed list of calls `[a(...), b(...)]` at `s`: the calls, in
+/// order. A well-formed call of a tool that was not offered stays content
+/// where it stands (as an unoffered element of a JSON array does); any
+/// other element makes the list no list of calls, and so does a list
+/// without one call of an offered tool.
+pub(super) fn py_list(src: &Input, s: usize) -> Outcome<(Vec<Piece>, usize)> {
     if src.at(s) != Some(b'[') {
         return Outcome::No;
     }
     let mut i = s + 1;
-    let mut calls = Vec::new();
+    let mut pieces = Vec::new();
+    let mut ncalls = 0;
     loop {
         i = ws(src, i);
         match src.at(i) {
             None => return src.need(),
-            Some(b']') if !calls.is_empty() => return Outcome::Ok((calls, i + 1)),
+            Some(b']') if !pieces.is_empty() => break,
             _ => {}
         }
         match py_call(src, i) {
             Outcome::Ok((c, e)) => {
-                calls.push(c);
+                pieces.push(Piece::Call(c));
+                ncalls += 1;
                 i = ws(src, e);
             }
-            Outcome::No => return Outcome::No,
             Outcome::More => return Outcome::More,
+            Outcome::No => match unoffered_call(src, i) {
+                Outcome::Ok(e) => {
+                    pieces.push(Piece::Range(i, e));
+                    i = ws(src, e);
+                }
+                Outcome::More => return Outcome::More,
+                Outcome::No => return Outcome::No,
+            },
         }
         match src.at(i) {
             None => return src.need(),
             Some(b',') => i += 1,
-            Some(b']') => return Outcome::Ok((calls, i + 1)),
+            Some(b']') => break,
             Some(_) => return Outcome::No,
         }
+    }
+    if ncalls == 0 {
+        return Outcome::No;
+    }
+    Outcome::Ok((pieces, i + 1))
+}
+
+/// The end of a call `name(…)` at `i` whose name is not an offered tool:
+/// its parentheses balanced, quoted text skipped. `No` for an offered name
+/// (its arguments did not read) and for anything that is not call-shaped.
+fn unoffered_call(src: &Input, i: usize) -> Outcome<usize> {
+    let name_end = match dotted_name(src, i) {
+        Outcome::Ok(e) => e,
+        Outcome::No => return Outcome::No,
+        Outcome::More => return Outcome::More,
+    };
+    if src.tools.resolve(src.slice(i, name_end)).is_some() {
+        return Outcome::No;
+    }
+    let mut j = name_end;
+    while matches!(src.at(j), Some(b' ' | b'\t')) {
+        j += 1;
+    }
+    match src.at(j) {
+        None => return src.need(),
+        Some(b'(') => {}
+        Some(_) => return Outcome::No,
+    }
+    let mut depth: usize = 0;
+    let mut quote: Option<u8> = None;
+    loop {
+        let Some(c) = src.at(j) else {
+            return src.need();
+        };
+        match (quote, c) {
+            (Some(_), b'\\') => j += 1,
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, b'\'' | b'"') => quote = Some(c),
+            (None, b'(' | b'[' | b'{') => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Outcome::No;
+                }
+            }
+            (None, b')' | b']' | b'}') => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return if c == b')' {
+                        Outcome::Ok(j + 1)
+                    } else {
+                        Outcome::No
+                    };
+                }
+            }
+            _ => {}
+        }
+        j += 1;
     }
 }
 
@@ -178,7 +249,14 @@ mod tests {
         ]);
         let src = Input::new("[f(x=1, y='z'), a.b()] tail", true, &tools);
         match py_list(&src, 0) {
-            Outcome::Ok((c, e)) => {
+            Outcome::Ok((p, e)) => {
+                let c: Vec<&ParsedCall> = p
+                    .iter()
+                    .filter_map(|p| match p {
+                        Piece::Call(c) => Some(c),
+                        _ => None,
+                    })
+                    .collect();
                 assert_eq!(c.len(), 2);
                 assert_eq!(c[0].arguments, json!({"x": 1, "y": "z"}));
                 assert_eq!(c[1].name, "a.b");
@@ -186,6 +264,15 @@ mod tests {
             }
             _ => panic!("no parse"),
         }
+        // A well-formed call of a tool not offered stays content; a list of
+        // none but those is no list of calls.
+        let src = Input::new("[f(x=1), g(y=b'z')]", true, &tools);
+        match py_list(&src, 0) {
+            Outcome::Ok((p, _)) => assert_eq!(p[1], Piece::Range(9, 18)),
+            _ => panic!("no parse"),
+        }
+        let src = Input::new("[f(x=1), not_a_call]", true, &tools);
+        assert!(matches!(py_list(&src, 0), Outcome::No));
         let src = Input::new("[f(1)]", true, &tools);
         assert!(matches!(py_list(&src, 0), Outcome::No));
         let src = Input::new("[g(x=1)]", true, &tools);

@@ -74,7 +74,7 @@ pub(super) fn literal(src: &Input, mut i: usize) -> Outcome<(Value, usize)> {
                     }
                 }
             }
-            b'\'' | b'"' => match string(src, i) {
+            b'\'' | b'"' => match string(src, i, false) {
                 Outcome::Ok((s, e)) => {
                     i = e;
                     Value::String(s)
@@ -98,14 +98,28 @@ pub(super) fn literal(src: &Input, mut i: usize) -> Outcome<(Value, usize)> {
                 if j >= src.len() && !src.eof {
                     return Outcome::More;
                 }
-                let v = match src.slice(i, j) {
-                    "True" | "true" => Value::Bool(true),
-                    "False" | "false" => Value::Bool(false),
-                    "None" | "null" => Value::Null,
-                    _ => return Outcome::No,
-                };
-                i = j;
-                v
+                let word = src.slice(i, j);
+                if matches!(src.at(j), Some(b'\'' | b'"')) && is_string_prefix(word) {
+                    // Bytes and unicode strings read as text; raw strings
+                    // keep their backslashes.
+                    match string(src, j, word.bytes().any(|c| c == b'r' || c == b'R')) {
+                        Outcome::Ok((s, e)) => {
+                            i = e;
+                            Value::String(s)
+                        }
+                        Outcome::No => return Outcome::No,
+                        Outcome::More => return Outcome::More,
+                    }
+                } else {
+                    let v = match word {
+                        "True" | "true" => Value::Bool(true),
+                        "False" | "false" => Value::Bool(false),
+                        "None" | "null" => Value::Null,
+                        _ => return Outcome::No,
+                    };
+                    i = j;
+                    v
+                }
             }
             _ => return Outcome::No,
         };
@@ -237,8 +251,105 @@ fn number(src: &Input, i: usize) -> Outcome<(Value, usize)> {
     }
 }
 
-/// A Python string literal at `i` (`'...'`, `"..."`, or triple-quoted).
-fn string(src: &Input, i: usize) -> Outcome<(String, usize)> {
+/// How many of its own quotes a single-quoted string may hold unescaped
+/// (taken as text, see [`closes_string`]); past that it is no string.
+/// This bounds how far one string is looked for, so that retrying from
+/// every bracket of a long text stays linear.
+const MAX_INNER_QUOTES: usize = 16;
+
+/// At the end of the text: `true` when it is final, else `More`.
+fn at_end(src: &Input) -> Outcome<bool> {
+    if src.eof {
+        Outcome::Ok(true)
+    } else {
+        Outcome::More
+    }
+}
+
+fn is_string_prefix(w: &str) -> bool {
+    matches!(
+        w.to_ascii_lowercase().as_str(),
+        "b" | "u" | "r" | "rb" | "br"
+    )
+}
+
+/// Whether the quote just before `k` ends its string: what follows it
+/// (spaces and line breaks aside) must be what may follow a value — a
+/// comma and the next argument or element, a colon, closing brackets, or
+/// the end. Models write the string's own quote unescaped inside it
+/// (`command='sed -n '1,5p' f'`); such a quote, followed by anything
+/// else, is text. After closing brackets, a quote right against them is
+/// not Python either (`mul_symbol='\,'))"'`).
+fn closes_string(src: &Input, k: usize) -> Outcome<bool> {
+    let mut k = ws(src, k);
+    let mut closers = 0;
+    let mut tight = false;
+    while let Some(b')' | b']' | b'}') = src.at(k) {
+        closers += 1;
+        let after = ws(src, k + 1);
+        tight = after == k + 1;
+        k = after;
+    }
+    let Some(c) = src.at(k) else {
+        return at_end(src);
+    };
+    Outcome::Ok(match c {
+        b',' => {
+            let j = ws(src, k + 1);
+            match element_start(src, j) {
+                Outcome::Ok(b) => b,
+                other => return other,
+            }
+        }
+        b':' => true,
+        _ if closers == 0 => false,
+        b'\'' | b'"' => !tight,
+        _ => true,
+    })
+}
+
+/// Whether an argument or element (or a closing bracket, after a trailing
+/// comma) starts at `j`.
+fn element_start(src: &Input, j: usize) -> Outcome<bool> {
+    let Some(c) = src.at(j) else {
+        return at_end(src);
+    };
+    if !is_ident_start(c) {
+        return Outcome::Ok(matches!(
+            c,
+            b'\'' | b'"' | b'0'
+                ..=b'9' | b'-' | b'+' | b'.' | b'[' | b'{' | b'(' | b')' | b']' | b'}'
+        ));
+    }
+    let mut e = j;
+    while src.at(e).is_some_and(is_ident_char) {
+        e += 1;
+        if e - j > 256 {
+            return Outcome::Ok(false);
+        }
+    }
+    let word = src.slice(j, e);
+    if matches!(word, "True" | "False" | "None" | "true" | "false" | "null") {
+        return Outcome::Ok(true);
+    }
+    let mut k = e;
+    while matches!(src.at(k), Some(b' ' | b'\t')) {
+        k += 1;
+    }
+    match (src.at(k), src.at(k + 1)) {
+        (None, _) | (Some(b'='), None) => at_end(src),
+        (Some(b'='), Some(b'=')) => Outcome::Ok(false),
+        (Some(b'=' | b'(' | b'.'), _) => Outcome::Ok(true),
+        (Some(b'\'' | b'"'), _) => Outcome::Ok(is_string_prefix(word) && k == e),
+        _ => Outcome::Ok(false),
+    }
+}
+
+/// A Python string literal at `i` (`'...'`, `"..."`, or triple-quoted;
+/// `raw`: its backslashes kept). A single-quoted string ends at the first
+/// quote of its kind that [`closes_string`], among its first
+/// [`MAX_INNER_QUOTES`] + 1.
+fn string(src: &Input, i: usize, raw: bool) -> Outcome<(String, usize)> {
     let Some(q) = src.at(i) else {
         return src.need();
     };
@@ -249,6 +360,7 @@ fn string(src: &Input, i: usize) -> Outcome<(String, usize)> {
     };
     let mut j = if triple { i + 3 } else { i + 1 };
     let mut out = String::new();
+    let mut taken = 0;
     loop {
         let Some(rest) = src.t.get(j..) else {
             return Outcome::No;
@@ -257,6 +369,14 @@ fn string(src: &Input, i: usize) -> Outcome<(String, usize)> {
             return src.need();
         };
         match ch {
+            '\\' if raw => {
+                let Some(e) = rest.get(1..).and_then(|r| r.chars().next()) else {
+                    return src.need();
+                };
+                out.push('\\');
+                out.push(e);
+                j += 1 + e.len_utf8();
+            }
             '\\' => {
                 let Some(e) = rest.get(1..).and_then(|r| r.chars().next()) else {
                     return src.need();
@@ -300,7 +420,18 @@ fn string(src: &Input, i: usize) -> Outcome<(String, usize)> {
             }
             c if c as u32 == u32::from(q) => {
                 if !triple {
-                    return Outcome::Ok((out, j + 1));
+                    match closes_string(src, j + 1) {
+                        Outcome::Ok(true) => return Outcome::Ok((out, j + 1)),
+                        Outcome::Ok(false) if taken < MAX_INNER_QUOTES => {
+                            taken += 1;
+                            out.push(c);
+                            j += 1;
+                            continue;
+                        }
+                        Outcome::Ok(false) => return Outcome::No,
+                        Outcome::More => return Outcome::More,
+                        Outcome::No => return Outcome::No,
+                    }
                 }
                 match (src.at(j + 1), src.at(j + 2)) {
                     (Some(a), Some(b)) if a == q && b == q => return Outcome::Ok((out, j + 3)),

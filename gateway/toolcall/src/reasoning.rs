@@ -5,7 +5,8 @@
 //! - a closing tag (`</think>`) with no opener before it: everything before
 //!   it is reasoning (templates that pre-open `<think>`);
 //! - an opening tag: the text before it is body, the text up to the
-//!   matching closer (or to the end, if none) is reasoning;
+//!   matching closer (if none, to the end or a call: see below) is
+//!   reasoning;
 //! - no tag: everything is body.
 //!
 //! Only one reasoning block is split off; later tags are ordinary text.
@@ -17,11 +18,30 @@
 //! pairs whose templates pre-open reasoning.
 //!
 //! Where the template opened the reasoning itself (a closer with no
-//! opener), a call's own start token (`<tool_call>`, Kimi K2's, DeepSeek
-//! DSML's) before that closer ends the reasoning where it stands: Qwen3.5,
-//! Kimi K2 and DeepSeek V4 call tools before closing their reasoning
-//! (vLLM#39056); the closer after the call is dropped. Inside a block the
-//! text opened itself (`<think>…`), a call stays reasoning.
+//! opener), a call marker of any family (`<tool_call>`, Kimi K2's, DeepSeek
+//! DSML's, Gemma 4's `<|tool_call>`, `<function=`, `[TOOL_CALLS]`,
+//! namespaced XML, … — [`CALL_STARTS`]) before that closer ends the
+//! reasoning where it stands, when a call of an offered tool reads from
+//! there: Qwen3.5, Kimi K2 and DeepSeek V4 call tools before closing their
+//! reasoning (vLLM#39056); the closer after the call is dropped. A marker
+//! that starts no call is reasoning like any text.
+//!
+//! A block the text opened itself (`<think>…`) and closed later stays
+//! reasoning as a whole, calls included: the model was thinking about them.
+//! One still open at the end of the output (the serving engine returned
+//! the template's `<think>` and the model called without closing it) ends
+//! the same way at a call marker from which a call of an offered tool
+//! reads, to the end of the output: the text before it is reasoning, the
+//! rest is read as the body. Only the first [`MAX_TRIED`] markers within
+//! [`MAX_HELD`] bytes of the end are tried. A stream holds the text of an
+//! open block back from the first marker from which a call may still read
+//! (at most [`MAX_HELD`] bytes of it) until the closer, the end, or a
+//! decision that no call reads from there.
+
+use std::collections::VecDeque;
+
+use super::engine::{call_from, starts_call};
+use super::offered::Tools;
 
 /// An opener, its closer, and whether the closer alone ends reasoning.
 const PAIRS: [(&str, &str, bool); 7] = [
@@ -34,17 +54,53 @@ const PAIRS: [(&str, &str, bool); 7] = [
     ("<|open|>think<|sep|>", "<|close|>think<|sep|>", true),
 ];
 
-/// Call start tokens that end pre-opened reasoning where they stand.
-const CALL_STARTS: [&str; 5] = [
+/// Call markers, one or more per family, that end reasoning where they
+/// stand when a call reads from there (besides namespaced XML tags,
+/// `<ns:name>`, found by shape).
+const CALL_STARTS: &[&str] = &[
     "<tool_call>",
+    "<TOOL_CALL>",
+    "<tool_calls>",
+    "<|tool_call|>",
+    "<|tool_call>",
+    "<call>",
+    "<start_function_call>",
+    "<function=",
+    "<function ",
+    "<function_calls>",
+    "<toolcall>",
+    "<TOOLCALL>",
+    "<dots_function_call>",
+    "<｜DSML｜",
+    "<|python_start|>",
+    "<|python_tag|>",
+    "<|tool_call_start|>",
+    "<|action_start|>",
+    "<|tools_prefix|>",
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁calls｜>",
     "<|tool_calls_section_begin|>",
     "<|tool_call_begin|>",
-    "<｜DSML｜tool_calls>",
-    "<｜DSML｜function_calls>",
+    "<｜tool_calls_begin｜>",
+    "<|open|>tools<|sep|>",
+    "<ifm|tool_calls>",
+    "<ifm|tool_call>",
+    "[TOOL_CALLS]",
+    "]<]minimax[>[<tool_call>",
 ];
+
+/// How many call markers in one stretch of reasoning are tried (each is
+/// parsed to its end): the rest stay reasoning.
+const MAX_TRIED: usize = 8;
 
 /// Longest tag, minus one: how much text might be an incomplete tag.
 const HOLD: usize = 30;
+
+/// How far from the end of the output a call marker inside a reasoning
+/// block still open there is tried, and so how much of an open block a
+/// stream holds back from a marker: a call longer than this stays
+/// reasoning.
+pub(super) const MAX_HELD: usize = 1 << 16;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum FrontOut {
@@ -71,8 +127,55 @@ pub(super) struct Front {
     /// Honour a closing tag with no opener (holds all text back until the
     /// first tag or the end).
     orphan_close: bool,
-    /// Where the first call start token is, once seen (orphan mode only).
-    call_at: Option<usize>,
+    /// The block the text opened, in [`Mode::Think`].
+    open: Open,
+}
+
+/// A reasoning block the text opened, while it is open. Positions are
+/// byte offsets in the block; `Front::buf` holds it from `base` on.
+#[derive(Default)]
+struct Open {
+    /// Offset of `buf`'s first byte (what precedes was emitted, dropped).
+    base: usize,
+    /// Emitted as reasoning up to here.
+    head: usize,
+    /// The closer is looked for from here.
+    close_from: usize,
+    /// Call markers are looked for from here: the end of the text, or an
+    /// incomplete marker's start (held back).
+    marks_from: usize,
+    /// Call markers not emitted yet and not known to start no call.
+    marks: VecDeque<usize>,
+    /// A call reads from the first of `marks`.
+    live: bool,
+    /// The block's length from which the first of `marks` is looked at
+    /// (again): after as much text again as the last look read, so that
+    /// looking stays linear.
+    gate: usize,
+    /// The last [`MAX_TRIED`] markers found to start no call.
+    dead: VecDeque<usize>,
+}
+
+impl Open {
+    /// Record the markers of `buf` (the block from `base`) not seen yet.
+    fn scan_marks(&mut self, buf: &str) {
+        let b = buf.as_bytes();
+        let mut i = self.marks_from.saturating_sub(self.base);
+        while let Some(&c) = b.get(i) {
+            if matches!(c, b'<' | b'[' | b']') {
+                match marker_at(buf.get(i..).unwrap_or(""), false) {
+                    Some(true) => self.marks.push_back(self.base + i),
+                    Some(false) => {}
+                    None => {
+                        self.marks_from = self.base + i;
+                        return;
+                    }
+                }
+            }
+            i += 1;
+        }
+        self.marks_from = self.base + b.len();
+    }
 }
 
 impl Front {
@@ -82,11 +185,11 @@ impl Front {
             buf: String::new(),
             scan_from: 0,
             orphan_close,
-            call_at: None,
+            open: Open::default(),
         }
     }
 
-    pub fn push(&mut self, chunk: &str, eof: bool, out: &mut Vec<FrontOut>) {
+    pub fn push(&mut self, chunk: &str, eof: bool, tools: &Tools, out: &mut Vec<FrontOut>) {
         if self.mode == Mode::Body {
             if !chunk.is_empty() {
                 out.push(FrontOut::Body(chunk.to_string()));
@@ -117,17 +220,12 @@ impl Front {
                             }
                         }
                     }
-                    if self.orphan_close && self.call_at.is_none() {
-                        self.call_at = CALL_STARTS
-                            .iter()
-                            .filter_map(|c| find_from(&self.buf, c, self.scan_from))
-                            .min();
-                    }
                     match best {
                         Some((i, k, true)) => {
                             let (_, close, _) = PAIRS[k];
                             // A call before the closer ended the reasoning.
-                            let c = self.call_at.filter(|&c| c < i).unwrap_or(i);
+                            let before = self.buf.get(..i).unwrap_or("");
+                            let c = call_split(before, 0, MAX_TRIED, tools).unwrap_or(i);
                             let reason = self.buf.get(..c).unwrap_or("").to_string();
                             let call = self.buf.get(c..i).unwrap_or("").to_string();
                             let rest = self.buf.get(i + close.len()..).unwrap_or("").to_string();
@@ -144,6 +242,7 @@ impl Front {
                             out.push(FrontOut::Break);
                             self.buf = rest;
                             self.scan_from = 0;
+                            self.open = Open::default();
                             self.mode = Mode::Think(k);
                         }
                         None => {
@@ -155,9 +254,7 @@ impl Front {
                                 PAIRS.iter().any(|(o, c, orphan)| {
                                     o.starts_with(t)
                                         || (self.orphan_close && *orphan && c.starts_with(t))
-                                }) || (self.orphan_close
-                                    && self.call_at.is_none()
-                                    && CALL_STARTS.iter().any(|c| c.starts_with(t)))
+                                })
                             });
                             if self.orphan_close {
                                 self.scan_from = keep;
@@ -171,30 +268,96 @@ impl Front {
                     }
                 }
                 Mode::Think(k) => {
-                    let (_, close, _) = PAIRS[k];
-                    match find_from(&self.buf, close, self.scan_from) {
-                        Some(i) => {
-                            let reason = self.buf.get(..i).unwrap_or("").to_string();
-                            let rest = self.buf.get(i + close.len()..).unwrap_or("").to_string();
-                            push_text(out, FrontOut::Reason(reason));
-                            self.buf = rest;
-                            self.mode = Mode::Body;
-                        }
-                        None => {
-                            if eof {
-                                push_text(out, FrontOut::Reason(std::mem::take(&mut self.buf)));
-                                return;
-                            }
-                            let keep = hold_from(&self.buf, |t| close.starts_with(t));
-                            let head: String = self.buf.drain(..keep).collect();
-                            push_text(out, FrontOut::Reason(head));
-                            self.scan_from = 0;
-                            return;
-                        }
+                    if !self.think(PAIRS[k].1, eof, tools, out) {
+                        return;
                     }
                 }
             }
         }
+    }
+
+    /// Go on inside an open reasoning block ending with `close`; true when
+    /// it ended (the mode is then [`Mode::Body`]).
+    fn think(&mut self, close: &str, eof: bool, tools: &Tools, out: &mut Vec<FrontOut>) -> bool {
+        let o = &mut self.open;
+        let len = o.base + self.buf.len();
+        let head = o.head.saturating_sub(o.base);
+        if let Some(i) = find_from(&self.buf, close, o.close_from.saturating_sub(o.base)) {
+            // Closed: all of it is reasoning, calls included.
+            let reason = self.buf.get(head..i).unwrap_or("").to_string();
+            self.buf = self.buf.get(i + close.len()..).unwrap_or("").to_string();
+            push_text(out, FrontOut::Reason(reason));
+            self.mode = Mode::Body;
+            return true;
+        }
+        let window = len.saturating_sub(MAX_HELD);
+        if eof {
+            // Never closed: a call of an offered tool at one of the first
+            // markers within the window ends it. Those emitted already
+            // started none, but count.
+            let text = self.buf.get(head..).unwrap_or("");
+            let tried = o
+                .dead
+                .iter()
+                .filter(|&&d| d >= window && d < o.head)
+                .count();
+            let from = window.saturating_sub(o.head);
+            let c = call_split(text, from, MAX_TRIED.saturating_sub(tried), tools);
+            let c = c.unwrap_or(text.len());
+            push_text(
+                out,
+                FrontOut::Reason(text.get(..c).unwrap_or("").to_string()),
+            );
+            push_text(out, FrontOut::Body(text.get(c..).unwrap_or("").to_string()));
+            self.buf.clear();
+            self.mode = Mode::Body;
+            return true;
+        }
+        o.close_from = len.saturating_sub(close.len().saturating_sub(1));
+        o.scan_marks(&self.buf);
+        // Markers out of the window stay reasoning whatever follows.
+        while o.marks.front().is_some_and(|&m| m < window) {
+            o.marks.pop_front();
+            o.live = false;
+        }
+        if let Some(&m) = o.marks.front()
+            && !o.live
+            && len >= o.gate
+        {
+            let t = self.buf.get(m.saturating_sub(o.base)..).unwrap_or("");
+            o.gate = len + (len - m).max(1);
+            match call_from(t, false, tools) {
+                Some(true) => o.live = true,
+                Some(false) => {
+                    o.marks.pop_front();
+                    o.dead.push_back(m);
+                    if o.dead.len() > MAX_TRIED {
+                        o.dead.pop_front();
+                    }
+                }
+                None => {}
+            }
+        }
+        // Emit up to the first marker a call may read from (or an
+        // incomplete one), the window's start at least, and never a
+        // possible closer's start.
+        let held = o
+            .marks
+            .front()
+            .map_or(o.marks_from, |&m| m.min(o.marks_from));
+        let held = held.max(o.base + floor_boundary(&self.buf, window.saturating_sub(o.base)));
+        let closer = o.base + hold_from(&self.buf, |t| close.starts_with(t));
+        let to = held.min(closer).max(o.head);
+        let reason = self.buf.get(head..to - o.base).unwrap_or("").to_string();
+        push_text(out, FrontOut::Reason(reason));
+        o.head = to;
+        // Drop what was emitted once it is most of the buffer.
+        let done = o.head - o.base;
+        if done > self.buf.len() / 2 {
+            self.buf.drain(..done);
+            o.base = o.head;
+        }
+        false
     }
 }
 
@@ -210,6 +373,80 @@ fn hold_from(buf: &str, is_tag_prefix: impl Fn(&str) -> bool) -> usize {
         }
     }
     buf.len()
+}
+
+/// Whether a call marker starts `t`: one of [`CALL_STARTS`] or a
+/// namespaced XML tag (`<ns:name>`); `None` when `t` (not the whole text:
+/// `eof` false) ends inside what may still become one.
+fn marker_at(t: &str, eof: bool) -> Option<bool> {
+    if CALL_STARTS.iter().any(|c| t.starts_with(c)) {
+        return Some(true);
+    }
+    let ns = ns_tag(t);
+    if ns == Some(true) {
+        return Some(true);
+    }
+    if !eof && (ns.is_none() || CALL_STARTS.iter().any(|c| c.starts_with(t))) {
+        return None;
+    }
+    Some(false)
+}
+
+/// `<ns:name>` at the start of `t`, a namespaced XML tag: `None` when `t`
+/// ends before that is decided.
+fn ns_tag(t: &str) -> Option<bool> {
+    let b = t.as_bytes();
+    // The end of a name (1 to 64 of its characters) from `from`; `None`
+    // when the text ends inside it.
+    let name = |from: usize| {
+        let n = b
+            .iter()
+            .skip(from)
+            .take_while(|&&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'))
+            .take(65)
+            .count();
+        if n > 64 {
+            Some(None)
+        } else if from + n >= b.len() {
+            None
+        } else {
+            Some((n > 0).then_some(from + n))
+        }
+    };
+    if b.first() != Some(&b'<') {
+        return Some(false);
+    }
+    let Some(e) = name(1)? else {
+        return Some(false);
+    };
+    if b.get(e) != Some(&b':') {
+        return Some(false);
+    }
+    let Some(e) = name(e + 1)? else {
+        return Some(false);
+    };
+    Some(b.get(e) == Some(&b'>'))
+}
+
+/// Where call markers stand in `text` at or after `from`, in order, at
+/// most `max` of them.
+fn call_markers(text: &str, from: usize, max: usize) -> Vec<usize> {
+    let b = text.as_bytes();
+    (from..b.len())
+        .filter(|&i| {
+            matches!(b.get(i), Some(b'<' | b'[' | b']'))
+                && marker_at(text.get(i..).unwrap_or(""), true) == Some(true)
+        })
+        .take(max)
+        .collect()
+}
+
+/// Where a call of an offered tool starts in `text` (reasoning), at one of
+/// its first `max` call markers at or after `from`; `None` when none does.
+fn call_split(text: &str, from: usize, max: usize, tools: &Tools) -> Option<usize> {
+    call_markers(text, from, max)
+        .into_iter()
+        .find(|&c| starts_call(text.get(c..).unwrap_or(""), tools))
 }
 
 fn push_text(out: &mut Vec<FrontOut>, o: FrontOut) {
@@ -283,12 +520,13 @@ mod tests {
     use super::*;
 
     fn run(chunks: &[&str], orphan: bool) -> (String, String) {
+        let tools = Tools::default();
         let mut f = Front::new(orphan);
         let mut out = Vec::new();
         for c in chunks {
-            f.push(c, false, &mut out);
+            f.push(c, false, &tools, &mut out);
         }
-        f.push("", true, &mut out);
+        f.push("", true, &tools, &mut out);
         let mut r = String::new();
         let mut b = String::new();
         for o in out {

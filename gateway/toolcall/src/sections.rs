@@ -15,6 +15,9 @@ pub(super) struct Section {
     pub(super) call_end: &'static str,
     /// DeepSeek's first item may come without its call-begin token.
     pub(super) call_begin_optional: bool,
+    /// A token that may stand between items (Step3's `<｜tool_sep｜>`),
+    /// dropped there.
+    pub(super) sep: Option<&'static str>,
     /// One item in a bounded (final) view ending at its call-end token.
     pub(super) item: fn(&Input, usize) -> Option<ParsedCall>,
 }
@@ -38,6 +41,16 @@ pub(super) fn section_items(src: &Input, p0: usize, sec: &Section) -> Outcome<Bl
             }
             MarkerMatch::More => return Outcome::More,
             MarkerMatch::No => {}
+        }
+        if let Some(sep) = sec.sep.filter(|_| ncalls > 0) {
+            match src.marker(r, sep) {
+                MarkerMatch::Yes(e) => {
+                    end = e;
+                    continue;
+                }
+                MarkerMatch::More => return Outcome::More,
+                MarkerMatch::No => {}
+            }
         }
         let (q, explicit) = match src.marker(r, sec.call_begin) {
             MarkerMatch::Yes(e) => (e, true),

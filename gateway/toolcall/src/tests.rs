@@ -38,7 +38,10 @@ pub(super) fn collect(events: Vec<StreamEvent>) -> Parsed {
         match e {
             StreamEvent::Content(s) => out.content.push_str(&s),
             StreamEvent::Reasoning(s) => r.push_str(&s),
-            StreamEvent::Call(c) => out.calls.push(c),
+            StreamEvent::Call(c) => {
+                out.repaired += usize::from(c.repaired);
+                out.calls.push(c);
+            }
         }
     }
     if !r.is_empty() {
@@ -325,11 +328,18 @@ fn reasoning_is_split_first() {
     assert_eq!(p.reasoning.as_deref(), Some("thinking here"));
     assert_eq!(p.calls.len(), 1);
     assert_eq!(p.content, "");
-    // Unterminated.
-    let p = check(&format!("<think>{call_text}"), &t);
-    assert!(p.calls.is_empty());
+    // Never closed: a call of an offered tool ends it there (the serving
+    // engine returned the template's <think>, the model called without
+    // closing it).
+    let p = check(&format!("<think>I will look it up. {call_text}"), &t);
+    assert_eq!(p.calls, vec![call("f", json!({}))]);
+    assert_eq!(p.reasoning.as_deref(), Some("I will look it up."));
     assert_eq!(p.content, "");
-    assert!(p.reasoning.is_some());
+    // Never closed, no call: all reasoning.
+    let p = check("<think>I will look it up.", &t);
+    assert!(p.calls.is_empty());
+    assert_eq!(p.reasoning.as_deref(), Some("I will look it up."));
+    assert_eq!(p.content, "");
     // No reasoning: None.
     assert_eq!(check("hi", &t).reasoning, None);
 }
@@ -492,6 +502,37 @@ fn adversarial_inputs_complete() {
         ),
         ("pythonic prefix", "[f(a='".repeat(100_000)),
         ("think tags", "<think></think>".repeat(50_000)),
+        (
+            "namespaced invokes",
+            "<ns:function_calls><ns:invoke name=\"f\"><ns:parameter name=\"a\">".repeat(30_000),
+        ),
+        (
+            "gemma strings",
+            "<|tool_call>call:f{a:<|\"|>x}".repeat(50_000),
+        ),
+        ("bare gemma calls", "call:f{a:\"x,".repeat(100_000)),
+        ("python inner quotes", "[f(a='x' ".repeat(100_000)),
+        (
+            "horizon pairs",
+            "<ifm|tool_call>f<ifm|arg_key>a</ifm|arg_key>".repeat(50_000),
+        ),
+        (
+            "markers in pre-opened reasoning",
+            "<tool_call>{\"name\": \"f\", \"arguments\": {".repeat(30_000) + "</think>",
+        ),
+        (
+            "markers in reasoning never closed",
+            "<think>".to_string() + &"<tool_call>{\"name\": \"f\", \"arguments\": {".repeat(30_000),
+        ),
+        (
+            "calls in reasoning never closed",
+            "<think>".to_string()
+                + &"<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>".repeat(20_000),
+        ),
+        (
+            "mentions in reasoning never closed",
+            "<think>".to_string() + &"<tool_call> [TOOL_CALLS] <a:b> ".repeat(40_000),
+        ),
     ];
     for (label, text) in inputs {
         let p = parse(&text, &t);
@@ -709,4 +750,355 @@ fn pythonic_keyword_names_may_hold_letters_beyond_ascii() {
             json!({"año_vehiculo": 2024, "producto": "auto"})
         )]
     );
+}
+
+#[test]
+fn a_double_quoted_string_keeps_the_separators_of_its_notation() {
+    // Gemma's notation reads bare words up to `,`, `:`, `}`; a value (or
+    // key) in double quotes is one string, with JSON's escapes.
+    let t = tools(&["foo"]);
+    let p = check(r#"<|tool_call>call:foo{q:"a,b:c"}<tool_call|>"#, &t);
+    assert_eq!(p.calls, vec![call("foo", json!({"q": "a,b:c"}))]);
+    let p = check(
+        r#"<|tool_call>call:foo{"k,1":"say \"hi\"\n{x}",list:["a]b",2],n:3}<tool_call|>"#,
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call(
+            "foo",
+            json!({"k,1": "say \"hi\"\n{x}", "list": ["a]b", 2], "n": 3})
+        )]
+    );
+    assert_eq!(p.content, "");
+    // FunctionGemma alike, and its own quote token unchanged beside it.
+    let p = check(
+        r#"<start_function_call>call:foo{a:"x:y,z" b:<escape>1,2<escape>}<end_function_call>"#,
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![call("foo", json!({"a": "x:y,z", "b": "1,2"}))]
+    );
+    // A bare word holding a quote mid-way is still a bare word.
+    let p = check(r#"<|tool_call>call:foo{q:He said "hi"}<tool_call|>"#, &t);
+    assert_eq!(p.calls, vec![call("foo", json!({"q": "He said \"hi\""}))]);
+}
+
+#[test]
+fn a_tool_call_may_hold_a_name_then_json_arguments() {
+    // GLM's variant: the name on the first line, JSON arguments after it.
+    let t = tools(&["get_weather"]);
+    let p = check(
+        "Checking.\n<tool_call>get_weather\n{\"city\": \"Paris\"}</tool_call>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("get_weather", json!({"city": "Paris"}))]);
+    assert_eq!(p.content, "Checking.");
+    let p = check("<tool_call>\nget_weather {\"city\": \"Oslo\"}\n", &t);
+    assert_eq!(p.calls, vec![call("get_weather", json!({"city": "Oslo"}))]);
+    // The whole call object after its name gives its arguments.
+    let p = check(
+        "<tool_call>get_weather\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>",
+        &t,
+    );
+    assert_eq!(p.calls, vec![call("get_weather", json!({"city": "Rome"}))]);
+    // Not an offered tool, or something between the JSON and the closer:
+    // content, as written.
+    for text in [
+        "<tool_call>get_time\n{\"city\": \"Paris\"}</tool_call>",
+        "<tool_call>get_weather\n{\"city\": \"Paris\"} and more</tool_call>",
+        "I would call get_weather\n{\"city\": \"Paris\"} next.",
+    ] {
+        let p = check(text, &t);
+        assert!(p.calls.is_empty(), "{text}");
+        assert_eq!(p.content, text);
+    }
+}
+
+#[test]
+fn a_last_string_never_closed_is_repaired_only_when_unambiguous() {
+    let t = tools(&["bash"]);
+    let want = call("bash", json!({"path": "/tmp", "command": "ls"}));
+    // A real Gemma 4 output (shortened): the last string never closed,
+    // then the object's closer and the block's; or the closer alone at the
+    // end of the output.
+    for text in [
+        "<|tool_call>call:bash{path:<|\"|>/tmp<|\"|>,command:<|\"|>ls}<tool_call|>",
+        "<|tool_call>call:bash{path:<|\"|>/tmp<|\"|>,command:<|\"|>ls}",
+        "<|tool_call>call:bash{path:<|\"|>/tmp<|\"|>,command:<|\"|>ls <tool_call|>\n",
+        "<|tool_call>call:bash{path:\"/tmp\",command:\"ls} <tool_call|>",
+        // JSON in an explicit block, the same way.
+        "<tool_call>{\"name\": \"bash\", \"arguments\": {\"path\": \"/tmp\", \"command\": \"ls}}</tool_call>",
+        "<tool_call>{\"name\": \"bash\", \"arguments\": {\"path\": \"/tmp\", \"command\": \"ls}}",
+        // Containers the block's closer leaves open after a complete value.
+        "<|tool_call>call:bash{path:<|\"|>/tmp<|\"|>,command:<|\"|>ls<|\"|><tool_call|>",
+    ] {
+        let p = check(text, &t);
+        assert_eq!(p.calls, vec![want.clone()], "{text}");
+        assert!(p.calls[0].repaired, "{text}");
+        assert_eq!(p.repaired, 1, "{text}");
+        assert_eq!(p.content, "", "{text}");
+    }
+    // A call that needed no repair is not counted.
+    let p = check(
+        "<|tool_call>call:bash{command:<|\"|>ls<|\"|>}<tool_call|>",
+        &t,
+    );
+    assert!(!p.calls[0].repaired);
+    assert_eq!(p.repaired, 0);
+    // Ambiguous or not at the end: nothing is read, nothing is invented.
+    for text in [
+        // The output stops inside the string: cut off, not closed.
+        "<|tool_call>call:bash{command:<|\"|>ls",
+        "<|tool_call>call:bash{command:<|\"|>ls -la",
+        // Only some of the closers.
+        "<|tool_call>call:bash{opts:{command:<|\"|>ls}<tool_call|>",
+        // Text after the block's closer: not the end of the output.
+        "<|tool_call>call:bash{command:<|\"|>ls}<tool_call|> and then",
+        "<|tool_call>call:bash{n:1<tool_call|> more",
+        // A number the output stops in may be cut short.
+        "<|tool_call>call:bash{n:4",
+        "<tool_call>{\"name\": \"bash\", \"arguments\": {\"command\": \"ls",
+        // Prose that names a tool.
+        "I would run bash with \"ls} now",
+    ] {
+        let p = check(text, &t);
+        assert!(p.calls.is_empty(), "{text}: {:?}", p.calls);
+        assert_eq!(p.repaired, 0);
+        assert_eq!(p.content, text);
+    }
+}
+
+#[test]
+fn a_call_marker_of_any_family_ends_template_opened_reasoning() {
+    let t = tools(&["get_weather"]);
+    let want = vec![call("get_weather", json!({"city": "Paris"}))];
+    // The template opened <think>; the model calls before closing it.
+    for marker_call in [
+        "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>",
+        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+        "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>",
+        "<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">Paris</parameter></invoke></minimax:tool_call>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "<ns:function_calls><ns:invoke name=\"get_weather\"><ns:parameter name=\"city\">Paris</ns:parameter></ns:invoke></ns:function_calls>",
+        "<start_function_call>call:get_weather{city:<escape>Paris<escape>}<end_function_call>",
+    ] {
+        let text = format!("The user wants Paris.\n{marker_call}\n</think>");
+        let p = check(&text, &t);
+        assert_eq!(p.calls, want, "{text}");
+        assert_eq!(
+            p.reasoning.as_deref(),
+            Some("The user wants Paris."),
+            "{text}"
+        );
+        assert_eq!(p.content, "", "{text}");
+    }
+    // A marker that starts no call (mentioned, or a tool not offered) is
+    // reasoning like any other text.
+    for text in [
+        "I will wrap it in <tool_call> tags.</think>Done.",
+        "Maybe <|tool_call>call:get_time{}<tool_call|> instead.</think>Done.",
+    ] {
+        let p = check(text, &t);
+        assert!(p.calls.is_empty(), "{text}");
+        assert_eq!(p.content, "Done.", "{text}");
+    }
+}
+
+#[test]
+fn namespaced_xml_calls_read_whatever_the_prefix() {
+    let t = tools(&["get_weather", "get_time"]);
+    let p = check(
+        "Let me look.\n<ns:function_calls>\n<ns:invoke name=\"get_weather\">\n<ns:parameter name=\"city\">Paris</ns:parameter>\n</ns:invoke>\n<ns:invoke name=\"get_time\"><ns:parameter name=\"tz\">CET</ns:parameter></ns:invoke>\n</ns:function_calls>\nDone.",
+        &t,
+    );
+    assert_eq!(
+        p.calls,
+        vec![
+            call("get_weather", json!({"city": "Paris"})),
+            call("get_time", json!({"tz": "CET"}))
+        ]
+    );
+    assert_eq!(p.content, "Let me look.\nDone.");
+    // Another prefix and wrapper name; the closer optional at the end.
+    let p = check(
+        "<x-y.z:tool_calls><x-y.z:invoke name=\"get_weather\"><x-y.z:parameter name=\"city\">S&amp;P </x-y.z:parameter></x-y.z:invoke>",
+        &t,
+    );
+    // The value as written: these formats write values raw.
+    assert_eq!(
+        p.calls,
+        vec![call("get_weather", json!({"city": "S&amp;P "}))]
+    );
+    // Not offered, not invokes, or prose: content as written.
+    for text in [
+        "<ns:function_calls><ns:invoke name=\"nope\"><ns:parameter name=\"a\">1</ns:parameter></ns:invoke></ns:function_calls>",
+        "<svg:g><svg:rect width=\"1\"/></svg:g>",
+        "<ns:invoke name=\"get_weather\"> alone, outside a wrapper",
+        "a <b:c> tag",
+    ] {
+        let p = check(text, &t);
+        assert!(p.calls.is_empty(), "{text}");
+        assert_eq!(p.content, text);
+    }
+}
+
+#[test]
+fn a_call_ends_a_reasoning_block_never_closed() {
+    let t = tools(&["get_weather"]);
+    let want = vec![call("get_weather", json!({"city": "Paris"}))];
+    // The model reasons in the template's <think> and calls without
+    // writing </think>: the call is read, the text after it is content.
+    for marker_call in [
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>",
+        "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>",
+        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+        "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>}<tool_call|>",
+    ] {
+        for (open, tail, content) in [
+            ("<think>", "", ""),
+            ("<think>", "\nDone.", "Done."),
+            ("<|channel>thought\n", "", ""),
+            ("<thinking>", " ok", "ok"),
+        ] {
+            let text = format!("{open}The user wants Paris.\n{marker_call}{tail}");
+            let p = check(&text, &t);
+            assert_eq!(p.calls, want, "{text}");
+            assert_eq!(
+                p.reasoning.as_deref(),
+                Some("The user wants Paris."),
+                "{text}"
+            );
+            assert_eq!(p.content, content, "{text}");
+        }
+        // Content before the block stays content.
+        let text = format!("Sure. <think>Paris.\n{marker_call}");
+        let p = check(&text, &t);
+        assert_eq!(p.calls, want, "{text}");
+        assert_eq!(p.content, "Sure.", "{text}");
+        // A block closed later stays reasoning, the call in it included:
+        // the model was thinking about it.
+        let text = format!("<think>Maybe\n{marker_call}\nor not.</think>Done.");
+        let p = check(&text, &t);
+        assert!(p.calls.is_empty(), "{text}");
+        assert_eq!(
+            p.reasoning,
+            Some(format!("Maybe\n{marker_call}\nor not.")),
+            "{text}"
+        );
+        assert_eq!(p.content, "Done.", "{text}");
+    }
+    // Several calls.
+    let p = check(
+        "<think>Both.\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}</tool_call>",
+        &t,
+    );
+    assert_eq!(p.calls.len(), 2);
+    assert_eq!(p.calls[1], call("get_weather", json!({"city": "Rome"})));
+    assert_eq!(p.reasoning.as_deref(), Some("Both."));
+    // A marker mentioned before the call stays reasoning.
+    let p = check(
+        "<think>I write <tool_call> tags, not [TOOL_CALLS].\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>",
+        &t,
+    );
+    assert_eq!(p.calls, want);
+    assert_eq!(
+        p.reasoning.as_deref(),
+        Some("I write <tool_call> tags, not [TOOL_CALLS].")
+    );
+    // No offered call reads from the marker: all reasoning.
+    for text in [
+        "<think>Maybe <tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>",
+        "<think>Maybe <|tool_call>call:get_time{}<tool_call|> then.",
+        "<think>I will wrap it in <tool_call> tags.",
+        "<think>I will wrap it in <tool_call> tags, or [TOOL_CALLS], or <function=",
+        "<think>Calling <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": ",
+    ] {
+        let p = check(text, &t);
+        assert!(p.calls.is_empty(), "{text}");
+        assert_eq!(p.content, "", "{text}");
+        assert_eq!(
+            p.reasoning.as_deref(),
+            text.strip_prefix("<think>").map(str::trim_end),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn an_open_block_tries_only_its_last_markers() {
+    let t = tools(&["f"]);
+    let call_text = r#"<tool_call>{"name": "f", "arguments": {}}</tool_call>"#;
+    // A call more than MAX_HELD bytes before the end stays reasoning.
+    let far = format!(
+        "<think>r {call_text}{}",
+        " x".repeat(reasoning::MAX_HELD / 2)
+    );
+    // One within it is read, whatever markers came before it.
+    let near = format!(
+        "<think>{}{}\n{call_text}",
+        "See <tool_call> tags. ".repeat(1000),
+        " y".repeat(reasoning::MAX_HELD / 2)
+    );
+    // Only the first MAX_TRIED markers within it are tried.
+    let many = format!("<think>{}{call_text}", "<tool_call> tags. ".repeat(8));
+    let fewer = format!("<think>{}{call_text}", "<tool_call> tags. ".repeat(7));
+    for (text, calls) in [(&far, 0), (&near, 1), (&many, 0), (&fewer, 1)] {
+        let whole = parse(text, &t);
+        assert_eq!(whole.calls.len(), calls, "{}", &text[..60]);
+        assert!(whole.reasoning.is_some());
+        for n in [1, 7, 4093] {
+            let chunks: Vec<&str> = text
+                .as_bytes()
+                .chunks(n)
+                .map(|c| std::str::from_utf8(c).unwrap_or(""))
+                .collect();
+            assert_eq!(stream(&chunks, &t), whole, "{n}: {}", &text[..60]);
+        }
+    }
+    check(&many, &t);
+    check(&fewer, &t);
+}
+
+#[test]
+fn an_open_block_holds_back_only_what_may_be_a_call() {
+    let t = tools(&["f"]);
+    let reasoning = |ev: &[StreamEvent]| -> String {
+        ev.iter()
+            .filter_map(|e| match e {
+                StreamEvent::Reasoning(s) => Some(s.as_str()),
+                _ => None,
+            })
+            .collect()
+    };
+    let call_text = r#"<tool_call>{"name": "f", "arguments": {}}</tool_call>"#;
+    // The reasoning before a call streams; the call is held until the
+    // block closes (reasoning) or the output ends (a call).
+    let mut p = StreamParser::new(t.clone());
+    let ev = p.push("<think>Let me look. ");
+    assert_eq!(reasoning(&ev), "Let me look.");
+    assert!(p.push(call_text).is_empty());
+    assert!(p.push(" Or not.").is_empty());
+    let mut ev = p.push("</think>No.");
+    assert_eq!(reasoning(&ev), format!(" {call_text} Or not."));
+    ev.extend(p.finish());
+    assert!(ev.contains(&StreamEvent::Content("No.".into())));
+    assert!(!ev.iter().any(|e| matches!(e, StreamEvent::Call(_))));
+    let mut p = StreamParser::new(t.clone());
+    p.push("<think>Let me look. ");
+    assert!(p.push(call_text).is_empty());
+    assert_eq!(p.finish(), vec![StreamEvent::Call(call("f", json!({})))]);
+    // A marker no call can read from is released once that is known.
+    let mut p = StreamParser::new(t.clone());
+    let mut got = reasoning(&p.push("<think>I write <tool_call> tags"));
+    got += &reasoning(&p.push(", then JSON, and so on. More reasoning follows."));
+    assert!(got.starts_with("I write <tool_call> tags, then"), "{got}");
+    // Beyond MAX_HELD, held text is reasoning.
+    let mut p = StreamParser::new(t);
+    p.push("<think>Let me look. ");
+    p.push(call_text);
+    let ev = p.push(&" x".repeat(reasoning::MAX_HELD / 2 + 8));
+    assert!(reasoning(&ev).starts_with(&format!(" {call_text}")));
 }

@@ -515,7 +515,8 @@ fn a_call_before_the_closer_of_pre_opened_reasoning_ends_it() {
     assert_eq!(p.reasoning.as_deref(), Some("The product is 204."));
     assert_eq!(p.calls, vec![call("Finish", json!({"answer": 204}))]);
     assert_eq!(p.content, "");
-    // Inside a block the text opened itself, a call stays reasoning.
+    // Inside a block the text opened and closed itself, a call stays
+    // reasoning.
     let p = check(
         "<think>maybe <tool_call>{\"name\": \"Finish\", \"arguments\": {}}</tool_call></think>No.",
         &t,
@@ -689,5 +690,997 @@ fn cases_from_serving_engines_issue_trackers() {
     assert_eq!(
         p.content,
         "I'll use the Glob tool to list all markdown files in the current directory."
+    );
+}
+
+/// A tool from its name and its JSON Schema as written.
+fn tool_json(name: &str, schema: &str) -> OfferedTool {
+    OfferedTool {
+        name: name.to_string(),
+        parameters: serde_json::from_str(schema).unwrap_or(Value::Null),
+    }
+}
+
+/// One output of a serving engine's tests: the calls it must give (name
+/// and JSON arguments), whole and streamed ([`check`]), and the content
+/// where the engine's test says what it is and that agrees with this
+/// crate's content policy.
+fn case(tools: &[OfferedTool], text: &str, want: &[(&str, &str)], content: Option<&str>) {
+    let p = check(text, tools);
+    let want: Vec<ParsedCall> = want
+        .iter()
+        .map(|(n, a)| call(n, serde_json::from_str(a).unwrap_or(Value::Null)))
+        .collect();
+    assert_eq!(p.calls, want, "{text:?}");
+    assert!(p.calls.iter().all(|c| c.unreadable.is_none()), "{text:?}");
+    if let Some(c) = content {
+        assert_eq!(p.content, c, "{text:?}");
+    }
+}
+
+#[test]
+fn vllm_step3() {
+    // vLLM rust/src/parser/src/tool/step3.rs (2cc2e8e42774cf63a2504fea9ccc5aa70a528619):
+    // the `function<｜tool_sep｜>` prefix is optional, `<｜tool_sep｜>` may
+    // stand between calls, an unfinished block is no call.
+    let t = vec![
+        tool_json(
+            "get_weather",
+            r#"{"type": "object", "properties": {"location": {"type": "string"}, "city": {"type": "string"}, "state": {"type": "string"}, "unit": {"type": "string"}, "date": {"type": "string"}, "days": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "add",
+            r#"{"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "convert",
+            r#"{"type": "object", "properties": {"whole": {"type": "number"}, "flag": {"type": "boolean"}, "payload": {"type": "object"}, "items": {"type": "array"}, "empty": {"type": "string"}}}"#,
+        ),
+        tool_json(
+            "calculate_area",
+            r#"{"type": "object", "properties": {"shape": {"type": "string"}, "dimensions": {"type": "object"}, "precision": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "update_record",
+            r#"{"type": "object", "properties": {"data": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}"#,
+        ),
+        tool_json("refresh", r#"{"type": "object"}"#),
+    ];
+    case(&t, "Hello, world!", &[], None);
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name=\"get_weather\"><steptml:parameter name=\"city\">Tokyo</steptml:parameter><steptml:parameter name=\"days\">2</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[("get_weather", r#"{"city": "Tokyo", "days": 2}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name=\"get_weather\"><steptml:parameter name=\"city\">Tokyo</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[("get_weather", r#"{"city": "Tokyo"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name=\"get_weather\"><steptml:parameter name=\"city\">Tokyo</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_sep｜><｜tool_call_begin｜><steptml:invoke name=\"add\"><steptml:parameter name=\"x\">2</steptml:parameter><steptml:parameter name=\"y\">3</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[
+            ("get_weather", r#"{"city": "Tokyo"}"#),
+            ("add", r#"{"x": 2, "y": 3}"#),
+        ],
+        None,
+    );
+    case(
+        &t,
+        "Let me check. <｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name=\"get_weather\"><steptml:parameter name=\"city\">Tokyo</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜> Done.",
+        &[("get_weather", r#"{"city": "Tokyo"}"#)],
+        Some("Let me check. Done."),
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name=\"refresh\"></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[("refresh", r#"{}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name=\"get_weather\">",
+        &[],
+        None,
+    );
+    // vLLM tests/tool_parsers/test_step3_tool_parser.py
+    // (04b590e613452c30240e574e66102b4838570054), the common tests.
+    let t = vec![
+        tool_json(
+            "get_weather",
+            r#"{"type": "object", "properties": {"city": {"type": "string"}}}"#,
+        ),
+        tool_json(
+            "get_time",
+            r#"{"type": "object", "properties": {"timezone": {"type": "string"}}}"#,
+        ),
+        tool_json("test_function", r#"{"type": "object"}"#),
+        tool_json("refresh", r#"{"type": "object"}"#),
+        tool_json("func", r#"{"type": "object"}"#),
+    ];
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name=\"get_weather\"><steptml:parameter name=\"city\">Tokyo</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[("get_weather", r#"{"city": "Tokyo"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name=\"get_weather\"><steptml:parameter name=\"city\">Tokyo</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_sep｜><｜tool_call_begin｜><steptml:invoke name=\"get_time\"><steptml:parameter name=\"timezone\">Asia/Tokyo</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[
+            ("get_weather", r#"{"city": "Tokyo"}"#),
+            ("get_time", r#"{"timezone": "Asia/Tokyo"}"#),
+        ],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name=\"refresh\"></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[("refresh", r#"{}"#)],
+        None,
+    );
+    case(
+        &t,
+        "Let me check the weather for you.\n\n<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name=\"get_weather\"><steptml:parameter name=\"city\">Tokyo</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>\n\nI'll get that information.",
+        &[("get_weather", r#"{"city": "Tokyo"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜><steptml:invoke name=\"test_function\"><steptml:parameter name=\"quoted\">He said \"hello\"</steptml:parameter><steptml:parameter name=\"path\">C:\\Users\\file.txt</steptml:parameter><steptml:parameter name=\"newline\">line1\nline2</steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[(
+            "test_function",
+            r#"{"quoted": "He said \"hello\"", "path": "C:\\Users\\file.txt", "newline": "line1\nline2"}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_call_begin｜><steptml:invoke name=\"func\"></steptml:invoke><｜tool_call_end｜>",
+        &[],
+        None,
+    );
+    // The same file, TestStep3ParameterWhitespace: a string value is kept as
+    // written, whitespace and line breaks included.
+    let t = vec![tool_json(
+        "edit_file",
+        r#"{"type": "object", "properties": {"old_string": {"type": "string"}, "indent": {"type": "integer"}, "enabled": {"type": "boolean"}}}"#,
+    )];
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>edit_file\n<steptml:invoke name=\"edit_file\"><steptml:parameter name=\"old_string\">    if x:</steptml:parameter><steptml:parameter name=\"indent\"> 4 </steptml:parameter><steptml:parameter name=\"enabled\"> true </steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[(
+            "edit_file",
+            r#"{"old_string": "    if x:", "indent": 4, "enabled": true}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>edit_file\n<steptml:invoke name=\"edit_file\"><steptml:parameter name=\"old_string\">return 1\n</steptml:parameter><steptml:parameter name=\"indent\"> 4 </steptml:parameter><steptml:parameter name=\"enabled\"> true </steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[(
+            "edit_file",
+            r#"{"old_string": "return 1\n", "indent": 4, "enabled": true}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>edit_file\n<steptml:invoke name=\"edit_file\"><steptml:parameter name=\"old_string\">    if x:\n        return 1\n</steptml:parameter><steptml:parameter name=\"indent\"> 4 </steptml:parameter><steptml:parameter name=\"enabled\"> true </steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[(
+            "edit_file",
+            r#"{"old_string": "    if x:\n        return 1\n", "indent": 4, "enabled": true}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>edit_file\n<steptml:invoke name=\"edit_file\"><steptml:parameter name=\"old_string\">hello </steptml:parameter><steptml:parameter name=\"indent\"> 4 </steptml:parameter><steptml:parameter name=\"enabled\"> true </steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[(
+            "edit_file",
+            r#"{"old_string": "hello ", "indent": 4, "enabled": true}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>edit_file\n<steptml:invoke name=\"edit_file\"><steptml:parameter name=\"old_string\">hello\u{a0}</steptml:parameter><steptml:parameter name=\"indent\"> 4 </steptml:parameter><steptml:parameter name=\"enabled\"> true </steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[(
+            "edit_file",
+            r#"{"old_string": "hello ", "indent": 4, "enabled": true}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜>edit_file\n<steptml:invoke name=\"edit_file\"><steptml:parameter name=\"old_string\">hello</steptml:parameter><steptml:parameter name=\"indent\"> 4 </steptml:parameter><steptml:parameter name=\"enabled\"> true </steptml:parameter></steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>",
+        &[(
+            "edit_file",
+            r#"{"old_string": "hello", "indent": 4, "enabled": true}"#,
+        )],
+        None,
+    );
+}
+
+#[test]
+fn vllm_gemma_4() {
+    // vLLM rust/src/parser/src/tool/gemma4.rs (0580befebad85436a7421ba03efc503c8349347a)
+    // and tests/tool_parsers/test_gemma4_tool_parser.py
+    // (027004de3715411197be51ced325705abcf740a7), joined chunks.
+    let t = vec![
+        tool_json("get_weather", r#"{"type": "object"}"#),
+        tool_json("get_time", r#"{"type": "object"}"#),
+        tool_json("write_file", r#"{"type": "object"}"#),
+        tool_json("Edit", r#"{"type": "object"}"#),
+        tool_json("search", r#"{"type": "object"}"#),
+        tool_json("set", r#"{"type": "object"}"#),
+        tool_json("get_status", r#"{"type": "object"}"#),
+        tool_json("todowrite", r#"{"type": "object"}"#),
+        tool_json("complex_function", r#"{"type": "object"}"#),
+        tool_json("set_status", r#"{"type": "object"}"#),
+        tool_json("get-weather", r#"{"type": "object"}"#),
+        tool_json("weather.get", r#"{"type": "object"}"#),
+        tool_json("bash", r#"{"type": "object"}"#),
+        tool_json("gdb", r#"{"type": "object"}"#),
+        tool_json("read_file", r#"{"type": "object"}"#),
+        tool_json("web-search", r#"{"type": "object"}"#),
+        tool_json("fs.read_file", r#"{"type": "object"}"#),
+        tool_json("set_config", r#"{"type": "object"}"#),
+    ];
+    case(
+        &t,
+        "<|tool_call>call:get_weather{location:<|\"|>London<|\"|>}<tool_call|>",
+        &[("get_weather", r#"{"location": "London"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:get_weather{location:<|\"|>London",
+        &[],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:get_weather{location:<|\"|>Paris, France<|\"|>}<tool_call|>",
+        &[("get_weather", r#"{"location": "Paris, France"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "Let me check the weather. <|tool_call>call:get_weather{location:<|\"|>London<|\"|>}<tool_call|><div>",
+        &[("get_weather", r#"{"location": "London"}"#)],
+        Some("Let me check the weather. <div>"),
+    );
+    case(
+        &t,
+        "<|tool_call>call:search{input:{all:true}}<tool_call|>",
+        &[("search", r#"{"input": {"all": true}}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:set{flag:false}<tool_call|>",
+        &[("set", r#"{"flag": false}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:set{count:42}<tool_call|>",
+        &[("set", r#"{"count": 42}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:todowrite{content:<|\"|>Buy milk<|\"|>}<tool_call|>",
+        &[("todowrite", r#"{"content": "Buy milk"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:todowrite{content:<|\"|>literal }<tool_call|> inside<|\"|>}<tool_call|>",
+        &[(
+            "todowrite",
+            r#"{"content": "literal }<tool_call|> inside"}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:write_file{path:<|\"|>index.html<|\"|>,content:<|\"|><!DOCTYPE html>\n<html lang=\"zh-CN\">\n<head>\n    <meta charset=\"UTF-8\">\n    <meta name=\"viewport\" content=\"width=device-width\">\n<|\"|>}<tool_call|>",
+        &[(
+            "write_file",
+            r#"{"path": "index.html", "content": "<!DOCTYPE html>\n<html lang=\"zh-CN\">\n<head>\n    <meta charset=\"UTF-8\">\n    <meta name=\"viewport\" content=\"width=device-width\">\n"}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:Edit{file_path:<|\"|>src/env.py<|\"|>,old_string:<|\"|>old_val<|\"|>,new_string:<|\"|>new_val<|\"|>,replace_all:false}<tool_call|>",
+        &[(
+            "Edit",
+            r#"{"file_path": "src/env.py", "old_string": "old_val", "new_string": "new_val", "replace_all": false}"#,
+        )],
+        None,
+    );
+    case(&t, "<", &[], None);
+    case(&t, "<|tool_call>call:set{broken}<tool_call|>", &[], None);
+    case(
+        &t,
+        "<|tool_call>call:get_weather{location:<|\"|>San Francisco<|\"|>,unit:<|\"|>celsius<|\"|>}<tool_call|>",
+        &[(
+            "get_weather",
+            r#"{"location": "San Francisco", "unit": "celsius"}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:get_weather{location:<|\"|>London<|\"|>}<tool_call|><|tool_call>call:get_time{location:<|\"|>London<|\"|>}<tool_call|>",
+        &[
+            ("get_weather", r#"{"location": "London"}"#),
+            ("get_time", r#"{"location": "London"}"#),
+        ],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:get-weather{location:<|\"|>London<|\"|>}<tool_call|>",
+        &[("get-weather", r#"{"location": "London"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:weather.get{location:<|\"|>London<|\"|>}<tool_call|>",
+        &[("weather.get", r#"{"location": "London"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:get_status{}<tool_call|>",
+        &[("get_status", r#"{}"#)],
+        None,
+    );
+    case(&t, "Hello, how can I help you today?", &[], None);
+    // vLLM tests/tool_parsers/test_gemma4_regex_and_bare_calls.py
+    // (33a7f0986ab85b31a5af305eb7e7b0b6ec03f406): `<turn|>` as the closer, a
+    // stray colon, the opener split into `<call>`, and bare `call:` calls.
+    let t = vec![
+        tool_json("get_weather", r#"{"type": "object"}"#),
+        tool_json("get_time", r#"{"type": "object"}"#),
+        tool_json("write_file", r#"{"type": "object"}"#),
+        tool_json("Edit", r#"{"type": "object"}"#),
+        tool_json("search", r#"{"type": "object"}"#),
+        tool_json("set", r#"{"type": "object"}"#),
+        tool_json("get_status", r#"{"type": "object"}"#),
+        tool_json("todowrite", r#"{"type": "object"}"#),
+        tool_json("complex_function", r#"{"type": "object"}"#),
+        tool_json("set_status", r#"{"type": "object"}"#),
+        tool_json("get-weather", r#"{"type": "object"}"#),
+        tool_json("weather.get", r#"{"type": "object"}"#),
+        tool_json("bash", r#"{"type": "object"}"#),
+        tool_json("gdb", r#"{"type": "object"}"#),
+        tool_json("read_file", r#"{"type": "object"}"#),
+        tool_json("web-search", r#"{"type": "object"}"#),
+        tool_json("fs.read_file", r#"{"type": "object"}"#),
+        tool_json("set_config", r#"{"type": "object"}"#),
+    ];
+    case(
+        &t,
+        "<|tool_call>call:bash{command:<|\"|>ls -la /work<|\"|>}<tool_call|>",
+        &[("bash", r#"{"command": "ls -la /work"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:gdb{args:<|\"|>-batch -ex run /tmp/poc<|\"|>}<turn|>",
+        &[("gdb", r#"{"args": "-batch -ex run /tmp/poc"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>call:read_file{path:<|\"|>/work/Makefile<|\"|>}<tool_call|>\n<|tool_call>call:bash{command:<|\"|>make -j8<|\"|>}<tool_call|>",
+        &[
+            ("read_file", r#"{"path": "/work/Makefile"}"#),
+            ("bash", r#"{"command": "make -j8"}"#),
+        ],
+        None,
+    );
+    case(
+        &t,
+        "<|channel>thought\nI need to read the entry source file to inspect the crash point.\n<channel|>call:bash{command:<|\"|>cat /work/src/entry.c<|\"|>}",
+        &[("bash", r#"{"command": "cat /work/src/entry.c"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call>:call:bash{command:<|\"|>pytest<|\"|>}",
+        &[("bash", r#"{"command": "pytest"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "some prose\ncall:bash{command:<|\"|>make -j8<|\"|>}",
+        &[("bash", r#"{"command": "make -j8"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<call>get_weather{city:<|\"|>Paris<|\"|>}",
+        &[("get_weather", r#"{"city": "Paris"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "call:web-search{query:<|\"|>gemma 4 release<|\"|>}",
+        &[("web-search", r#"{"query": "gemma 4 release"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "call:fs.read_file{path:<|\"|>/work/Makefile<|\"|>}",
+        &[("fs.read_file", r#"{"path": "/work/Makefile"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "Just some reasoning text with no call in it.",
+        &[],
+        None,
+    );
+    case(
+        &t,
+        "<|channel>thought\nListing directory files.\n<channel|>call:bash{command:<|\"|>ls -la /work<|\"|>}",
+        &[("bash", r#"{"command": "ls -la /work"}"#)],
+        None,
+    );
+}
+
+#[test]
+fn vllm_kimi_k2_horizon() {
+    // vLLM tests/tool_parsers/test_k2_horizon_tool_parser.py
+    // (0d2bafa9f1680325f0734530342c1385a55626c6): `<ifm|…>` tags, GLM-style
+    // pairs (with `<ifm|arg_type>` or without) or JSON.
+    let t = vec![
+        tool_json(
+            "lookup",
+            r#"{"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}, "enabled": {"type": "boolean"}}}"#,
+        ),
+        tool_json("ping", r#"{"type": "object", "properties": {}}"#),
+    ];
+    case(
+        &t,
+        "Before <ifm|tool_calls><ifm|tool_call>lookup<ifm|arg_key>query</ifm|arg_key><ifm|arg_value>123</ifm|arg_value><ifm|arg_key>limit</ifm|arg_key><ifm|arg_value>3</ifm|arg_value></ifm|tool_call>\n<ifm|tool_call>ping</ifm|tool_call></ifm|tool_calls> after.",
+        &[
+            ("lookup", r#"{"query": "123", "limit": 3}"#),
+            ("ping", r#"{}"#),
+        ],
+        None,
+    );
+    case(
+        &t,
+        "<ifm|tool_calls><ifm|tool_call>{\"name\": \"lookup\", \"arguments\": {\"limit\": \"2\"}}</ifm|tool_call></ifm|tool_calls>",
+        &[("lookup", r#"{"limit": 2}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<ifm|tool_calls><ifm|tool_call>lookup<ifm|arg_key>query</ifm|arg_key><ifm|arg_type>string</ifm|arg_type><ifm|arg_value>weather</ifm|arg_value><ifm|arg_key>limit</ifm|arg_key><ifm|arg_type>integer</ifm|arg_type><ifm|arg_value>2</ifm|arg_value></ifm|tool_call></ifm|tool_calls>",
+        &[("lookup", r#"{"query": "weather", "limit": 2}"#)],
+        None,
+    );
+    case(
+        &t,
+        "Before<ifm|tool_calls><ifm|tool_call>lookup<ifm|arg_key>limit</ifm|arg_key><ifm|arg_value>2</ifm|arg_value></ifm|tool_call></ifm|tool_calls>after",
+        &[("lookup", r#"{"limit": 2}"#)],
+        None,
+    );
+    case(&t, "<ifm|tool_calls><ifm|tool_call>ping", &[], None);
+    case(&t, "<ifm|tool_calls>junk</ifm|tool_calls>", &[], None);
+    case(
+        &t,
+        " \n<ifm|tool_calls><ifm|tool_call>ping</ifm|tool_call></ifm|tool_calls>\t ",
+        &[("ping", r#"{}"#)],
+        None,
+    );
+}
+
+#[test]
+fn vllm_deepseek_v4_dsml() {
+    // vLLM rust/src/parser/src/tool/deepseek_dsml/deepseek_v4.rs
+    // (203cec4836df205dfa9e907750c4546c6dfe4f56), a closer misspelled short
+    // (`</｜DSML｜>`) included, and tests/tool_parsers/test_deepseekv4_tool_parser.py
+    // (023f36c62e71a247a9bacb7eb4cea5d55505cb63).
+    let t = vec![
+        tool_json(
+            "get_weather",
+            r#"{"type": "object", "properties": {"location": {"type": "string"}, "city": {"type": "string"}, "state": {"type": "string"}, "unit": {"type": "string"}, "date": {"type": "string"}, "days": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "add",
+            r#"{"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "convert",
+            r#"{"type": "object", "properties": {"whole": {"type": "number"}, "flag": {"type": "boolean"}, "payload": {"type": "object"}, "items": {"type": "array"}, "empty": {"type": "string"}}}"#,
+        ),
+        tool_json(
+            "calculate_area",
+            r#"{"type": "object", "properties": {"shape": {"type": "string"}, "dimensions": {"type": "object"}, "precision": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "update_record",
+            r#"{"type": "object", "properties": {"data": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}"#,
+        ),
+        tool_json(
+            "search",
+            r#"{"type": "object", "properties": {"query": {"type": "string"}}}"#,
+        ),
+    ];
+    case(
+        &t,
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"location\" string=\"true\">SF</｜DSML｜parameter>\n<｜DSML｜parameter name=\"date\" string=\"true\">2024-01-16</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+        &[("get_weather", r#"{"location": "SF", "date": "2024-01-16"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "Thinking... <｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"location\" string=\"true\">Beijing</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+        &[("get_weather", r#"{"location": "Beijing"}"#)],
+        Some("Thinking..."),
+    );
+    case(
+        &t,
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"location\" string=\"true\">first</｜DSML｜>\n<｜DSML｜parameter name=\"date\" string=\"true\">second</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+        &[("get_weather", r#"{"location": "first", "date": "second"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "\n\n<｜DSML｜tool_calls><｜DSML｜invoke name=\"get_weather\"></｜DSML｜invoke></｜DSML｜tool_calls>",
+        &[("get_weather", r#"{}"#)],
+        None,
+    );
+    case(
+        &t,
+        "Let me check. <｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"location\" string=\"true\">Beijing</｜DSML｜parameter><｜DSML｜parameter name=\"unit\" string=\"true\">celsius</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+        &[(
+            "get_weather",
+            r#"{"location": "Beijing", "unit": "celsius"}"#,
+        )],
+        Some("Let me check."),
+    );
+    case(
+        &t,
+        "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"search\">\n<｜DSML｜parameter name=\"query\" string=\"true\">deepseek v4</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+        &[("search", r#"{"query": "deepseek v4"}"#)],
+        None,
+    );
+}
+
+#[test]
+fn vllm_minimax_m2() {
+    // vLLM rust/src/parser/src/tool/minimax_m2.rs (0957a36bcb0cfa21b42446d36f9b6c6a4e69bd25):
+    // values as the template writes them, raw (entities and line breaks kept),
+    // and tests/tool_parsers/test_minimax_m2_tool_parser.py
+    // (0c927c3451653f28e60cd552cff13ddc3c9ff49e), joined chunks: `null` for a
+    // nullable property is null.
+    let t = vec![
+        tool_json(
+            "get_weather",
+            r#"{"type": "object", "properties": {"location": {"type": "string"}, "city": {"type": "string"}, "state": {"type": "string"}, "unit": {"type": "string"}, "date": {"type": "string"}, "days": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "add",
+            r#"{"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "convert",
+            r#"{"type": "object", "properties": {"whole": {"type": "number"}, "flag": {"type": "boolean"}, "payload": {"type": "object"}, "items": {"type": "array"}, "empty": {"type": "string"}}}"#,
+        ),
+        tool_json(
+            "calculate_area",
+            r#"{"type": "object", "properties": {"shape": {"type": "string"}, "dimensions": {"type": "object"}, "precision": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "update_record",
+            r#"{"type": "object", "properties": {"data": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}"#,
+        ),
+        tool_json("search_web", r#"{"type": "object"}"#),
+        tool_json("fn_a", r#"{"type": "object"}"#),
+        tool_json("fn_b", r#"{"type": "object"}"#),
+        tool_json("get_stock", r#"{"type": "object"}"#),
+        tool_json("fn", r#"{"type": "object"}"#),
+        tool_json("search", r#"{"type": "object"}"#),
+        tool_json("a", r#"{"type": "object"}"#),
+        tool_json("b", r#"{"type": "object"}"#),
+        tool_json(
+            "update_profile",
+            r#"{"type": "object", "properties": {"nickname": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}"#,
+        ),
+        tool_json(
+            "update_settings",
+            r#"{"type": "object", "properties": {"config": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}"#,
+        ),
+    ];
+    case(&t, "Hello, world!", &[], None);
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">Seattle</parameter><parameter name=\"days\">5</parameter></invoke></minimax:tool_call>",
+        &[("get_weather", r#"{"city": "Seattle", "days": 5}"#)],
+        None,
+    );
+    case(
+        &t,
+        "Let me check. <minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">Seattle</parameter></invoke></minimax:tool_call> This trailing text is ignored.",
+        &[("get_weather", r#"{"city": "Seattle"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">Seattle</parameter></invoke><invoke name=\"get_weather\"><parameter name=\"city\">NYC</parameter></invoke></minimax:tool_call>",
+        &[
+            ("get_weather", r#"{"city": "Seattle"}"#),
+            ("get_weather", r#"{"city": "NYC"}"#),
+        ],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"convert\"><parameter name=\"whole\">5.0</parameter><parameter name=\"flag\">true</parameter><parameter name=\"payload\">{\"nested\":true}</parameter><parameter name=\"items\">[1,2]</parameter><parameter name=\"empty\">42</parameter></invoke></minimax:tool_call>",
+        &[(
+            "convert",
+            r#"{"whole": 5.0, "flag": true, "payload": {"nested": true}, "items": [1, 2], "empty": "42"}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">Tom &amp; Jerry &lt;3</parameter></invoke></minimax:tool_call>",
+        &[("get_weather", r#"{"city": "Tom &amp; Jerry &lt;3"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">Seattle &lt;/parameter&gt;&lt;/invoke&gt;&lt;/minimax:tool_call&gt;</parameter><parameter name=\"days\">5</parameter></invoke></minimax:tool_call>",
+        &[(
+            "get_weather",
+            r#"{"city": "Seattle &lt;/parameter&gt;&lt;/invoke&gt;&lt;/minimax:tool_call&gt;", "days": 5}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"calculate_area\"><parameter name=\"shape\">\nrectangle\n</parameter><parameter name=\"dimensions\">{\"width\":10,\n\"height\":20}</parameter><parameter name=\"precision\">2</parameter></invoke></minimax:tool_call>",
+        &[(
+            "calculate_area",
+            r#"{"shape": "\nrectangle\n", "dimensions": {"width": 10, "height": 20}, "precision": 2}"#,
+        )],
+        None,
+    );
+    case(&t, "Hello, München 🌦️. No tools here.", &[], None);
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\"city\">München 🌦️</parameter></invoke></minimax:tool_call>",
+        &[("get_weather", r#"{"city": "München 🌦️"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"get_weather\"></invoke></minimax:tool_call>",
+        &[("get_weather", r#"{}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"get_weather\">",
+        &[],
+        None,
+    );
+    case(
+        &t,
+        "I will call the tools.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Seattle</parameter>\n</invoke>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">NYC</parameter>\n</invoke>\n</minimax:tool_call>",
+        &[
+            ("get_weather", r#"{"city": "Seattle"}"#),
+            ("get_weather", r#"{"city": "NYC"}"#),
+        ],
+        Some("I will call the tools."),
+    );
+    case(
+        &t,
+        "<minimax:tool_call><bad></minimax:tool_call>",
+        &[],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"fn_a\"><parameter name=\"x\">1</parameter></invoke><invoke name=\"fn_b\"><parameter name=\"y\">2</parameter></invoke></minimax:tool_call>",
+        &[("fn_a", r#"{"x": "1"}"#), ("fn_b", r#"{"y": "2"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"update_profile\"><parameter name=\"nickname\">Alice</parameter></invoke></minimax:tool_call>",
+        &[("update_profile", r#"{"nickname": "Alice"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"update_profile\"><parameter name=\"nickname\">null</parameter></invoke></minimax:tool_call>",
+        &[("update_profile", r#"{"nickname": null}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<minimax:tool_call><invoke name=\"update_settings\"><parameter name=\"config\">{\"theme\": \"dark\", \"fontSize\": 14}</parameter></invoke></minimax:tool_call>",
+        &[(
+            "update_settings",
+            r#"{"config": {"theme": "dark", "fontSize": 14}}"#,
+        )],
+        None,
+    );
+}
+
+#[test]
+fn vllm_lfm2() {
+    // vLLM tests/tool_parsers/test_lfm2_tool_parser.py
+    // (011cde7c177a29bbcb0052d80e5ab7671a70f634) and
+    // rust/src/parser/src/tool/lfm2.rs (e64f451a11e563ba64de6fbecf596fb62606fa5d):
+    // the string's own quote unescaped inside it, a call of a tool not
+    // offered beside one that is, leading zeros, raw line breaks and NULs.
+    let t = vec![
+        tool_json("get_candidate_status", r#"{"type": "object"}"#),
+        tool_json("register_user", r#"{"type": "object"}"#),
+        tool_json("get_weather", r#"{"type": "object"}"#),
+        tool_json("do_something_cool", r#"{"type": "object"}"#),
+        tool_json("label", r#"{"type": "object"}"#),
+        tool_json("set_date", r#"{"type": "object"}"#),
+        tool_json("bash", r#"{"type": "object"}"#),
+        tool_json("grocery.orderIngredients", r#"{"type": "object"}"#),
+        tool_json("exec", r#"{"type": "object"}"#),
+        tool_json("ping", r#"{"type": "object"}"#),
+        tool_json("weather.client.get", r#"{"type": "object"}"#),
+        tool_json("first", r#"{"type": "object"}"#),
+        tool_json("second", r#"{"type": "object"}"#),
+    ];
+    case(&t, "How can I help you today?", &[], None);
+    case(
+        &t,
+        "<|tool_call_start|>[get_candidate_status(candidate_id='12345')]<|tool_call_end|>",
+        &[("get_candidate_status", r#"{"candidate_id": "12345"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[register_user(name='John Doe', age=37, address={'city': 'San Francisco', 'state': 'CA'}, role=None, passed_test=True, aliases=['John', 'Johnny'])]<|tool_call_end|>",
+        &[(
+            "register_user",
+            r#"{"name": "John Doe", "age": 37, "address": {"city": "San Francisco", "state": "CA"}, "role": null, "passed_test": true, "aliases": ["John", "Johnny"]}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[get_weather()]<|tool_call_end|>",
+        &[("get_weather", r#"{}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[do_something_cool(additional_data={})]<|tool_call_end|>",
+        &[("do_something_cool", r#"{"additional_data": {}}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[do_something_cool(steps=[])]<|tool_call_end|>",
+        &[("do_something_cool", r#"{"steps": []}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[label(tags={'urgent', 'bug'})]<|tool_call_end|>",
+        &[("label", r#"{"tags": ["urgent", "bug"]}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[set_date(month=07, day=05)]<|tool_call_end|>",
+        &[("set_date", r#"{"month": 7, "day": 5}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[bash(command='sed -n '360,450p' /testbed/sympy/matrices/common.py')]<|tool_call_end|>",
+        &[(
+            "bash",
+            r#"{"command": "sed -n '360,450p' /testbed/sympy/matrices/common.py"}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[bash(command='cd /testbed && python3 -c \"from sympy import latex\nprint(latex(3*x, mul_symbol='\\,'))\"')]<|tool_call_end|>",
+        &[(
+            "bash",
+            r#"{"command": "cd /testbed && python3 -c \"from sympy import latex\nprint(latex(3*x, mul_symbol='\\,'))\""}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[get_weather(city='Martha\\'s Vineyard', metric='\\\"cool units\\\"')]<|tool_call_end|>",
+        &[(
+            "get_weather",
+            r#"{"city": "Martha's Vineyard", "metric": "\"cool units\""}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[grocery.orderIngredients(ingredientList=[{'name': 'Lasagna noodles', 'amount': 250, 'unit': 'g'}], deliveryAddress='845 Willow Lane, Springfield, IL 62704')]<|tool_call_end|>",
+        &[(
+            "grocery.orderIngredients",
+            r#"{"ingredientList": [{"name": "Lasagna noodles", "amount": 250, "unit": "g"}], "deliveryAddress": "845 Willow Lane, Springfield, IL 62704"}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[exec(command='grep -F \"]\" log.txt')]<|tool_call_end|>",
+        &[("exec", r#"{"command": "grep -F \"]\" log.txt"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[exec(command='cat > f.py << EOF\nimport csv\nprint(1)\nEOF')]<|tool_call_end|>",
+        &[(
+            "exec",
+            r#"{"command": "cat > f.py << EOF\nimport csv\nprint(1)\nEOF"}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[exec(command='printf a\0b')]<|tool_call_end|>",
+        &[("exec", r#"{"command": "printf a\u0000b"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[get_candidate_status(candidate_id='12345'), register_user(name='John Doe', age=37, address={'city': 'San Francisco', 'state': 'CA'}, role=None, passed_test=True, aliases=['John', 'Johnny'])]<|tool_call_end|>",
+        &[
+            ("get_candidate_status", r#"{"candidate_id": "12345"}"#),
+            (
+                "register_user",
+                r#"{"name": "John Doe", "age": 37, "address": {"city": "San Francisco", "state": "CA"}, "role": null, "passed_test": true, "aliases": ["John", "Johnny"]}"#,
+            ),
+        ],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[get_candidate_status(candidate_id='12345')]<|tool_call_end|>\nChecking the current status of candidate ID 12345.",
+        &[("get_candidate_status", r#"{"candidate_id": "12345"}"#)],
+        Some("Checking the current status of candidate ID 12345."),
+    );
+    case(
+        &t,
+        "<|tool_call_start|> [get_candidate_status(candidate_id='12345')]<|tool_call_end|>",
+        &[("get_candidate_status", r#"{"candidate_id": "12345"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[get_candidate_status(candidate_id='12345'), get_weather(), do_something_cool(steps=[])]<|tool_call_end|>",
+        &[
+            ("get_candidate_status", r#"{"candidate_id": "12345"}"#),
+            ("get_weather", r#"{}"#),
+            ("do_something_cool", r#"{"steps": []}"#),
+        ],
+        None,
+    );
+    case(&t, "<|tool_call_start|>[]<|tool_call_end|>", &[], None);
+    case(
+        &t,
+        "<|tool_call_start|>[get_candidate_status(candidate_id='12345'), bad(x=b'z')]<|tool_call_end|>",
+        &[("get_candidate_status", r#"{"candidate_id": "12345"}"#)],
+        None,
+    );
+    case(
+        &t,
+        "before <|tool_call_start|>[weather.client.get(city='Paris', units=['c'], flags={'fast'}, active=true, note=null), ping()]<|tool_call_end|> after",
+        &[
+            (
+                "weather.client.get",
+                r#"{"city": "Paris", "units": ["c"], "flags": ["fast"], "active": true, "note": null}"#,
+            ),
+            ("ping", r#"{}"#),
+        ],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[exec(command='cat\nx\0y', month=07, from=1)]<|tool_call_end|>",
+        &[(
+            "exec",
+            r#"{"command": "cat\nx\u0000y", "month": 7, "from": 1}"#,
+        )],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[ping(), not_a_call]<|tool_call_end|>",
+        &[],
+        None,
+    );
+    case(
+        &t,
+        "<|tool_call_start|>[not a call]<|tool_call_end|>",
+        &[],
+        None,
+    );
+}
+
+#[test]
+fn vllm_dots() {
+    // vLLM tests/tool_parsers/test_dots_tool_parser.py
+    // (42955d4cf0fe76f6f8fde6eda78283eae3b03c05): a `$ref` in the schema
+    // types the value.
+    let t = vec![
+        tool_json(
+            "set_location",
+            r##"{"type": "object", "properties": {"location": {"$ref": "#/$defs/Location"}, "days": {"type": "integer"}, "include_weather": {"type": "boolean"}}, "$defs": {"Location": {"type": "object", "properties": {"city": {"type": "string"}}}}}"##,
+        ),
+        tool_json(
+            "search",
+            r#"{"type": "object", "properties": {"query": {"type": "string"}}}"#,
+        ),
+        tool_json(
+            "open",
+            r#"{"type": "object", "properties": {"id": {"type": "integer"}}}"#,
+        ),
+    ];
+    case(
+        &t,
+        "ok<dots_function_call><invoke name=\"set_location\"><parameter name=\"location\">{\"city\": \"Shanghai\"}</parameter><parameter name=\"days\">3</parameter><parameter name=\"include_weather\">true</parameter></invoke></dots_function_call>",
+        &[(
+            "set_location",
+            r#"{"location": {"city": "Shanghai"}, "days": 3, "include_weather": true}"#,
+        )],
+        Some("ok"),
+    );
+    case(
+        &t,
+        "<dots_function_call><invoke name=\"search\"><parameter name=\"query\">chairs</parameter></invoke><invoke name=\"open\"><parameter name=\"id\">7</parameter></invoke></dots_function_call><dots_function_call>{\"name\":\"search\",\"arguments\":{\"query\":\"tables\"}}</dots_function_call>",
+        &[
+            ("search", r#"{"query": "chairs"}"#),
+            ("open", r#"{"id": 7}"#),
+            ("search", r#"{"query": "tables"}"#),
+        ],
+        None,
+    );
+    case(
+        &t,
+        "<dots_function_call><invoke name=\"ghost\"><parameter name=\"query\">chairs</parameter></invoke></dots_function_call>",
+        &[],
+        None,
+    );
+    case(
+        &t,
+        "visible<dots_function_call><invoke name=\"search\"><parameter name=\"query\">chairs</parameter></invoke></dots_function_call><dots_function_call><invoke name=\"search\"><parameter name=\"query\">tables</parameter></invoke></dots_function_call>",
+        &[
+            ("search", r#"{"query": "chairs"}"#),
+            ("search", r#"{"query": "tables"}"#),
+        ],
+        Some("visible"),
+    );
+    case(
+        &t,
+        "<dots_function_call>garbage</dots_function_call><dots_function_call><invoke name=\"search\"><parameter name=\"query\">chairs</parameter></invoke></dots_function_call>",
+        &[("search", r#"{"query": "chairs"}"#)],
+        None,
     );
 }

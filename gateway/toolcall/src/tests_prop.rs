@@ -116,10 +116,103 @@ const FRAGMENTS: &[&str] = &[
     "<",
     ">",
     "=",
+    // Namespaced XML, Kimi K2 "horizon", GLM's name + JSON, Step3's
+    // separator, a DSML closer misspelled short.
+    "<ns:function_calls>",
+    "<ns:invoke name=\"f\">",
+    "<ns:parameter name=\"a\">",
+    "</ns:parameter>",
+    "</ns:invoke>",
+    "</ns:function_calls>",
+    "<ifm|tool_calls>",
+    "<ifm|tool_call>f",
+    "<ifm|arg_key>a</ifm|arg_key>",
+    "<ifm|arg_type>integer</ifm|arg_type>",
+    "<ifm|arg_value>1</ifm|arg_value>",
+    "</ifm|tool_call>",
+    "<tool_call>f\n{\"a\": 1}",
+    "<｜tool_sep｜>",
+    "</｜DSML｜>",
+    // Gemma's bare and split calls, double-quoted strings, the end of a
+    // block right after a value.
+    "call:f{",
+    "<call>",
+    "<|tool_call>:",
+    // A reasoning block never closed, a call in it.
+    "<think>Let me call. <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>",
+    "a:\"x,y:z\"",
+    "\\\"",
+    "}<tool_call|>",
+    // Python: string prefixes, quotes inside strings, brackets after.
+    "b'",
+    "r\"",
+    "')",
+    ")]",
 ];
+
+/// A JSON Schema of any shape, its `$ref`s pointing anywhere in it
+/// (itself, each other, nowhere).
+fn schema() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::{Value, json};
+    let leaf = prop_oneof![
+        Just(json!({"type": "string"})),
+        Just(json!({"type": "integer"})),
+        Just(json!({"type": "object"})),
+        prop::sample::select(vec![
+            "#",
+            "#/$defs/A",
+            "#/$defs/B",
+            "#/properties/a",
+            "#/x/y",
+            "http://x"
+        ])
+        .prop_map(|r| json!({"$ref": r})),
+    ];
+    leaf.prop_recursive(6, 64, 4, |inner| {
+        prop::collection::btree_map(
+            prop::sample::select(vec![
+                "a",
+                "b",
+                "$defs",
+                "A",
+                "B",
+                "properties",
+                "items",
+                "anyOf",
+            ]),
+            inner,
+            0..4,
+        )
+        .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
+    })
+}
 
 fn fragment_text() -> impl Strategy<Value = String> {
     prop::collection::vec(prop::sample::select(FRAGMENTS), 0..24).prop_map(|v| v.concat())
+}
+
+/// Pieces of a reasoning block never closed: markers that start calls,
+/// markers that start none, prose.
+const OPEN_BLOCK: &[&str] = &[
+    "<tool_call> tags. ",
+    "<tool_call>",
+    "</tool_call>",
+    "{\"name\": \"f\", \"arguments\": {}}",
+    "{\"name\": \"nope\", \"arguments\": {}}",
+    "[TOOL_CALLS]",
+    "<|tool_call>call:f{}<tool_call|>",
+    "<function=f>",
+    "</function>",
+    "<a:b>",
+    "</think>",
+    "<",
+    " x",
+    "\n",
+];
+
+fn open_block_text() -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(OPEN_BLOCK), 0..40)
+        .prop_map(|v| format!("<think>{}", v.concat()))
 }
 
 /// Split `text` at the given char positions (taken modulo its length).
@@ -185,6 +278,18 @@ proptest! {
     }
 
     #[test]
+    fn an_open_block_streams_as_it_parses_whole(
+        text in open_block_text(),
+        cuts in prop::collection::vec(any::<usize>(), 0..12),
+    ) {
+        let t = offered();
+        let whole = parse(&text, &t);
+        prop_assert_eq!(stream(&split(&text, &cuts), &t), whole.clone());
+        let chars: Vec<&str> = split(&text, &(0..text.chars().count()).collect::<Vec<_>>());
+        prop_assert_eq!(stream(&chars, &t), whole);
+    }
+
+    #[test]
     fn stream_equals_whole_without_orphan_close(
         text in fragment_text(),
         cuts in prop::collection::vec(any::<usize>(), 0..12),
@@ -193,6 +298,17 @@ proptest! {
         let opts = ParseOptions { orphan_think_close: false };
         let whole = parse_with_options(&text, &t, opts);
         prop_assert_eq!(stream_with(&split(&text, &cuts), &t, opts), whole);
+    }
+
+    #[test]
+    fn any_schema_references_are_inlined_within_bounds(
+        schema in schema(),
+        text in fragment_text(),
+    ) {
+        // Circular and exploding `$ref`s: the tools are built and used.
+        let t = vec![OfferedTool { name: "f".to_string(), parameters: schema }];
+        let whole = parse(&text, &t);
+        prop_assert_eq!(stream(&split(&text, &[3, 7]), &t), whole);
     }
 
     #[test]

@@ -132,7 +132,7 @@ impl<'a> Input<'a> {
 
     /// First occurrence of `needle` at or after `from` (cached; amortised
     /// linear over a whole parse).
-    pub fn find(&self, needle: &'static str, from: usize) -> Option<usize> {
+    pub fn find(&self, needle: &str, from: usize) -> Option<usize> {
         self.finder.borrow_mut().find(self.t, needle, from)
     }
 }
@@ -145,7 +145,8 @@ pub(super) fn is_tag_space(c: char) -> bool {
     c.is_whitespace() || c == BPE_SPACE
 }
 
-/// Attributes `key="value"` (or single quotes) of a tag, in order.
+/// Attributes `key="value"` (or single quotes, or a bare value up to the
+/// next space: `name=get_weather`) of a tag, in order.
 pub(super) fn attrs(s: &str) -> Vec<(&str, &str)> {
     let mut out = Vec::new();
     let mut rest = s;
@@ -154,15 +155,106 @@ pub(super) fn attrs(s: &str) -> Vec<(&str, &str)> {
         let Some(eq) = rest.find('=') else { break };
         let key = rest.get(..eq).unwrap_or("").trim_matches(is_tag_space);
         let after = rest.get(eq + 1..).unwrap_or("").trim_start();
-        let Some(q) = after.chars().next().filter(|c| *c == '"' || *c == '\'') else {
-            break;
-        };
-        let body = after.get(1..).unwrap_or("");
-        let Some(close) = body.find(q) else { break };
-        out.push((key, body.get(..close).unwrap_or("")));
-        rest = body.get(close + 1..).unwrap_or("");
+        match after.chars().next() {
+            Some(q @ ('"' | '\'')) => {
+                let body = after.get(1..).unwrap_or("");
+                let Some(close) = body.find(q) else { break };
+                out.push((key, body.get(..close).unwrap_or("")));
+                rest = body.get(close + 1..).unwrap_or("");
+            }
+            Some(_) => {
+                let end = after
+                    .find(|c: char| is_tag_space(c) || c == '/')
+                    .unwrap_or(after.len());
+                out.push((key, after.get(..end).unwrap_or("")));
+                rest = after.get(end..).unwrap_or("");
+            }
+            None => break,
+        }
     }
     out
+}
+
+/// A double-quoted string at `i` with JSON's backslash escapes, in
+/// notations that otherwise read bare words: where its closing quote is
+/// (`None` when the text ends first; the caller decides whether that may be
+/// repaired). Inside the quotes the notation's separators are text; decode
+/// the text between the quotes with [`unescape`].
+pub(super) fn json_quoted(src: &Input, i: usize) -> Outcome<Option<usize>> {
+    let mut j = i + 1;
+    loop {
+        match src.at(j) {
+            None => {
+                return if src.eof {
+                    Outcome::Ok(None)
+                } else {
+                    Outcome::More
+                };
+            }
+            Some(b'"') => return Outcome::Ok(Some(j)),
+            Some(b'\\') => j += 2,
+            Some(_) => j += 1,
+        }
+    }
+}
+
+/// The text of a double-quoted string with JSON's escapes decoded (`\"`,
+/// `\\`, `\n`, `\u00e9`, surrogate pairs). An unknown or cut escape keeps
+/// its backslash; a raw line break is kept.
+pub(super) fn unescape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut it = raw.char_indices();
+    while let Some((k, ch)) = it.next() {
+        if ch != '\\' {
+            out.push(ch);
+            continue;
+        }
+        let Some((_, e)) = it.next() else {
+            out.push('\\');
+            break;
+        };
+        match e {
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            '"' | '\\' | '/' => out.push(e),
+            'u' => {
+                let Some(hi) = hex4(raw, k + 2) else {
+                    out.push_str("\\u");
+                    continue;
+                };
+                let mut skip = 4;
+                let mut c = hi;
+                if (0xd800..0xdc00).contains(&hi)
+                    && raw.get(k + 6..k + 8) == Some("\\u")
+                    && let Some(lo) = hex4(raw, k + 8).filter(|lo| (0xdc00..0xe000).contains(lo))
+                {
+                    c = 0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00);
+                    skip = 10;
+                }
+                for _ in 0..skip {
+                    it.next();
+                }
+                out.push(char::from_u32(c).unwrap_or('\u{fffd}'));
+            }
+            other => {
+                out.push('\\');
+                out.push(other);
+            }
+        }
+    }
+    out
+}
+
+fn hex4(s: &str, j: usize) -> Option<u32> {
+    let h = s.get(j..j + 4)?;
+    if h.bytes().all(|c| c.is_ascii_hexdigit()) {
+        u32::from_str_radix(h, 16).ok()
+    } else {
+        None
+    }
 }
 
 pub(super) fn is_ws(c: u8) -> bool {
@@ -203,7 +295,7 @@ struct Finder {
 }
 
 struct NeedleMemo {
-    needle: &'static str,
+    needle: String,
     /// All match starts in `[lo, hi)`, sorted.
     occ: Vec<usize>,
     lo: usize,
@@ -211,7 +303,7 @@ struct NeedleMemo {
 }
 
 impl Finder {
-    fn find(&mut self, t: &str, needle: &'static str, from: usize) -> Option<usize> {
+    fn find(&mut self, t: &str, needle: &str, from: usize) -> Option<usize> {
         if needle.is_empty() || from > t.len() {
             return None;
         }
@@ -219,7 +311,7 @@ impl Finder {
             Some(i) => i,
             None => {
                 self.entries.push(NeedleMemo {
-                    needle,
+                    needle: needle.to_string(),
                     occ: Vec::new(),
                     lo: from,
                     hi: from,

@@ -41,9 +41,17 @@ pub struct Parsed {
     pub calls: Vec<Call>,
 }
 
+/// Counts the calls read from repaired text (`toolgate_parsed_calls_repaired_total`).
+pub fn count_repaired(calls: usize) {
+    if calls > 0 {
+        crate::support::metrics::record(|m| m.parsed_calls_repaired.inc_by(calls as u64));
+    }
+}
+
 /// Parses a structured-prompt model's whole answer.
 pub fn parse_text(text: &str, tools: &[OfferedTool]) -> Parsed {
     let parsed = toolgate_toolcall::parse(text, tools);
+    count_repaired(parsed.repaired);
     Parsed {
         content: (!parsed.content.is_empty()).then_some(parsed.content),
         reasoning: parsed.reasoning,

@@ -765,6 +765,7 @@ impl Run {
             Mode::Structured { offered, .. } => {
                 let text = assembly.text.as_deref().unwrap_or_default();
                 let parsed = toolgate_toolcall::parse_with_options(text, offered, PARSE);
+                crate::model::formatter::count_repaired(parsed.repaired);
                 Said {
                     content: (!parsed.content.is_empty()).then_some(parsed.content),
                     reasoning: parsed.reasoning,

@@ -175,7 +175,10 @@ fn apply_events(events: Vec<StreamEvent>, said: &mut Said) -> Vec<Event> {
                 said.reasoning.get_or_insert_with(String::new).push_str(&t);
                 out.push(Event::Reasoning(t));
             }
-            StreamEvent::Call(c) => said.calls.push(Call::from_parsed(c)),
+            StreamEvent::Call(c) => {
+                crate::model::formatter::count_repaired(usize::from(c.repaired));
+                said.calls.push(Call::from_parsed(c));
+            }
             _ => {}
         }
     }
