@@ -62,6 +62,9 @@ pub struct Metrics {
     pub mcp_up: IntGaugeVec,
     /// Audit lines that had to wait for room in the writer's queue.
     pub audit_waits: IntCounter,
+    /// Tool calls read out of a structured-prompt model's text that were
+    /// broken or cut short and repaired (an unambiguous closing added).
+    pub parsed_calls_repaired: IntCounter,
     /// 1 while the shared state (Redis) answers, 0 while it does not;
     /// absent without `state.redis`.
     pub shared_state_up: IntGauge,
@@ -80,7 +83,9 @@ pub struct Metrics {
     pub budget_refusals: IntCounterVec,
     /// The spend series of each (key, user, project, model) seen so far,
     /// resolved once (bounded: past a cap, `other`).
-    spend_series: std::sync::Mutex<std::collections::HashMap<String, SpendSeries>>,
+    spend_series: std::sync::Mutex<
+        std::collections::HashMap<String, SpendSeries, foldhash::fast::RandomState>,
+    >,
 }
 
 /// The spend counters of one (key, user, project, model).
@@ -157,6 +162,11 @@ impl Metrics {
             "Audit lines that waited for room in the writer's queue.",
         )?;
         registry.register(Box::new(audit_waits.clone()))?;
+        let parsed_calls_repaired = IntCounter::new(
+            "toolgate_parsed_calls_repaired_total",
+            "Tool calls read out of a model's text that were cut short and repaired.",
+        )?;
+        registry.register(Box::new(parsed_calls_repaired.clone()))?;
         let spend_usd = CounterVec::new(
             Opts::new(
                 "toolgate_spend_usd_total",
@@ -182,7 +192,7 @@ impl Metrics {
                 "Requests refused and loops stopped by a budget, by budget.",
                 &["budget"],
             )?,
-            spend_series: std::sync::Mutex::new(std::collections::HashMap::new()),
+            spend_series: std::sync::Mutex::new(std::collections::HashMap::default()),
             http_requests: counter(
                 "toolgate_http_requests_total",
                 "HTTP requests answered, by route, method and status.",
@@ -256,6 +266,7 @@ impl Metrics {
             )?,
             mcp_up,
             audit_waits,
+            parsed_calls_repaired,
             shared_state_up: gauge(
                 "toolgate_shared_state_up",
                 "1 while the shared state (Redis) answers, 0 while it does not.",
@@ -321,31 +332,48 @@ impl Metrics {
     /// (user names and projects come from callers), new ones are `other`.
     pub fn spend(&self, labels: [&str; 4], cost_usd: Option<f64>, tokens: [u64; 5]) {
         let mut series = self.spend_series.lock().unwrap_or_else(|p| p.into_inner());
-        let mut key = labels.join("\u{1f}");
-        if !series.contains_key(&key) && series.len() >= MAX_SPEND_SERIES {
-            key = "other".into();
+        // The series' key, written where it is read: a known series costs
+        // no allocation.
+        thread_local! {
+            static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
         }
-        let labels = if key == "other" { ["other"; 4] } else { labels };
-        let entry = match series.entry(key) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(SpendSeries {
+        let bump = |entry: &SpendSeries| {
+            match cost_usd {
+                Some(c) => entry.usd.inc_by(c),
+                None => entry.unpriced.inc(),
+            }
+            for (counter, n) in entry.tokens.iter().zip(tokens) {
+                if n > 0 {
+                    counter.inc_by(n);
+                }
+            }
+        };
+        KEY.with_borrow_mut(|key| {
+            key.clear();
+            for (i, l) in labels.iter().enumerate() {
+                if i > 0 {
+                    key.push('\u{1f}');
+                }
+                key.push_str(l);
+            }
+            if let Some(entry) = series.get(key.as_str()) {
+                return bump(entry);
+            }
+            let (key, labels) = if series.len() >= MAX_SPEND_SERIES {
+                ("other".to_owned(), ["other"; 4])
+            } else {
+                (key.clone(), labels)
+            };
+            let entry = series.entry(key).or_insert_with(|| SpendSeries {
                 usd: self.spend_usd.with_label_values(&labels),
                 unpriced: self.spend_unpriced_calls.with_label_values(&labels),
                 tokens: TOKEN_KINDS.map(|kind| {
                     let [k, u, p, m] = labels;
                     self.spend_tokens.with_label_values(&[k, u, p, m, kind])
                 }),
-            }),
-        };
-        match cost_usd {
-            Some(c) => entry.usd.inc_by(c),
-            None => entry.unpriced.inc(),
-        }
-        for (counter, n) in entry.tokens.iter().zip(tokens) {
-            if n > 0 {
-                counter.inc_by(n);
-            }
-        }
+            });
+            bump(entry);
+        });
     }
 
     /// Records a request refused before any work.
