@@ -12,7 +12,7 @@ use super::prices::{NanoUsd, usd};
 pub const HOUR: i64 = 3600;
 
 /// What one bucket sums: the hour, what was called, and by whom.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Group {
     /// The hour's start, in seconds since the epoch.
     pub hour: i64,
@@ -23,6 +23,82 @@ pub struct Group {
     pub key: String,
     pub user: String,
     pub project: String,
+}
+
+/// A group by its parts, borrowed: what a count is looked up by, so that
+/// counting into a known bucket allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupRef<'a> {
+    pub hour: i64,
+    pub model: &'a str,
+    pub tool: &'a str,
+    pub key: &'a str,
+    pub user: &'a str,
+    pub project: &'a str,
+}
+
+impl GroupRef<'_> {
+    pub fn to_owned(self) -> Group {
+        Group {
+            hour: self.hour,
+            model: self.model.to_owned(),
+            tool: self.tool.to_owned(),
+            key: self.key.to_owned(),
+            user: self.user.to_owned(),
+            project: self.project.to_owned(),
+        }
+    }
+}
+
+/// What a [`Group`] and a [`GroupRef`] are hashed and compared by.
+pub trait GroupKey {
+    fn parts(&self) -> GroupRef<'_>;
+}
+
+impl GroupKey for Group {
+    fn parts(&self) -> GroupRef<'_> {
+        GroupRef {
+            hour: self.hour,
+            model: &self.model,
+            tool: &self.tool,
+            key: &self.key,
+            user: &self.user,
+            project: &self.project,
+        }
+    }
+}
+
+impl GroupKey for GroupRef<'_> {
+    fn parts(&self) -> GroupRef<'_> {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn GroupKey + 'a> for Group {
+    fn borrow(&self) -> &(dyn GroupKey + 'a) {
+        self
+    }
+}
+
+impl std::hash::Hash for dyn GroupKey + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let g = self.parts();
+        (g.hour, g.model, g.tool, g.key, g.user, g.project).hash(state);
+    }
+}
+
+impl PartialEq for dyn GroupKey + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn GroupKey + '_ {}
+
+impl std::hash::Hash for Group {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self as &dyn GroupKey).hash(state);
+    }
 }
 
 /// The sums of one bucket.

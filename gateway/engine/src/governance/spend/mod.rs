@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use toolgate_config::format::{SpendDecl, Unavailable};
 
 use self::budgets::{Budget, Exceeded};
-use self::ledger::{Dimension, Group, HOUR, Totals};
+use self::ledger::{Dimension, Group, GroupKey, GroupRef, HOUR, Totals};
 use self::prices::{NanoUsd, Price};
 use crate::conversation::Usage;
 use crate::support::shared::Redis;
@@ -158,7 +158,7 @@ struct Counter {
 #[derive(Debug, Default)]
 struct Local {
     counters: HashMap<String, Counter>,
-    ledger: BTreeMap<Group, Totals>,
+    ledger: HashMap<Group, Totals, foldhash::fast::RandomState>,
 }
 
 /// The embedded store's file.
@@ -480,13 +480,13 @@ impl Spend {
     }
 
     /// A model call's ledger bucket and sums, recorded in the metrics.
-    fn model_totals(
+    fn model_totals<'a>(
         &self,
-        who: &Who,
-        call: &ModelSpend<'_>,
+        who: &'a Who,
+        call: &ModelSpend<'a>,
         cost: Option<NanoUsd>,
         now: DateTime<Utc>,
-    ) -> (Group, Totals) {
+    ) -> (GroupRef<'a>, Totals) {
         let u = call.usage;
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let mut latency = [0; ledger::LATENCY_MS.len()];
@@ -539,7 +539,12 @@ impl Spend {
         true
     }
 
-    fn tool_totals(&self, who: &Who, tool: &str, success: bool) -> (Group, Totals) {
+    fn tool_totals<'a>(
+        &self,
+        who: &'a Who,
+        tool: &'a str,
+        success: bool,
+    ) -> (GroupRef<'a>, Totals) {
         let totals = Totals {
             tool_calls: 1,
             tool_failures: i64::from(!success),
@@ -548,26 +553,32 @@ impl Spend {
         (self.group(who, "", tool, Utc::now()), totals)
     }
 
-    fn group(&self, who: &Who, model: &str, tool: &str, now: DateTime<Utc>) -> Group {
+    fn group<'a>(
+        &self,
+        who: &'a Who,
+        model: &'a str,
+        tool: &'a str,
+        now: DateTime<Utc>,
+    ) -> GroupRef<'a> {
         let t = now.timestamp();
-        let text = |v: &Option<String>| v.clone().unwrap_or_default();
-        Group {
+        let text = |v: &'a Option<String>| v.as_deref().unwrap_or_default();
+        GroupRef {
             hour: t - t.rem_euclid(HOUR),
-            model: model.to_owned(),
-            tool: tool.to_owned(),
+            model,
+            tool,
             key: text(&who.key),
             user: text(&who.user),
             project: text(&who.project),
         }
     }
 
-    async fn add(&self, group: Group, totals: Totals) {
+    async fn add(&self, group: GroupRef<'_>, totals: Totals) {
         if let Some(redis) = &self.redis {
             let fields: Vec<(String, i64)> = totals
                 .named()
                 .into_iter()
                 .filter(|(_, v)| *v != 0)
-                .map(|(m, v)| (group.field(&m), v))
+                .map(|(m, v)| (group.to_owned().field(&m), v))
                 .collect();
             // Kept long enough for any `keep_days` (the query bounds it).
             if redis
@@ -581,12 +592,12 @@ impl Spend {
         self.add_local(group, &totals);
     }
 
-    fn add_local(&self, group: Group, totals: &Totals) {
+    fn add_local(&self, group: GroupRef<'_>, totals: &Totals) {
         let mut local = self.local();
-        match local.ledger.get_mut(&group) {
+        match local.ledger.get_mut(&group as &dyn GroupKey) {
             Some(t) => t.add(totals),
             None => {
-                local.ledger.insert(group, totals.clone());
+                local.ledger.insert(group.to_owned(), totals.clone());
             }
         }
         self.dirty.store(true, Ordering::Release);

@@ -436,7 +436,7 @@ pub fn finish(reason: &str) -> FinishReason {
 
 /// Messages' `usage` as typed counts (and as it came). Its
 /// `input_tokens` leave out the cached ones, which typed `input` counts.
-pub fn usage(u: &Value) -> Usage {
+pub fn usage(u: Value) -> Usage {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let read = n(&u["cache_read_input_tokens"]);
     let write = n(&u["cache_creation_input_tokens"]);
@@ -450,7 +450,7 @@ pub fn usage(u: &Value) -> Usage {
         native: Some(Native {
             protocol: PROTOCOL,
             what: "usage".into(),
-            value: u.clone(),
+            value: u,
         }),
         mixed: false,
     }
@@ -512,7 +512,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
         deltas.push(Delta::Finish(finish(reason)));
     }
     if let Some(u) = message.get("usage").filter(|u| u.is_object()) {
-        deltas.push(Delta::Usage(usage(u)));
+        deltas.push(Delta::Usage(usage(u.clone())));
     }
     deltas.push(Delta::Replay(raw(
         &json!({"role": "assistant", "content": content}),
@@ -666,7 +666,7 @@ impl Stream {
             "message_stop" => {
                 self.done = true;
                 if self.usage.is_object() {
-                    deltas.push(Delta::Usage(usage(&self.usage)));
+                    deltas.push(Delta::Usage(usage(self.usage.clone())));
                 }
                 deltas.push(Delta::Replay(raw(
                     &json!({"role": "assistant", "content": self.blocks}),

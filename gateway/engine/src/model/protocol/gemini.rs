@@ -466,7 +466,7 @@ pub fn finish(reason: &str, called: bool) -> FinishReason {
 
 /// Gemini's `usageMetadata` as typed counts (and as it came): output
 /// counts the thoughts too.
-pub fn usage(u: &Value) -> Usage {
+pub fn usage(u: Value) -> Usage {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let thoughts = n(&u["thoughtsTokenCount"]);
     Usage {
@@ -479,7 +479,7 @@ pub fn usage(u: &Value) -> Usage {
         native: Some(Native {
             protocol: PROTOCOL,
             what: "usage".into(),
-            value: u.clone(),
+            value: u,
         }),
         mixed: false,
     }
@@ -608,7 +608,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
         (None, None) => {}
     }
     if let Some(u) = response.get("usageMetadata").filter(|u| u.is_object()) {
-        deltas.push(Delta::Usage(usage(u)));
+        deltas.push(Delta::Usage(usage(u.clone())));
     }
     deltas.push(Delta::Replay(raw(
         &json!({"role": "model", "parts": replay_parts(&parts)}),
@@ -684,7 +684,7 @@ impl Stream {
             self.done = true;
             deltas.push(Delta::Finish(f));
             if let Some(u) = &self.usage {
-                deltas.push(Delta::Usage(usage(u)));
+                deltas.push(Delta::Usage(usage(u.clone())));
             }
             deltas.push(Delta::Replay(raw(
                 &json!({"role": "model", "parts": replay_parts(&self.parts)}),

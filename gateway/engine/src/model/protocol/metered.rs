@@ -145,7 +145,7 @@ impl UsageReader {
 /// (where every API writes it), else by reading the whole answer.
 fn whole_usage(protocol: Protocol, buf: &[u8]) -> Usage {
     if let Some(u) = usage_object(buf) {
-        return super::usage_of(protocol, &u);
+        return super::usage_of(protocol, u);
     }
     #[derive(serde::Deserialize)]
     struct Whole {
@@ -153,7 +153,7 @@ fn whole_usage(protocol: Protocol, buf: &[u8]) -> Usage {
         usage: Option<serde_json::Value>,
     }
     match serde_json::from_slice::<Whole>(buf) {
-        Ok(Whole { usage: Some(u) }) if u.is_object() => super::usage_of(protocol, &u),
+        Ok(Whole { usage: Some(u) }) if u.is_object() => super::usage_of(protocol, u),
         _ => Usage::default(),
     }
 }
@@ -163,8 +163,9 @@ fn whole_usage(protocol: Protocol, buf: &[u8]) -> Usage {
 /// when it parses as one.
 fn usage_object(buf: &[u8]) -> Option<serde_json::Value> {
     for key in [&b"\"usage\""[..], b"\"usageMetadata\""] {
+        let finder = memchr::memmem::FinderRev::new(key);
         let mut end = buf.len();
-        while let Some(at) = buf[..end].windows(key.len()).rposition(|w| w == key) {
+        while let Some(at) = finder.rfind(&buf[..end]) {
             end = at;
             if at > 0 && buf[at - 1] == b'\\' {
                 continue;

@@ -493,7 +493,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
         deltas.push(Delta::Finish(FinishReason::from_openai(reason)));
     }
     if let Some(u) = completion.get("usage").filter(|u| !u.is_null()) {
-        deltas.push(Delta::Usage(usage(u)));
+        deltas.push(Delta::Usage(usage(u.clone())));
     }
     Ok(Decoded {
         deltas,
@@ -510,7 +510,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
 }
 
 /// Chat completions' `usage` as typed counts (and as it came).
-pub fn usage(u: &Value) -> Usage {
+pub fn usage(u: Value) -> Usage {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     Usage {
         input: n(&u["prompt_tokens"]),
@@ -522,7 +522,7 @@ pub fn usage(u: &Value) -> Usage {
         native: Some(Native {
             protocol: PROTOCOL,
             what: "usage".into(),
-            value: u.clone(),
+            value: u,
         }),
         mixed: false,
     }
@@ -548,7 +548,7 @@ impl Stream {
             serde_json::from_str(data).map_err(|_| "a stream chunk is not JSON".to_owned())?;
         let mut deltas = Vec::new();
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
-            deltas.push(Delta::Usage(usage(u)));
+            deltas.push(Delta::Usage(usage(u.clone())));
         }
         if let Some(e) = chunk.get("error") {
             return Err(format!("it reported an error mid-stream: {e}"));

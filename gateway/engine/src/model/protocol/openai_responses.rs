@@ -369,7 +369,7 @@ fn assistant<'a>(turn: &'a Turn, input: &mut Vec<Entry<'a>>, notices: &mut Notic
 }
 
 /// Responses' `usage` as typed counts (and as it came).
-pub fn usage(u: &Value) -> Usage {
+pub fn usage(u: Value) -> Usage {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     Usage {
         input: n(&u["input_tokens"]),
@@ -381,7 +381,7 @@ pub fn usage(u: &Value) -> Usage {
         native: Some(Native {
             protocol: PROTOCOL,
             what: "usage".into(),
-            value: u.clone(),
+            value: u,
         }),
         mixed: false,
     }
@@ -477,7 +477,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
     }
     deltas.push(Delta::Finish(finish(&response, calls > 0)));
     if let Some(u) = response.get("usage").filter(|u| u.is_object()) {
-        deltas.push(Delta::Usage(usage(u)));
+        deltas.push(Delta::Usage(usage(u.clone())));
     }
     let replay: Vec<Value> = items.iter().map(replayable).collect();
     deltas.push(Delta::Replay(raw(&replay)));
@@ -574,7 +574,7 @@ impl Stream {
                 let response = &ev["response"];
                 deltas.push(Delta::Finish(finish(response, !self.calls.is_empty())));
                 if let Some(u) = response.get("usage").filter(|u| u.is_object()) {
-                    deltas.push(Delta::Usage(usage(u)));
+                    deltas.push(Delta::Usage(usage(u.clone())));
                 }
                 let replay: Vec<Value> = self.items.iter().map(replayable).collect();
                 deltas.push(Delta::Replay(raw(&replay)));
