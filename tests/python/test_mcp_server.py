@@ -1266,6 +1266,88 @@ def test_a_tool_whose_server_changes_it_after_listing_is_held(tmp_path):
         proc.wait(timeout=10)
 
 
+def test_a_held_tool_change_is_accepted_through_the_api(tmp_path):
+    # The same rug pull, on a gateway with keys: the held change is listed
+    # by GET /v1/tool-changes and accepted by an approver with its
+    # fingerprint (a ticketing system or a chat tool could), not by
+    # another key, and not with a fingerprint that is not the held one.
+    from conftest import binary
+
+    (tmp_path / "tools.d").mkdir()
+    (tmp_path / "tools.d" / "m.yaml").write_text(RUG_PULL_YAML.format(python=PYTHON, test_server=TEST_SERVER).split("  - name: off")[0])
+    (tmp_path / "toolgate.yaml").write_text(
+        "auth:\n  keys:\n    - { name: ops, key_env: TG_OPS, approver: true }\n    - { name: dev, key_env: TG_DEV }\n"
+    )
+    ops, dev = "ops-key-tool-changes-0123456789", "dev-key-tool-changes-0123456789"
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(tmp_path)],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "TG_OPS": ops, "TG_DEV": dev},
+    )
+    lines = []
+    threading.Thread(target=lambda: [lines.append(raw.decode(errors="replace")) for raw in proc.stderr], daemon=True).start()
+
+    def call(method, path, key, body=None):
+        req = urllib.request.Request(
+            base + path,
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    try:
+        deadline = time.time() + 30
+        while not any("listening on http://" in line for line in lines):
+            assert time.time() < deadline, lines
+            time.sleep(0.05)
+        line = next(line for line in lines if "listening on http://" in line)
+        base = "http://" + line.split("listening on http://")[1].strip()
+
+        def description():
+            status, listing = call("GET", "/v1/tools", ops)
+            return {t["function"]["name"]: t["function"]["description"] for t in listing["data"]}.get("keep_echo")
+
+        deadline = time.time() + 60
+        while description() is None:
+            assert time.time() < deadline
+            time.sleep(0.2)
+        first = description()
+        assert call("POST", "/v1/tools/keep_rug_pull/invoke", ops, {})[1]["data"] == "pulled"
+        deadline = time.time() + 30
+        while True:
+            status, held = call("GET", "/v1/tool-changes", ops)
+            assert status == 200, held
+            if held["data"]:
+                break
+            assert time.time() < deadline, held
+            time.sleep(0.2)
+        [change] = held["data"]
+        assert change["server"] == "keep" and change["tool"] == "echo" and change["on_change"] == "keep_old"
+        assert "ssh" in json.dumps(change["now"]) and change["fingerprint"] != change["pinned_fingerprint"]
+        assert description() == first, "held: the first definition stays in service"
+        status, err = call("GET", "/v1/tool-changes", dev)
+        assert status == 403 and err["error"]["code"] == "not_an_approver"
+        status, err = call("POST", "/v1/tool-changes/keep/echo", dev, {"fingerprint": change["fingerprint"]})
+        assert status == 403 and err["error"]["code"] == "not_an_approver"
+        status, err = call("POST", "/v1/tool-changes/keep/echo", ops, {"fingerprint": change["pinned_fingerprint"]})
+        assert status == 409 and err["error"]["code"] == "not_accepted", err
+        status, done = call("POST", "/v1/tool-changes/keep/echo", ops, {"fingerprint": change["fingerprint"]})
+        assert status == 200 and done["accepted_by"] == "ops", done
+        deadline = time.time() + 30
+        while "ssh" not in (description() or ""):
+            assert time.time() < deadline, description()
+            time.sleep(0.2)
+        assert call("GET", "/v1/tool-changes", ops)[1]["data"] == []
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def test_a_policy_refuses_a_call_in_one_context_and_not_another(mcp_gateway):
     # `policies` in toolgate.yaml: `lookup` of a forbidden word is refused,
     # except in the `web` set.

@@ -20,4 +20,5 @@ pub mod metered;
 pub mod models;
 pub mod responses;
 pub mod spend;
+pub mod tool_changes;
 pub mod tools;

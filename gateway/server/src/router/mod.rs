@@ -15,7 +15,8 @@ use axum::routing::{any, get, post};
 pub use direct::Gateway;
 
 use crate::faces::{
-    approvals, chat, connections, console, gemini, mcp, messages, models, responses, spend, tools,
+    approvals, chat, connections, console, gemini, mcp, messages, models, responses, spend,
+    tool_changes, tools,
 };
 use crate::http::{self, ApiError, AppState, ErrorShape, Paths};
 use crate::ops;
@@ -154,6 +155,11 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/approvals/{id}",
             get(approvals::get).post(approvals::post),
+        )
+        .route("/v1/tool-changes", get(tool_changes::list))
+        .route(
+            "/v1/tool-changes/{server}/{tool}",
+            post(tool_changes::accept),
         )
         .route("/v1/connections", get(connections::list))
         .route(
