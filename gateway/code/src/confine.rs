@@ -299,8 +299,9 @@ fn parse_child_args(args: &[String]) -> Result<ChildArgs, String> {
 /// [--allow-unconfined] -- command…`: confines itself with Landlock —
 /// reading and running only below the `--read` paths, writing only below
 /// the `--write` paths, no TCP unless `--network`, signals and abstract
-/// sockets only within — and a seccomp filter ([`CHILD_DENIED`], no new
-/// namespaces), then becomes `command`. Exits with
+/// sockets only within — and a seccomp filter (the system calls no
+/// command needs: tracing, new namespaces, mounts, keyrings and the like),
+/// then becomes `command`. Exits with
 /// [`NOT_CONFINED`] when Landlock is not there, unless allowed to run
 /// unconfined.
 pub fn child_main(args: &[String]) -> i32 {

@@ -16,7 +16,7 @@
 //! Bounded: at most `approvals.max_pending` requests wait at once, and
 //! decided ones are forgotten when they expire (or, beyond four times that
 //! many, oldest first). In memory, per process (a restart forgets them);
-//! with `state.redis`, in Redis ([`shared`]) for every replica and across
+//! with `state.redis`, in Redis (its `shared` module) for every replica and across
 //! restarts, a held call seeing the decision within a tenth of a second.
 
 mod shared;
