@@ -65,7 +65,7 @@ static SECRETS: LazyLock<Vec<Detector>> = LazyLock::new(|| {
 static INJECTION: LazyLock<Vec<Detector>> = LazyLock::new(|| {
     detectors(&[
         (
-            "an order to ignore earlier instructions",
+            "a demand to drop the instructions given before",
             r"(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+|of\s+)*(?:previous|prior|above|earlier|preceding|system|original)\s+(?:instructions?|prompts?|messages?|rules?|directions?|guidelines?)",
         ),
         (
@@ -397,6 +397,24 @@ fn action_label(action: GuardAction) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_guards_own_words_trip_no_guard() {
+        // A blocked result's explanation may itself become a result (a
+        // program reads it and returns it): it must not read as an attack.
+        for d in INJECTION.iter() {
+            let said = format!(
+                "the result of `t` held {}, and guards.injection blocks such results: nothing of it was passed on",
+                d.kind
+            );
+            let found = INJECTION
+                .iter()
+                .filter(|x| x.re.is_match(&said))
+                .map(|x| x.kind)
+                .collect::<Vec<_>>();
+            assert!(found.is_empty(), "{said}: {found:?}");
+        }
+    }
     use super::*;
     use serde_json::json;
 
