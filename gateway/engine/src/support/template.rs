@@ -199,7 +199,66 @@ pub fn has_dot_segment(url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    /// Any JSON value a caller may send as an argument.
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            ".*".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                prop::collection::btree_map(".{0,8}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// An argument, whatever it holds, renders into a JSON body as one
+        /// JSON value equal to itself: it cannot add fields or end the body.
+        #[test]
+        fn an_argument_never_reshapes_a_json_body(q in any_json()) {
+            let mut set = TemplateSet::default();
+            let name = format!("b{JSON_SUFFIX}");
+            set.add(name.clone(), r#"{"q": {{ args.q }}, "fixed": 1}"#.into()).unwrap();
+            let env = set.finish();
+            let out = render(
+                &env,
+                &name,
+                minijinja::context! { args => minijinja::Value::from_serialize(json!({"q": q.clone()})) },
+            )
+            .unwrap();
+            let body: Value = serde_json::from_str(&out).unwrap();
+            prop_assert_eq!(body.as_object().map(|o| o.len()), Some(2));
+            prop_assert_eq!(&body["fixed"], &json!(1));
+            // Numbers may print in another spelling; they stay numbers.
+            if !q.is_number() {
+                prop_assert_eq!(&body["q"], &q);
+            }
+        }
+
+        /// A string argument in a URL path, encoded, adds no path, query or
+        /// fragment of its own.
+        #[test]
+        fn an_encoded_argument_never_reshapes_a_url(q in ".*") {
+            let mut set = TemplateSet::default();
+            set.add("u".into(), "https://api.example/items/{{ args.q }}?fixed=1".into()).unwrap();
+            let env = set.finish();
+            let args = url_encode_strings(&json!({"q": q}));
+            let out = render(&env, "u", minijinja::context! { args => minijinja::Value::from_serialize(&args) }).unwrap();
+            let tail = out.strip_prefix("https://api.example/items/").unwrap();
+            let (item, query) = tail.split_once('?').unwrap();
+            prop_assert!(!item.contains(['/', '?', '#']), "{}", out);
+            prop_assert_eq!(query, "fixed=1");
+            prop_assert!(!has_dot_segment(&out) || q == "." || q == "..", "{}", out);
+        }
+    }
 
     #[test]
     fn an_undefined_single_expression_renders_nothing() {
