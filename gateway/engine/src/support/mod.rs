@@ -3,6 +3,8 @@
 //! what clients see, tracing's trace context, the template environment,
 //! the search model's embeddings, and the state shared by replicas (Redis).
 
+#[cfg(test)]
+pub(crate) mod any_json;
 pub mod embeddings;
 pub mod metrics;
 pub mod secrets;

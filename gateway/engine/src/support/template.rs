@@ -199,25 +199,9 @@ pub fn has_dot_segment(url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::support::any_json::any_json;
     use proptest::prelude::*;
     use serde_json::json;
-
-    /// Any JSON value a caller may send as an argument.
-    fn any_json() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            any::<i64>().prop_map(Value::from),
-            ".*".prop_map(Value::from),
-        ];
-        leaf.prop_recursive(4, 32, 4, |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
-                prop::collection::btree_map(".{0,8}", inner, 0..4)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
 
     proptest! {
         /// An argument, whatever it holds, renders into a JSON body as one

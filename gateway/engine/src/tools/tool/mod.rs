@@ -351,9 +351,39 @@ pub(crate) fn test_tool(name: &str, description: &str, parameters: Value) -> Too
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::support::any_json::any_json;
+    use proptest::prelude::*;
 
     fn tool(parameters: Value) -> Tool {
         test_tool("lookup", "Looks \"it\" up.", parameters)
+    }
+
+    proptest! {
+        /// Any arguments a model sends are judged without a panic: valid
+        /// ones hold what the schema asks, and each error names its place.
+        #[test]
+        fn any_arguments_are_judged_and_each_error_names_its_place(args in any_json()) {
+            let t = tool(serde_json::json!({"type": "object",
+                "properties": {"q": {"type": "string", "maxLength": 5},
+                    "n": {"type": "integer", "minimum": 0},
+                    "tags": {"type": "array", "items": {"type": "string"}}},
+                "required": ["q"], "additionalProperties": false}));
+            match t.validate(&args) {
+                Ok(()) => {
+                    let q = args.get("q").and_then(Value::as_str);
+                    prop_assert!(q.is_some_and(|q| q.chars().count() <= 5), "{}", args);
+                    prop_assert!(args.as_object().is_some_and(|o| o.keys().all(|k| ["q", "n", "tags"].contains(&k.as_str()))));
+                }
+                Err(errors) => {
+                    prop_assert!(!errors.is_empty());
+                    for e in &errors {
+                        prop_assert!(e.path.starts_with('/') && !e.message.is_empty(), "{:?}", e);
+                    }
+                }
+            }
+            let normalized = t.normalize_arguments(&args);
+            prop_assert_eq!(normalized.is_object(), args.is_object());
+        }
     }
 
     #[test]
