@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -73,6 +74,39 @@ class Backend(JsonHandler):
         if url.path == "/sleep":
             time.sleep(int(params.get("ms", "100")) / 1000)
         self.send_json(json.dumps({"path": url.path, **params}).encode())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, proc):
+    """Waits until something listens on `port` (the child `proc` started)."""
+    for _ in range(300):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server on port {port} exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+def redis_server():
+    """A real redis-server of the test's own, keeping nothing on disk:
+    (the process, its port)."""
+    if not shutil.which("redis-server"):
+        missing("redis-server is not installed: `make deb` installs it")
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(port, proc)
+    return proc, port
 
 
 def read_until(stream, needle: str, timeout: float = 30.0) -> str:

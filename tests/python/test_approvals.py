@@ -8,8 +8,6 @@ and MCP faces.
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -26,7 +24,7 @@ import pytest
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import ROOT, TOOLS_YAML, binary, missing, read_until
+from conftest import ROOT, TOOLS_YAML, binary, read_until, redis_server
 
 AGENT = "agent-key-approvals-0123456789"
 BOSS = "boss-key-approvals-0123456789ab"
@@ -83,12 +81,6 @@ mcp_servers:
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module", params=["memory", "redis"])
 def gw(request, tmp_path_factory, backend, model):
     """A gateway; with `redis`, two replicas sharing the requests for
@@ -103,15 +95,7 @@ def gw(request, tmp_path_factory, backend, model):
     env = {**os.environ, "NO_COLOR": "1", "TOOLGATE_LOG": "info", "TG_AGENT": AGENT, "TG_BOSS": BOSS}
     env.pop("OPENAI_BASE_URL", None)
     if request.param == "redis":
-        if not shutil.which("redis-server"):
-            missing("redis-server is not installed: `make deb` installs it")
-        port = free_port()
-        redis = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        read_until_port(port, redis)
+        redis, port = redis_server()
         state = "state:\n  redis:\n    url_env: TG_REDIS_URL\n"
         env["TG_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
     (config / "toolgate.yaml").write_text(state + GATEWAY_YAML.format(model=model, audit=audit))
@@ -143,17 +127,6 @@ def gw(request, tmp_path_factory, backend, model):
     if redis is not None:
         redis.kill()
         redis.wait()
-
-
-def read_until_port(port, proc):
-    """Waits until `proc` listens on `port`."""
-    for _ in range(300):
-        assert proc.poll() is None, f"the server on port {port} exited"
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listens on port {port}")
 
 
 def api(base, method, path, body=None, key=BOSS, headers=None, form=None):

@@ -18,8 +18,6 @@ import json
 import os
 import pathlib
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -31,7 +29,7 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from conftest import ROOT, JsonHandler, binary, missing, read_until, require_module
+from conftest import ROOT, JsonHandler, binary, free_port, missing, read_until, redis_server, require_module, wait_for_port
 
 NODE_DIR = ROOT / "tests" / "node"
 NODE = NODE_DIR / "node_modules" / ".bin" / "node"
@@ -92,24 +90,6 @@ class Browser:
 
     def delete(self, url, **kw):
         return self.request("DELETE", url, **kw)
-
-
-def wait_for_port(port, proc):
-    """Waits until something listens on `port` (the child `proc` started)."""
-    for _ in range(300):
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server on port {port} exited with {proc.returncode}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Api(JsonHandler):
@@ -243,15 +223,7 @@ def world(request, tmp_path_factory, model):
     redis = None
     state = ""
     if request.param == "redis":
-        if not shutil.which("redis-server"):
-            missing("redis-server is not installed: `make deb` installs it")
-        redis_port = free_port()
-        redis = subprocess.Popen(
-            ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for_port(redis_port, redis)
+        redis, redis_port = redis_server()
         state = "state:\n  redis:\n    url_env: TG_REDIS_URL\n"
     config = tmp_path_factory.mktemp("connections")
     (config / "tools.d").mkdir()

@@ -15,7 +15,8 @@ use super::offered::ParsedCall;
 use super::python;
 use super::sections::{Section, section_items};
 use super::text::{
-    Block, Input, MarkerMatch, Outcome, Piece, attrs, is_ident_char, is_ident_start, is_ws,
+    Block, Input, MarkerMatch, Outcome, Piece, attrs, dotted_name_end, is_ident_char,
+    is_ident_start, is_ws,
 };
 use super::{channels, gemma, minimax_m3};
 
@@ -933,16 +934,9 @@ const MAX_XML_NAME: usize = 64;
 /// An XML name at `i` (letters, digits, `_`, `-`, `.`), up to
 /// [`MAX_XML_NAME`] bytes: its end.
 fn xml_name(src: &Input, i: usize) -> Outcome<usize> {
-    let mut j = i;
-    while src
-        .at(j)
-        .is_some_and(|c| is_ident_char(c) || c == b'-' || c == b'.')
-    {
-        j += 1;
-        if j - i > MAX_XML_NAME {
-            return Outcome::No;
-        }
-    }
+    let Some(j) = dotted_name_end(src, i, MAX_XML_NAME) else {
+        return Outcome::No;
+    };
     if j >= src.len() {
         return src.need();
     }
@@ -1336,16 +1330,9 @@ fn glm_json(src: &Input, name: String, r: usize, closers: &[&str]) -> Outcome<Bl
 /// Mistral tokenizer v11+: `[TOOL_CALLS]name{json}` (optionally
 /// `name[ARGS]{json}`).
 fn mistral11_item(src: &Input, q: usize) -> Outcome<Block> {
-    let mut j = q;
-    while src
-        .at(j)
-        .is_some_and(|c| is_ident_char(c) || c == b'.' || c == b'-')
-    {
-        j += 1;
-        if j - q > MAX_NAME {
-            return Outcome::No;
-        }
-    }
+    let Some(j) = dotted_name_end(src, q, MAX_NAME) else {
+        return Outcome::No;
+    };
     if j >= src.len() {
         return src.need();
     }

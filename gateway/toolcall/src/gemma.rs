@@ -29,7 +29,8 @@ use serde_json::{Map, Value};
 use super::json_scan::MAX_DEPTH;
 use super::offered::ParsedCall;
 use super::text::{
-    Block, Input, MarkerMatch, Outcome, Piece, is_ident_char, is_ws, json_quoted, unescape,
+    Block, Input, MarkerMatch, Outcome, Piece, dotted_name_end, is_ident_char, is_ws, json_quoted,
+    unescape,
 };
 
 struct Dialect {
@@ -110,16 +111,9 @@ fn call(src: &Input, p: usize, d: &Dialect) -> Outcome<Block> {
         MarkerMatch::More => return Outcome::More,
         MarkerMatch::No => p,
     };
-    let mut j = n0;
-    while src
-        .at(j)
-        .is_some_and(|c| is_ident_char(c) || c == b'-' || c == b'.')
-    {
-        j += 1;
-        if j - n0 > MAX_WORD {
-            return Outcome::No;
-        }
-    }
+    let Some(j) = dotted_name_end(src, n0, MAX_WORD) else {
+        return Outcome::No;
+    };
     if j >= src.len() {
         return src.need();
     }

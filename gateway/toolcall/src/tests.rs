@@ -64,6 +64,15 @@ pub(super) fn chars(text: &str) -> Vec<&str> {
     v
 }
 
+/// Each of `texts` gives no call, and stays the content as written.
+pub(super) fn stay_content(t: &[OfferedTool], texts: &[&str]) {
+    for text in texts {
+        let p = check(text, t);
+        assert!(p.calls.is_empty(), "{text}");
+        assert_eq!(p.content, *text);
+    }
+}
+
 /// Parse whole and streamed (whole chunk, char by char, every two-way
 /// split) and check they agree; return the whole-text result.
 pub(super) fn check(text: &str, tools: &[OfferedTool]) -> Parsed {
@@ -178,31 +187,29 @@ fn json_after_prose_policy() {
     assert_eq!(p.calls, vec![call("search", json!({"q": "x"}))]);
     assert_eq!(p.content, "Here is the result: Anything else?");
     // Without arguments, or with an unoffered name, it stays content.
-    for text in [
-        r#"Example: {"name": "search"}"#,
-        r#"Example: {"name": "other", "arguments": {}}"#,
-        r#"{"result": {"name": "search", "arguments": {}}}"#,
-    ] {
-        let p = check(text, &t);
-        assert!(p.calls.is_empty(), "{text}");
-        assert_eq!(p.content, text);
-    }
+    stay_content(
+        &t,
+        &[
+            r#"Example: {"name": "search"}"#,
+            r#"Example: {"name": "other", "arguments": {}}"#,
+            r#"{"result": {"name": "search", "arguments": {}}}"#,
+        ],
+    );
 }
 
 #[test]
 fn unoffered_names_stay_content() {
     let t = tools(&["f"]);
-    for text in [
-        "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>",
-        "[rm_rf(path='/')]",
-        "<function=rm_rf>{\"a\": 1}</function>",
-        "<tool_call>\n<function=rm_rf>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
-        "[TOOL_CALLS][{\"name\": \"rm_rf\", \"arguments\": {}}]",
-    ] {
-        let p = check(text, &t);
-        assert!(p.calls.is_empty(), "{text}");
-        assert_eq!(p.content, text);
-    }
+    stay_content(
+        &t,
+        &[
+            "<tool_call>{\"name\": \"rm_rf\", \"arguments\": {}}</tool_call>",
+            "[rm_rf(path='/')]",
+            "<function=rm_rf>{\"a\": 1}</function>",
+            "<tool_call>\n<function=rm_rf>\n<parameter=a>\n1\n</parameter>\n</function>\n</tool_call>",
+            "[TOOL_CALLS][{\"name\": \"rm_rf\", \"arguments\": {}}]",
+        ],
+    );
     // A mix: the offered call is accepted, the other element stays content.
     let p = check(
         r#"[{"name": "f", "arguments": {}}, {"name": "rm_rf", "arguments": {}}]"#,
@@ -291,15 +298,14 @@ fn pythonic_calls() {
     );
     assert_eq!(p.calls.len(), 2);
     // Positional arguments and unknown names are not calls.
-    for text in [
-        "[get_weather('Paris')]",
-        "[print(x=1)]",
-        "see [get_weather] docs",
-    ] {
-        let p = check(text, &t);
-        assert!(p.calls.is_empty(), "{text}");
-        assert_eq!(p.content, text);
-    }
+    stay_content(
+        &t,
+        &[
+            "[get_weather('Paris')]",
+            "[print(x=1)]",
+            "see [get_weather] docs",
+        ],
+    );
 }
 
 #[test]
@@ -805,15 +811,14 @@ fn a_tool_call_may_hold_a_name_then_json_arguments() {
     assert_eq!(p.calls, vec![call("get_weather", json!({"city": "Rome"}))]);
     // Not an offered tool, or something between the JSON and the closer:
     // content, as written.
-    for text in [
-        "<tool_call>get_time\n{\"city\": \"Paris\"}</tool_call>",
-        "<tool_call>get_weather\n{\"city\": \"Paris\"} and more</tool_call>",
-        "I would call get_weather\n{\"city\": \"Paris\"} next.",
-    ] {
-        let p = check(text, &t);
-        assert!(p.calls.is_empty(), "{text}");
-        assert_eq!(p.content, text);
-    }
+    stay_content(
+        &t,
+        &[
+            "<tool_call>get_time\n{\"city\": \"Paris\"}</tool_call>",
+            "<tool_call>get_weather\n{\"city\": \"Paris\"} and more</tool_call>",
+            "I would call get_weather\n{\"city\": \"Paris\"} next.",
+        ],
+    );
 }
 
 #[test]
@@ -932,16 +937,15 @@ fn namespaced_xml_calls_read_whatever_the_prefix() {
         vec![call("get_weather", json!({"city": "S&amp;P "}))]
     );
     // Not offered, not invokes, or prose: content as written.
-    for text in [
-        "<ns:function_calls><ns:invoke name=\"nope\"><ns:parameter name=\"a\">1</ns:parameter></ns:invoke></ns:function_calls>",
-        "<svg:g><svg:rect width=\"1\"/></svg:g>",
-        "<ns:invoke name=\"get_weather\"> alone, outside a wrapper",
-        "a <b:c> tag",
-    ] {
-        let p = check(text, &t);
-        assert!(p.calls.is_empty(), "{text}");
-        assert_eq!(p.content, text);
-    }
+    stay_content(
+        &t,
+        &[
+            "<ns:function_calls><ns:invoke name=\"nope\"><ns:parameter name=\"a\">1</ns:parameter></ns:invoke></ns:function_calls>",
+            "<svg:g><svg:rect width=\"1\"/></svg:g>",
+            "<ns:invoke name=\"get_weather\"> alone, outside a wrapper",
+            "a <b:c> tag",
+        ],
+    );
 }
 
 #[test]

@@ -701,6 +701,44 @@ fn tool_json(name: &str, schema: &str) -> OfferedTool {
     }
 }
 
+/// Tools offered with no schema of their own.
+fn untyped(names: &[&str]) -> Vec<OfferedTool> {
+    names
+        .iter()
+        .map(|n| tool_json(n, r#"{"type": "object"}"#))
+        .collect()
+}
+
+/// The five typed tools of vLLM's shared Rust parser test fixtures
+/// (`get_weather`, `add`, `convert`, `calculate_area`, `update_record`),
+/// then `extra` tools with no schema.
+fn vllm_tools(extra: &[&str]) -> Vec<OfferedTool> {
+    let mut t = vec![
+        tool_json(
+            "get_weather",
+            r#"{"type": "object", "properties": {"location": {"type": "string"}, "city": {"type": "string"}, "state": {"type": "string"}, "unit": {"type": "string"}, "date": {"type": "string"}, "days": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "add",
+            r#"{"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "convert",
+            r#"{"type": "object", "properties": {"whole": {"type": "number"}, "flag": {"type": "boolean"}, "payload": {"type": "object"}, "items": {"type": "array"}, "empty": {"type": "string"}}}"#,
+        ),
+        tool_json(
+            "calculate_area",
+            r#"{"type": "object", "properties": {"shape": {"type": "string"}, "dimensions": {"type": "object"}, "precision": {"type": "integer"}}}"#,
+        ),
+        tool_json(
+            "update_record",
+            r#"{"type": "object", "properties": {"data": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}"#,
+        ),
+    ];
+    t.extend(untyped(extra));
+    t
+}
+
 /// One output of a serving engine's tests: the calls it must give (name
 /// and JSON arguments), whole and streamed ([`check`]), and the content
 /// where the engine's test says what it is and that agrees with this
@@ -723,29 +761,7 @@ fn vllm_step3() {
     // vLLM rust/src/parser/src/tool/step3.rs (2cc2e8e42774cf63a2504fea9ccc5aa70a528619):
     // the `function<｜tool_sep｜>` prefix is optional, `<｜tool_sep｜>` may
     // stand between calls, an unfinished block is no call.
-    let t = vec![
-        tool_json(
-            "get_weather",
-            r#"{"type": "object", "properties": {"location": {"type": "string"}, "city": {"type": "string"}, "state": {"type": "string"}, "unit": {"type": "string"}, "date": {"type": "string"}, "days": {"type": "integer"}}}"#,
-        ),
-        tool_json(
-            "add",
-            r#"{"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}"#,
-        ),
-        tool_json(
-            "convert",
-            r#"{"type": "object", "properties": {"whole": {"type": "number"}, "flag": {"type": "boolean"}, "payload": {"type": "object"}, "items": {"type": "array"}, "empty": {"type": "string"}}}"#,
-        ),
-        tool_json(
-            "calculate_area",
-            r#"{"type": "object", "properties": {"shape": {"type": "string"}, "dimensions": {"type": "object"}, "precision": {"type": "integer"}}}"#,
-        ),
-        tool_json(
-            "update_record",
-            r#"{"type": "object", "properties": {"data": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}"#,
-        ),
-        tool_json("refresh", r#"{"type": "object"}"#),
-    ];
+    let t = vllm_tools(&["refresh"]);
     case(&t, "Hello, world!", &[], None);
     case(
         &t,
@@ -905,31 +921,34 @@ fn vllm_step3() {
     );
 }
 
+/// The tools vLLM's Gemma 4 parser tests offer.
+const GEMMA_4_TOOLS: &[&str] = &[
+    "get_weather",
+    "get_time",
+    "write_file",
+    "Edit",
+    "search",
+    "set",
+    "get_status",
+    "todowrite",
+    "complex_function",
+    "set_status",
+    "get-weather",
+    "weather.get",
+    "bash",
+    "gdb",
+    "read_file",
+    "web-search",
+    "fs.read_file",
+    "set_config",
+];
+
 #[test]
 fn vllm_gemma_4() {
     // vLLM rust/src/parser/src/tool/gemma4.rs (0580befebad85436a7421ba03efc503c8349347a)
     // and tests/tool_parsers/test_gemma4_tool_parser.py
     // (027004de3715411197be51ced325705abcf740a7), joined chunks.
-    let t = vec![
-        tool_json("get_weather", r#"{"type": "object"}"#),
-        tool_json("get_time", r#"{"type": "object"}"#),
-        tool_json("write_file", r#"{"type": "object"}"#),
-        tool_json("Edit", r#"{"type": "object"}"#),
-        tool_json("search", r#"{"type": "object"}"#),
-        tool_json("set", r#"{"type": "object"}"#),
-        tool_json("get_status", r#"{"type": "object"}"#),
-        tool_json("todowrite", r#"{"type": "object"}"#),
-        tool_json("complex_function", r#"{"type": "object"}"#),
-        tool_json("set_status", r#"{"type": "object"}"#),
-        tool_json("get-weather", r#"{"type": "object"}"#),
-        tool_json("weather.get", r#"{"type": "object"}"#),
-        tool_json("bash", r#"{"type": "object"}"#),
-        tool_json("gdb", r#"{"type": "object"}"#),
-        tool_json("read_file", r#"{"type": "object"}"#),
-        tool_json("web-search", r#"{"type": "object"}"#),
-        tool_json("fs.read_file", r#"{"type": "object"}"#),
-        tool_json("set_config", r#"{"type": "object"}"#),
-    ];
+    let t = untyped(GEMMA_4_TOOLS);
     case(
         &t,
         "<|tool_call>call:get_weather{location:<|\"|>London<|\"|>}<tool_call|>",
@@ -1047,26 +1066,7 @@ fn vllm_gemma_4() {
     // vLLM tests/tool_parsers/test_gemma4_regex_and_bare_calls.py
     // (33a7f0986ab85b31a5af305eb7e7b0b6ec03f406): `<turn|>` as the closer, a
     // stray colon, the opener split into `<call>`, and bare `call:` calls.
-    let t = vec![
-        tool_json("get_weather", r#"{"type": "object"}"#),
-        tool_json("get_time", r#"{"type": "object"}"#),
-        tool_json("write_file", r#"{"type": "object"}"#),
-        tool_json("Edit", r#"{"type": "object"}"#),
-        tool_json("search", r#"{"type": "object"}"#),
-        tool_json("set", r#"{"type": "object"}"#),
-        tool_json("get_status", r#"{"type": "object"}"#),
-        tool_json("todowrite", r#"{"type": "object"}"#),
-        tool_json("complex_function", r#"{"type": "object"}"#),
-        tool_json("set_status", r#"{"type": "object"}"#),
-        tool_json("get-weather", r#"{"type": "object"}"#),
-        tool_json("weather.get", r#"{"type": "object"}"#),
-        tool_json("bash", r#"{"type": "object"}"#),
-        tool_json("gdb", r#"{"type": "object"}"#),
-        tool_json("read_file", r#"{"type": "object"}"#),
-        tool_json("web-search", r#"{"type": "object"}"#),
-        tool_json("fs.read_file", r#"{"type": "object"}"#),
-        tool_json("set_config", r#"{"type": "object"}"#),
-    ];
+    let t = untyped(GEMMA_4_TOOLS);
     case(
         &t,
         "<|tool_call>call:bash{command:<|\"|>ls -la /work<|\"|>}<tool_call|>",
@@ -1193,32 +1193,11 @@ fn vllm_deepseek_v4_dsml() {
     // (203cec4836df205dfa9e907750c4546c6dfe4f56), a closer misspelled short
     // (`</｜DSML｜>`) included, and tests/tool_parsers/test_deepseekv4_tool_parser.py
     // (023f36c62e71a247a9bacb7eb4cea5d55505cb63).
-    let t = vec![
-        tool_json(
-            "get_weather",
-            r#"{"type": "object", "properties": {"location": {"type": "string"}, "city": {"type": "string"}, "state": {"type": "string"}, "unit": {"type": "string"}, "date": {"type": "string"}, "days": {"type": "integer"}}}"#,
-        ),
-        tool_json(
-            "add",
-            r#"{"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}"#,
-        ),
-        tool_json(
-            "convert",
-            r#"{"type": "object", "properties": {"whole": {"type": "number"}, "flag": {"type": "boolean"}, "payload": {"type": "object"}, "items": {"type": "array"}, "empty": {"type": "string"}}}"#,
-        ),
-        tool_json(
-            "calculate_area",
-            r#"{"type": "object", "properties": {"shape": {"type": "string"}, "dimensions": {"type": "object"}, "precision": {"type": "integer"}}}"#,
-        ),
-        tool_json(
-            "update_record",
-            r#"{"type": "object", "properties": {"data": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}"#,
-        ),
-        tool_json(
-            "search",
-            r#"{"type": "object", "properties": {"query": {"type": "string"}}}"#,
-        ),
-    ];
+    let mut t = vllm_tools(&[]);
+    t.extend([tool_json(
+        "search",
+        r#"{"type": "object", "properties": {"query": {"type": "string"}}}"#,
+    )]);
     case(
         &t,
         "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"location\" string=\"true\">SF</｜DSML｜parameter>\n<｜DSML｜parameter name=\"date\" string=\"true\">2024-01-16</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
@@ -1267,27 +1246,8 @@ fn vllm_minimax_m2() {
     // and tests/tool_parsers/test_minimax_m2_tool_parser.py
     // (0c927c3451653f28e60cd552cff13ddc3c9ff49e), joined chunks: `null` for a
     // nullable property is null.
-    let t = vec![
-        tool_json(
-            "get_weather",
-            r#"{"type": "object", "properties": {"location": {"type": "string"}, "city": {"type": "string"}, "state": {"type": "string"}, "unit": {"type": "string"}, "date": {"type": "string"}, "days": {"type": "integer"}}}"#,
-        ),
-        tool_json(
-            "add",
-            r#"{"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}"#,
-        ),
-        tool_json(
-            "convert",
-            r#"{"type": "object", "properties": {"whole": {"type": "number"}, "flag": {"type": "boolean"}, "payload": {"type": "object"}, "items": {"type": "array"}, "empty": {"type": "string"}}}"#,
-        ),
-        tool_json(
-            "calculate_area",
-            r#"{"type": "object", "properties": {"shape": {"type": "string"}, "dimensions": {"type": "object"}, "precision": {"type": "integer"}}}"#,
-        ),
-        tool_json(
-            "update_record",
-            r#"{"type": "object", "properties": {"data": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}"#,
-        ),
+    let mut t = vllm_tools(&[]);
+    t.extend([
         tool_json("search_web", r#"{"type": "object"}"#),
         tool_json("fn_a", r#"{"type": "object"}"#),
         tool_json("fn_b", r#"{"type": "object"}"#),
@@ -1304,7 +1264,7 @@ fn vllm_minimax_m2() {
             "update_settings",
             r#"{"type": "object", "properties": {"config": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}"#,
         ),
-    ];
+    ]);
     case(&t, "Hello, world!", &[], None);
     case(
         &t,
@@ -1430,21 +1390,21 @@ fn vllm_lfm2() {
     // rust/src/parser/src/tool/lfm2.rs (e64f451a11e563ba64de6fbecf596fb62606fa5d):
     // the string's own quote unescaped inside it, a call of a tool not
     // offered beside one that is, leading zeros, raw line breaks and NULs.
-    let t = vec![
-        tool_json("get_candidate_status", r#"{"type": "object"}"#),
-        tool_json("register_user", r#"{"type": "object"}"#),
-        tool_json("get_weather", r#"{"type": "object"}"#),
-        tool_json("do_something_cool", r#"{"type": "object"}"#),
-        tool_json("label", r#"{"type": "object"}"#),
-        tool_json("set_date", r#"{"type": "object"}"#),
-        tool_json("bash", r#"{"type": "object"}"#),
-        tool_json("grocery.orderIngredients", r#"{"type": "object"}"#),
-        tool_json("exec", r#"{"type": "object"}"#),
-        tool_json("ping", r#"{"type": "object"}"#),
-        tool_json("weather.client.get", r#"{"type": "object"}"#),
-        tool_json("first", r#"{"type": "object"}"#),
-        tool_json("second", r#"{"type": "object"}"#),
-    ];
+    let t = untyped(&[
+        "get_candidate_status",
+        "register_user",
+        "get_weather",
+        "do_something_cool",
+        "label",
+        "set_date",
+        "bash",
+        "grocery.orderIngredients",
+        "exec",
+        "ping",
+        "weather.client.get",
+        "first",
+        "second",
+    ]);
     case(&t, "How can I help you today?", &[], None);
     case(
         &t,

@@ -269,6 +269,22 @@ pub(super) fn is_ident_char(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
 }
 
+/// The end of a dotted name at `i` (ASCII letters, digits, `_`, `-`,
+/// `.`), or `None` past `max` bytes; the input's end when it runs there.
+pub(super) fn dotted_name_end(src: &Input, i: usize, max: usize) -> Option<usize> {
+    let mut j = i;
+    while src
+        .at(j)
+        .is_some_and(|c| is_ident_char(c) || c == b'-' || c == b'.')
+    {
+        j += 1;
+        if j - i > max {
+            return None;
+        }
+    }
+    Some(j)
+}
+
 /// Largest char boundary `<= i`.
 pub(super) fn floor_boundary(t: &str, i: usize) -> usize {
     let mut i = i.min(t.len());

@@ -563,9 +563,11 @@ async fn exec_timeout_kills_the_command_and_its_process_group() {
 }
 
 /// What a command never needs is refused by the sandbox's seccomp filter:
-/// tracing, the kernel's keyrings, performance counters and new
-/// namespaces (each of which works on this machine outside it); and an
-/// allocation past `sandbox.memory_mb` fails.
+/// tracing, the kernel's keyrings and performance counters (each of which
+/// works inside the sandbox's namespaces without the filter), and new
+/// namespaces (which a kernel may also refuse on its own in a nested user
+/// namespace, so that line alone proves less); and an allocation past
+/// `sandbox.memory_mb` fails.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[tokio::test]
 async fn exec_is_refused_what_a_command_never_needs() {

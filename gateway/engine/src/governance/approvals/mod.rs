@@ -573,6 +573,14 @@ mod tests {
         }
     }
 
+    /// A call of `binding(args)` asked for, and held: its request.
+    fn held(a: &Approvals, args: &str, s: &ApprovalsDecl) -> (String, watch::Receiver<Status>) {
+        wait_of(
+            a.ask_local(binding(args), None, "policy".into(), s)
+                .unwrap(),
+        )
+    }
+
     fn wait_of(ask: Ask) -> (String, watch::Receiver<Status>) {
         match ask {
             Ask::Wait {
@@ -588,10 +596,7 @@ mod tests {
     async fn an_approved_call_runs_once_and_a_changed_one_asks_again() {
         let a = Approvals::new();
         let s = settings(10);
-        let (id, rx) = wait_of(
-            a.ask_local(binding("d1"), None, "policy".into(), &s)
-                .unwrap(),
-        );
+        let (id, rx) = held(&a, "d1", &s);
         let waiting = a.wait_local(&id, rx, Duration::from_secs(5));
         let decide = async {
             tokio::task::yield_now().await;
@@ -604,16 +609,10 @@ mod tests {
             Status::Used { by: "bob".into() }
         );
         // Used: the same call again needs a new approval.
-        let (again, _) = wait_of(
-            a.ask_local(binding("d1"), None, "policy".into(), &s)
-                .unwrap(),
-        );
+        let (again, _) = held(&a, "d1", &s);
         assert_ne!(again, id);
         // Changed arguments: another request.
-        let (other, _) = wait_of(
-            a.ask_local(binding("d2"), None, "policy".into(), &s)
-                .unwrap(),
-        );
+        let (other, _) = held(&a, "d2", &s);
         assert_ne!(other, again);
         assert_eq!(
             a.decide_local(&id, true, "bob", None).unwrap_err(),
@@ -632,20 +631,14 @@ mod tests {
     async fn an_approval_after_the_wait_lets_the_same_call_run_later() {
         let a = Approvals::new();
         let s = settings(10);
-        let (id, rx) = wait_of(
-            a.ask_local(binding("d1"), None, "policy".into(), &s)
-                .unwrap(),
-        );
+        let (id, rx) = held(&a, "d1", &s);
         let outcome = a.wait_local(&id, rx, Duration::from_millis(10)).await;
         assert!(
             matches!(outcome, Outcome::NotYet(ref m) if m.contains(&id)),
             "{outcome:?}"
         );
         // Asked again while pending: the same request.
-        let (same, _) = wait_of(
-            a.ask_local(binding("d1"), None, "policy".into(), &s)
-                .unwrap(),
-        );
+        let (same, _) = held(&a, "d1", &s);
         assert_eq!(same, id);
         a.decide_local(&id, true, "bob", None).unwrap();
         assert!(matches!(
@@ -659,10 +652,7 @@ mod tests {
     async fn a_refusal_is_read_by_the_model_and_sticks() {
         let a = Approvals::new();
         let s = settings(10);
-        let (id, rx) = wait_of(
-            a.ask_local(binding("d1"), None, "policy".into(), &s)
-                .unwrap(),
-        );
+        let (id, rx) = held(&a, "d1", &s);
         a.decide_local(&id, false, "bob", Some("too much".into()))
             .unwrap();
         let outcome = a.wait_local(&id, rx, Duration::from_secs(1)).await;

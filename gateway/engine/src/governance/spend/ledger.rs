@@ -38,6 +38,19 @@ pub struct GroupRef<'a> {
 }
 
 impl GroupRef<'_> {
+    /// The group as a Redis hash field with `metric` ([`Group::field`]).
+    pub fn field(&self, metric: &str) -> String {
+        [
+            self.model,
+            self.tool,
+            self.key,
+            self.user,
+            self.project,
+            metric,
+        ]
+        .join(&SEP.to_string())
+    }
+
     pub fn to_owned(self) -> Group {
         Group {
             hour: self.hour,
@@ -264,15 +277,7 @@ impl Group {
     /// The group as a Redis hash field with `metric` (the hour is the
     /// hash's key).
     pub fn field(&self, metric: &str) -> String {
-        [
-            self.model.as_str(),
-            &self.tool,
-            &self.key,
-            &self.user,
-            &self.project,
-            metric,
-        ]
-        .join(&SEP.to_string())
+        self.parts().field(metric)
     }
 
     /// A group and metric read back from [`Group::field`].

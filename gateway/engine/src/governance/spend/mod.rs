@@ -578,7 +578,7 @@ impl Spend {
                 .named()
                 .into_iter()
                 .filter(|(_, v)| *v != 0)
-                .map(|(m, v)| (group.to_owned().field(&m), v))
+                .map(|(m, v)| (group.field(&m), v))
                 .collect();
             // Kept long enough for any `keep_days` (the query bounds it).
             if redis

@@ -52,13 +52,17 @@ const EXPIRY_MARGIN: Duration = Duration::from_secs(30);
 /// at the store again.
 const RENEWAL_POLL: Duration = Duration::from_millis(50);
 
+/// Whether `record`'s token is not about to expire.
+fn fresh(record: &Record) -> bool {
+    record
+        .expires_at
+        .is_none_or(|at| at > now() + EXPIRY_MARGIN.as_secs())
+}
+
 /// Whether `record`'s token is another than `stale` and not about to
 /// expire: renewed by someone else.
 fn renewed(record: &Record, stale: &str) -> bool {
-    record.access_token != stale
-        && record
-            .expires_at
-            .is_none_or(|at| at > now() + EXPIRY_MARGIN.as_secs())
+    record.access_token != stale && fresh(record)
 }
 
 /// The longest wait for an authorization server.
@@ -489,10 +493,7 @@ impl Connections {
                 else {
                     return Err(self.not_connected(name, subject, "you have not connected"));
                 };
-                let fresh = record
-                    .expires_at
-                    .is_none_or(|at| at > now() + EXPIRY_MARGIN.as_secs());
-                if fresh {
+                if fresh(&record) {
                     return Ok(record.access_token);
                 }
                 self.refresh(store, name, subject, &record.access_token)
