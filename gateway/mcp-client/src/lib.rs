@@ -13,6 +13,7 @@
 //! - [`session`]: a server's supervisor (start, list, relist on
 //!   `list_changed`, restart with backoff, stderr to the logs);
 //! - [`extras`]: a server's prompts, resources and resource templates;
+//! - [`progress`]: a server's progress reports, routed to their call;
 //! - [`relay`]: what a server asks during a call, passed to the call's
 //!   client when it can answer;
 //! - [`result`]: an MCP result as the gateway's uniform result.
@@ -27,6 +28,7 @@
 
 pub mod extras;
 pub mod oauth;
+pub mod progress;
 pub mod relay;
 pub mod result;
 pub mod session;
@@ -46,7 +48,7 @@ use serde_json::Value;
 use session::{Server, Status};
 pub use spec::ServerSpec;
 use spec::Transport;
-use toolgate::{CallContext, Progress, ProgressSink, ToolError};
+use toolgate::{CallContext, ProgressSink, ToolError};
 use toolgate_config::Pos;
 
 /// The gateway's tool type, as the registry makes and holds it: one for
@@ -436,8 +438,8 @@ fn trace_context(params: &mut CallToolRequestParams, headers: &http::HeaderMap) 
 
 /// `tools/call` with the server's progress reports passed to `sink`. rmcp
 /// gives every request a progress token of its own; the reports carrying
-/// it are routed here by the session's dispatcher. A report sent before
-/// the subscription is in place (the first instants of the call) is lost.
+/// it are routed here by the session's dispatcher ([`progress`]), those
+/// sent before the subscription is in place included.
 async fn call_reporting<T>(
     server: &Server<T>,
     peer: &rmcp::Peer<rmcp::RoleClient>,
@@ -450,15 +452,12 @@ async fn call_reporting<T>(
     let handle = peer
         .send_request_with_option(request, request_options(meta))
         .await?;
-    let reports = server
-        .progress
-        .subscribe(handle.progress_token.clone())
-        .await;
+    let reports = server.progress.subscribe(handle.progress_token.clone());
     let mut guard = CancelOnDrop {
         peer: peer.clone(),
         id: Some(handle.id.clone()),
     };
-    let result = forwarding(handle.await_response(), reports, sink).await;
+    let result = progress::forward(handle.await_response(), reports, sink).await;
     guard.id = None;
     call_response(result?)
 }
@@ -799,47 +798,6 @@ pub(crate) fn in_words(e: &(dyn std::error::Error + 'static), server: &spec::Ser
     };
     format!("{connection}{words}{context}")
 }
-
-/// Awaits `call`, passing each progress report that arrives meanwhile (and
-/// those arriving just after it ends) to `sink`, in order, never waiting
-/// for the sink.
-async fn forwarding<T>(
-    call: impl std::future::Future<Output = T>,
-    mut reports: impl futures::Stream<Item = rmcp::model::ProgressNotificationParam> + Unpin,
-    sink: &ProgressSink,
-) -> T {
-    use futures::StreamExt;
-    let pass = |p: rmcp::model::ProgressNotificationParam| {
-        let _ = sink.try_send(Progress {
-            progress: p.progress,
-            total: p.total,
-            message: p.message,
-        });
-    };
-    tokio::pin!(call);
-    let result = loop {
-        tokio::select! {
-            biased;
-            Some(p) = reports.next() => pass(p),
-            result = &mut call => break result,
-        }
-    };
-    // rmcp may hand over the result before the last reports, which its
-    // notification handler dispatches on its own: wait a moment for them
-    // (bounded, as a server could report without end).
-    for _ in 0..LATE_REPORTS {
-        match tokio::time::timeout(LATE_REPORT_WAIT, reports.next()).await {
-            Ok(Some(p)) => pass(p),
-            _ => break,
-        }
-    }
-    result
-}
-
-/// How many progress reports arriving just after a call's result are still
-/// passed on, and how long each is waited for.
-const LATE_REPORTS: usize = 16;
-const LATE_REPORT_WAIT: Duration = Duration::from_millis(20);
 
 /// A tool the registry cannot offer now, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -62,7 +62,7 @@ pub(crate) struct Server<T> {
     changes: watch::Sender<u64>,
     list_changed: Arc<Notify>,
     /// Routes the server's progress notifications to the call that asked.
-    pub progress: rmcp::handler::client::progress::ProgressDispatcher,
+    pub progress: crate::progress::Dispatcher,
     /// The calls running on it, with their clients: who a request or log
     /// message the server sends beside a call belongs to.
     pub running: Arc<super::relay::Running>,
@@ -664,7 +664,7 @@ struct Handler {
     /// Where resource updates go: the gateway's own session only (a
     /// caller's session's updates are theirs, and not relayed).
     updates: Option<tokio::sync::broadcast::Sender<String>>,
-    progress: rmcp::handler::client::progress::ProgressDispatcher,
+    progress: crate::progress::Dispatcher,
     running: Arc<super::relay::Running>,
 }
 
@@ -715,7 +715,7 @@ impl ClientHandler for Handler {
         params: rmcp::model::ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.progress.handle_notification(params).await;
+        self.progress.handle(params).await;
     }
 
     // A server of an older revision asks beside the call: the one call
