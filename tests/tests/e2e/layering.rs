@@ -300,9 +300,12 @@ const MODULE_LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "gateway/mcp-client/src",
         &[
-            &["spec", "result", "extras", "relay", "stdio"],
+            &["spec", "result", "extras", "relay", "stdio", "progress"],
             &["oauth"],
+            &["errors"],
             &["session"],
+            &["call"],
+            &["registry"],
         ],
     ),
     (

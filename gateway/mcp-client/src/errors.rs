@@ -1,0 +1,110 @@
+//! An rmcp error in words: the transport's own error under rmcp's
+//! wrappers, whether it means the connection is lost or the gateway's
+//! credentials were refused, and a sentence that says what to do.
+
+use rmcp::ServiceError;
+
+use crate::{oauth, spec};
+
+/// The transport's own error inside rmcp's wrappers (which name Rust
+/// types).
+fn innermost<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> &'a (dyn std::error::Error + 'static) {
+    if let Some(ServiceError::TransportSend(t)) = e.downcast_ref::<ServiceError>() {
+        return innermost(&*t.error);
+    }
+    if let Some(t) = e.downcast_ref::<rmcp::transport::DynamicTransportError>() {
+        return innermost(&*t.error);
+    }
+    if let Some(rmcp::service::ClientInitializeError::TransportError { error, .. }) =
+        e.downcast_ref::<rmcp::service::ClientInitializeError>()
+    {
+        return innermost(&*error.error);
+    }
+    // The HTTP client's own error, under rmcp's "Client error".
+    if let Some(rmcp::transport::streamable_http_client::StreamableHttpError::Client(http)) =
+        e.downcast_ref::<rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error>>()
+    {
+        return http;
+    }
+    e
+}
+
+/// A reqwest error's text without its URL (and its source, which says why).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text
+            .replace(&format!(" for url ({url})"), "")
+            .replace(url.as_str(), "<url>");
+    }
+    match std::error::Error::source(e) {
+        Some(source) => format!("{text}: {source}"),
+        None => text,
+    }
+}
+
+/// `true` when the connection itself is gone (the server is unreachable, or
+/// no longer knows the session), not when one request got an error status
+/// (a 429 or 500 fails that call only).
+pub(crate) fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
+    let inner = innermost(e);
+    if let Some(http) = inner.downcast_ref::<reqwest::Error>() {
+        return http.is_connect() || http.is_timeout() || http.is_request();
+    }
+    matches!(
+        inner.to_string().as_str(),
+        "Session expired (HTTP 404)" | "Transport channel closed" | "unexpected end of stream"
+    )
+}
+
+/// `true` when the server refused the gateway's credentials (HTTP 401, or
+/// 403 for a missing scope): trying again will not help until the
+/// configuration gives it a token.
+pub(crate) fn needs_token(e: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(
+        innermost(e).to_string().as_str(),
+        "Auth required" | "Insufficient scope"
+    )
+}
+
+/// An rmcp error of `server` as a sentence: the transport's own error
+/// rather than rmcp's wrapper, which names Rust types; a refusal of the
+/// gateway's credentials says which setting supplies them.
+pub(crate) fn in_words(e: &(dyn std::error::Error + 'static), server: &spec::ServerSpec) -> String {
+    let oauth = server.oauth();
+    if let Some(ServiceError::Timeout { timeout }) = e.downcast_ref::<ServiceError>() {
+        return format!("no answer within {timeout:?}");
+    }
+    let context = match e.downcast_ref::<rmcp::service::ClientInitializeError>() {
+        Some(rmcp::service::ClientInitializeError::TransportError { context, .. }) => {
+            format!(" (while {context})")
+        }
+        _ => String::new(),
+    };
+    let inner = innermost(e);
+    // reqwest's errors name the URL, which may hold a secret.
+    let text = match inner.downcast_ref::<reqwest::Error>() {
+        Some(http) => without_url(http),
+        None => inner.to_string(),
+    };
+    let words = match text.as_str() {
+        "Auth required" => match oauth {
+            None => "the server answered 401 Unauthorized: give it a token in this server's `headers` (e.g. `Authorization: \"Bearer {{ env.TOKEN }}\"`)".to_owned(),
+            Some(oauth) => format!("the server answered 401 Unauthorized: {}", oauth::what_to_do(&server.name, oauth)),
+        },
+        "Insufficient scope" => match oauth {
+            None => "the server answered 403 (insufficient scope): the token in this server's `headers` lacks a permission it needs".to_owned(),
+            Some(spec::OAuthSpec::ClientCredentials { .. }) => "the server answered 403 (insufficient scope): the gateway's token lacks a scope it needs — add it to `oauth.scopes`".to_owned(),
+            Some(spec::OAuthSpec::AuthorizationCode { .. }) => format!("the server answered 403 (insufficient scope): the gateway's token lacks a scope it needs — add it to `oauth.scopes` and run `toolgate mcp login {}` again", server.name),
+        },
+        "Session expired (HTTP 404)" => "the server no longer knows the gateway's session (it restarted?)".to_owned(),
+        other => other.to_owned(),
+    };
+    let connection = match e.downcast_ref::<ServiceError>() {
+        Some(ServiceError::TransportSend(_)) => "the connection failed: ",
+        _ => "",
+    };
+    format!("{connection}{words}{context}")
+}
