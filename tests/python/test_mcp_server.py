@@ -1336,6 +1336,9 @@ def test_a_held_tool_change_is_accepted_through_the_api(tmp_path):
         assert status == 403 and err["error"]["code"] == "not_an_approver"
         status, err = call("POST", "/v1/tool-changes/keep/echo", ops, {"fingerprint": change["pinned_fingerprint"]})
         assert status == 409 and err["error"]["code"] == "not_accepted", err
+        for path in ("/v1/tool-changes/nowhere/echo", "/v1/tool-changes/keep/nothing"):
+            status, err = call("POST", path, ops, {"fingerprint": change["fingerprint"]})
+            assert status == 404 and err["error"]["code"] == "not_accepted", (path, err)
         status, done = call("POST", "/v1/tool-changes/keep/echo", ops, {"fingerprint": change["fingerprint"]})
         assert status == 200 and done["accepted_by"] == "ops", done
         deadline = time.time() + 30

@@ -16,6 +16,19 @@ use crate::session::{self, Server};
 use crate::spec::{self, Transport};
 use crate::{Offer, progress, relay, result};
 
+/// Why a call has no answer from its server (yet).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NoAnswer {
+    /// The call failed.
+    #[error(transparent)]
+    Failed(#[from] ToolError),
+    /// Not a failure: the call goes on with the client (the server asked
+    /// it questions, or runs the call as a task the client follows, MCP
+    /// 2026-07-28); the client's next request continues it.
+    #[error("{0}")]
+    HandedToClient(String),
+}
+
 /// A successful call: the result as a model reads it, and as the server
 /// sent it (for clients that read MCP results whole).
 #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +89,8 @@ impl<T: Offer> McpTool<T> {
     /// with `bearer` (the caller's token for the server, which the gateway
     /// obtained); a failed call closes that session, and a refused token
     /// is [`ToolError::NotConnected`] (the gateway may renew it and call
-    /// again).
+    /// again). A server that asks the client, or runs the call as a task
+    /// the client follows, hands the call over ([`NoAnswer::HandedToClient`]).
     pub async fn call(
         &self,
         args: &Value,
@@ -84,7 +98,7 @@ impl<T: Offer> McpTool<T> {
         trace: &http::HeaderMap,
         progress: Option<&ProgressSink>,
         bearer: Option<&str>,
-    ) -> Result<Answer, ToolError> {
+    ) -> Result<Answer, NoAnswer> {
         let server = self.server.upgrade().ok_or_else(|| {
             ToolError::Backend(format!(
                 "MCP server `{}` has been shut down",
@@ -98,7 +112,7 @@ impl<T: Offer> McpTool<T> {
                 return Err(ToolError::NotConnected(format!(
                     "MCP server `{}` is called as each caller, and this call has no caller's token for it",
                     self.server_name
-                )));
+                )).into());
             }
         };
         let peer = match caller {
@@ -109,9 +123,10 @@ impl<T: Offer> McpTool<T> {
                     return Err(ToolError::NotConnected(format!(
                         "MCP server `{}` refused the caller's token: {why}",
                         self.server_name
-                    )));
+                    ))
+                    .into());
                 }
-                Err((why, false)) => return Err(ToolError::Backend(why)),
+                Err((why, false)) => return Err(ToolError::Backend(why).into()),
             },
         };
         let mut params = CallToolRequestParams::new(self.remote.clone());
@@ -150,7 +165,7 @@ impl<T: Offer> McpTool<T> {
         mut params: CallToolRequestParams,
         ctx: &CallContext,
         progress: Option<&ProgressSink>,
-    ) -> Result<Answer, ToolError> {
+    ) -> Result<Answer, NoAnswer> {
         let per_user = self.per_user();
         let name = &self.server_name;
         let relay = relay::Relay::of(ctx).cloned();
@@ -193,14 +208,14 @@ impl<T: Offer> McpTool<T> {
             if rounds > MAX_INPUT_ROUNDS {
                 return Err(ToolError::Failed(format!(
                     "MCP server `{name}` still asked for input after {MAX_INPUT_ROUNDS} answers; the gateway gave up the call"
-                )));
+                )).into());
             }
             let relay = relay.clone().unwrap_or_default();
             let asked = match &hand_back {
                 Some(hand_back) => match hand_back_to(name, asked, hand_back, &relay).await? {
                     Some(asked) => asked,
                     None => {
-                        return Err(ToolError::HandedToClient(format!(
+                        return Err(NoAnswer::HandedToClient(format!(
                             "MCP server `{name}` asked the client for input; the question was handed to it"
                         )));
                     }
@@ -240,17 +255,17 @@ impl<T: Offer> McpTool<T> {
                         server: name.clone(),
                         task,
                     });
-                    Err(ToolError::HandedToClient(format!(
+                    Err(NoAnswer::HandedToClient(format!(
                         "MCP server `{name}` runs the call as a task, which the client follows"
                     )))
                 }
                 _ => Err(ToolError::Failed(format!(
                     "MCP server `{name}` started a task for the call, which the caller's client cannot follow"
-                ))),
+                )).into()),
             },
             Ok(_) => Err(ToolError::Failed(format!(
                 "MCP server `{name}` answered the call with a result the gateway does not know"
-            ))),
+            )).into()),
             Err(ServiceError::McpError(e))
                 if e.code == rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
                     && hand_back.is_some() =>
@@ -262,21 +277,21 @@ impl<T: Offer> McpTool<T> {
                 if let Some(hand_back) = &hand_back {
                     hand_back.hand(relay::Handed::Refused(e));
                 }
-                Err(ToolError::Failed(text))
+                Err(ToolError::Failed(text).into())
             }
             // The caller's own session: it is closed (by the caller of
             // this function), the next call opens a new one.
             Err(e) if per_user && needs_token(&e) => Err(ToolError::NotConnected(format!(
                 "MCP server `{name}` refused the caller's token: {}",
                 in_words(&e, &server.spec)
-            ))),
+            )).into()),
             Err(e) if per_user => Err(ToolError::Backend(format!(
                 "MCP server `{name}` (the caller's session): {}; the next call opens a new session",
                 in_words(&e, &server.spec)
-            ))),
+            )).into()),
             Err(ServiceError::TransportClosed) => Err(ToolError::Backend(format!(
                 "MCP server `{name}` closed the session during the call; the gateway starts it again (its tools are unavailable until then)"
-            ))),
+            )).into()),
             Err(e @ ServiceError::TransportSend(_)) if connection_lost(&e) => {
                 // Unreachable, or it lost our session: a new one is started
                 // (the tools are unavailable until it is up).
@@ -284,7 +299,7 @@ impl<T: Offer> McpTool<T> {
                 server.connection_broken(reason.clone());
                 Err(ToolError::Backend(format!(
                     "MCP server `{name}`: {reason}; the gateway is reconnecting to it"
-                )))
+                )).into())
             }
             Err(e) if server.spec.uses_oauth() && needs_token(&e) => {
                 // The OAuth token expired and could not be refreshed (or was
@@ -300,16 +315,16 @@ impl<T: Offer> McpTool<T> {
                 };
                 Err(ToolError::Backend(format!(
                     "MCP server `{name}`: {reason}; {next}"
-                )))
+                )).into())
             }
             Err(ServiceError::McpError(e)) => Err(ToolError::Backend(format!(
                 "MCP server `{name}` answered with an error: {} (code {})",
                 e.message, e.code.0
-            ))),
+            )).into()),
             Err(e) => Err(ToolError::Backend(format!(
                 "MCP server `{name}`: {}",
                 in_words(&e, &server.spec)
-            ))),
+            )).into()),
         }
     }
 }

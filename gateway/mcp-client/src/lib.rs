@@ -42,7 +42,7 @@ pub mod session;
 pub mod spec;
 mod stdio;
 
-pub use call::Answer;
+pub use call::{Answer, NoAnswer};
 pub use registry::{AskError, Asked, Expected, Gap, McpRegistry, ServerReport};
 pub use session::listing::McpTool;
 pub use spec::ServerSpec;

@@ -1268,12 +1268,17 @@ impl<T: Offer> McpRegistry<T> {
     /// Accepts the held change of `server`'s `tool` to the definition
     /// `fingerprint`: the server lists its tools again, and takes that
     /// definition only if it still lists exactly it.
-    pub fn accept_change(&self, server: &str, tool: &str, fingerprint: &str) -> Result<(), String> {
+    pub fn accept_change(
+        &self,
+        server: &str,
+        tool: &str,
+        fingerprint: &str,
+    ) -> Result<(), session::AcceptError> {
         self.inner
             .servers
             .iter()
             .find(|s| s.spec.name == server)
-            .ok_or_else(|| format!("no MCP server `{server}`"))?
+            .ok_or_else(|| session::AcceptError::NoServer(server.to_owned()))?
             .accept_change(tool, fingerprint)
     }
 }

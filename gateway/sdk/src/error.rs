@@ -1,4 +1,4 @@
-//! Why a tool call failed, as the model and the client see it.
+//! Why a tool failed, as the model and the client see it.
 
 use std::time::Duration;
 
@@ -14,13 +14,15 @@ pub struct ArgError {
     pub message: String,
 }
 
-/// Why a call failed.
+/// Why a tool failed, as its author (or the kind of tool: HTTP, MCP,
+/// builtin) says it. What the gateway decides about a call around the
+/// tool (unknown, unapproved, rate-limited, timed out, crashed, handed to
+/// the client) is not a tool's to say: the engine's `CallError` holds it.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ToolError {
-    #[error("unknown tool `{0}`")]
-    UnknownTool(String),
     #[error("invalid arguments: {}", join_arg_errors(.0))]
     InvalidArguments(Vec<ArgError>),
+    /// The tool gave up waiting (on its process, its backend).
     #[error("timed out after {}", humantime_serde::re::humantime::format_duration(*.0))]
     Timeout(Duration),
     /// The backend answered with an error or could not be reached.
@@ -32,28 +34,11 @@ pub enum ToolError {
     /// The tool could not do its work (bad template, bad response...).
     #[error("{0}")]
     Failed(String),
-    #[error("the tool crashed: {0}")]
-    Panicked(String),
-    /// The call needs a person's approval, which has not come (yet): it
-    /// was not run.
-    #[error("{0}")]
-    Unapproved(String),
     /// The tool acts as the calling user upstream, and the user has no
     /// usable credentials there (not connected, or the upstream refused
     /// them): the message says how to connect.
     #[error("{0}")]
     NotConnected(String),
-    /// The call goes on with the client, not a failure: an MCP server
-    /// asked the client questions, or runs the call as a task the client
-    /// follows (MCP 2026-07-28); the client's next request continues it.
-    #[error("{0}")]
-    HandedToClient(String),
-    /// The caller's API key used up its tool calls per minute.
-    #[error(
-        "the tool-call rate limit of this API key is reached; retry in {} s",
-        .0.as_secs_f64().ceil()
-    )]
-    RateLimited(Duration),
 }
 
 fn join_arg_errors(errors: &[ArgError]) -> String {
@@ -68,31 +53,29 @@ impl ToolError {
     /// A stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
-            ToolError::UnknownTool(_) => "unknown_tool",
             ToolError::InvalidArguments(_) => "invalid_arguments",
             ToolError::Timeout(_) => "timeout",
             ToolError::Backend(_) => "backend_error",
             ToolError::Refused(_) => "refused",
             ToolError::Failed(_) => "tool_error",
-            ToolError::Panicked(_) => "tool_crashed",
-            ToolError::RateLimited(_) => "rate_limited",
-            ToolError::Unapproved(_) => "approval_pending",
             ToolError::NotConnected(_) => "not_connected",
-            ToolError::HandedToClient(_) => "handed_to_client",
         }
     }
 }
 
+/// A failed call as JSON: `{"code", "message", "details"?}` (the
+/// gateway's own outcomes are written the same way).
+#[derive(Serialize)]
+pub struct ErrorRepr<'a> {
+    pub code: &'a str,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<&'a [ArgError]>,
+}
+
 impl Serialize for ToolError {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Repr<'a> {
-            code: &'a str,
-            message: String,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            details: Option<&'a [ArgError]>,
-        }
-        Repr {
+        ErrorRepr {
             code: self.code(),
             message: self.to_string(),
             details: match self {

@@ -32,7 +32,7 @@ pub mod strict;
 pub use context::{
     BearerToken, CallContext, ClientLink, Extensions, Progress, ProgressSink, ToolContext,
 };
-pub use error::{ArgError, ToolError, is_valid_name};
+pub use error::{ArgError, ErrorRepr, ToolError, is_valid_name};
 pub use json::{canonical_json, truncate_chars};
 pub use native::NativeTool;
 pub use tool_macros::tool;

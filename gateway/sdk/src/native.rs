@@ -153,8 +153,8 @@ static BLOCKING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_
 
 /// Runs a sync tool function on the blocking thread pool, so blocking I/O
 /// does not stall the server, at most `MAX_BLOCKING_CALLS` at once (a
-/// call waits for a slot within its timeout); a panic becomes
-/// [`ToolError::Panicked`].
+/// call waits for a slot within its timeout); a panic in `f` goes on in
+/// the caller (the gateway reports a tool's panic as `tool_crashed`).
 pub async fn blocking<R, F>(f: F) -> Result<R, ToolError>
 where
     F: FnOnce() -> R + Send + 'static,
@@ -169,18 +169,9 @@ where
         f()
     })
     .await
-    .map_err(|e| {
-        if e.is_panic() {
-            let panic = e.into_panic();
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "panic".to_owned());
-            ToolError::Panicked(msg)
-        } else {
-            ToolError::Failed("the call was cancelled".into())
-        }
+    .map_err(|e| match e.try_into_panic() {
+        Ok(panic) => std::panic::resume_unwind(panic),
+        Err(_) => ToolError::Failed("the call was cancelled".into()),
     })
 }
 
@@ -218,12 +209,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn blocking_catches_panics() {
-        let r: Result<(), _> = blocking(|| panic!("boom")).await;
-        match r {
-            Err(ToolError::Panicked(m)) => assert_eq!(m, "boom"),
-            other => panic!("{other:?}"),
-        }
+    async fn a_panic_in_blocking_goes_on_in_the_caller() {
+        let call = tokio::spawn(blocking(|| -> () { panic!("boom") }));
+        let panic = call.await.expect_err("the panic goes on").into_panic();
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"boom"));
         assert_eq!(blocking(|| 2 + 2).await.unwrap(), 4);
     }
 }

@@ -242,10 +242,12 @@ async fn errors_are_results_with_their_kind() {
         .unwrap_err();
     assert_eq!(e.code(), "tool_error");
     assert_eq!(e.to_string(), "disk full");
-    // A panic in a sync tool is caught.
-    let e = tools[6].call(json!({}), ctx(None)).await.unwrap_err();
-    assert_eq!(e.code(), "tool_crashed");
-    assert!(e.to_string().contains("boom"));
+    // A panic in a sync tool goes on in the caller, as in an async one
+    // (the gateway's executor catches both: `tool_crashed`).
+    let panicking = tools[6].clone();
+    let call = tokio::spawn(async move { panicking.call(json!({}), ctx(None)).await });
+    let panic = call.await.expect_err("the panic goes on").into_panic();
+    assert_eq!(panic.downcast_ref::<&str>(), Some(&"boom"));
     // Arguments that do not deserialize (the executor validates first, but
     // the handler checks too); unknown fields are denied.
     let e = tools[2]

@@ -7,10 +7,10 @@ use serde_json::Value;
 
 pub use crate::conversation::FinishReason;
 use crate::conversation::{Call, Native, Notices, Opaque, Reasoning, Usage};
+use crate::executor::CallError;
 pub use crate::executor::CallProgress;
 use crate::executor::ToolResult;
 use crate::model::upstream::UpstreamError;
-use crate::tools::tool::ToolError;
 
 /// One step of a streamed loop, in order. After [`Event::Done`] or
 /// [`Event::Failed`] nothing follows.
@@ -134,7 +134,7 @@ pub struct CallRecord {
     pub cached: bool,
     /// Seconds.
     pub execution_time: f64,
-    pub error: Option<ToolError>,
+    pub error: Option<CallError>,
     /// The model call (1-based) whose answer made this call.
     pub iteration: u32,
 }

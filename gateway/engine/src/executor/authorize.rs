@@ -13,6 +13,8 @@ use crate::governance::policy::Verdict;
 use crate::tools::tool::context::CallContext;
 use crate::tools::tool::{Tool, ToolError};
 
+use super::CallError;
+
 use super::Executor;
 
 impl Executor {
@@ -27,7 +29,7 @@ impl Executor {
         name: &str,
         arguments: &Value,
         ctx: &CallContext,
-    ) -> Result<(), ToolError> {
+    ) -> Result<(), CallError> {
         let caller = crate::governance::policy::Caller::of(ctx);
         let verdict = crate::governance::policy::check(&catalog.policies, name, arguments, caller)
             .map_err(ToolError::Refused)?;
@@ -69,13 +71,13 @@ impl Executor {
             policy_version: catalog.policy_version.clone(),
         };
         match self.approvals.ask(binding, shown, why, settings).await {
-            Err(reason) => Err(ToolError::Refused(reason)),
+            Err(reason) => Err(ToolError::Refused(reason).into()),
             Ok(Ask::Run { .. }) => Ok(()),
             Ok(Ask::Wait { id, decision }) => {
                 match self.approvals.wait(&id, decision, settings.wait).await {
                     Outcome::Run { .. } => Ok(()),
-                    Outcome::Refused(reason) => Err(ToolError::Refused(reason)),
-                    Outcome::NotYet(reason) => Err(ToolError::Unapproved(reason)),
+                    Outcome::Refused(reason) => Err(ToolError::Refused(reason).into()),
+                    Outcome::NotYet(reason) => Err(CallError::Unapproved(reason)),
                 }
             }
         }
@@ -88,7 +90,7 @@ impl Executor {
         &self,
         catalog: &Catalog,
         ctx: &CallContext,
-    ) -> Result<(), ToolError> {
+    ) -> Result<(), CallError> {
         if let (Some(rates), Some(key)) = (&self.rates, &ctx.key)
             && let Some(per_minute) = catalog
                 .keys()
@@ -97,9 +99,9 @@ impl Executor {
             && let Err(refused) = rates.check(key, Rate::ToolCalls, per_minute).await
         {
             return Err(match refused {
-                Refused::Limited(wait) => ToolError::RateLimited(wait),
-                Refused::Unavailable => ToolError::Failed(
-                    "the tool-call rate limit of this API key cannot be checked: the shared state (Redis) is unavailable; retry shortly".into(),
+                Refused::Limited(wait) => CallError::RateLimited(wait),
+                Refused::Unavailable => CallError::failed(
+                    "the tool-call rate limit of this API key cannot be checked: the shared state (Redis) is unavailable; retry shortly",
                 ),
             });
         }

@@ -79,7 +79,7 @@ impl Executor {
                 let answer = ask(Some((subject.to_owned(), token)));
                 async move {
                     match answer.await {
-                        Ok(r) => (Ok(Ok(r)), false),
+                        Ok(r) => (Ok::<_, ToolError>(Ok(r)), false),
                         Err(e) => {
                             let refused = e.refused;
                             (Ok(Err(e.error)), refused)

@@ -16,7 +16,7 @@ use crate::tools::tool::context::{CallContext, ToolContext};
 use crate::tools::tool::{Output, ProgressSink, ResultCache, Tool, ToolError, ToolKind};
 
 use super::output::{json_len, panic_message};
-use super::{Executor, ToolCall, ToolResult, sampling_by_model};
+use super::{CallError, Executor, ToolCall, ToolResult, sampling_by_model};
 
 impl Executor {
     pub(super) async fn execute(
@@ -38,9 +38,9 @@ impl Executor {
         let Some(tool) = tool else {
             let error = match catalog.unavailable_tool_as(&call.name, caller) {
                 Some(u) => {
-                    ToolError::Failed(format!("tool `{}` is unavailable: {}", call.name, u.reason))
+                    CallError::failed(format!("tool `{}` is unavailable: {}", call.name, u.reason))
                 }
-                None => ToolError::UnknownTool(call.name.clone()),
+                None => CallError::UnknownTool(call.name.clone()),
             };
             return ToolResult::failure(error, started);
         };
@@ -48,13 +48,13 @@ impl Executor {
         let size = json_len(&call.arguments);
         if size > max_bytes {
             return ToolResult::failure(
-                ToolError::InvalidArguments(vec![crate::tools::tool::ArgError {
-                    path: "/".into(),
-                    rule: "maxBytes".into(),
-                    message: format!(
+                CallError::invalid_argument(
+                    "/",
+                    "maxBytes",
+                    format!(
                         "the arguments are {size} bytes of JSON, over the limit of {max_bytes} (limits.max_tool_argument_bytes)"
                     ),
-                }]),
+                ),
                 started,
             );
         }
@@ -128,8 +128,8 @@ impl Executor {
         let run = AssertUnwindSafe(self.invoke(&tool, arguments, call, ctx, catalog, progress))
             .catch_unwind();
         let mut outcome = match tokio::time::timeout(timeout, run).await {
-            Err(_) => Err(ToolError::Timeout(timeout)),
-            Ok(Err(panic)) => Err(ToolError::Panicked(panic_message(&panic))),
+            Err(_) => Err(CallError::Timeout(timeout)),
+            Ok(Err(panic)) => Err(CallError::Panicked(panic_message(&panic))),
             Ok(Ok(outcome)) => outcome,
         };
         if let Ok(output) = &mut outcome
@@ -230,8 +230,8 @@ impl Executor {
         ctx: &CallContext,
         catalog: &Catalog,
         progress: Option<&ProgressSink>,
-    ) -> Result<Output, ToolError> {
-        match &tool.kind {
+    ) -> Result<Output, CallError> {
+        Ok(match &tool.kind {
             ToolKind::Http(http) => {
                 let connections = catalog.connections.as_deref();
                 let store = connections.map(|c| c.store(self.shared.as_ref()));
@@ -240,25 +240,25 @@ impl Executor {
                 // every call's future (moved into the batch) stays small.
                 Box::pin(http.call_traced(&self.http, &args, ctx, connections.zip(store.as_ref())))
                     .await
-                    .map(Output::from)
+                    .map(Output::from)?
             }
             ToolKind::Native(native) => {
                 let ctx = ToolContext::new(ctx, &call.id, &tool.name, catalog.extensions().clone());
-                native.call(args, ctx).await.map(Output::from)
+                native.call(args, ctx).await.map(Output::from)?
             }
             // Dropped on timeout, which tells the server to cancel the call.
             ToolKind::Mcp(mcp) => {
                 let answered = sampling_by_model(catalog, mcp, ctx, self.spend.as_ref());
                 let ctx = answered.as_ref().unwrap_or(ctx);
-                Box::pin(self.invoke_mcp(mcp, &args, ctx, catalog, progress)).await
+                return Box::pin(self.invoke_mcp(mcp, &args, ctx, catalog, progress)).await;
             }
             ToolKind::Search => catalog
                 .run_find_tools(ctx.tool_set.as_deref(), &args, ctx.subject.as_deref())
-                .map(Output::from),
+                .map(Output::from)?,
             ToolKind::Code => Box::pin(self.run_program(catalog, call, ctx, &args))
                 .await
-                .map(Output::from),
-        }
+                .map(Output::from)?,
+        })
     }
 
     /// An MCP tool's call: over the gateway's session, or as the caller
@@ -270,13 +270,13 @@ impl Executor {
         ctx: &CallContext,
         catalog: &Catalog,
         progress: Option<&ProgressSink>,
-    ) -> Result<Output, ToolError> {
+    ) -> Result<Output, CallError> {
         match mcp.credentials() {
-            None => crate::tools::tool::mcp::call(mcp, args, ctx, progress, None).await,
+            None => Ok(crate::tools::tool::mcp::call(mcp, args, ctx, progress, None).await?),
             Some(how) => {
                 let connections = catalog.connections.as_deref().ok_or_else(|| {
-                    ToolError::Failed(
-                        "this MCP server is called as each caller, and the gateway has no `connections`".into(),
+                    CallError::failed(
+                        "this MCP server is called as each caller, and the gateway has no `connections`",
                     )
                 })?;
                 let store = connections.store(self.shared.as_ref());
@@ -284,9 +284,11 @@ impl Executor {
                     .with_token(&store, &how, ctx, |token| async move {
                         let result =
                             crate::tools::tool::mcp::call(mcp, args, ctx, progress, Some(&token))
-                                .await;
+                                .await
+                                .map_err(CallError::from);
                         // The server refused the token.
-                        let refused = matches!(result, Err(ToolError::NotConnected(_)));
+                        let refused =
+                            matches!(result, Err(CallError::Tool(ToolError::NotConnected(_))));
                         (result, refused)
                     })
                     .await

@@ -19,6 +19,7 @@
 
 mod authorize;
 mod callers;
+mod error;
 mod execute;
 mod output;
 mod record;
@@ -42,7 +43,9 @@ use crate::governance::audit::{AuditLog, Recent};
 use crate::governance::limits::RateLimits;
 use crate::support::shared::Redis;
 use crate::tools::tool::context::CallContext;
-use crate::tools::tool::{Progress, ProgressSink, ToolError};
+use crate::tools::tool::{Progress, ProgressSink};
+
+pub use error::CallError;
 
 /// Progress reports of one call waiting to be passed on; beyond, they are
 /// dropped (the next one says more).
@@ -71,7 +74,7 @@ pub struct ToolCall {
 pub struct ToolResult {
     pub success: bool,
     pub data: Option<Value>,
-    pub error: Option<ToolError>,
+    pub error: Option<CallError>,
     /// Wall time of the call, in milliseconds.
     pub duration_ms: f64,
     /// The same call appeared earlier in the batch; this is its result.
@@ -96,11 +99,11 @@ pub struct ToolResult {
 
 impl ToolResult {
     /// A failed call that started at `started`.
-    pub fn failure(error: ToolError, started: Instant) -> Self {
+    pub fn failure(error: impl Into<CallError>, started: Instant) -> Self {
         ToolResult {
             success: false,
             data: None,
-            error: Some(error),
+            error: Some(error.into()),
             duration_ms: elapsed_ms(started),
             skipped: false,
             cached: false,
@@ -408,10 +411,7 @@ impl Executor {
             .into_iter()
             .map(|slot| {
                 let mut r = results[slot].clone().unwrap_or_else(|| {
-                    ToolResult::failure(
-                        ToolError::Failed("the call did not run".into()),
-                        Instant::now(),
-                    )
+                    ToolResult::failure(CallError::failed("the call did not run"), Instant::now())
                 });
                 if std::mem::replace(&mut seen[slot], true) {
                     r.skipped = true;

@@ -6,9 +6,9 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::catalog::Catalog;
-use crate::tools::tool::{Output, ToolError};
+use crate::tools::tool::Output;
 
-use super::{Executor, ToolResult, elapsed_ms};
+use super::{CallError, Executor, ToolResult, elapsed_ms};
 
 impl Executor {
     /// The result of an outcome: output capped, duration measured. Public
@@ -16,7 +16,7 @@ impl Executor {
     pub fn finish(
         &self,
         tool: &str,
-        outcome: Result<Value, ToolError>,
+        outcome: Result<Value, CallError>,
         catalog: &Catalog,
         started: Instant,
     ) -> ToolResult {
@@ -28,7 +28,7 @@ impl Executor {
     pub(super) fn finish_output(
         &self,
         tool: &str,
-        outcome: Result<Output, ToolError>,
+        outcome: Result<Output, CallError>,
         catalog: &Catalog,
         started: Instant,
     ) -> ToolResult {

@@ -8,7 +8,6 @@ use serde_json::Value;
 use crate::catalog::Catalog;
 use crate::governance::audit::AuditEntry;
 use crate::governance::audit::AuditLog;
-use crate::tools::tool::ToolError;
 use crate::tools::tool::context::CallContext;
 use toolgate_config::format::AuditArguments;
 
@@ -36,7 +35,7 @@ impl Executor {
         } else {
             "unknown"
         };
-        let outcome = result.error.as_ref().map_or("ok", ToolError::code);
+        let outcome = result.error.as_ref().map_or("ok", super::CallError::code);
         let duration = Duration::from_secs_f64(result.duration_ms.max(0.0) / 1000.0);
         crate::support::metrics::record(|m| m.tool_call(label, outcome, duration, result.cached));
         if let Some(spend) = &self.spend {

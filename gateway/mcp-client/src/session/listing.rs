@@ -84,6 +84,19 @@ struct Changed {
     since: String,
 }
 
+/// Why a held change of a tool's definition was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AcceptError {
+    #[error("no MCP server `{0}`")]
+    NoServer(String),
+    #[error("MCP server `{server}` has no held change of `{tool}`")]
+    NoChange { server: String, tool: String },
+    /// The fingerprint is not the held definition's: it changed again
+    /// since it was shown.
+    #[error("the definition of `{0}` changed again since it was shown; review it again")]
+    ChangedAgain(String),
+}
+
 /// A tool whose server changed its definition after the gateway pinned
 /// it, as a person reviewing it sees it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -143,21 +156,17 @@ impl<T> Server<T> {
 
     /// Accepts the change of `tool` to the definition `fingerprint`: the
     /// tools are listed again, and that definition (only it) is pinned.
-    pub fn accept_change(&self, tool: &str, fingerprint: &str) -> Result<(), String> {
+    pub fn accept_change(&self, tool: &str, fingerprint: &str) -> Result<(), AcceptError> {
         let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
         let pin = pins
             .get_mut(tool)
             .filter(|p| p.changed.is_some())
-            .ok_or_else(|| {
-                format!(
-                    "MCP server `{}` has no held change of `{tool}`",
-                    self.spec.name
-                )
+            .ok_or_else(|| AcceptError::NoChange {
+                server: self.spec.name.clone(),
+                tool: tool.to_owned(),
             })?;
         if pin.changed.as_ref().map(|c| c.fingerprint.as_str()) != Some(fingerprint) {
-            return Err(format!(
-                "the definition of `{tool}` changed again since it was shown; review it again"
-            ));
+            return Err(AcceptError::ChangedAgain(tool.to_owned()));
         }
         pin.accept = Some(fingerprint.to_owned());
         drop(pins);

@@ -17,6 +17,7 @@ use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use toolgate_engine::tools::tool::mcp::session::AcceptError;
 
 use super::approvals::is_approver;
 use crate::http::{ApiError, AppState, Caller};
@@ -62,7 +63,7 @@ pub async fn accept(
         .catalog()
         .mcp()
         .accept_change(&server, &tool, &accept.fingerprint)
-        .map_err(|e| ApiError::new(StatusCode::CONFLICT, "not_accepted", e))?;
+        .map_err(not_accepted)?;
     let by = caller.key_name().unwrap_or_default();
     tracing::info!(mcp_server = %server, tool, by, "a changed tool definition is accepted through the API");
     Ok(Json(json!({
@@ -71,6 +72,16 @@ pub async fn accept(
         "fingerprint": accept.fingerprint,
         "accepted_by": by,
     })))
+}
+
+/// A change not accepted: 404 for a server or held change that is not
+/// there, 409 for a fingerprint that is not the held definition's.
+pub(super) fn not_accepted(e: AcceptError) -> ApiError {
+    let status = match e {
+        AcceptError::NoServer(_) | AcceptError::NoChange { .. } => StatusCode::NOT_FOUND,
+        AcceptError::ChangedAgain(_) => StatusCode::CONFLICT,
+    };
+    ApiError::new(status, "not_accepted", e.to_string())
 }
 
 fn not_an_approver(caller: &Caller, what: &str) -> ApiError {

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::common::call_context;
 use crate::http::{ApiError, AppState, Caller};
 use toolgate_engine::catalog::{CallRefused, CallScope, Catalog};
+use toolgate_engine::executor::CallError;
 use toolgate_engine::executor::ToolCall;
 use toolgate_engine::tools::tool::ToolError;
 use toolgate_engine::tools::tool::context::CallContext;
@@ -229,23 +230,29 @@ fn parse_arguments(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 /// The truthful status for a failed call.
-fn error_for(e: &ToolError) -> ApiError {
+fn error_for(e: &CallError) -> ApiError {
     let status = match e {
-        ToolError::UnknownTool(_) => StatusCode::NOT_FOUND,
-        ToolError::InvalidArguments(_) | ToolError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-        ToolError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-        ToolError::Backend(_) | ToolError::Failed(_) | ToolError::Panicked(_) => {
+        CallError::UnknownTool(_) => StatusCode::NOT_FOUND,
+        CallError::Tool(ToolError::InvalidArguments(_) | ToolError::Refused(_)) => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        CallError::Timeout(_) | CallError::Tool(ToolError::Timeout(_)) => {
+            StatusCode::GATEWAY_TIMEOUT
+        }
+        CallError::Tool(ToolError::Backend(_) | ToolError::Failed(_)) | CallError::Panicked(_) => {
             StatusCode::BAD_GATEWAY
         }
-        ToolError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-        ToolError::Unapproved(_) | ToolError::NotConnected(_) => StatusCode::FORBIDDEN,
+        CallError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+        CallError::Unapproved(_) | CallError::Tool(ToolError::NotConnected(_)) => {
+            StatusCode::FORBIDDEN
+        }
         // Only an MCP client of a set hands a call back (never the tool API).
-        ToolError::HandedToClient(_) => StatusCode::CONFLICT,
+        CallError::HandedToClient(_) => StatusCode::CONFLICT,
     };
     let mut err = ApiError::new(status, e.code(), e.to_string());
     match e {
-        ToolError::InvalidArguments(details) => err.with_details(json!(details)),
-        ToolError::RateLimited(wait) => {
+        CallError::Tool(ToolError::InvalidArguments(details)) => err.with_details(json!(details)),
+        CallError::RateLimited(wait) => {
             err.retry_after = Some(toolgate_engine::governance::limits::retry_after_secs(*wait));
             err
         }

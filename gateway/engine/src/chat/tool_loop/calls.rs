@@ -13,6 +13,7 @@ use crate::chat::events::CallRecord;
 use crate::chat::plan::Loop;
 use crate::chat::subagent;
 use crate::conversation::{Call, CallResult, Item, Role, ToolDef, Turn};
+use crate::executor::CallError;
 use crate::executor::{CallProgress, ToolCall, ToolResult};
 use crate::model::formatter;
 use crate::tools::discovery::{
@@ -45,11 +46,11 @@ impl Run {
             };
             if let Some(why) = &c.unreadable {
                 parsed.push(Err(ToolResult::failure(
-                    ToolError::InvalidArguments(vec![crate::tools::tool::ArgError {
-                        path: "/".into(),
-                        rule: "markup".into(),
-                        message: format!("the call could not be read: {why}"),
-                    }]),
+                    CallError::invalid_argument(
+                        "/",
+                        "markup",
+                        format!("the call could not be read: {why}"),
+                    ),
                     Instant::now(),
                 )));
                 continue;
@@ -61,9 +62,8 @@ impl Run {
                 && calls.iter().any(|o| o.unreadable.is_some())
             {
                 parsed.push(Err(ToolResult::failure(
-                    ToolError::Failed(
-                        "not made: another call of this turn could not be read; make both again"
-                            .into(),
+                    CallError::failed(
+                        "not made: another call of this turn could not be read; make both again",
                     ),
                     Instant::now(),
                 )));
@@ -81,15 +81,15 @@ impl Run {
                     })
                 }
                 Ok(_) => Err(ToolResult::failure(
-                    ToolError::UnknownTool(c.name.clone()),
+                    CallError::UnknownTool(c.name.clone()),
                     Instant::now(),
                 )),
                 Err(e) => Err(ToolResult::failure(
-                    ToolError::InvalidArguments(vec![crate::tools::tool::ArgError {
-                        path: "/".into(),
-                        rule: "json".into(),
-                        message: format!("the arguments are not valid JSON: {e}"),
-                    }]),
+                    CallError::invalid_argument(
+                        "/",
+                        "json",
+                        format!("the arguments are not valid JSON: {e}"),
+                    ),
                     Instant::now(),
                 )),
             });
@@ -131,10 +131,7 @@ impl Run {
                     results.next()
                 }
                 .unwrap_or_else(|| {
-                    ToolResult::failure(
-                        ToolError::Failed("the call did not run".into()),
-                        Instant::now(),
-                    )
+                    ToolResult::failure(CallError::failed("the call did not run"), Instant::now())
                 }),
                 // Refused before the executor (not in the set, arguments not
                 // JSON): counted and audited like any call.
@@ -188,19 +185,19 @@ impl Run {
     fn search_deferred(&self, call: &ToolCall) -> ToolResult {
         let started = Instant::now();
         let Some(deferred) = &self.l.deferred else {
-            return ToolResult::failure(ToolError::UnknownTool(call.name.clone()), started);
+            return ToolResult::failure(CallError::UnknownTool(call.name.clone()), started);
         };
         let query = match call.arguments["query"].as_str() {
             Some(q) if !q.trim().is_empty() && q.chars().count() <= MAX_QUERY_CHARS => q,
             _ => {
                 return ToolResult::failure(
-                    ToolError::InvalidArguments(vec![crate::tools::tool::ArgError {
-                        path: "/query".into(),
-                        rule: "required".into(),
-                        message: format!(
+                    CallError::invalid_argument(
+                        "/query",
+                        "required",
+                        format!(
                             "`query` is required: what you want to do, in at most {MAX_QUERY_CHARS} characters"
                         ),
-                    }]),
+                    ),
                     started,
                 );
             }
@@ -305,14 +302,14 @@ impl Run {
 
     /// One `spawn` call: validated, authorized (policies, approvals) and
     /// counted like any call, then its tasks run as sub-agents.
-    async fn run_spawn(&self, call: &ToolCall) -> Result<Value, ToolError> {
+    async fn run_spawn(&self, call: &ToolCall) -> Result<Value, CallError> {
         let tool = self
             .l
             .catalog
             .tool(subagent::SPAWN)
-            .ok_or_else(|| ToolError::UnknownTool(call.name.clone()))?;
+            .ok_or_else(|| CallError::UnknownTool(call.name.clone()))?;
         tool.validate(&call.arguments)
-            .map_err(ToolError::InvalidArguments)?;
+            .map_err(|e| CallError::Tool(ToolError::InvalidArguments(e)))?;
         let executor = &self.l.executor;
         executor
             .authorize(
@@ -336,7 +333,7 @@ impl Run {
                     .collect()
             })
             .unwrap_or_default();
-        subagent::run(&self.l, tasks, |child: Loop| child.run()).await
+        Ok(subagent::run(&self.l, tasks, |child: Loop| child.run()).await?)
     }
 
     /// Runs `spawn` calls: validated like any call, then each call's tasks

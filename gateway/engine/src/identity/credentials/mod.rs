@@ -531,16 +531,17 @@ impl Connections {
     /// renewed one (refreshed, or exchanged again); refused again, the
     /// user's token is dropped and they are asked to connect again. The one
     /// rule for HTTP tools and MCP servers acting as the caller.
-    pub async fn with_token<T, F, Fut>(
+    pub async fn with_token<T, E, F, Fut>(
         &self,
         store: &Store,
         how: &CredentialsDecl,
         ctx: &CallContext,
         mut attempt: F,
-    ) -> Result<T, ToolError>
+    ) -> Result<T, E>
     where
+        E: From<ToolError>,
         F: FnMut(String) -> Fut,
-        Fut: std::future::Future<Output = (Result<T, ToolError>, bool)>,
+        Fut: std::future::Future<Output = (Result<T, E>, bool)>,
     {
         let token = self.bearer(store, how, ctx).await?;
         let (first, refused) = attempt(token.clone()).await;
@@ -551,7 +552,7 @@ impl Connections {
             return first;
         };
         match attempt(again).await {
-            (_, true) => Err(self.drop_refused(store, how, ctx).await),
+            (_, true) => Err(self.drop_refused(store, how, ctx).await.into()),
             (second, false) => second,
         }
     }

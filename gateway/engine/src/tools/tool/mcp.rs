@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Annotations, Output, ProgressSink, Tool, ToolError, ToolKind, ToolSpec};
+use super::{Annotations, Output, ProgressSink, Tool, ToolKind, ToolSpec};
 use crate::tools::tool::context::CallContext;
 pub use toolgate_mcp_client::{
     AskError, Asked, Expected, Gap, ServerReport, ServerSpec, extras, oauth, relay, result,
@@ -87,7 +87,7 @@ pub async fn call(
     ctx: &CallContext,
     progress: Option<&ProgressSink>,
     bearer: Option<&str>,
-) -> Result<Output, ToolError> {
+) -> Result<Output, toolgate_mcp_client::NoAnswer> {
     let mut trace = http::HeaderMap::new();
     if crate::support::telemetry::enabled() {
         crate::support::telemetry::inject(&mut trace);

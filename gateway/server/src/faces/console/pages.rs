@@ -292,10 +292,13 @@ pub async fn try_tool(
         Some(v) => serde_json::to_string_pretty(v).unwrap_or_default(),
         None => String::new(),
     };
-    let details = match &result.error {
-        Some(toolgate_engine::tools::tool::ToolError::InvalidArguments(errors)) => json!(errors),
-        _ => json!([]),
-    };
+    let details = json!(
+        result
+            .error
+            .as_ref()
+            .and_then(|e| e.arg_errors())
+            .unwrap_or_default()
+    );
     let html = render(
         "result.html",
         json!({

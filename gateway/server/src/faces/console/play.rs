@@ -321,7 +321,7 @@ mod tests {
             skipped: false,
             cached: false,
             execution_time: 0.0012,
-            error: (!success).then(|| ToolError::Failed("no".into())),
+            error: (!success).then(|| ToolError::Failed("no".into()).into()),
             iteration: 1,
         }
     }

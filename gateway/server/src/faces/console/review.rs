@@ -161,7 +161,7 @@ pub async fn accept(
         .catalog()
         .mcp()
         .accept_change(&server, &tool, &form.fingerprint)
-        .map_err(|e| ApiError::new(axum::http::StatusCode::CONFLICT, "not_accepted", e))?;
+        .map_err(crate::faces::tool_changes::not_accepted)?;
     let notice = format!(
         "Accepted the new definition of `{tool}` of MCP server `{server}`; the gateway lists the server's tools again and serves it."
     );

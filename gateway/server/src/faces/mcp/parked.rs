@@ -165,7 +165,7 @@ impl Running {
         tokio::select! {
             result = &mut self.run => Now::Done(result.unwrap_or_else(|e| {
                 ToolResult::failure(
-                    toolgate_engine::tools::tool::ToolError::Panicked(e.to_string()),
+                    toolgate_engine::executor::CallError::Panicked(e.to_string()),
                     std::time::Instant::now(),
                 )
             })),

@@ -16,8 +16,8 @@
 use rmcp::model::{CallToolResult, Tool as McpTool};
 use serde_json::{Value, json};
 
-use toolgate_engine::executor::ToolResult;
-use toolgate_engine::tools::tool::{Tool, ToolError, ToolKind};
+use toolgate_engine::executor::{CallError, ToolResult};
+use toolgate_engine::tools::tool::{Tool, ToolKind};
 
 /// `tool` as an entry of `tools/list`.
 pub fn tool(tool: &Tool) -> Result<McpTool, serde_json::Error> {
@@ -152,9 +152,9 @@ fn content_json(result: &ToolResult) -> Value {
 
 /// The error as a client reads it: its code and message, and for invalid
 /// arguments each violation on a line of its own.
-fn error_text(error: &ToolError) -> String {
-    match error {
-        ToolError::InvalidArguments(violations) => {
+fn error_text(error: &CallError) -> String {
+    match error.arg_errors() {
+        Some(violations) => {
             let mut text = String::from(
                 "Error (invalid_arguments): the arguments do not match the tool's input schema:",
             );
@@ -163,7 +163,7 @@ fn error_text(error: &ToolError) -> String {
             }
             text
         }
-        other => format!("Error ({}): {other}", other.code()),
+        None => format!("Error ({}): {error}", error.code()),
     }
 }
 
@@ -171,7 +171,7 @@ fn error_text(error: &ToolError) -> String {
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use toolgate_engine::tools::tool::ArgError;
+    use toolgate_engine::tools::tool::{ArgError, ToolError};
 
     fn ok(data: Value, mcp_result: Option<Value>) -> ToolResult {
         let mut r =
