@@ -7,8 +7,9 @@ use super::{Params, Protocol, ToolChoice, ToolDef, Turn};
 
 /// Top-level fields of a request body as raw JSON, in the client's order:
 /// fields the gateway does not touch go to a model of the same protocol
-/// byte for byte.
-pub type RawFields = IndexMap<String, Box<RawValue>>;
+/// byte for byte. Hashed with foldhash, seeded at random per map (the
+/// keys are the client's).
+pub type RawFields = IndexMap<String, Box<RawValue>, foldhash::fast::RandomState>;
 
 /// Serializes `value` as a raw JSON value.
 pub fn raw(value: &impl serde::Serialize) -> Box<RawValue> {
@@ -117,7 +118,7 @@ impl Request {
             params: Params::default(),
             stream: false,
             include_usage: false,
-            fields: RawFields::new(),
+            fields: RawFields::default(),
             untyped: Vec::new(),
             tool_set: None,
             max_tool_iterations: None,

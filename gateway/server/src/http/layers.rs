@@ -16,7 +16,7 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
@@ -256,10 +256,10 @@ pub fn metadata_url(headers: &HeaderMap, path: &str) -> String {
 }
 
 /// The header Anthropic's clients send their key in.
-const X_API_KEY: &str = "x-api-key";
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 /// The header Google's clients send their key in.
-const X_GOOG_API_KEY: &str = "x-goog-api-key";
+const X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
 
 /// Marks a request whose key came the way Google's clients send it
 /// (`x-goog-api-key` or `?key=`).
@@ -345,7 +345,7 @@ pub async fn identify(
     let key = if keys.required() && !open {
         // `x-api-key` is how Anthropic's clients send theirs,
         // `x-goog-api-key` (or `?key=`) Google's.
-        let header = |name: &str| {
+        let header = |name: HeaderName| {
             req.headers
                 .get(name)
                 .and_then(|v| v.to_str().ok())
@@ -480,6 +480,9 @@ fn is_probe(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics")
 }
 
+/// The header a browser says a request's site relation in.
+const SEC_FETCH_SITE: HeaderName = HeaderName::from_static("sec-fetch-site");
+
 /// The one rule about what a web page may make the gateway do, before
 /// anything else looks at a request (every endpoint, both routes):
 /// - a browser's `Origin` must be this machine's, the gateway's own or one
@@ -508,8 +511,7 @@ fn refuse_what_pages_send(
     let request = BrowserRequest {
         origin: header(ORIGIN),
         host: header(HOST).or_else(|| req.uri.authority().map(|a| a.as_str())),
-        cross_site: header(axum::http::HeaderName::from_static("sec-fetch-site"))
-            == Some("cross-site"),
+        cross_site: header(SEC_FETCH_SITE) == Some("cross-site"),
         safe_method,
         keys: catalog.keys().required(),
         probe: is_probe(path),

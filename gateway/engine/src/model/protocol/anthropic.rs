@@ -37,8 +37,8 @@ pub const MAX_CACHE_MARKERS: usize = 4;
 pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
     let req = call.request;
     let same = req.face == PROTOCOL;
-    let mut parts: IndexMap<&str, Value> = IndexMap::new();
-    let mut raw_parts: IndexMap<&str, &RawValue> = IndexMap::new();
+    let mut parts: IndexMap<&str, Value, foldhash::fast::RandomState> = IndexMap::default();
+    let mut raw_parts: IndexMap<&str, &RawValue, foldhash::fast::RandomState> = IndexMap::default();
     if same {
         for (k, v) in &req.fields {
             raw_parts.insert(k.as_str(), v);
@@ -85,7 +85,7 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
         }
     }
     let (system, messages) = conversation(call.turns, notices);
-    let mut body: IndexMap<&str, Part<'_>> = IndexMap::new();
+    let mut body: IndexMap<&str, Part<'_>, foldhash::fast::RandomState> = IndexMap::default();
     for (k, v) in raw_parts {
         body.insert(k, Part::Raw(v));
     }
@@ -437,23 +437,7 @@ pub fn finish(reason: &str) -> FinishReason {
 /// Messages' `usage` as typed counts (and as it came). Its
 /// `input_tokens` leave out the cached ones, which typed `input` counts.
 pub fn usage(u: Value) -> Usage {
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    let read = n(&u["cache_read_input_tokens"]);
-    let write = n(&u["cache_creation_input_tokens"]);
-    Usage {
-        input: n(&u["input_tokens"]) + read + write,
-        output: n(&u["output_tokens"]),
-        cache_read: read,
-        cache_write: write,
-        reasoning: n(&u["output_tokens_details"]["thinking_tokens"]),
-        calls: 1,
-        native: Some(Native {
-            protocol: PROTOCOL,
-            what: "usage".into(),
-            value: u,
-        }),
-        mixed: false,
-    }
+    super::usage::of_value(PROTOCOL, u)
 }
 
 /// The deltas of one whole content block; `calls` counts the calls so far.

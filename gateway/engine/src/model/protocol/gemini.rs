@@ -41,7 +41,7 @@ pub const MADE_ID: &str = "gemini_call_";
 pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
     let req = call.request;
     let same = req.face == PROTOCOL;
-    let mut body: IndexMap<&str, Part<'_>> = IndexMap::new();
+    let mut body: IndexMap<&str, Part<'_>, foldhash::fast::RandomState> = IndexMap::default();
     if same {
         for (k, v) in &req.fields {
             body.insert(k.as_str(), Part::Raw(v));
@@ -467,22 +467,7 @@ pub fn finish(reason: &str, called: bool) -> FinishReason {
 /// Gemini's `usageMetadata` as typed counts (and as it came): output
 /// counts the thoughts too.
 pub fn usage(u: Value) -> Usage {
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    let thoughts = n(&u["thoughtsTokenCount"]);
-    Usage {
-        input: n(&u["promptTokenCount"]) + n(&u["toolUsePromptTokenCount"]),
-        output: n(&u["candidatesTokenCount"]) + thoughts,
-        cache_read: n(&u["cachedContentTokenCount"]),
-        cache_write: 0,
-        reasoning: thoughts,
-        calls: 1,
-        native: Some(Native {
-            protocol: PROTOCOL,
-            what: "usage".into(),
-            value: u,
-        }),
-        mixed: false,
-    }
+    super::usage::of_value(PROTOCOL, u)
 }
 
 /// The calls of one answer so far, and what makes the ids the gateway

@@ -144,8 +144,8 @@ impl UsageReader {
 /// The usage of a whole answer: its usage object, found from the end
 /// (where every API writes it), else by reading the whole answer.
 fn whole_usage(protocol: Protocol, buf: &[u8]) -> Usage {
-    if let Some(u) = usage_object(buf) {
-        return super::usage_of(protocol, u);
+    if let Some(u) = usage_object(protocol, buf) {
+        return u;
     }
     #[derive(serde::Deserialize)]
     struct Whole {
@@ -158,10 +158,10 @@ fn whole_usage(protocol: Protocol, buf: &[u8]) -> Usage {
     }
 }
 
-/// The object after the last `"usage":` or `"usageMetadata":` key of a
-/// JSON answer (a key, not words of a string: its quote is not escaped),
-/// when it parses as one.
-fn usage_object(buf: &[u8]) -> Option<serde_json::Value> {
+/// The counts of the object after the last `"usage":` or
+/// `"usageMetadata":` key of a JSON answer (a key, not words of a string:
+/// its quote is not escaped), when it parses as one.
+fn usage_object(protocol: Protocol, buf: &[u8]) -> Option<Usage> {
     for key in [&b"\"usage\""[..], b"\"usageMetadata\""] {
         let finder = memchr::memmem::FinderRev::new(key);
         let mut end = buf.len();
@@ -174,10 +174,8 @@ fn usage_object(buf: &[u8]) -> Option<serde_json::Value> {
             let Some(value) = rest.strip_prefix(b":") else {
                 continue;
             };
-            let mut values =
-                serde_json::Deserializer::from_slice(value).into_iter::<serde_json::Value>();
-            if let Some(Ok(v @ serde_json::Value::Object(_))) = values.next() {
-                return Some(v);
+            if let Some(u) = super::usage::of_slice(protocol, value) {
+                return Some(u);
             }
         }
     }
@@ -196,11 +194,11 @@ mod tests {
     fn the_usage_key_is_found_from_the_end_and_never_in_a_string() {
         let quoted =
             br#"{"content":"my \"usage\": {\"prompt_tokens\": 99}","usage":{"prompt_tokens":7}}"#;
-        assert_eq!(usage_object(quoted).unwrap()["prompt_tokens"], 7);
+        assert_eq!(usage_object(Protocol::OpenaiChat, quoted).unwrap().input, 7);
         let only_words = br#"{"content":"the \"usage\": none"}"#;
-        assert_eq!(usage_object(only_words), None);
+        assert!(usage_object(Protocol::OpenaiChat, only_words).is_none());
         let gemini = br#"{"candidates":[],"usageMetadata" : {"promptTokenCount":3}}"#;
-        assert_eq!(usage_object(gemini).unwrap()["promptTokenCount"], 3);
+        assert_eq!(usage_object(Protocol::Gemini, gemini).unwrap().input, 3);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod metered;
 pub mod openai_chat;
 pub mod openai_responses;
 mod tools;
+pub mod usage;
 mod written;
 
 use bytes::Bytes;

@@ -28,7 +28,7 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
     // Which value each field takes, in the order of the client's fields
     // (a chat request's) or of the typed ones; the values are written once,
     // straight into the body.
-    let mut parts: IndexMap<&str, Part<'_>> = IndexMap::new();
+    let mut parts: IndexMap<&str, Part<'_>, foldhash::fast::RandomState> = IndexMap::default();
     if same {
         for (k, v) in &req.fields {
             parts.insert(k.as_str(), Part::Raw(v));
@@ -77,7 +77,10 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
 }
 
 /// The typed sampling fields, as chat completions names them.
-fn typed_params<'a>(call: &Outgoing<'a>, parts: &mut IndexMap<&'a str, Part<'a>>) {
+fn typed_params<'a>(
+    call: &Outgoing<'a>,
+    parts: &mut IndexMap<&'a str, Part<'a>, foldhash::fast::RandomState>,
+) {
     let p = &call.request.params;
     if let Some(t) = p.temperature {
         parts.insert("temperature", Part::Value(json!(t)));
@@ -511,21 +514,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
 
 /// Chat completions' `usage` as typed counts (and as it came).
 pub fn usage(u: Value) -> Usage {
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    Usage {
-        input: n(&u["prompt_tokens"]),
-        output: n(&u["completion_tokens"]),
-        cache_read: n(&u["prompt_tokens_details"]["cached_tokens"]),
-        cache_write: 0,
-        reasoning: n(&u["completion_tokens_details"]["reasoning_tokens"]),
-        calls: 1,
-        native: Some(Native {
-            protocol: PROTOCOL,
-            what: "usage".into(),
-            value: u,
-        }),
-        mixed: false,
-    }
+    super::usage::of_value(PROTOCOL, u)
 }
 
 /// The decoder of a `chat.completion.chunk` stream.

@@ -32,7 +32,7 @@ const ENCRYPTED_REASONING: &str = "reasoning.encrypted_content";
 pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
     let req = call.request;
     let same = req.face == PROTOCOL;
-    let mut body: IndexMap<&str, Part<'_>> = IndexMap::new();
+    let mut body: IndexMap<&str, Part<'_>, foldhash::fast::RandomState> = IndexMap::default();
     if same {
         for (k, v) in &req.fields {
             body.insert(k.as_str(), Part::Raw(v));
@@ -98,7 +98,7 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
 /// The typed sampling fields, as Responses names them.
 fn typed_params<'a>(
     call: &Outgoing<'a>,
-    body: &mut IndexMap<&'a str, Part<'a>>,
+    body: &mut IndexMap<&'a str, Part<'a>, foldhash::fast::RandomState>,
     notices: &mut Notices,
 ) {
     let p = &call.request.params;
@@ -370,21 +370,7 @@ fn assistant<'a>(turn: &'a Turn, input: &mut Vec<Entry<'a>>, notices: &mut Notic
 
 /// Responses' `usage` as typed counts (and as it came).
 pub fn usage(u: Value) -> Usage {
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    Usage {
-        input: n(&u["input_tokens"]),
-        output: n(&u["output_tokens"]),
-        cache_read: n(&u["input_tokens_details"]["cached_tokens"]),
-        cache_write: n(&u["input_tokens_details"]["cache_write_tokens"]),
-        reasoning: n(&u["output_tokens_details"]["reasoning_tokens"]),
-        calls: 1,
-        native: Some(Native {
-            protocol: PROTOCOL,
-            what: "usage".into(),
-            value: u,
-        }),
-        mixed: false,
-    }
+    super::usage::of_value(PROTOCOL, u)
 }
 
 /// How a response ended: its status, why it is incomplete, whether it
