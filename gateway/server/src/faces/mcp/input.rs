@@ -339,6 +339,25 @@ mod tests {
         assert!(open(&other_secret, &asked, &sealed).is_err());
     }
 
+    proptest::proptest! {
+        /// Whatever a client sends back as a request state or a task id,
+        /// it is refused with invalid params, never a panic, unless the
+        /// gateway sealed it.
+        #[test]
+        fn any_state_or_task_id_a_client_makes_up_is_refused(sent in "\\PC{0,300}") {
+            let codec = codec();
+            let asked = Request {
+                method: "tools/call",
+                name: "greet".into(),
+                key: "alice".into(),
+            };
+            let e = open(&codec, &asked, &sent).unwrap_err();
+            proptest::prop_assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+            let e = open_task(&codec, &asked, &sent).unwrap_err();
+            proptest::prop_assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+        }
+    }
+
     #[test]
     fn a_task_id_opens_for_the_set_and_caller_it_was_given_to_only() {
         let codec = codec();
