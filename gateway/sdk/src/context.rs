@@ -105,8 +105,13 @@ pub struct InvalidProject(pub String);
 impl CallContext {
     /// A context with a fresh request id and nothing else.
     pub fn new() -> CallContext {
+        CallContext::for_request(new_request_id())
+    }
+
+    /// A context of the request `request_id`, with nothing else.
+    pub fn for_request(request_id: String) -> CallContext {
         CallContext {
-            request_id: new_request_id(),
+            request_id,
             tool_set: None,
             key: None,
             project: None,

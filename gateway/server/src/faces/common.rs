@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
@@ -23,7 +23,7 @@ use toolgate_engine::tools::tool::context::CallContext;
 
 /// The header naming the project (or workspace) a request works for; it
 /// reaches native tools through their context, never the model.
-pub const PROJECT_HEADER: &str = "x-toolgate-project";
+pub const PROJECT_HEADER: HeaderName = HeaderName::from_static("x-toolgate-project");
 
 /// The context of a request's tool calls: the request's id, the caller's
 /// key and the project from `X-Toolgate-Project` (400 when it is not a safe
@@ -47,8 +47,7 @@ pub fn call_context(headers: &HeaderMap, caller: &Caller) -> Result<CallContext,
         })?,
         None => project,
     };
-    CallContext::new()
-        .with_request_id(caller.request_id.clone())
+    CallContext::for_request(caller.request_id.clone())
         .with_key(caller.key_name())
         .with_subject(caller.subject(), caller.claims())
         .with_token(caller.bearer())
@@ -67,8 +66,7 @@ pub async fn list_as(state: &AppState, catalog: &Catalog, caller: &Caller) {
     if catalog.connections.is_none() || !catalog.mcp().has_per_caller() {
         return;
     }
-    let context = CallContext::new()
-        .with_request_id(caller.request_id.clone())
+    let context = CallContext::for_request(caller.request_id.clone())
         .with_key(caller.key_name())
         .with_subject(Some(subject), caller.claims())
         .with_token(caller.bearer());
@@ -76,7 +74,7 @@ pub async fn list_as(state: &AppState, catalog: &Catalog, caller: &Caller) {
 }
 
 /// The header that picks a tool set when the body does not.
-pub const TOOL_SET_HEADER: &str = "x-tool-set";
+pub const TOOL_SET_HEADER: HeaderName = HeaderName::from_static("x-tool-set");
 
 /// A request the engine planned and the caps admitted.
 #[derive(Debug)]

@@ -280,8 +280,9 @@ pub async fn serve_stdio(
         state,
         Target {
             set,
-            context: toolgate_engine::tools::tool::context::CallContext::new()
-                .with_request_id(caller.request_id.clone()),
+            context: toolgate_engine::tools::tool::context::CallContext::for_request(
+                caller.request_id.clone(),
+            ),
             caller,
             discovery,
         },
