@@ -21,7 +21,7 @@ use super::written::{self, Written};
 use super::{Decoded, Delta, Outgoing, Step, foreign_note};
 use crate::conversation::{
     Call, CallResult, FinishReason, Item, Media, MediaKind, Native, Notices, Opaque, Protocol,
-    Reasoning, Role, Slot, Source, ToolChoice, ToolDef, Turn, Usage, raw,
+    Reasoning, Role, Slot, Source, ToolChoice, ToolDef, Turn, raw,
 };
 
 const PROTOCOL: Protocol = Protocol::Anthropic;
@@ -434,12 +434,6 @@ pub fn finish(reason: &str) -> FinishReason {
     }
 }
 
-/// Messages' `usage` as typed counts (and as it came). Its
-/// `input_tokens` leave out the cached ones, which typed `input` counts.
-pub fn usage(u: Value) -> Usage {
-    super::usage::of_value(PROTOCOL, u)
-}
-
 /// The deltas of one whole content block; `calls` counts the calls so far.
 fn block_deltas(b: &Value, calls: &mut usize, deltas: &mut Vec<Delta>) {
     match b["type"].as_str() {
@@ -496,7 +490,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
         deltas.push(Delta::Finish(finish(reason)));
     }
     if let Some(u) = message.get("usage").filter(|u| u.is_object()) {
-        deltas.push(Delta::Usage(usage(u.clone())));
+        deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u.clone())));
     }
     deltas.push(Delta::Replay(raw(
         &json!({"role": "assistant", "content": content}),
@@ -650,7 +644,10 @@ impl Stream {
             "message_stop" => {
                 self.done = true;
                 if self.usage.is_object() {
-                    deltas.push(Delta::Usage(usage(self.usage.clone())));
+                    deltas.push(Delta::Usage(super::usage::of_value(
+                        PROTOCOL,
+                        self.usage.clone(),
+                    )));
                 }
                 deltas.push(Delta::Replay(raw(
                     &json!({"role": "assistant", "content": self.blocks}),

@@ -23,7 +23,7 @@ use super::written::{self, Written};
 use super::{Decoded, Delta, Outgoing, Step, foreign_note};
 use crate::conversation::{
     Call, CallResult, FinishReason, Item, Media, MediaKind, Native, Notices, Opaque, Protocol,
-    Role, Slot, Source, ToolChoice, ToolDef, Turn, Usage, raw,
+    Role, Slot, Source, ToolChoice, ToolDef, Turn, raw,
 };
 
 const PROTOCOL: Protocol = Protocol::Gemini;
@@ -464,12 +464,6 @@ pub fn finish(reason: &str, called: bool) -> FinishReason {
     }
 }
 
-/// Gemini's `usageMetadata` as typed counts (and as it came): output
-/// counts the thoughts too.
-pub fn usage(u: Value) -> Usage {
-    super::usage::of_value(PROTOCOL, u)
-}
-
 /// The calls of one answer so far, and what makes the ids the gateway
 /// gives those without one unique (a client keeps every turn's calls by
 /// id: two answers' `gemini_call_0` would be one call to it).
@@ -593,7 +587,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
         (None, None) => {}
     }
     if let Some(u) = response.get("usageMetadata").filter(|u| u.is_object()) {
-        deltas.push(Delta::Usage(usage(u.clone())));
+        deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u.clone())));
     }
     deltas.push(Delta::Replay(raw(
         &json!({"role": "model", "parts": replay_parts(&parts)}),
@@ -669,7 +663,7 @@ impl Stream {
             self.done = true;
             deltas.push(Delta::Finish(f));
             if let Some(u) = &self.usage {
-                deltas.push(Delta::Usage(usage(u.clone())));
+                deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u.clone())));
             }
             deltas.push(Delta::Replay(raw(
                 &json!({"role": "model", "parts": replay_parts(&self.parts)}),

@@ -153,7 +153,7 @@ fn whole_usage(protocol: Protocol, buf: &[u8]) -> Usage {
         usage: Option<serde_json::Value>,
     }
     match serde_json::from_slice::<Whole>(buf) {
-        Ok(Whole { usage: Some(u) }) if u.is_object() => super::usage_of(protocol, u),
+        Ok(Whole { usage: Some(u) }) if u.is_object() => super::usage::of_value(protocol, u),
         _ => Usage::default(),
     }
 }

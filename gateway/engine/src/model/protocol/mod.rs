@@ -171,17 +171,6 @@ pub fn decode(protocol: Protocol, body: &[u8]) -> Result<Decoded, String> {
     }
 }
 
-/// A protocol's usage object (chat's, Responses' and Messages' `usage`,
-/// Gemini's `usageMetadata`) as typed counts.
-pub fn usage_of(protocol: Protocol, usage: serde_json::Value) -> Usage {
-    match protocol {
-        Protocol::Anthropic => anthropic::usage(usage),
-        Protocol::OpenaiResponses => openai_responses::usage(usage),
-        Protocol::Gemini => gemini::usage(usage),
-        Protocol::OpenaiChat => openai_chat::usage(usage),
-    }
-}
-
 /// A whole answer, read.
 #[derive(Debug)]
 pub struct Decoded {

@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use super::{Decoded, Delta, Outgoing, Step, foreign_note};
 use crate::conversation::{
     Call, CallResult, FinishReason, Item, Media, MediaKind, Native, Notices, Protocol, Role,
-    Source, ToolChoice, ToolDef, Turn, Usage,
+    Source, ToolChoice, ToolDef, Turn,
 };
 
 const PROTOCOL: Protocol = Protocol::OpenaiChat;
@@ -496,7 +496,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
         deltas.push(Delta::Finish(FinishReason::from_openai(reason)));
     }
     if let Some(u) = completion.get("usage").filter(|u| !u.is_null()) {
-        deltas.push(Delta::Usage(usage(u.clone())));
+        deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u.clone())));
     }
     Ok(Decoded {
         deltas,
@@ -510,11 +510,6 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
             value: completion,
         }),
     })
-}
-
-/// Chat completions' `usage` as typed counts (and as it came).
-pub fn usage(u: Value) -> Usage {
-    super::usage::of_value(PROTOCOL, u)
 }
 
 /// The decoder of a `chat.completion.chunk` stream.
@@ -537,7 +532,7 @@ impl Stream {
             serde_json::from_str(data).map_err(|_| "a stream chunk is not JSON".to_owned())?;
         let mut deltas = Vec::new();
         if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
-            deltas.push(Delta::Usage(usage(u.clone())));
+            deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u.clone())));
         }
         if let Some(e) = chunk.get("error") {
             return Err(format!("it reported an error mid-stream: {e}"));

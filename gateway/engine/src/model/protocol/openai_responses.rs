@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use super::{Decoded, Delta, Outgoing, Step, foreign_note};
 use crate::conversation::{
     Call, CallResult, FinishReason, Item, Media, MediaKind, Native, Notices, Opaque, Protocol,
-    Reasoning, Role, Slot, Source, ToolChoice, ToolDef, Turn, Usage, raw,
+    Reasoning, Role, Slot, Source, ToolChoice, ToolDef, Turn, raw,
 };
 
 const PROTOCOL: Protocol = Protocol::OpenaiResponses;
@@ -368,11 +368,6 @@ fn assistant<'a>(turn: &'a Turn, input: &mut Vec<Entry<'a>>, notices: &mut Notic
     flush(&mut text, input);
 }
 
-/// Responses' `usage` as typed counts (and as it came).
-pub fn usage(u: Value) -> Usage {
-    super::usage::of_value(PROTOCOL, u)
-}
-
 /// How a response ended: its status, why it is incomplete, whether it
 /// called.
 fn finish(response: &Value, called: bool) -> FinishReason {
@@ -463,7 +458,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
     }
     deltas.push(Delta::Finish(finish(&response, calls > 0)));
     if let Some(u) = response.get("usage").filter(|u| u.is_object()) {
-        deltas.push(Delta::Usage(usage(u.clone())));
+        deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u.clone())));
     }
     let replay: Vec<Value> = items.iter().map(replayable).collect();
     deltas.push(Delta::Replay(raw(&replay)));
@@ -560,7 +555,7 @@ impl Stream {
                 let response = &ev["response"];
                 deltas.push(Delta::Finish(finish(response, !self.calls.is_empty())));
                 if let Some(u) = response.get("usage").filter(|u| u.is_object()) {
-                    deltas.push(Delta::Usage(usage(u.clone())));
+                    deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u.clone())));
                 }
                 let replay: Vec<Value> = self.items.iter().map(replayable).collect();
                 deltas.push(Delta::Replay(raw(&replay)));

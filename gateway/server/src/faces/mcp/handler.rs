@@ -726,15 +726,19 @@ fn searches(set: &ToolSet, target: &Target) -> bool {
 /// A `call_tool` call's tool name and arguments, or the result that says
 /// what is wrong with it.
 fn unwrap_call_tool(args: &serde_json::Map<String, Value>) -> Result<(String, Value), ToolResult> {
-    match (args.get("name").and_then(Value::as_str), args.get("arguments")) {
+    match (
+        args.get("name").and_then(Value::as_str),
+        args.get("arguments"),
+    ) {
         (Some(name), None) => Ok((name.to_owned(), Value::Object(Default::default()))),
         (Some(name), Some(a)) if a.is_object() => Ok((name.to_owned(), a.clone())),
         _ => Err(ToolResult::failure(
-            ToolError::InvalidArguments(vec![toolgate_engine::tools::tool::ArgError {
-                path: "/".into(),
-                rule: "call_tool".into(),
-                message: "call_tool takes `name` (a tool find_tools returned) and `arguments` (an object)".into(),
-            }]),
+            toolgate_engine::executor::CallError::invalid_argument(
+                "/",
+                "call_tool",
+                "call_tool takes `name` (a tool find_tools returned) and `arguments` (an object)"
+                    .into(),
+            ),
             std::time::Instant::now(),
         )),
     }
