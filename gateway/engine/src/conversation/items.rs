@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::Protocol;
 
@@ -248,6 +249,45 @@ pub struct ToolDef {
     /// protocol.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native: Option<Native>,
+    /// Its JSON in each protocol, once written (a gateway tool's: shared
+    /// by every copy of its spec).
+    #[serde(skip)]
+    pub json: ToolJson,
+}
+
+/// A tool's JSON in each model protocol, written on first use and shared
+/// by the copies of its spec: a gateway tool's spec is copied into every
+/// loop that offers it, its JSON written once. A client's tool has none
+/// (its JSON is written for its request).
+#[derive(Debug, Clone, Default)]
+pub struct ToolJson(Option<std::sync::Arc<[std::sync::OnceLock<Box<RawValue>>; 4]>>);
+
+impl ToolJson {
+    /// A store to share between a tool's copies.
+    pub fn shared() -> ToolJson {
+        ToolJson(Some(std::sync::Arc::default()))
+    }
+
+    /// The tool's JSON in `protocol`, written by `write` unless it was.
+    pub fn written(
+        &self,
+        protocol: Protocol,
+        write: impl FnOnce() -> Box<RawValue>,
+    ) -> std::borrow::Cow<'_, RawValue> {
+        match &self.0 {
+            Some(written) => {
+                std::borrow::Cow::Borrowed(&**written[protocol as usize].get_or_init(write))
+            }
+            None => std::borrow::Cow::Owned(write()),
+        }
+    }
+}
+
+/// Copies of a spec are equal whatever each has written.
+impl PartialEq for ToolJson {
+    fn eq(&self, _: &ToolJson) -> bool {
+        true
+    }
 }
 
 /// How the model must use the tools.

@@ -36,6 +36,10 @@ pub struct Request {
     /// What decodes the rest of the request, when the face decodes it
     /// only for a tool loop.
     pending: Option<DecodeRest>,
+    /// The client's body, when [`Request::fields`] is read from it only
+    /// once needed (a request the gateway changes nothing in: a proxied
+    /// one never needs them).
+    source: Option<bytes::Bytes>,
     /// How many messages the conversation has, counted without building
     /// them.
     pub message_count: usize,
@@ -48,7 +52,9 @@ pub struct Request {
     pub include_usage: bool,
     /// The face's top-level fields the typed view does not replace, raw
     /// and in order, for a model of the face's protocol (the typed fields
-    /// are among them when that model takes them as they are).
+    /// are among them when that model takes them as they are). Empty
+    /// until [`Request::decode_rest`] when the face deferred them
+    /// ([`Request::defer_fields`]).
     pub fields: RawFields,
     /// Fields of the client's request a model of another protocol does
     /// not get (said in a notice when it happens).
@@ -112,6 +118,7 @@ impl Request {
             model: model.into(),
             turns: Vec::new(),
             pending: None,
+            source: None,
             message_count: 0,
             tools: Vec::new(),
             tool_choice: None,
@@ -143,8 +150,17 @@ impl Request {
         self.pending = Some(decode);
     }
 
+    /// The raw fields are those of `body`, every one of them, read when
+    /// the rest is decoded.
+    pub fn defer_fields(&mut self, body: bytes::Bytes) {
+        self.source = Some(body);
+    }
+
     /// Decodes the rest if the face left it for later.
     pub fn decode_rest(&mut self) -> Result<(), RequestError> {
+        if let Some(body) = self.source.take() {
+            self.fields = fields_of(&body)?;
+        }
         match self.pending.take() {
             Some(decode) => decode(self),
             None => Ok(()),
@@ -160,9 +176,17 @@ impl Request {
         std::mem::take(&mut self.turns)
     }
 
+    /// The raw fields, read from the body if they are still deferred.
+    fn raw_fields(&self) -> std::borrow::Cow<'_, RawFields> {
+        match &self.source {
+            Some(source) => std::borrow::Cow::Owned(fields_of(source).unwrap_or_default()),
+            None => std::borrow::Cow::Borrowed(&self.fields),
+        }
+    }
+
     /// A field of the face's raw request, parsed.
     pub fn field(&self, name: &str) -> Option<serde_json::Value> {
-        self.fields
+        self.raw_fields()
             .get(name)
             .and_then(|v| serde_json::from_str(v.get()).ok())
     }
@@ -171,7 +195,7 @@ impl Request {
     /// its own conversation and none of the client's tools (a
     /// sub-agent's).
     pub fn derived(&self, turns: Vec<Turn>) -> Request {
-        let mut fields = self.fields.clone();
+        let mut fields = self.raw_fields().into_owned();
         for field in [
             "tools",
             "tool_choice",
@@ -200,13 +224,19 @@ impl Request {
         if !self.modified && upstream_model == self.model {
             return original;
         }
-        let mut body = self.fields.clone();
+        let mut body = self.raw_fields().into_owned();
         // Gemini's model is in the URL.
         if self.face != super::Protocol::Gemini {
             body.insert("model".into(), raw(&upstream_model));
         }
         bytes::Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
     }
+}
+
+/// The top-level fields of a JSON object body.
+fn fields_of(body: &[u8]) -> Result<RawFields, RequestError> {
+    serde_json::from_slice(body)
+        .map_err(|e| RequestError::new(format!("the request body is not a JSON object: {e}")))
 }
 
 /// Tools a client offers only once a search finds them (OpenAI's and

@@ -329,6 +329,7 @@ mod tests {
 
     fn tool(name: &str) -> ToolDef {
         ToolDef {
+            json: Default::default(),
             name: name.into(),
             description: Some("Does things.".into()),
             parameters: json!({"type": "object", "properties": {"x": {"type": "integer"}}}),

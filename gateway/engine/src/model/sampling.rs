@@ -171,7 +171,7 @@ fn result(
     model: &str,
     body: &[u8],
 ) -> Result<(CreateMessageResult, Usage), String> {
-    let decoded = protocol::decode(protocol, body)
+    let decoded = protocol::decode(protocol, &bytes::Bytes::copy_from_slice(body))
         .map_err(|e| format!("the gateway's model answered something unreadable: {e}"))?;
     let mut assembly = protocol::Assembly::default();
     for delta in decoded.deltas {

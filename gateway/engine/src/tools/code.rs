@@ -80,6 +80,7 @@ pub fn run_code_tool(set: &str) -> Result<Tool, String> {
 /// [`description`].
 pub fn offer(tools: &[Arc<Tool>], search: bool) -> crate::conversation::ToolDef {
     crate::conversation::ToolDef {
+        json: Default::default(),
         name: RUN_CODE.to_owned(),
         description: Some(description(tools, search)),
         parameters: json!({

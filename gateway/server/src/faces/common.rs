@@ -250,9 +250,9 @@ pub async fn plan_decoded(
                 who,
                 price,
             };
-            let response = passed
-                .send(state, caller, body.clone(), places.stream)
-                .await?;
+            // Boxed, as the chat face's: its state is large.
+            let response =
+                Box::pin(passed.send(state, caller, body.clone(), places.stream)).await?;
             Planned::Proxied(attach(&notices, response))
         }
     };

@@ -55,8 +55,7 @@ where
 
     fn call(&self, req: Request<B>) -> Answer {
         if req.method() == Method::POST && req.uri().path() == CHAT {
-            let state = self.state.clone();
-            Box::pin(async move { Ok(chat(state, req).await) })
+            Box::pin(chat(self.state.clone(), req))
         } else {
             Box::pin(hyper::service::Service::call(&self.router, req))
         }
@@ -65,7 +64,7 @@ where
 
 /// `POST /v1/chat/completions`: observed, admitted and read as the layers
 /// do, then the router's own handler.
-async fn chat<B>(state: AppState, req: Request<B>) -> Response
+async fn chat<B>(state: AppState, req: Request<B>) -> Result<Response, Infallible>
 where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: std::fmt::Display,
@@ -93,5 +92,5 @@ where
     }
     .instrument(observed.span.clone())
     .await;
-    observed.finish(&state, answer)
+    Ok(observed.finish(&state, answer))
 }

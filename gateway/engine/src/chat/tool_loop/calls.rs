@@ -360,6 +360,7 @@ impl Run {
 /// The search of a client's deferred tools, as the model is offered it.
 pub(super) fn deferred_search_tool(name: &str) -> ToolDef {
     ToolDef {
+        json: Default::default(),
         name: name.to_owned(),
         description: Some(
             "Search the tools that are not loaded yet and make the best matches callable. \

@@ -299,8 +299,7 @@ impl Loop {
                 .upstream
                 .read_body(reply, run.limits().max_upstream_response_bytes)
                 .await?;
-            let decoded = protocol::decode(protocol, &body).map_err(|e| run.invalid(e))?;
-            drop(body);
+            let decoded = protocol::decode(protocol, &body.into()).map_err(|e| run.invalid(e))?;
             let mut assembly = Assembly::default();
             for delta in decoded.deltas {
                 assembly
@@ -331,7 +330,7 @@ impl Loop {
             }
             let notices = std::mem::take(&mut run.notices);
             return Ok(Answer {
-                envelope: decoded.envelope,
+                envelope: decoded.envelope.read(),
                 content: said.content,
                 reasoning: said.reasoning,
                 reasoning_items: said.reasoning_items,

@@ -72,7 +72,8 @@ impl Price {
 struct Table {
     source: String,
     date: String,
-    models: HashMap<String, PriceDecl>,
+    /// Hashed with foldhash: looked up on every model call.
+    models: HashMap<String, PriceDecl, foldhash::fast::FixedState>,
 }
 
 static SHIPPED: LazyLock<Table> = LazyLock::new(|| {
@@ -91,6 +92,25 @@ pub fn shipped_source() -> (&'static str, &'static str) {
 /// without a provider prefix (`openai/gpt-4o`) or a date suffix
 /// (`gpt-4o-2024-08-06`, `claude-sonnet-4-5-20250929`).
 pub fn shipped(model: &str) -> Option<Price> {
+    /// Each model name's answer, remembered: asked on every model call.
+    /// At most this many names (a route that passes any name on is the
+    /// client's to fill).
+    const REMEMBERED: usize = 1024;
+    type Memo = std::sync::RwLock<HashMap<Box<str>, Option<Price>, foldhash::fast::FixedState>>;
+    static MEMO: LazyLock<Memo> = LazyLock::new(Memo::default);
+    if let Some(known) = MEMO.read().ok().and_then(|m| m.get(model).copied()) {
+        return known;
+    }
+    let price = look_up(model);
+    if let Ok(mut memo) = MEMO.write()
+        && memo.len() < REMEMBERED
+    {
+        memo.insert(model.into(), price);
+    }
+    price
+}
+
+fn look_up(model: &str) -> Option<Price> {
     let find = |name: &str| SHIPPED.models.get(name).copied().map(Price::from);
     let bare = model.rsplit_once('/').map_or(model, |(_, m)| m);
     find(model)

@@ -501,7 +501,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
             .get("model")
             .and_then(Value::as_str)
             .map(str::to_owned),
-        envelope: Some(Native {
+        envelope: super::Envelope::Read(Native {
             protocol: PROTOCOL,
             what: "message".into(),
             value: message,
@@ -766,6 +766,7 @@ mod tests {
             ),
         ];
         let tools = [ToolDef {
+            json: Default::default(),
             name: "t".into(),
             description: Some("d".into()),
             parameters: json!({"type": "object"}),

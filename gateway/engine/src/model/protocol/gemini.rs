@@ -598,7 +598,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
             .get("modelVersion")
             .and_then(Value::as_str)
             .map(str::to_owned),
-        envelope: Some(Native {
+        envelope: super::Envelope::Read(Native {
             protocol: PROTOCOL,
             what: "response".into(),
             value: response,
@@ -738,6 +738,7 @@ mod tests {
             ),
         ];
         let tools = [ToolDef {
+            json: Default::default(),
             name: "t".into(),
             description: Some("d".into()),
             parameters: json!({"type": "object"}),

@@ -162,8 +162,15 @@ fn whole_usage(protocol: Protocol, buf: &[u8]) -> Usage {
 /// `"usageMetadata":` key of a JSON answer (a key, not words of a string:
 /// its quote is not escaped), when it parses as one.
 fn usage_object(protocol: Protocol, buf: &[u8]) -> Option<Usage> {
-    for key in [&b"\"usage\""[..], b"\"usageMetadata\""] {
-        let finder = memchr::memmem::FinderRev::new(key);
+    static KEYS: std::sync::LazyLock<[memchr::memmem::FinderRev<'static>; 2]> =
+        std::sync::LazyLock::new(|| {
+            [
+                memchr::memmem::FinderRev::new(b"\"usage\""),
+                memchr::memmem::FinderRev::new(b"\"usageMetadata\""),
+            ]
+        });
+    for finder in KEYS.iter() {
+        let key = finder.needle();
         let mut end = buf.len();
         while let Some(at) = finder.rfind(&buf[..end]) {
             end = at;

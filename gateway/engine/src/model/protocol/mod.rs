@@ -8,6 +8,7 @@
 
 pub mod anthropic;
 pub mod gemini;
+mod lenient;
 pub mod metered;
 pub mod openai_chat;
 pub mod openai_responses;
@@ -69,7 +70,7 @@ impl Tools<'_> {
     ) -> std::borrow::Cow<'_, RawValue> {
         match self {
             Tools::Planned(t) => t.json(protocol, write),
-            Tools::List(l) => std::borrow::Cow::Owned(tools::write_all(l, write)),
+            Tools::List(l) => std::borrow::Cow::Owned(tools::write_all(l, protocol, write)),
         }
     }
 }
@@ -162,7 +163,7 @@ fn results_as_text(turns: &[Turn], protocol: Protocol, notices: &mut Notices) ->
 /// A whole answer in `protocol` as deltas, and its envelope (the fields
 /// around the turn: ids, times, fingerprints) for a face of the same
 /// protocol.
-pub fn decode(protocol: Protocol, body: &[u8]) -> Result<Decoded, String> {
+pub fn decode(protocol: Protocol, body: &Bytes) -> Result<Decoded, String> {
     match protocol {
         Protocol::Anthropic => anthropic::decode(body),
         Protocol::OpenaiResponses => openai_responses::decode(body),
@@ -175,9 +176,40 @@ pub fn decode(protocol: Protocol, body: &[u8]) -> Result<Decoded, String> {
 #[derive(Debug)]
 pub struct Decoded {
     pub deltas: Vec<Delta>,
-    pub envelope: Option<Native>,
+    pub envelope: Envelope,
     /// The model that answered, as the answer names it.
     pub model: Option<String>,
+}
+
+/// A whole answer's envelope (the fields its deltas do not hold): read
+/// as a value, or kept as the body and read only for the loop's last
+/// answer, the one a face shows.
+#[derive(Debug)]
+pub enum Envelope {
+    Read(Native),
+    Body {
+        protocol: Protocol,
+        what: &'static str,
+        body: Bytes,
+    },
+}
+
+impl Envelope {
+    /// The envelope as a value (the body read now if it was kept).
+    pub fn read(self) -> Option<Native> {
+        match self {
+            Envelope::Read(native) => Some(native),
+            Envelope::Body {
+                protocol,
+                what,
+                body,
+            } => serde_json::from_slice(&body).ok().map(|value| Native {
+                protocol,
+                what: what.into(),
+                value,
+            }),
+        }
+    }
 }
 
 /// A streamed answer's decoder, for each of its server-sent events.
@@ -486,8 +518,8 @@ mod tests {
         #[test]
         fn any_whole_answer_is_decoded_or_refused(body in prop::collection::vec(any::<u8>(), 0..512), json in "\\{\"(choices|content|output|candidates|usage|usageMetadata)\":(\\[\\{\\}\\]|\\[\\]|\\{\\}|null|\"x\")\\}") {
             for protocol in PROTOCOLS {
-                let _ = decode(protocol, &body);
-                let _ = decode(protocol, json.as_bytes());
+                let _ = decode(protocol, &Bytes::from(body.clone()));
+                let _ = decode(protocol, &Bytes::from(json.clone()));
             }
         }
 

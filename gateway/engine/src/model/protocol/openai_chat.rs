@@ -9,14 +9,15 @@
 
 use bytes::Bytes;
 use indexmap::IndexMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use super::lenient::{First, Lenient, List, Text};
 use super::{Decoded, Delta, Outgoing, Step, foreign_note};
 use crate::conversation::{
-    Call, CallResult, FinishReason, Item, Media, MediaKind, Native, Notices, Protocol, Role,
-    Source, ToolChoice, ToolDef, Turn,
+    Call, CallResult, FinishReason, Item, Media, MediaKind, Notices, Protocol, Role, Source,
+    ToolChoice, ToolDef, Turn,
 };
 
 const PROTOCOL: Protocol = Protocol::OpenaiChat;
@@ -458,58 +459,100 @@ fn assistant<'a>(turn: &'a Turn, out: &mut Vec<Message<'a>>, notices: &mut Notic
 }
 
 /// A whole chat completion as deltas; the completion is its envelope.
-pub fn decode(body: &[u8]) -> Result<Decoded, String> {
-    let completion: Value =
+pub fn decode(body: &bytes::Bytes) -> Result<Decoded, String> {
+    let completion: Completion<'_> =
         serde_json::from_slice(body).map_err(|e| format!("not a JSON chat completion: {e}"))?;
     let mut deltas = Vec::new();
-    // Indexed, not `pointer`: a JSON pointer allocates per token.
-    let choice = completion.get("choices").and_then(|c| c.get(0));
-    let Some(message) = choice.and_then(|c| c.get("message")) else {
+    let Some(choice) = completion.choices.0.into_iter().next().map(|c| c.0) else {
         return Err("the completion has no choices[0].message".into());
     };
-    if let Some(r) = message.get("reasoning_content").and_then(Value::as_str) {
-        deltas.push(Delta::Reasoning(r.to_owned()));
+    let Some(Lenient(message)) = choice.message else {
+        return Err("the completion has no choices[0].message".into());
+    };
+    if let Some(r) = message.reasoning_content.into_string() {
+        deltas.push(Delta::Reasoning(r));
     }
-    if let Some(t) = message.get("content").and_then(Value::as_str) {
-        deltas.push(Delta::Text(t.to_owned()));
+    if let Some(t) = message.content.into_string() {
+        deltas.push(Delta::Text(t));
     }
-    for (index, c) in message
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
-        let f = &c["function"];
+    for (index, Lenient(c)) in message.tool_calls.0.into_iter().enumerate() {
+        let f = c.function.0;
         deltas.push(Delta::Call {
             index,
-            id: Some(c["id"].as_str().unwrap_or_default().to_owned()),
-            name: Some(f["name"].as_str().unwrap_or_default().to_owned()),
-            arguments: Some(f["arguments"].as_str().unwrap_or("{}").to_owned()),
+            id: Some(c.id.into_string().unwrap_or_default()),
+            name: Some(f.name.into_string().unwrap_or_default()),
+            arguments: Some(f.arguments.into_string().unwrap_or_else(|| "{}".to_owned())),
             opaque: None,
         });
     }
-    if let Some(reason) = choice
-        .and_then(|c| c.get("finish_reason"))
-        .and_then(Value::as_str)
-    {
+    if let Some(reason) = choice.finish_reason.as_deref() {
         deltas.push(Delta::Finish(FinishReason::from_openai(reason)));
     }
-    if let Some(u) = completion.get("usage").filter(|u| !u.is_null()) {
-        deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u.clone())));
+    if let Some(u) = completion.usage
+        && let Ok(u) = serde_json::from_str::<Value>(u.get())
+    {
+        deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u)));
     }
     Ok(Decoded {
         deltas,
-        model: completion
-            .get("model")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        envelope: Some(Native {
+        model: completion.model.into_string(),
+        envelope: super::Envelope::Body {
             protocol: PROTOCOL,
-            what: "chat completion".into(),
-            value: completion,
-        }),
+            what: "chat completion",
+            body: body.clone(),
+        },
     })
+}
+
+/// What the deltas read of a chat completion, borrowed from it where they
+/// can be.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Completion<'a> {
+    #[serde(borrow)]
+    choices: First<Lenient<Choice<'a>>>,
+    #[serde(borrow)]
+    model: Text<'a>,
+    #[serde(borrow)]
+    usage: Option<&'a RawValue>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Choice<'a> {
+    #[serde(borrow)]
+    message: Option<Lenient<AnswerMessage<'a>>>,
+    #[serde(borrow)]
+    finish_reason: Text<'a>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct AnswerMessage<'a> {
+    #[serde(borrow)]
+    reasoning_content: Text<'a>,
+    #[serde(borrow)]
+    content: Text<'a>,
+    #[serde(borrow)]
+    tool_calls: List<Lenient<AnswerCall<'a>>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct AnswerCall<'a> {
+    #[serde(borrow)]
+    id: Text<'a>,
+    #[serde(borrow)]
+    function: Lenient<AnswerFunction<'a>>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct AnswerFunction<'a> {
+    #[serde(borrow)]
+    name: Text<'a>,
+    #[serde(borrow)]
+    arguments: Text<'a>,
 }
 
 /// The decoder of a `chat.completion.chunk` stream.
@@ -634,6 +677,7 @@ mod tests {
             RawValue::from_string(r#"{"role":"user","content":"hi"}"#.into()).unwrap(),
         )];
         let tools = [ToolDef {
+            json: Default::default(),
             name: "t".into(),
             description: Some("d".into()),
             parameters: json!({"type": "object"}),
@@ -719,7 +763,7 @@ mod tests {
     #[test]
     fn whole_and_streamed_answers_give_the_same_deltas() {
         let whole = br#"{"id":"x","choices":[{"message":{"role":"assistant","content":"hi","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":3,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#;
-        let d = decode(whole).unwrap();
+        let d = decode(&Bytes::from_static(whole)).unwrap();
         let mut a = super::super::Assembly::default();
         for delta in d.deltas {
             a.push(delta, 8).unwrap();

@@ -468,7 +468,7 @@ pub fn decode(body: &[u8]) -> Result<Decoded, String> {
             .get("model")
             .and_then(Value::as_str)
             .map(str::to_owned),
-        envelope: Some(Native {
+        envelope: super::Envelope::Read(Native {
             protocol: PROTOCOL,
             what: "response".into(),
             value: response,

@@ -35,20 +35,29 @@ impl OfferedTools {
     pub fn json(&self, protocol: Protocol, write: fn(&ToolDef) -> Value) -> Cow<'_, RawValue> {
         match self.json.get() {
             Some((p, json)) if *p == protocol => Cow::Borrowed(json),
-            Some(_) => Cow::Owned(write_all(&self.specs, write)),
+            Some(_) => Cow::Owned(write_all(&self.specs, protocol, write)),
             None => Cow::Borrowed(
                 &self
                     .json
-                    .get_or_init(|| (protocol, write_all(&self.specs, write)))
+                    .get_or_init(|| (protocol, write_all(&self.specs, protocol, write)))
                     .1,
             ),
         }
     }
 }
 
-/// The tools as one JSON array.
-pub fn write_all(specs: &[ToolDef], write: fn(&ToolDef) -> Value) -> Box<RawValue> {
-    raw(&specs.iter().map(write).collect::<Vec<Value>>())
+/// The tools as one JSON array in `protocol` (`write`: one spec as its
+/// JSON), each tool's JSON written once per tool where its spec keeps it.
+pub fn write_all(
+    specs: &[ToolDef],
+    protocol: Protocol,
+    write: fn(&ToolDef) -> Value,
+) -> Box<RawValue> {
+    let each: Vec<Cow<'_, RawValue>> = specs
+        .iter()
+        .map(|spec| spec.json.written(protocol, || raw(&write(spec))))
+        .collect();
+    raw(&each)
 }
 
 /// The offered tools' JSON with the client's hosted tools of `protocol`

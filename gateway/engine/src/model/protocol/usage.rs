@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+use super::lenient::Lenient;
 use crate::conversation::{Native, Protocol, Usage};
 
 /// The usage object's counts, of whichever protocol.
@@ -173,49 +174,6 @@ impl<'de> Deserialize<'de> for Num {
             }
         }
         d.deserialize_any(Count)
-    }
-}
-
-/// An object read as `T`; anything else (null, a number...) as `T`'s
-/// default.
-#[derive(Debug, Default)]
-struct Lenient<T>(T);
-
-impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for Lenient<T> {
-    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Lenient<T>, D::Error> {
-        struct Object<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Deserialize<'de> + Default> Visitor<'de> for Object<T> {
-            type Value = Lenient<T>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Lenient<T>, A::Error> {
-                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Lenient)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Lenient<T>, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Lenient(T::default()))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Lenient<T>, E> {
-                Ok(Lenient(T::default()))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Lenient<T>, E> {
-                Ok(Lenient(T::default()))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Lenient<T>, E> {
-                Ok(Lenient(T::default()))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Lenient<T>, E> {
-                Ok(Lenient(T::default()))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Lenient<T>, E> {
-                Ok(Lenient(T::default()))
-            }
-            fn visit_unit<E>(self) -> Result<Lenient<T>, E> {
-                Ok(Lenient(T::default()))
-            }
-        }
-        d.deserialize_any(Object(std::marker::PhantomData))
     }
 }
 

@@ -38,6 +38,8 @@ pub struct Tool {
     pub output_schema: Option<Value>,
     /// Where it was declared, e.g. `tools.d/weather.yaml:3`.
     pub origin: String,
+    /// Its spec's JSON in each model protocol, written once.
+    json: crate::conversation::ToolJson,
 }
 
 /// Hints about what a tool does, in MCP's terms (`readOnlyHint`...). Hints,
@@ -230,6 +232,7 @@ impl Tool {
             annotations: spec.annotations,
             output_schema: spec.output_schema,
             origin: spec.origin,
+            json: crate::conversation::ToolJson::shared(),
         }
     }
 
@@ -281,6 +284,7 @@ impl Tool {
             parameters,
             strict,
             native: None,
+            json: self.json.clone(),
         }
     }
 

@@ -3,6 +3,8 @@
 //! the messages as the conversation's turns (decoded only when a tool loop
 //! needs them: a proxied request's history is never parsed).
 
+use std::borrow::Cow;
+
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use toolgate_engine::conversation::{
@@ -38,40 +40,211 @@ const TYPED: [&str; 15] = [
 ];
 
 /// Parses a request body, saying exactly what is wrong when it is not a
-/// usable request.
-pub fn decode(body: &[u8]) -> Result<Request, RequestError> {
-    let fields: RawFields = serde_json::from_slice(body)
+/// usable request. The typed fields are read borrowed from the body in
+/// one pass; the raw fields are kept only when an extension field was
+/// removed, else read from the body once a loop needs them.
+pub fn decode(body: &bytes::Bytes) -> Result<Request, RequestError> {
+    let top: Top = serde_json::from_slice(body)
         .map_err(|e| RequestError::new(format!("the request body is not a JSON object: {e}")))?;
-    from_fields(fields)
+    let model = match top
+        .get("model")
+        .map(|m| serde_json::from_str::<String>(m.get()))
+    {
+        Some(Ok(m)) if !m.is_empty() => m,
+        _ => {
+            return Err(
+                RequestError::new("`model` is required and must be a string").param("model"),
+            );
+        }
+    };
+    let message_count = match top.get("messages").and_then(array_len) {
+        Some(n) if n > 0 => n,
+        _ => {
+            return Err(
+                RequestError::new("`messages` is required and must be a non-empty array")
+                    .param("messages"),
+            );
+        }
+    };
+    let stream = match top
+        .get("stream")
+        .map(|s| serde_json::from_str::<Option<bool>>(s.get()))
+    {
+        None | Some(Ok(None)) => false,
+        Some(Ok(Some(b))) => b,
+        Some(Err(_)) => {
+            return Err(RequestError::new("`stream` must be a boolean").param("stream"));
+        }
+    };
+    let include_usage = top
+        .field::<Value>("stream_options")?
+        .and_then(|v| v.get("include_usage").and_then(Value::as_bool))
+        .unwrap_or(false);
+    let tools = match top.field::<Value>("tools")? {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(t)) => t.into_iter().map(tool).collect(),
+        Some(_) => return Err(RequestError::new("`tools` must be an array").param("tools")),
+    };
+    let mut request = Request::new(PROTOCOL, model);
+    request.tool_set = match top.field::<Value>(TOOL_SET) {
+        Ok(None | Some(Value::Null)) => None,
+        Ok(Some(Value::String(s))) => Some(s),
+        _ => {
+            return Err(
+                RequestError::new("`tool_set` must be the name of a tool set").param(TOOL_SET),
+            );
+        }
+    };
+    request.max_tool_iterations = match top.field::<Value>(MAX_TOOL_ITERATIONS) {
+        Ok(None | Some(Value::Null)) => None,
+        Ok(Some(Value::Number(n))) if n.as_u64().is_some_and(|n| n >= 1) => {
+            Some(u32::try_from(n.as_u64().unwrap_or(1)).unwrap_or(u32::MAX))
+        }
+        _ => {
+            return Err(RequestError::new(
+                "`max_tool_iterations` must be a whole number of at least 1",
+            )
+            .param(MAX_TOOL_ITERATIONS));
+        }
+    };
+    request.tool_mode = match top.field::<Option<toolgate_config::format::SetMode>>(TOOL_MODE) {
+        Ok(mode) => mode.flatten(),
+        Err(_) => {
+            return Err(
+                RequestError::new("`tool_mode` must be `direct` or `code`").param(TOOL_MODE)
+            );
+        }
+    };
+    // Extension fields are never sent upstream: a body that has one is
+    // changed, and its raw fields are kept without them.
+    request.modified = top.0.iter().any(|(k, _)| is_extension(k));
+    if request.modified {
+        request.fields = top
+            .0
+            .into_iter()
+            .filter(|(k, _)| !is_extension(k))
+            .map(|(k, v)| (k.into_owned(), v.to_owned()))
+            .collect();
+    } else {
+        request.defer_fields(body.clone());
+    }
+    request.message_count = message_count;
+    request.stream = stream;
+    request.include_usage = include_usage;
+    request.tools = tools;
+    request.defer_rest(rest);
+    Ok(request)
 }
 
-/// The length of a JSON array, read without building its elements (a
-/// proxied request's history is never parsed into values).
-struct ArrayLen(usize);
+fn is_extension(field: &str) -> bool {
+    matches!(field, TOOL_SET | MAX_TOOL_ITERATIONS | TOOL_MODE)
+}
 
-impl<'de> serde::Deserialize<'de> for ArrayLen {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ArrayLen, D::Error> {
-        struct Count;
-        impl<'de> serde::de::Visitor<'de> for Count {
-            type Value = ArrayLen;
+/// A body's top-level fields, borrowed from it, in order (a name given
+/// twice is there twice: its last value counts, as when the raw fields
+/// are collected).
+struct Top<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'a> Top<'a> {
+    fn get(&self, name: &str) -> Option<&'a RawValue> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+    }
+
+    /// The field `name` parsed, if the body has it.
+    fn field<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, RequestError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => serde_json::from_str(v.get())
+                .map(Some)
+                .map_err(|e| RequestError::new(format!("`{name}` is malformed: {e}")).param(name)),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Top<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Top<'de>, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Top<'de>;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an array")
+                f.write_str("a JSON object")
             }
 
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
-                mut seq: A,
-            ) -> Result<ArrayLen, A::Error> {
-                let mut n = 0;
-                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
-                    n += 1;
+                mut map: A,
+            ) -> Result<Top<'de>, A::Error> {
+                let mut fields = Vec::with_capacity(8);
+                while let Some(Key(k)) = map.next_key()? {
+                    fields.push((k, map.next_value()?));
                 }
-                Ok(ArrayLen(n))
+                Ok(Top(fields))
             }
         }
-        d.deserialize_seq(Count)
+        d.deserialize_map(Fields)
     }
+}
+
+/// A field name, borrowed from the body unless it has escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Key<'de>, D::Error> {
+        struct Name;
+        impl<'de> serde::de::Visitor<'de> for Name {
+            type Value = Key<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Name)
+    }
+}
+
+/// The number of elements of `value` when it is an array: its top-level
+/// commas counted in one pass over bytes serde_json has already checked
+/// are one JSON value (a proxied request's history is never parsed into
+/// values, nor parsed twice).
+fn array_len(value: &RawValue) -> Option<usize> {
+    let bytes = value.get().as_bytes().trim_ascii();
+    let inner = bytes.strip_prefix(b"[")?.strip_suffix(b"]")?;
+    if inner.trim_ascii().is_empty() {
+        return Some(0);
+    }
+    let (mut depth, mut in_string, mut escaped, mut commas) = (0usize, false, false, 0);
+    for &b in inner {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => depth += 1,
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' if depth == 0 => commas += 1,
+            _ => {}
+        }
+    }
+    Some(commas + 1)
 }
 
 fn field<T: serde::de::DeserializeOwned>(
@@ -84,100 +257,6 @@ fn field<T: serde::de::DeserializeOwned>(
             .map(Some)
             .map_err(|e| RequestError::new(format!("`{name}` is malformed: {e}")).param(name)),
     }
-}
-
-fn from_fields(mut raw: RawFields) -> Result<Request, RequestError> {
-    let model = match field::<Value>(&raw, "model")? {
-        Some(Value::String(m)) if !m.is_empty() => m,
-        _ => {
-            return Err(
-                RequestError::new("`model` is required and must be a string").param("model"),
-            );
-        }
-    };
-    let message_count = match raw
-        .get("messages")
-        .map(|m| serde_json::from_str::<ArrayLen>(m.get()))
-    {
-        Some(Ok(ArrayLen(n))) if n > 0 => n,
-        _ => {
-            return Err(
-                RequestError::new("`messages` is required and must be a non-empty array")
-                    .param("messages"),
-            );
-        }
-    };
-    let stream = match field::<Value>(&raw, "stream")? {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => b,
-        Some(_) => {
-            return Err(RequestError::new("`stream` must be a boolean").param("stream"));
-        }
-    };
-    let include_usage = field::<Value>(&raw, "stream_options")?
-        .and_then(|v| v.get("include_usage").and_then(Value::as_bool))
-        .unwrap_or(false);
-    let tools = match field::<Value>(&raw, "tools")? {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(t)) => t.into_iter().map(tool).collect(),
-        Some(_) => return Err(RequestError::new("`tools` must be an array").param("tools")),
-    };
-    let mut request = Request::new(PROTOCOL, model);
-    request.modified = false;
-    request.tool_set = match raw.shift_remove(TOOL_SET) {
-        None => None,
-        Some(v) => {
-            request.modified = true;
-            match serde_json::from_str::<Value>(v.get()) {
-                Ok(Value::String(s)) => Some(s),
-                Ok(Value::Null) => None,
-                _ => {
-                    return Err(
-                        RequestError::new("`tool_set` must be the name of a tool set")
-                            .param(TOOL_SET),
-                    );
-                }
-            }
-        }
-    };
-    request.max_tool_iterations = match raw.shift_remove(MAX_TOOL_ITERATIONS) {
-        None => None,
-        Some(v) => {
-            request.modified = true;
-            match serde_json::from_str::<Value>(v.get()) {
-                Ok(Value::Null) => None,
-                Ok(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => {
-                    Some(u32::try_from(n.as_u64().unwrap_or(1)).unwrap_or(u32::MAX))
-                }
-                _ => {
-                    return Err(RequestError::new(
-                        "`max_tool_iterations` must be a whole number of at least 1",
-                    )
-                    .param(MAX_TOOL_ITERATIONS));
-                }
-            }
-        }
-    };
-    request.tool_mode = match raw.shift_remove(TOOL_MODE) {
-        None => None,
-        Some(v) => {
-            request.modified = true;
-            match serde_json::from_str::<Option<toolgate_config::format::SetMode>>(v.get()) {
-                Ok(mode) => mode,
-                Err(_) => {
-                    return Err(RequestError::new("`tool_mode` must be `direct` or `code`")
-                        .param(TOOL_MODE));
-                }
-            }
-        }
-    };
-    request.message_count = message_count;
-    request.stream = stream;
-    request.include_usage = include_usage;
-    request.tools = tools;
-    request.fields = raw;
-    request.defer_rest(rest);
-    Ok(request)
 }
 
 /// What a tool loop needs besides: the messages as turns, the typed
@@ -252,6 +331,7 @@ fn tool(t: Value) -> ToolDef {
         &t["function"]
     };
     ToolDef {
+        json: Default::default(),
         name: f["name"].as_str().unwrap_or_default().to_owned(),
         description: f["description"].as_str().map(str::to_owned),
         parameters: f
@@ -451,10 +531,14 @@ fn message(m: &Value) -> (Role, Vec<Item>) {
 mod tests {
     use super::*;
 
+    fn dec(body: &[u8]) -> Result<Request, RequestError> {
+        decode(&bytes::Bytes::copy_from_slice(body))
+    }
+
     #[test]
     fn extension_fields_are_removed_and_the_rest_kept_raw() {
         let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"tool_set":"research","max_tool_iterations":3,"temperature":0.20000000000000001,"z":{"b":1,"a":2}}"#;
-        let req = decode(body).unwrap();
+        let req = dec(body).unwrap();
         assert_eq!(req.tool_set.as_deref(), Some("research"));
         assert_eq!(req.max_tool_iterations, Some(3));
         assert!(req.modified);
@@ -470,7 +554,7 @@ mod tests {
         let body = bytes::Bytes::from_static(
             b"{ \"model\" : \"m\", \"messages\": [{\"role\":\"user\",\"content\":\"hi\"}] }",
         );
-        let req = decode(&body).unwrap();
+        let req = dec(&body).unwrap();
         assert!(!req.modified);
         assert_eq!(req.proxy_body(body.clone(), "m"), body);
         assert_eq!(
@@ -504,7 +588,7 @@ mod tests {
                 "`stream` must be",
             ),
         ] {
-            let err = decode(body).unwrap_err();
+            let err = dec(body).unwrap_err();
             assert!(
                 err.message.contains(needle),
                 "{}: {}",
@@ -516,7 +600,7 @@ mod tests {
 
     #[test]
     fn messages_are_counted_not_built_until_a_loop_needs_them() {
-        let mut req = decode(
+        let mut req = dec(
             br#"{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"text","text":"b"}],"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}"#,
         )
         .unwrap();
@@ -549,6 +633,7 @@ mod tests {
             any::<bool>().prop_map(|b| json!(b)),
             any::<i64>().prop_map(|n| json!(n)),
             ".{0,12}".prop_map(|s| json!(s)),
+            "[\\[\\]{},\"\\\\ a]{0,8}".prop_map(|s| json!(s)),
         ];
         leaf.prop_recursive(6, 64, 6, |inner| {
             prop_oneof![
@@ -565,7 +650,8 @@ mod tests {
                         "content",
                         "function",
                         "name",
-                        "x"
+                        "x",
+                        "a\\\"],[{,"
                     ]),
                     inner,
                     0..6,
@@ -578,16 +664,28 @@ mod tests {
     }
 
     proptest! {
+        /// The messages are counted as serde_json counts them, whatever
+        /// their strings hold (brackets, commas, escaped quotes).
+        #[test]
+        fn arrays_are_counted_as_parsed(v in prop::collection::vec(json_value(), 0..8), pretty in any::<bool>()) {
+            let text = match pretty {
+                true => serde_json::to_string_pretty(&v).unwrap(),
+                false => serde_json::to_string(&v).unwrap(),
+            };
+            let raw: Box<RawValue> = serde_json::from_str(&text).unwrap();
+            prop_assert_eq!(array_len(&raw), Some(v.len()));
+        }
+
         /// Any JSON body, and any bytes: a request or a 400, never a
         /// panic; its conversation decoded or refused alike.
         #[test]
         fn any_body_is_parsed_or_refused(v in json_value(), bytes in prop::collection::vec(any::<u8>(), 0..200)) {
-            if let Ok(mut r) = decode(v.to_string().as_bytes()) {
+            if let Ok(mut r) = dec(v.to_string().as_bytes()) {
                 let _ = r.decode_rest();
             }
-            let _ = decode(&bytes);
+            let _ = dec(&bytes);
             let deep = format!("{{\"model\": \"m\", \"messages\": {}{}", "[".repeat(200_000), "]".repeat(200_000));
-            prop_assert!(decode(deep.as_bytes()).is_err());
+            prop_assert!(dec(deep.as_bytes()).is_err());
         }
     }
 }

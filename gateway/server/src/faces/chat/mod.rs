@@ -49,7 +49,9 @@ pub async fn completions(
                 who,
                 price,
             };
-            return passed.send(&state, &caller, body, places.stream).await;
+            // Boxed: the call's state is large, and every future that
+            // holds this one would carry it (and copy it as it moves).
+            return Box::pin(passed.send(&state, &caller, body, places.stream)).await;
         }
         Plan::Loop(l) => *l,
     };

@@ -83,7 +83,7 @@ pub async fn play(
         "stream": true,
         "stream_options": {"include_usage": true},
     });
-    let request = crate::faces::chat::decode::decode(request.to_string().as_bytes())?;
+    let request = crate::faces::chat::decode::decode(&bytes::Bytes::from(request.to_string()))?;
     let crate::faces::common::Admitted { plan, places } =
         crate::faces::common::plan_request(&state, &caller, &headers, request, Passthrough::Never)
             .await?;

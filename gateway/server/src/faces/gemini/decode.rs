@@ -405,6 +405,7 @@ fn tools(req: &Value, request: &mut Request, notices: &mut Notices) -> Result<()
                 }
             }
             request.tools.push(ToolDef {
+                json: Default::default(),
                 name: name.to_owned(),
                 description: d["description"].as_str().map(str::to_owned),
                 parameters,

@@ -125,6 +125,7 @@ pub fn decode(req: &Value) -> Result<Translated, ApiError> {
             }
         }
         let tool = ToolDef {
+            json: Default::default(),
             name: t["name"].as_str().unwrap_or_default().to_owned(),
             description: Some(t["description"].as_str().unwrap_or_default().to_owned()),
             parameters: t

@@ -145,6 +145,7 @@ const MAX_SCANNED_ITEMS: usize = 10_000;
 fn function_tool(t: &Value, name: &str) -> ToolDef {
     let own = t["name"].as_str() == Some(name);
     ToolDef {
+        json: Default::default(),
         name: name.to_owned(),
         description: t
             .get("description")
@@ -359,6 +360,7 @@ fn translate_tools(
         Some(t) if offered.client_search => {
             // The client's own search: a tool like its others.
             functions.push(ToolDef {
+                json: Default::default(),
                 name: TOOL_SEARCH.to_owned(),
                 description: t
                     .get("description")
