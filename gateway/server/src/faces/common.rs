@@ -467,7 +467,9 @@ pub async fn respond_with(
         let response = with_cost(&cost, attach(&notices, whole(answer)));
         return Ok(with_attempts(&attempts, response));
     }
-    let (started, events) = the_loop.start_stream().await?;
+    // Boxed: the first model call's state is large, and a whole answer's
+    // loop (the common case) should not carry it.
+    let (started, events) = Box::pin(the_loop.start_stream()).await?;
     notices.extend(started.notices);
     let response = stream(Box::pin(in_request_span(events)), places);
     let response = with_budget_warnings(&started.budget_warnings, response);

@@ -453,8 +453,9 @@ impl Upstream {
                     .await
                     .map(|(resp, lease)| (resp, Some(lease)))
                     .map_err(|e| describe(&e)),
-                Transport::Tls(client) => client
-                    .request(req)
+                // Boxed: the TLS client's exchange is large, and every
+                // cleartext call's future would carry (and copy) its size.
+                Transport::Tls(client) => Box::pin(client.request(req))
                     .await
                     .map(|resp| (resp, None))
                     .map_err(|e| describe(&e)),

@@ -39,7 +39,7 @@ pub fn completion(answer: Answer, model: &str) -> Value {
         message["reasoning_content"] = json!(r);
     }
     // The engine checked that `choices[0].message` exists.
-    if let Some(choice) = completion.pointer_mut("/choices/0") {
+    if let Some(choice) = completion.get_mut("choices").and_then(|c| c.get_mut(0)) {
         choice["message"] = message;
         choice["finish_reason"] = json!(wire_finish(&summary.finish));
     }
