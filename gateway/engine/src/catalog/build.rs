@@ -373,8 +373,7 @@ fn http_tools(
             max_response_bytes,
             redirects: http.redirects,
         }));
-        let validator = http.validator;
-        tools.insert(name, Arc::new(Tool::with_validator(spec, kind, validator)));
+        tools.insert(name, Arc::new(Tool::checked(spec, kind)));
     }
 
     tools

@@ -68,8 +68,6 @@ pub(super) struct PendingHttp {
     /// Whose token it sends (its file's `credentials`).
     pub(super) credentials: Option<toolgate_config::format::CredentialsDecl>,
     pub(super) redirects: Option<crate::tools::tool::http::Redirects>,
-    /// The parameters schema, compiled once here.
-    pub(super) validator: jsonschema::Validator,
 }
 
 /// What names a template may read.
@@ -121,6 +119,10 @@ pub(super) fn check_tool(
     c.check_durations(decl);
     c.warn_raw_text_body(body.as_ref());
     let redirects = c.check_redirects(http);
+    // Compiled only to refuse an unusable schema here: the tool compiles
+    // it again on its first call (most tools of a large catalog are never
+    // called, and a validator costs more than its schema).
+    drop(validator?);
     Some(PendingHttp {
         method: match http.method {
             Method::Get => reqwest::Method::GET,
@@ -141,7 +143,6 @@ pub(super) fn check_tool(
         reads_caller: c.reads_caller,
         credentials: None,
         redirects,
-        validator: validator?,
     })
 }
 

@@ -24,7 +24,10 @@ pub struct Tool {
     pub parameters: Value,
     /// OpenAI's strict rendering of `parameters`, or why there is none.
     pub strict: Result<Value, strict::NotStrict>,
-    validator: jsonschema::Validator,
+    /// The arguments' validator, compiled on the tool's first call (the
+    /// schema was compiled once as the tool was loaded, to refuse an
+    /// unusable one; most tools of a large catalog are never called).
+    validator: std::sync::OnceLock<Result<jsonschema::Validator, String>>,
     /// Per-tool timeout; `None` uses the configured default.
     pub timeout: Option<Duration>,
     /// Results cache, for tools that declare one.
@@ -207,17 +210,13 @@ pub struct ToolSpec {
 impl Tool {
     /// Builds a tool; fails when `parameters` is not a usable JSON Schema.
     pub fn new(spec: ToolSpec, kind: ToolKind) -> Result<Tool, String> {
-        let validator = compile_schema(&spec.parameters)?;
-        Ok(Tool::with_validator(spec, kind, validator))
+        compile_schema(&spec.parameters)?;
+        Ok(Tool::checked(spec, kind))
     }
 
     /// Builds a tool whose `parameters` the caller has compiled (and
-    /// checked to be of `type: object`) into `validator`.
-    pub fn with_validator(
-        spec: ToolSpec,
-        kind: ToolKind,
-        validator: jsonschema::Validator,
-    ) -> Tool {
+    /// checked to be of `type: object`).
+    pub fn checked(spec: ToolSpec, kind: ToolKind) -> Tool {
         let cache = spec.cache_ttl.map(ResultCache::new);
         Tool {
             name: spec.name,
@@ -225,7 +224,7 @@ impl Tool {
             category: spec.category,
             strict: strict::to_strict(&spec.parameters),
             parameters: spec.parameters,
-            validator,
+            validator: std::sync::OnceLock::new(),
             timeout: spec.timeout,
             cache,
             kind,
@@ -238,8 +237,22 @@ impl Tool {
 
     /// Checks `args` against the schema; every violation is reported.
     pub fn validate(&self, args: &Value) -> Result<(), Vec<ArgError>> {
-        let errors: Vec<ArgError> = self
+        let validator = match self
             .validator
+            .get_or_init(|| compile_schema(&self.parameters))
+        {
+            Ok(validator) => validator,
+            // It compiled as the tool was loaded; were it ever not to,
+            // the call is refused, not run unchecked.
+            Err(e) => {
+                return Err(vec![ArgError {
+                    path: "/".to_owned(),
+                    rule: "schema".to_owned(),
+                    message: format!("the tool's schema cannot be compiled: {e}"),
+                }]);
+            }
+        };
+        let errors: Vec<ArgError> = validator
             .iter_errors(args)
             .map(|e| {
                 let rule = e
