@@ -173,8 +173,11 @@ deny: cargo-deny
 ## fuzz: the property tests of every parser of untrusted input (model text
 ## of every format family, whole and streamed; streamed tool-call deltas;
 ## chat, Messages and Responses request bodies, the latter two mutated from
-## the real clients' shapes in tests/fixtures/faces/; JSON documents and
-## JSONPath; arithmetic; console forms) with FUZZ_CASES cases each, for at
+## the real clients' shapes in tests/fixtures/faces/; upstream answers,
+## whole and as server-sent events in any chunks, and their usage; MCP
+## request states and task ids; arguments judged by a tool's schema and
+## rendered into its URL and body templates; JSON documents and JSONPath;
+## arithmetic; console forms) with FUZZ_CASES cases each, for at
 ## most FUZZ_SECONDS. `make test` runs the same tests with proptest's
 ## default 256 cases; proptest keeps the failures it finds in
 ## proptest-regressions/ files next to the code, replayed by every run.
@@ -182,7 +185,12 @@ FUZZ_CASES ?= 20000
 FUZZ_SECONDS ?= 900
 FUZZ_TESTS := test(/fuzz_/) | test(/tests_prop::/) | test(any_body_is_parsed_or_refused) \
 	| test(streamed_call_deltas_are_bounded) | test(any_document_is_answered_or_refused) \
-	| test(any_expression_is_answered_or_refused) | test(any_form_is_arguments_or_a_refusal)
+	| test(any_expression_is_answered_or_refused) | test(any_form_is_arguments_or_a_refusal) \
+	| test(any_whole_answer_is_decoded_or_refused) | test(any_upstream_stream_is_decoded_or_refused) \
+	| test(any_bytes_in_any_chunks_never_panic) | test(bytes_and_value_agree) \
+	| test(arrays_are_counted_as_parsed) | test(any_state_or_task_id_a_client_makes_up_is_refused) \
+	| test(any_arguments_are_judged_and_each_error_names_its_place) \
+	| test(an_argument_never_reshapes_a_json_body) | test(an_encoded_argument_never_reshapes_a_url)
 fuzz:
 	$(CARGO) build --workspace --tests
 	PROPTEST_CASES=$(FUZZ_CASES) timeout $(FUZZ_SECONDS) $(CARGO) nextest run --workspace --no-fail-fast -E '$(FUZZ_TESTS)'
