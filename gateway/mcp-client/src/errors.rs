@@ -108,3 +108,106 @@ pub(crate) fn in_words(e: &(dyn std::error::Error + 'static), server: &spec::Ser
     };
     format!("{connection}{words}{context}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// An error as the transport says it (rmcp's auth errors read so).
+    #[derive(Debug)]
+    struct Said(&'static str);
+
+    impl std::fmt::Display for Said {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Said {}
+
+    fn server(oauth: Option<spec::OAuthSpec>) -> spec::ServerSpec {
+        spec::ServerSpec {
+            name: "docs".into(),
+            transport: spec::Transport::Http(spec::HttpSpec {
+                url: "https://mcp.example.com/mcp".into(),
+                headers: Vec::new(),
+                per_request: None,
+                oauth,
+                credentials: None,
+            }),
+            tools: spec::ToolFilter::new("", &[], &[]).unwrap(),
+            timeout: None,
+            startup_timeout: Duration::from_secs(5),
+            cache_ttl: None,
+            required: false,
+            on_change: Default::default(),
+            pins: Default::default(),
+            file: "tools.d/docs.yaml".into(),
+            pos: Default::default(),
+            disabled: None,
+            sampling: None,
+        }
+    }
+
+    fn login() -> spec::OAuthSpec {
+        spec::OAuthSpec::AuthorizationCode {
+            client_id: Some("toolgate".into()),
+            client_secret: None,
+            client_metadata_url: None,
+            scopes: vec!["read".into()],
+            redirect_port: 8976,
+            token_file: "tokens/docs.json".into(),
+        }
+    }
+
+    fn client_credentials() -> spec::OAuthSpec {
+        spec::OAuthSpec::ClientCredentials {
+            client_id: "toolgate".into(),
+            client_secret: "s3cret".into(),
+            scopes: vec!["read".into()],
+        }
+    }
+
+    /// A refused token says which setting supplies one: a login says to
+    /// log in again, client credentials to add the scope, plain headers
+    /// to fix the header. Neither says to retry, which would not help.
+    #[test]
+    fn a_refused_token_names_the_setting_that_gives_one() {
+        let scope = Said("Insufficient scope");
+        let said = in_words(&scope, &server(Some(login())));
+        assert!(
+            said.contains("add it to `oauth.scopes` and run `toolgate mcp login docs` again"),
+            "{said}"
+        );
+        let said = in_words(&scope, &server(Some(client_credentials())));
+        assert!(
+            said.contains("add it to `oauth.scopes`") && !said.contains("mcp login"),
+            "{said}"
+        );
+        let said = in_words(&scope, &server(None));
+        assert!(
+            said.contains("the token in this server's `headers`") && !said.contains("oauth"),
+            "{said}"
+        );
+        let unauthorized = Said("Auth required");
+        let said = in_words(&unauthorized, &server(None));
+        assert!(
+            said.contains("401 Unauthorized") && said.contains("`headers`"),
+            "{said}"
+        );
+        for s in [
+            &server(None),
+            &server(Some(login())),
+            &server(Some(client_credentials())),
+        ] {
+            let said = in_words(&scope, s);
+            assert!(
+                !said.to_lowercase().contains("retry") && !said.contains("try again"),
+                "{said}"
+            );
+        }
+        assert!(needs_token(&scope) && needs_token(&unauthorized));
+        assert!(!needs_token(&Said("Session expired (HTTP 404)")));
+    }
+}
