@@ -176,6 +176,48 @@ async fn the_model_finds_a_tool_then_calls_it() {
     assert!(text.ends_with("[currency_convert] 12"), "{text}");
 }
 
+/// A request that needs two unrelated things: one `find_tools` call with a
+/// query for each finds both, each query's best first.
+#[tokio::test]
+async fn one_search_with_a_query_per_thing_finds_each() {
+    let s = setup().await;
+    let script = r#"call find_tools {"query": ["convert money into another currency", "send an email message"]} then email_send {"recipient": "ana@example.com"}"#;
+    let (status, body) = post_json(
+        &s.gateway.url("/v1/chat/completions"),
+        &json!({"model": "m", "messages": user(script)}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let found = &body["toolgate"]["tool_calls"][0]["result"]["tools"];
+    let names: Vec<&str> = found
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names[..2], ["currency_convert", "email_send"], "{found}");
+    assert_eq!(called(&body), ["find_tools", "email_send"]);
+    // Both are offered on the next model call (max_tools_in_prompt: 2).
+    let second = offered(&s.model.requests()[1]);
+    assert!(
+        second.contains(&"currency_convert".to_owned())
+            && second.contains(&"email_send".to_owned()),
+        "{second:?}"
+    );
+    // A list longer than the schema allows is refused as bad arguments.
+    let nine: Vec<String> = (0..9).map(|i| format!("thing {i}")).collect();
+    let script = format!("call find_tools {}", json!({"query": nine}));
+    let (status, body) = post_json(
+        &s.gateway.url("/v1/chat/completions"),
+        &json!({"model": "m", "messages": user(&script)}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let call = &body["toolgate"]["tool_calls"][0];
+    assert_eq!(call["success"], false, "{call}");
+    assert_eq!(call["error"]["code"], "invalid_arguments", "{call}");
+}
+
 #[tokio::test]
 async fn a_text_model_is_offered_what_it_found_in_its_prompt() {
     let s = setup().await;

@@ -36,13 +36,23 @@ impl Catalog {
                 "find_tools searches a tool set, and this call names none".into(),
             ));
         };
-        let query = args["query"].as_str().unwrap_or_default();
+        // One query, or one per thing the request needs (the schema
+        // bounds their number and length).
+        let queries: Vec<&str> = match &args["query"] {
+            Value::Array(many) => many.iter().filter_map(Value::as_str).collect(),
+            one => one.as_str().into_iter().collect(),
+        };
         let limit = args["limit"]
             .as_u64()
             .and_then(|l| usize::try_from(l).ok())
             .unwrap_or(DEFAULT_RESULTS)
             .clamp(1, MAX_RESULTS);
-        let found = self.find_tools(set, query, limit, caller);
+        let found = merged(
+            queries
+                .iter()
+                .map(|q| self.find_tools(set, q, limit, caller))
+                .collect(),
+        );
         let tools: Vec<Value> = found
             .iter()
             .map(|t| {
@@ -65,5 +75,69 @@ impl Catalog {
         } else {
             json!({"tools": tools})
         })
+    }
+}
+
+/// Each query's matches taken in turn (every query's best, then every
+/// query's second…), each tool once, at most [`MAX_RESULTS`]: a request
+/// that needs several things finds each of them, none crowded out.
+fn merged(each: Vec<Vec<Arc<Tool>>>) -> Vec<Arc<Tool>> {
+    let mut found: Vec<Arc<Tool>> = Vec::new();
+    let deepest = each.iter().map(Vec::len).max().unwrap_or(0);
+    for rank in 0..deepest {
+        for tool in each.iter().filter_map(|matches| matches.get(rank)) {
+            if found.len() < MAX_RESULTS && !found.iter().any(|f| Arc::ptr_eq(f, tool)) {
+                found.push(Arc::clone(tool));
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tools(names: &[&str]) -> Vec<Arc<Tool>> {
+        names
+            .iter()
+            .map(|n| {
+                Arc::new(crate::tools::tool::test_tool(
+                    n,
+                    "a tool",
+                    json!({"type": "object"}),
+                ))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_querys_best_comes_before_any_seconds() {
+        let [a, b, c, d] = [&["a"][..], &["b"], &["c"], &["d"]].map(tools);
+        let first = vec![Arc::clone(&a[0]), Arc::clone(&b[0]), Arc::clone(&c[0])];
+        let second = vec![Arc::clone(&d[0]), Arc::clone(&a[0])];
+        let names: Vec<String> = merged(vec![first, second])
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
+        // a (1st of the first), d (1st of the second), b, then a again
+        // (already in), c.
+        assert_eq!(names, ["a", "d", "b", "c"]);
+        let many: Vec<Vec<Arc<Tool>>> = (0..8)
+            .map(|q| {
+                tools(
+                    &(0..5)
+                        .map(|i| format!("t{q}_{i}"))
+                        .collect::<Vec<_>>()
+                        .iter()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        let found = merged(many);
+        assert_eq!(found.len(), MAX_RESULTS);
+        assert!(found[..8].iter().all(|t| t.name.ends_with("_0")));
     }
 }

@@ -37,6 +37,9 @@ pub const DEFAULT_RESULTS: usize = 5;
 pub const MAX_RESULTS: usize = 20;
 /// The longest query, in characters.
 pub const MAX_QUERY_CHARS: usize = 500;
+/// The most queries one `find_tools` call may make (one per thing a
+/// request asks for).
+pub const MAX_QUERIES: usize = 8;
 /// The longest description a search result carries, in characters.
 pub const RESULT_DESCRIPTION_CHARS: usize = 300;
 
@@ -65,23 +68,39 @@ pub fn search_tool(set: &str, description: Option<&str>) -> Result<Tool, String>
                 "Search the tools of the `{set}` tool set{about} and make the best matches \
                  callable. Say in plain words what you want to do (\"create an issue in a \
                  repository\"); you get the matching tools' names and descriptions, and can \
-                 call them by name from then on. Search again with other words when none fits."
+                 call them by name from then on. For a request that needs several different \
+                 things, give one query per thing as a list. Search again with other words \
+                 when none fits."
             ),
             category: None,
             parameters: json!({
                 "type": "object",
                 "properties": {
                     "query": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": MAX_QUERY_CHARS,
-                        "description": "What you want to do, in a few words."
+                        "anyOf": [
+                            {
+                                "type": "string",
+                                "minLength": 1,
+                                "maxLength": MAX_QUERY_CHARS
+                            },
+                            {
+                                "type": "array",
+                                "items": {
+                                    "type": "string",
+                                    "minLength": 1,
+                                    "maxLength": MAX_QUERY_CHARS
+                                },
+                                "minItems": 1,
+                                "maxItems": MAX_QUERIES
+                            }
+                        ],
+                        "description": "What you want to do, in a few words; several things as a list, one phrase each."
                     },
                     "limit": {
                         "type": "integer",
                         "minimum": 1,
                         "maximum": MAX_RESULTS,
-                        "description": format!("How many tools to return (default {DEFAULT_RESULTS}).")
+                        "description": format!("How many tools to return for each query (default {DEFAULT_RESULTS}; at most {MAX_RESULTS} in all).")
                     }
                 },
                 "required": ["query"],
