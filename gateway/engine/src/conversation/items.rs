@@ -262,6 +262,17 @@ pub struct ToolDef {
 #[derive(Debug, Clone, Default)]
 pub struct ToolJson(Option<std::sync::Arc<[std::sync::OnceLock<Box<RawValue>>; 4]>>);
 
+/// Where each protocol's JSON is kept in a [`ToolJson`] (a new protocol
+/// needs a place here and one more in its array).
+fn slot(protocol: Protocol) -> usize {
+    match protocol {
+        Protocol::OpenaiChat => 0,
+        Protocol::OpenaiResponses => 1,
+        Protocol::Anthropic => 2,
+        Protocol::Gemini => 3,
+    }
+}
+
 impl ToolJson {
     /// A store to share between a tool's copies.
     pub fn shared() -> ToolJson {
@@ -276,7 +287,7 @@ impl ToolJson {
     ) -> std::borrow::Cow<'_, RawValue> {
         match &self.0 {
             Some(written) => {
-                std::borrow::Cow::Borrowed(&**written[protocol as usize].get_or_init(write))
+                std::borrow::Cow::Borrowed(&**written[slot(protocol)].get_or_init(write))
             }
             None => std::borrow::Cow::Owned(write()),
         }

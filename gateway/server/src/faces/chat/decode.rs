@@ -156,12 +156,7 @@ impl<'a> Top<'a> {
 
     /// The field `name` parsed, if the body has it.
     fn field<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, RequestError> {
-        match self.get(name) {
-            None => Ok(None),
-            Some(v) => serde_json::from_str(v.get())
-                .map(Some)
-                .map_err(|e| RequestError::new(format!("`{name}` is malformed: {e}")).param(name)),
-        }
+        parsed(name, self.get(name))
     }
 }
 
@@ -251,12 +246,20 @@ fn field<T: serde::de::DeserializeOwned>(
     raw: &RawFields,
     name: &str,
 ) -> Result<Option<T>, RequestError> {
-    match raw.get(name) {
-        None => Ok(None),
-        Some(v) => serde_json::from_str(v.get())
-            .map(Some)
-            .map_err(|e| RequestError::new(format!("`{name}` is malformed: {e}")).param(name)),
-    }
+    parsed(name, raw.get(name).map(|v| &**v))
+}
+
+/// The field `name`'s raw value `raw` parsed, if there is one; malformed,
+/// an error naming the field.
+fn parsed<T: serde::de::DeserializeOwned>(
+    name: &str,
+    raw: Option<&RawValue>,
+) -> Result<Option<T>, RequestError> {
+    raw.map(|v| {
+        serde_json::from_str(v.get())
+            .map_err(|e| RequestError::new(format!("`{name}` is malformed: {e}")).param(name))
+    })
+    .transpose()
 }
 
 /// What a tool loop needs besides: the messages as turns, the typed
