@@ -46,7 +46,8 @@ impl Meter {
 
 /// The usage on the model call's span (OpenTelemetry's GenAI names).
 fn record_usage(span: &tracing::Span, u: &toolgate_engine::conversation::Usage) {
-    if u.is_empty() {
+    // A disabled span would still look each field's name up.
+    if u.is_empty() || span.is_disabled() {
         return;
     }
     span.record("gen_ai.usage.input_tokens", u.input);

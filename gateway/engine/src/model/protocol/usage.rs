@@ -121,10 +121,225 @@ pub fn of_slice(protocol: Protocol, bytes: &[u8]) -> Option<Usage> {
     if !bytes.trim_ascii_start().starts_with(b"{") {
         return None;
     }
+    if let Some(counts) = plain::counts(bytes) {
+        return Some(counts.usage(protocol));
+    }
     let mut values = serde_json::Deserializer::from_slice(bytes).into_iter::<Counts>();
     match values.next() {
         Some(Ok(counts)) => Some(counts.usage(protocol)),
         _ => None,
+    }
+}
+
+/// A plain usage object (what every API sends) read in one pass over its
+/// bytes; anything less plain is left to serde (`None`), which reads the
+/// same counts (`plain_and_serde_agree`).
+mod plain {
+    use super::{Counts, Details, Num};
+    use crate::model::protocol::lenient::Lenient;
+
+    /// The counts of `bytes`' first object when it is plain: keys of ASCII
+    /// letters, digits and `_`, each once; values whole numbers (no sign,
+    /// fraction or exponent), `null`, `true`, `false`, strings of printable
+    /// ASCII without escapes, or objects of those (one level down).
+    pub(super) fn counts(bytes: &[u8]) -> Option<Counts> {
+        let mut c = Cursor { b: bytes, i: 0 };
+        let mut counts = Counts::default();
+        let mut seen = 0u32;
+        c.object(|key, c| {
+            let (bit, slot): (u32, Slot<'_>) = match key {
+                b"prompt_tokens" => (0, Slot::Num(&mut counts.prompt_tokens)),
+                b"completion_tokens" => (1, Slot::Num(&mut counts.completion_tokens)),
+                b"prompt_tokens_details" => (2, Slot::Details(&mut counts.prompt_tokens_details)),
+                b"completion_tokens_details" => {
+                    (3, Slot::Details(&mut counts.completion_tokens_details))
+                }
+                b"input_tokens" => (4, Slot::Num(&mut counts.input_tokens)),
+                b"output_tokens" => (5, Slot::Num(&mut counts.output_tokens)),
+                b"input_tokens_details" => (6, Slot::Details(&mut counts.input_tokens_details)),
+                b"output_tokens_details" => (7, Slot::Details(&mut counts.output_tokens_details)),
+                b"cache_read_input_tokens" => (8, Slot::Num(&mut counts.cache_read_input_tokens)),
+                b"cache_creation_input_tokens" => {
+                    (9, Slot::Num(&mut counts.cache_creation_input_tokens))
+                }
+                b"promptTokenCount" => (10, Slot::Num(&mut counts.prompt_token_count)),
+                b"toolUsePromptTokenCount" => {
+                    (11, Slot::Num(&mut counts.tool_use_prompt_token_count))
+                }
+                b"candidatesTokenCount" => (12, Slot::Num(&mut counts.candidates_token_count)),
+                b"cachedContentTokenCount" => {
+                    (13, Slot::Num(&mut counts.cached_content_token_count))
+                }
+                b"thoughtsTokenCount" => (14, Slot::Num(&mut counts.thoughts_token_count)),
+                _ => return c.skip(true),
+            };
+            // serde refuses a field given twice.
+            if seen & (1 << bit) != 0 {
+                return None;
+            }
+            seen |= 1 << bit;
+            match slot {
+                Slot::Num(n) => *n = Num(c.scalar()?),
+                Slot::Details(d) => *d = Lenient(c.details()?),
+            }
+            Some(())
+        })?;
+        Some(counts)
+    }
+
+    enum Slot<'a> {
+        Num(&'a mut Num),
+        Details(&'a mut Lenient<Details>),
+    }
+
+    /// The bytes of a plain key: ASCII letters, digits and `_`.
+    static KEY_BYTE: [bool; 256] = {
+        let mut table = [false; 256];
+        let mut c = 0;
+        while c < 256 {
+            let b = c as u8;
+            table[c] = b.is_ascii_alphanumeric() || b == b'_';
+            c += 1;
+        }
+        table
+    };
+
+    struct Cursor<'a> {
+        b: &'a [u8],
+        i: usize,
+    }
+
+    impl<'a> Cursor<'a> {
+        fn peek(&mut self) -> Option<u8> {
+            while let Some(&c) = self.b.get(self.i) {
+                if !matches!(c, b' ' | b'\n' | b'\r' | b'\t') {
+                    return Some(c);
+                }
+                self.i += 1;
+            }
+            None
+        }
+
+        fn eat(&mut self, want: u8) -> bool {
+            let found = self.peek() == Some(want);
+            self.i += usize::from(found);
+            found
+        }
+
+        /// An object, each of its fields read by `field` (given the key,
+        /// it reads the value).
+        fn object(
+            &mut self,
+            mut field: impl FnMut(&'a [u8], &mut Self) -> Option<()>,
+        ) -> Option<()> {
+            if !self.eat(b'{') {
+                return None;
+            }
+            if self.eat(b'}') {
+                return Some(());
+            }
+            loop {
+                let key = self.key()?;
+                if !self.eat(b':') {
+                    return None;
+                }
+                field(key, self)?;
+                if self.eat(b'}') {
+                    return Some(());
+                }
+                if !self.eat(b',') {
+                    return None;
+                }
+            }
+        }
+
+        fn key(&mut self) -> Option<&'a [u8]> {
+            if !self.eat(b'"') {
+                return None;
+            }
+            let start = self.i;
+            let len = memchr::memchr(b'"', &self.b[start..])?;
+            let key = &self.b[start..start + len];
+            self.i += len + 1;
+            key.iter().all(|c| KEY_BYTE[usize::from(*c)]).then_some(key)
+        }
+
+        fn eat_now(&mut self, want: u8) -> bool {
+            let found = self.b.get(self.i) == Some(&want);
+            self.i += usize::from(found);
+            found
+        }
+
+        /// A details object's counts.
+        fn details(&mut self) -> Option<Details> {
+            let mut d = Details::default();
+            let mut seen = 0u8;
+            self.object(|key, c| {
+                let (bit, n) = match key {
+                    b"cached_tokens" => (0, &mut d.cached_tokens),
+                    b"cache_write_tokens" => (1, &mut d.cache_write_tokens),
+                    b"reasoning_tokens" => (2, &mut d.reasoning_tokens),
+                    b"thinking_tokens" => (3, &mut d.thinking_tokens),
+                    _ => return c.skip(false),
+                };
+                if seen & (1 << bit) != 0 {
+                    return None;
+                }
+                seen |= 1 << bit;
+                *n = Num(c.scalar()?);
+                Some(())
+            })?;
+            Some(d)
+        }
+
+        /// A value passed over: a scalar, or (`nested`) an object of them.
+        fn skip(&mut self, nested: bool) -> Option<()> {
+            if nested && self.peek() == Some(b'{') {
+                return self.object(|_, c| c.skip(false));
+            }
+            self.scalar().map(|_| ())
+        }
+
+        /// A scalar, as a count: a whole number is itself; `null`, a
+        /// boolean or a string counts 0.
+        fn scalar(&mut self) -> Option<u64> {
+            match self.peek()? {
+                b'0'..=b'9' => {
+                    let digits = self.b[self.i..]
+                        .iter()
+                        .position(|c| !c.is_ascii_digit())
+                        .unwrap_or(self.b.len() - self.i);
+                    let text = &self.b[self.i..self.i + digits];
+                    self.i += digits;
+                    if (text.len() > 1 && text[0] == b'0')
+                        || matches!(self.b.get(self.i), Some(b'.' | b'e' | b'E'))
+                    {
+                        return None;
+                    }
+                    text.iter().try_fold(0u64, |n, d| {
+                        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+                    })
+                }
+                b'n' => self.word(b"null"),
+                b't' => self.word(b"true"),
+                b'f' => self.word(b"false"),
+                b'"' => {
+                    self.i += 1;
+                    let len = self.b[self.i..]
+                        .iter()
+                        .position(|c| !(b' '..=b'~').contains(c) || *c == b'"' || *c == b'\\')?;
+                    self.i += len;
+                    self.eat_now(b'"').then_some(0)
+                }
+                _ => None,
+            }
+        }
+
+        fn word(&mut self, word: &[u8]) -> Option<u64> {
+            let found = self.b[self.i..].starts_with(word);
+            self.i += if found { word.len() } else { 0 };
+            found.then_some(0)
+        }
     }
 }
 
@@ -243,7 +458,123 @@ mod tests {
         assert_eq!(u.input, 7, "what follows the object is not read");
     }
 
+    /// The counts of `bytes` as serde reads them.
+    fn by_serde(protocol: Protocol, bytes: &[u8]) -> Option<Usage> {
+        let mut values = serde_json::Deserializer::from_slice(bytes).into_iter::<Counts>();
+        match values.next() {
+            Some(Ok(counts)) => Some(counts.usage(protocol)),
+            _ => None,
+        }
+    }
+
+    fn numbers(u: &Usage) -> [u64; 5] {
+        [u.input, u.output, u.cache_read, u.cache_write, u.reasoning]
+    }
+
+    #[test]
+    fn every_protocols_usage_object_is_plain() {
+        let objects = [
+            r#"{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}"#,
+            r#"{ "input_tokens": 2095, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0}, "output_tokens": 503, "service_tier": "standard", "server_tool_use": null }"#,
+            r#"{"input_tokens":36,"input_tokens_details":{"cached_tokens":0},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":123}"#,
+            "{\n  \"promptTokenCount\": 8,\n  \"candidatesTokenCount\": 12,\n  \"totalTokenCount\": 20,\n  \"thoughtsTokenCount\": 3\n}",
+        ];
+        for (o, protocol) in objects.iter().zip([
+            Protocol::OpenaiChat,
+            Protocol::Anthropic,
+            Protocol::OpenaiResponses,
+            Protocol::Gemini,
+        ]) {
+            let fast = plain::counts(o.as_bytes()).expect(o).usage(protocol);
+            let slow = by_serde(protocol, o.as_bytes()).unwrap();
+            assert_eq!(numbers(&fast), numbers(&slow), "{o}");
+            assert_ne!(numbers(&fast), [0; 5], "{o}");
+        }
+        for odd in [
+            r#"{"prompt_tokens":1,"prompt_tokens":2}"#,
+            r#"{"prompt_tokens":1.5}"#,
+            r#"{"prompt_tokens":-1}"#,
+            r#"{"prompt_tokens":01}"#,
+            r#"{"prompt_tokens":1,}"#,
+            r#"{"a\u0062":1}"#,
+            r#"{"x":[1]}"#,
+            r#"{"x":{"y":{}}}"#,
+            r#"{"prompt_tokens":99999999999999999999}"#,
+        ] {
+            assert!(plain::counts(odd.as_bytes()).is_none(), "{odd}");
+        }
+    }
+
+    /// A usage-like object's text: known and unknown keys, counts and
+    /// other scalars, details objects, odd spacing and odd numbers.
+    fn usage_text() -> impl Strategy<Value = String> {
+        let key = prop_oneof![
+            8 => prop::sample::select(vec![
+                "prompt_tokens",
+                "completion_tokens",
+                "prompt_tokens_details",
+                "output_tokens_details",
+                "input_tokens",
+                "output_tokens",
+                "cache_read_input_tokens",
+                "promptTokenCount",
+                "candidatesTokenCount",
+                "cached_tokens",
+                "reasoning_tokens",
+                "total_tokens",
+            ])
+            .prop_map(str::to_owned),
+            1 => "[a-zA-Z_\\\\\"é]{0,6}",
+        ];
+        let scalar = prop_oneof![
+            6 => any::<u64>().prop_map(|n| n.to_string()),
+            6 => (0u32..1000).prop_map(|n| n.to_string()),
+            1 => prop::sample::select(vec![
+                "-3", "2.5", "1e3", "007", "18446744073709551616", "null", "true", "nul", "[1]",
+            ])
+            .prop_map(str::to_owned),
+            1 => "\"[ -~é\\\\]{0,5}\"",
+        ];
+        let space = prop_oneof![Just(""), Just(" "), Just("\n\t")];
+        let field = (key.clone(), scalar.clone(), space.clone())
+            .prop_map(|(k, v, s)| format!("{s}\"{k}\"{s}:{s}{v}"));
+        let inner = proptest::collection::vec(field.clone(), 0..4)
+            .prop_map(|f| format!("{{{}}}", f.join(",")));
+        let value = prop_oneof![
+            scalar,
+            inner.clone(),
+            inner.prop_map(|o| format!("{{\"x\":{o}}}"))
+        ];
+        let outer = (key, value, space).prop_map(|(k, v, s)| format!("{s}\"{k}\":{s}{v}{s}"));
+        (
+            proptest::collection::vec(outer, 0..8),
+            any::<bool>(),
+            "[ ,}\\]x]{0,3}",
+        )
+            .prop_map(|(f, comma, tail)| {
+                format!("{{{}{}}}{tail}", f.join(","), if comma { "," } else { "" })
+            })
+    }
+
     proptest! {
+        /// What the one-pass reader reads, serde reads the same; what it
+        /// leaves, serde reads.
+        #[test]
+        fn plain_and_serde_agree(text in usage_text(), which in 0usize..4) {
+            let protocol = [Protocol::OpenaiChat, Protocol::OpenaiResponses, Protocol::Anthropic, Protocol::Gemini][which];
+            if let Some(fast) = plain::counts(text.as_bytes()) {
+                let slow = by_serde(protocol, text.as_bytes());
+                prop_assert!(slow.is_some(), "{} read plain, refused by serde", text);
+                prop_assert_eq!(numbers(&fast.usage(protocol)), numbers(&slow.unwrap_or_default()));
+            }
+        }
+
+        /// Any bytes: read or left, never a panic.
+        #[test]
+        fn any_bytes_are_read_or_left(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = plain::counts(&bytes);
+        }
+
         /// The counts read from bytes are the counts read from the value.
         #[test]
         fn bytes_and_value_agree(v in crate::support::any_json::any_json(), which in 0usize..4) {
