@@ -104,10 +104,27 @@ pub fn key(upstream: &str, model: &str) -> String {
     format!("{upstream}/{model}")
 }
 
+/// What a glob route's pattern matches.
+#[derive(Debug)]
+enum Matcher {
+    /// `*`: every name (matched without running a glob).
+    Any,
+    Glob(GlobMatcher),
+}
+
+impl Matcher {
+    fn is_match(&self, model: &str) -> bool {
+        match self {
+            Matcher::Any => true,
+            Matcher::Glob(g) => g.is_match(model),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Route {
     pattern: String,
-    glob: Option<GlobMatcher>,
+    glob: Option<Matcher>,
     targets: Arc<[Target]>,
     cooldown: CooldownDecl,
     formatter: FormatterKind,
@@ -157,12 +174,14 @@ impl Upstreams {
         if targets.is_empty() {
             return Err("a route needs a target".into());
         }
-        let glob = if pattern.contains(['*', '?', '[']) {
-            Some(
+        let glob = if pattern == "*" {
+            Some(Matcher::Any)
+        } else if pattern.contains(['*', '?', '[']) {
+            Some(Matcher::Glob(
                 Glob::new(pattern)
                     .map_err(|e| e.kind().to_string())?
                     .compile_matcher(),
-            )
+            ))
         } else {
             None
         };
@@ -511,6 +530,12 @@ mod tests {
         );
         assert!(!r.several());
         assert_eq!(u.resolve("other").unwrap().upstream.name, "a");
+        // `*` matches what the glob `*` matches: any name, slashes too.
+        let star = Glob::new("*").unwrap().compile_matcher();
+        for name in ["org/model:free", "", "llama"] {
+            assert!(star.is_match(name) && Matcher::Any.is_match(name));
+        }
+        assert_eq!(u.resolve("org/model:free").unwrap().upstream.name, "a");
         assert_eq!(up("x").base_url, "http://127.0.0.1:1/v1");
     }
 
