@@ -190,7 +190,8 @@ FUZZ_TESTS := test(/fuzz_/) | test(/tests_prop::/) | test(any_body_is_parsed_or_
 	| test(any_bytes_in_any_chunks_never_panic) | test(bytes_and_value_agree) \
 	| test(arrays_are_counted_as_parsed) | test(any_state_or_task_id_a_client_makes_up_is_refused) \
 	| test(any_arguments_are_judged_and_each_error_names_its_place) \
-	| test(an_argument_never_reshapes_a_json_body) | test(an_encoded_argument_never_reshapes_a_url)
+	| test(an_argument_never_reshapes_a_json_body) | test(an_encoded_argument_never_reshapes_a_url) \
+	| test(plain_and_serde_agree) | test(any_mcp_message_in_either_revision_is_answered_or_refused)
 fuzz:
 	$(CARGO) build --workspace --tests
 	PROPTEST_CASES=$(FUZZ_CASES) timeout $(FUZZ_SECONDS) $(CARGO) nextest run --workspace --no-fail-fast -E '$(FUZZ_TESTS)'

@@ -22,6 +22,7 @@ mod mcp;
 mod mcp_config;
 mod mcp_faults;
 mod mcp_lists;
+mod mcp_messages;
 mod mcp_oauth;
 mod native_faults;
 mod native_registry;

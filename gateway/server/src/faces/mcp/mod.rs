@@ -214,7 +214,52 @@ async fn serve(
     if closing && resp.status() == StatusCode::ACCEPTED {
         *resp.status_mut() = StatusCode::NO_CONTENT;
     }
-    resp
+    as_jsonrpc_error(resp).await
+}
+
+/// The transport's refusals in JSON-RPC's terms: rmcp answers a body it
+/// cannot read, or a header it refuses, in plain words (and a body that is
+/// not a JSON-RPC message with 415, as if its type were wrong). A client
+/// gets a JSON-RPC error without an id, as the transport's spec allows: a
+/// body that is not JSON is a parse error (-32700) and one that is not a
+/// message an invalid request (-32600), both `400`; any other refusal
+/// keeps its status.
+async fn as_jsonrpc_error(resp: Response) -> Response {
+    use http_body_util::BodyExt;
+    let json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json"));
+    if json || !(resp.status().is_client_error() || resp.status().is_server_error()) {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    // rmcp's refusals are a line; more is not read.
+    let words = match http_body_util::Limited::new(body, 4096).collect().await {
+        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        Err(_) => parts
+            .status
+            .canonical_reason()
+            .unwrap_or("refused")
+            .to_owned(),
+    };
+    let unreadable = words.starts_with("fail to deserialize request body");
+    let code = if !unreadable || words.contains("unrecognized JSON-RPC message") {
+        -32600
+    } else {
+        -32700
+    };
+    if unreadable {
+        parts.status = StatusCode::BAD_REQUEST;
+    }
+    let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": words}});
+    parts.headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(error.to_string()))
 }
 
 /// A request that may start a session: a POST without `Mcp-Session-Id`
