@@ -10,10 +10,10 @@ use rmcp::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
 use toolgate::{CallContext, ProgressSink, ToolError};
 
-use crate::errors::{connection_lost, in_words, needs_token};
+use crate::errors::{connection_lost, in_words, needs_token, token_refused};
 use crate::session::listing::McpTool;
 use crate::session::{self, Server};
-use crate::spec::{self, Transport};
+use crate::spec::Transport;
 use crate::{Offer, progress, relay, result};
 
 /// Why a call has no answer from its server (yet).
@@ -307,15 +307,7 @@ impl<T: Offer> McpTool<T> {
                 // credentials: a new token; a login: the token file again).
                 let reason = in_words(&e, &server.spec);
                 server.connection_broken(reason.clone());
-                let next = match server.spec.oauth() {
-                    Some(spec::OAuthSpec::AuthorizationCode { .. }) => format!(
-                        "the saved token cannot be used or refreshed: run `toolgate mcp login {name}` again"
-                    ),
-                    _ => "the gateway asks its authorization server for a new token with its client credentials".to_owned(),
-                };
-                Err(ToolError::Backend(format!(
-                    "MCP server `{name}`: {reason}; {next}"
-                )).into())
+                Err(ToolError::Backend(token_refused(&server.spec, &reason)).into())
             }
             Err(ServiceError::McpError(e)) => Err(ToolError::Backend(format!(
                 "MCP server `{name}` answered with an error: {} (code {})",

@@ -109,6 +109,24 @@ pub(crate) fn in_words(e: &(dyn std::error::Error + 'static), server: &spec::Ser
     format!("{connection}{words}{context}")
 }
 
+/// What a call the server refused for its OAuth token says: the reason,
+/// and what renews the token — a login the operator runs again, or the
+/// gateway's own request with its client credentials. Never "retry": the
+/// same token would be refused again.
+pub(crate) fn token_refused(server: &spec::ServerSpec, reason: &str) -> String {
+    let name = &server.name;
+    let next = match server.oauth() {
+        Some(spec::OAuthSpec::AuthorizationCode { .. }) => format!(
+            "the saved token cannot be used or refreshed: run `toolgate mcp login {name}` again"
+        ),
+        _ => {
+            "the gateway asks its authorization server for a new token with its client credentials"
+                .to_owned()
+        }
+    };
+    format!("MCP server `{name}`: {reason}; {next}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +227,34 @@ mod tests {
         }
         assert!(needs_token(&scope) && needs_token(&unauthorized));
         assert!(!needs_token(&Said("Session expired (HTTP 404)")));
+    }
+
+    #[test]
+    fn a_token_that_cannot_be_refreshed_names_what_renews_it_never_a_retry() {
+        let expired = Said("Auth required");
+        let login = server(Some(login()));
+        let said = token_refused(&login, &in_words(&expired, &login));
+        assert!(said.starts_with("MCP server `docs`: "), "{said}");
+        assert!(
+            said.ends_with(
+                "the saved token cannot be used or refreshed: run `toolgate mcp login docs` again"
+            ),
+            "{said}"
+        );
+        let machine = server(Some(client_credentials()));
+        let said = token_refused(&machine, &in_words(&expired, &machine));
+        assert!(
+            said.contains("a new token with its client credentials") && !said.contains("mcp login"),
+            "{said}"
+        );
+        for said in [
+            token_refused(&login, "401 Unauthorized"),
+            token_refused(&machine, "401 Unauthorized"),
+        ] {
+            assert!(
+                !said.to_lowercase().contains("retry") && !said.contains("try again"),
+                "{said}"
+            );
+        }
     }
 }
