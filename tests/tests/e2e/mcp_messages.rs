@@ -366,7 +366,6 @@ fn any_mcp_message_in_either_revision_is_answered_or_refused() {
             .ok()
             .and_then(|c| c.parse().ok())
             .unwrap_or(96),
-        failure_persistence: None,
         ..ProptestConfig::default()
     };
     proptest!(config, |((body, headers) in body(), stateless in any::<bool>())| {
