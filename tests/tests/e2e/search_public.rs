@@ -190,13 +190,17 @@ impl Bm25 {
     }
 }
 
+/// recall@5 and hit@1 over all of a set's queries, and by how many
+/// tools a query needs (1, 2, 3, 4 or more): count, recall@5/hit@1.
 struct Score {
     recall: f64,
     hit: f64,
+    by_need: [(usize, f64, f64); 4],
 }
 
 fn score(set: &Set, ranked: impl Fn(&str) -> Vec<usize>) -> Score {
     let (mut recall, mut hit) = (0.0, 0.0);
+    let mut by_need = [(0usize, 0.0, 0.0); 4];
     for q in &set.queries {
         let top: Vec<&str> = ranked(&q.text)
             .into_iter()
@@ -207,16 +211,37 @@ fn score(set: &Set, ranked: impl Fn(&str) -> Vec<usize>) -> Score {
             .iter()
             .filter(|w| top.contains(&w.as_str()))
             .count();
-
-        recall += found as f64 / q.wanted.len().min(5) as f64;
-        if top.first().is_some_and(|t| q.wanted.contains(*t)) {
-            hit += 1.0;
-        }
+        let r = found as f64 / q.wanted.len().min(5) as f64;
+        let h = f64::from(u8::from(top.first().is_some_and(|t| q.wanted.contains(*t))));
+        recall += r;
+        hit += h;
+        let bucket = &mut by_need[q.wanted.len().clamp(1, 4) - 1];
+        *bucket = (bucket.0 + 1, bucket.1 + r, bucket.2 + h);
     }
     let n = set.queries.len() as f64;
     Score {
         recall: recall / n,
         hit: hit / n,
+        by_need: by_need.map(|(n, r, h)| {
+            let d = n.max(1) as f64;
+            (n, r / d, h / d)
+        }),
+    }
+}
+
+impl Score {
+    fn line(&self, what: &str) -> String {
+        let needs: Vec<String> = ["1", "2", "3", "4+"]
+            .iter()
+            .zip(&self.by_need)
+            .map(|(k, (n, r, h))| format!("{k} tool(s) ×{n}: {r:.3}/{h:.3}"))
+            .collect();
+        format!(
+            "  {what:<34} recall@5 {:.3} hit@1 {:.3}  |  {}",
+            self.recall,
+            self.hit,
+            needs.join("  ")
+        )
     }
 }
 
@@ -255,16 +280,13 @@ fn tool_search_on_public_retrieval_sets() {
         let baseline = Bm25::new(&set.tools);
         let bm25 = score(&set, |q| baseline.rank(q, 5));
         report.push(format!(
-            "{:<10} {:>5} tools {:>5} queries  find_tools with the model recall@5 {:.3} hit@1 {:.3}  |  by words alone {:.3} {:.3}  |  BM25 {:.3} {:.3}",
+            "{} ({} tools, {} queries)\n{}\n{}\n{}",
             set.name,
             set.tools.len(),
             set.queries.len(),
-            ours.recall,
-            ours.hit,
-            lexical.recall,
-            lexical.hit,
-            bm25.recall,
-            bm25.hit
+            ours.line("find_tools with the model"),
+            lexical.line("by words alone"),
+            bm25.line("plain BM25"),
         ));
         let (_, recall, hit) = FLOORS.iter().find(|(n, _, _)| *n == set.name).unwrap();
         if ours.recall < *recall || ours.hit < *hit {
