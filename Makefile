@@ -218,10 +218,11 @@ bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) $(OHA) deb
 	target/release/bench-load
 	$(MAKE) bench-guards
 
-## bench-guards: the injection guard on AgentDojo's attacks and benign tool outputs
+## bench-guards: the injection guard on two public sets of indirect injections
+## (AgentDojo's attacks and benign tool outputs; raginject and bastioncorpus)
 bench-guards: $(PUBLIC_DATA)
 	$(CARGO) build --release -p toolgate-server --bin toolgate
-	.venv/bin/python tests/bench/guards.py target/public-data/wheels/agentdojo-0.1.35-py3-none-any.whl target/release/toolgate
+	.venv/bin/python tests/bench/guards.py target/public-data/wheels target/release/toolgate
 
 ## prices: the shipped price table, from the price list of the litellm package
 prices: $(VENV)/.installed

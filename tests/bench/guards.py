@@ -1,6 +1,13 @@
-"""The injection guard measured on public data no one here wrote: the
-prompt-injection attacks and the benign tool outputs of AgentDojo (the
-`agentdojo` wheel from PyPI, read as data: nothing of it is imported or run).
+"""The injection guard measured on public data no one here wrote, two sets
+of indirect injections (wheels from PyPI, read as data: nothing of them is
+imported or run):
+
+- AgentDojo's prompt-injection attacks and benign tool outputs (below);
+- raginject's poisoned documents (each a realistic document with an
+  injection; its benign twin is the same document without the injected
+  lines, where the package names them) and bastioncorpus's tool outputs
+  and memories, malicious and benign (its benign ones are hard: they say
+  "ignore", "system", "instructions" innocently).
 
 Benign outputs: every text of the four suites' environments (emails, files,
 calendar entries, reviews, messages, transactions...), each injection place
@@ -10,13 +17,14 @@ one of its suite's injection places, round robin. Each text is returned by
 an HTTP tool of a running `toolgate serve` (default `guards:`), and counted
 as flagged when the result carries a guard note.
 
-Usage: guards.py AGENTDOJO_WHEEL TOOLGATE_BINARY
+Usage: guards.py WHEELS_DIR TOOLGATE_BINARY
 """
 
 import ast
 import collections
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -131,10 +139,38 @@ def corpus(wheel_path):
     return attack_templates, benign, injected, skipped_goals
 
 
+def second_set(wheels):
+    """raginject's documents and bastioncorpus's indirect texts: (benign
+    texts, [(group, injected text)])."""
+    benign, injected = [], []
+    (rag,) = wheels.glob("raginject-*.whl")
+    with zipfile.ZipFile(rag) as z:
+        for name in sorted(n for n in z.namelist() if n.startswith("raginject/attacks/") and n.endswith(".yaml")):
+            for item in yaml.safe_load(z.read(name)):
+                text = item["injected_content"]
+                injected.append((f"raginject {item['category']}", text))
+                payload = (item.get("payload") or "").strip()
+                if payload and payload in text:
+                    benign.append(text.replace(payload, "").replace("\n\n\n", "\n\n"))
+    (bastion,) = wheels.glob("bastioncorpus-*.whl")
+    with zipfile.ZipFile(bastion) as z:
+        for line in z.read("bastioncorpus/corpus/injections.jsonl").decode().splitlines():
+            row = json.loads(line)
+            if row["channel"] == "user_input":
+                continue  # a direct injection, not one a tool's result carries
+            if row["label"] == "malicious":
+                injected.append((f"bastioncorpus {row['channel']}", row["text"]))
+            else:
+                benign.append(row["text"])
+    return sorted(set(benign)), injected
+
+
 def main():
-    wheel_path, binary = sys.argv[1], sys.argv[2]
+    wheels, binary = pathlib.Path(sys.argv[1]), sys.argv[2]
+    (wheel_path,) = wheels.glob("agentdojo-*.whl")
     attack_templates, benign, injected, skipped = corpus(wheel_path)
-    texts = benign + [t for _, t in injected]
+    benign2, injected2 = second_set(wheels)
+    texts = benign + [t for _, t in injected] + benign2 + [t for _, t in injected2]
 
     class Backend(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
@@ -179,26 +215,47 @@ def main():
         assert result.get("success"), result
         return bool(result.get("guard_notes"))
 
+    def measure(first, benign, injected):
+        """The false positives among `benign` and the detections among
+        `injected` by group, the texts numbered from `first`."""
+        false_positives = [t for i, t in enumerate(benign) if flagged(first + i)]
+        by_group = collections.defaultdict(lambda: [0, 0])
+        for j, (group, _) in enumerate(injected):
+            by_group[group][0] += flagged(first + len(benign) + j)
+            by_group[group][1] += 1
+        return false_positives, by_group
+
+    def report(title, benign, false_positives, by_group):
+        detected = sum(d for d, _ in by_group.values())
+        total = sum(n for _, n in by_group.values())
+        print(title)
+        print(f"  injection guard: detected {detected}/{total} = {100 * detected / total:.1f}%, "
+              f"false positives {len(false_positives)}/{len(benign)} = {100 * len(false_positives) / len(benign):.1f}%")
+        for group, (d, n) in sorted(by_group.items()):
+            print(f"    {d:4}/{n:<4} {100 * d / n:5.1f}%  {group!r}")
+        for t in false_positives[:10]:
+            print(f"  false positive: {t[:120]!r}")
+
     try:
-        false_positives = [t for i, t in enumerate(benign) if flagged(i)]
-        by_template = collections.defaultdict(lambda: [0, 0])
-        for j, (template, _) in enumerate(injected):
-            hit = flagged(len(benign) + j)
-            by_template[template][0] += hit
-            by_template[template][1] += 1
+        false_positives, by_template = measure(0, benign, injected)
+        second = measure(len(benign) + len(injected), benign2, injected2)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
         server.shutdown()
-    detected = sum(d for d, _ in by_template.values())
-    print(f"AgentDojo ({os.path.basename(wheel_path)}): {len(benign)} benign texts, {len(injected)} injected "
-          f"({len(attack_templates)} attack templates; {skipped} goals not plain strings, left out)")
-    print(f"  injection guard: detected {detected}/{len(injected)} = {100 * detected / len(injected):.1f}%, "
-          f"false positives {len(false_positives)}/{len(benign)} = {100 * len(false_positives) / len(benign):.1f}%")
-    for template, (d, n) in sorted(by_template.items()):
-        print(f"    {d:4}/{n:<4} {100 * d / n:5.1f}%  {template!r}")
-    for t in false_positives[:10]:
-        print(f"  false positive: {t[:120]!r}")
+    report(
+        f"AgentDojo ({os.path.basename(wheel_path)}): {len(benign)} benign texts, {len(injected)} injected "
+        f"({len(attack_templates)} attack templates; {skipped} goals not plain strings, left out)",
+        benign,
+        false_positives,
+        by_template,
+    )
+    report(
+        f"raginject + bastioncorpus ({', '.join(sorted(p.name for p in wheels.glob('*.whl') if p.name.startswith(('raginject', 'bastioncorpus'))))}): "
+        f"{len(benign2)} benign texts, {len(injected2)} injected",
+        benign2,
+        *second,
+    )
 
 
 if __name__ == "__main__":
