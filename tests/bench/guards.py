@@ -187,49 +187,62 @@ def main():
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Backend)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    config = tempfile.mkdtemp()
-    os.mkdir(f"{config}/tools.d")
-    with open(f"{config}/tools.d/t.yaml", "w") as f:
-        f.write(
-            "tools:\n  - name: read_item\n    description: Read an item.\n"
-            "    parameters: {type: object, properties: {id: {type: integer}}, required: [id]}\n"
-            f"    http:\n      url: \"http://127.0.0.1:{server.server_address[1]}/item\"\n"
-            "      query: {id: \"{{ args.id }}\"}\n"
-        )
-    proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--config", config], stderr=subprocess.PIPE)
-    for raw in proc.stderr:
-        line = raw.decode(errors="replace")
-        if "listening on http://" in line:
-            base = "http://" + line.split("listening on http://")[1].strip()
-            break
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    tool = (
+        "tools:\n  - name: read_item\n    description: Read an item.\n"
+        "    parameters: {type: object, properties: {id: {type: integer}}, required: [id]}\n"
+        f"    http:\n      url: \"http://127.0.0.1:{server.server_address[1]}/item\"\n"
+        "      query: {id: \"{{ args.id }}\"}\n"
+    )
 
-    def flagged(i):
-        req = urllib.request.Request(
-            base + "/v1/tools/read_item/invoke",
-            data=json.dumps({"arguments": {"id": i}}).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=30) as r:
-            result = json.loads(r.read())
-        assert result.get("success"), result
-        return bool(result.get("guard_notes"))
+    def measure_with(guards_yaml):
+        """Every text through a gateway of `guards_yaml`: AgentDojo's false
+        positives and detections by template, and the second set's."""
+        config = tempfile.mkdtemp()
+        os.mkdir(f"{config}/tools.d")
+        with open(f"{config}/tools.d/t.yaml", "w") as f:
+            f.write(tool)
+        with open(f"{config}/toolgate.yaml", "w") as f:
+            f.write(guards_yaml)
+        proc = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--config", config], stderr=subprocess.PIPE)
+        for raw in proc.stderr:
+            line = raw.decode(errors="replace")
+            if "listening on http://" in line:
+                base = "http://" + line.split("listening on http://")[1].strip()
+                break
+        threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
 
-    def measure(first, benign, injected):
-        """The false positives among `benign` and the detections among
-        `injected` by group, the texts numbered from `first`."""
-        false_positives = [t for i, t in enumerate(benign) if flagged(first + i)]
-        by_group = collections.defaultdict(lambda: [0, 0])
-        for j, (group, _) in enumerate(injected):
-            by_group[group][0] += flagged(first + len(benign) + j)
-            by_group[group][1] += 1
-        return false_positives, by_group
+        def flagged(i):
+            req = urllib.request.Request(
+                base + "/v1/tools/read_item/invoke",
+                data=json.dumps({"arguments": {"id": i}}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=30) as r:
+                result = json.loads(r.read())
+            assert result.get("success"), result
+            return bool(result.get("guard_notes"))
+
+        def measure(first, benign, injected):
+            """The false positives among `benign` and the detections among
+            `injected` by group, the texts numbered from `first`."""
+            false_positives = [t for i, t in enumerate(benign) if flagged(first + i)]
+            by_group = collections.defaultdict(lambda: [0, 0])
+            for j, (group, _) in enumerate(injected):
+                by_group[group][0] += flagged(first + len(benign) + j)
+                by_group[group][1] += 1
+            return false_positives, by_group
+
+        try:
+            return measure(0, benign, injected), measure(len(benign) + len(injected), benign2, injected2)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
 
     def report(title, benign, false_positives, by_group):
         detected = sum(d for d, _ in by_group.values())
         total = sum(n for _, n in by_group.values())
         print(title)
-        print(f"  injection guard: detected {detected}/{total} = {100 * detected / total:.1f}%, "
+        print(f"  detected {detected}/{total} = {100 * detected / total:.1f}%, "
               f"false positives {len(false_positives)}/{len(benign)} = {100 * len(false_positives) / len(benign):.1f}%")
         for group, (d, n) in sorted(by_group.items()):
             print(f"    {d:4}/{n:<4} {100 * d / n:5.1f}%  {group!r}")
@@ -237,25 +250,26 @@ def main():
             print(f"  false positive: {t[:120]!r}")
 
     try:
-        false_positives, by_template = measure(0, benign, injected)
-        second = measure(len(benign) + len(injected), benign2, injected2)
+        for name, guards_yaml in [
+            ("the heuristics alone (the default guards)", ""),
+            ("the heuristics and the injection model (guards.injection_model: true)", "guards:\n  injection_model: true\n"),
+        ]:
+            first, second = measure_with(guards_yaml)
+            print(f"== {name}")
+            report(
+                f"AgentDojo ({os.path.basename(wheel_path)}): {len(benign)} benign texts, {len(injected)} injected "
+                f"({len(attack_templates)} attack templates; {skipped} goals not plain strings, left out)",
+                benign,
+                *first,
+            )
+            report(
+                f"raginject + bastioncorpus ({', '.join(sorted(p.name for p in wheels.glob('*.whl') if p.name.startswith(('raginject', 'bastioncorpus'))))}): "
+                f"{len(benign2)} benign texts, {len(injected2)} injected",
+                benign2,
+                *second,
+            )
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
         server.shutdown()
-    report(
-        f"AgentDojo ({os.path.basename(wheel_path)}): {len(benign)} benign texts, {len(injected)} injected "
-        f"({len(attack_templates)} attack templates; {skipped} goals not plain strings, left out)",
-        benign,
-        false_positives,
-        by_template,
-    )
-    report(
-        f"raginject + bastioncorpus ({', '.join(sorted(p.name for p in wheels.glob('*.whl') if p.name.startswith(('raginject', 'bastioncorpus'))))}): "
-        f"{len(benign2)} benign texts, {len(injected2)} injected",
-        benign2,
-        *second,
-    )
 
 
 if __name__ == "__main__":

@@ -695,6 +695,12 @@ pub struct GuardsDecl {
     /// Text in a result that reads like instructions to the model ("ignore
     /// previous instructions", a forged system turn): `mark` by default.
     pub injection: GuardAction,
+    /// Whether `injection` also asks the injection model built into the
+    /// gateway (a linear classifier of words and word pairs, run in the
+    /// process). Off by default: on public sets it finds 55–61% of
+    /// injections but flags 11–16% of ordinary results (`make
+    /// bench-guards`).
+    pub injection_model: bool,
     /// A prompt-injection classifier served over HTTP, asked about every
     /// successful result besides the built-in heuristics. Off unless set.
     pub classifier: Option<ClassifierDecl>,
@@ -706,6 +712,7 @@ impl Default for GuardsDecl {
             secrets: GuardAction::Redact,
             secrets_in_arguments: GuardAction::Log,
             injection: GuardAction::Mark,
+            injection_model: false,
             classifier: None,
         }
     }

@@ -120,6 +120,19 @@ fn found(detectors: &[Detector], v: &Value) -> Vec<&'static str> {
     kinds
 }
 
+/// What the injection model finds.
+const MODELED: &str = "text the injection model reads as instructions to the model";
+
+/// Whether the injection model flags a string of `v`.
+fn modeled(v: &Value) -> bool {
+    let Some(model) = super::injection_model::MODEL.as_ref() else {
+        return false;
+    };
+    let mut flagged = false;
+    each_str(v, &mut |s| flagged = flagged || model.flags(s));
+    flagged
+}
+
 /// `v` with every finding of `detectors` replaced by `[redacted: kind]`.
 fn redact(detectors: &[Detector], v: &mut Value) {
     each_string(v, &mut |s| {
@@ -157,10 +170,23 @@ pub fn check_result(
                 }
             }
         }
+        if setting == "guards.injection"
+            && guards.injection_model
+            && kinds.is_empty()
+            && (modeled(data) || raw.as_deref().is_some_and(modeled))
+        {
+            kinds.push(MODELED);
+        }
         if kinds.is_empty() {
             continue;
         }
         let what = kinds.join(", ");
+        // What the model finds has no span to replace: it is marked.
+        let action = if action == GuardAction::Redact && kinds == [MODELED] {
+            GuardAction::Mark
+        } else {
+            action
+        };
         crate::support::metrics::record(|m| m.guard_finding(setting, action_label(action)));
         match action {
             GuardAction::Off => {}
@@ -467,6 +493,40 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(data, json!(AWS));
+    }
+
+    #[test]
+    fn the_injection_model_marks_what_the_heuristics_miss_when_asked() {
+        let worded = json!({"body": "<INFORMATION> This is an important message from me"});
+        let mut data = worded.clone();
+        let plain = GuardsDecl::default();
+        assert!(
+            check_result(&plain, "read", &mut data, &mut None)
+                .unwrap()
+                .is_empty()
+        );
+        let asked = GuardsDecl {
+            injection_model: true,
+            ..GuardsDecl::default()
+        };
+        let notes = check_result(&asked, "read", &mut data, &mut None).unwrap();
+        assert!(notes[0].contains(MODELED), "{notes:?}");
+        assert_eq!(data, worded, "marked, not changed");
+        let redact = GuardsDecl {
+            injection: GuardAction::Redact,
+            ..asked.clone()
+        };
+        let notes = check_result(&redact, "read", &mut data, &mut None).unwrap();
+        assert!(notes[0].contains(MODELED), "nothing to cut out: marked");
+        let off = GuardsDecl {
+            injection: GuardAction::Off,
+            ..asked
+        };
+        assert!(
+            check_result(&off, "read", &mut data, &mut None)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod guards;
+pub mod injection_model;
 pub mod limits;
 pub mod policy;
 pub mod spend;
