@@ -13,10 +13,16 @@ use serde_json::Value;
 /// Templates whose name ends with this render every `{{ value }}` as JSON.
 pub const JSON_SUFFIX: &str = "#json";
 
-/// Collects templates while a catalog is built.
+/// Collects templates while a catalog is built: each is compiled once to
+/// check it (its syntax, the variables it reads) and kept as source; the
+/// catalog's environment compiles it again on its first render and keeps
+/// that. A template's compiled form is kilobytes (minijinja sizes its
+/// instruction buffers for a page, not a URL), so a catalog of thousands of
+/// tools holds only what its calls have used.
 #[derive(Debug)]
 pub struct TemplateSet {
     env: Environment<'static>,
+    sources: std::collections::HashMap<String, String>,
 }
 
 impl Default for TemplateSet {
@@ -41,7 +47,10 @@ impl Default for TemplateSet {
                 AutoEscape::None
             }
         });
-        TemplateSet { env }
+        TemplateSet {
+            env,
+            sources: std::collections::HashMap::new(),
+        }
     }
 }
 
@@ -50,14 +59,26 @@ impl TemplateSet {
     /// with attribute access spelled out (`args.city`).
     pub fn add(&mut self, name: String, source: String) -> Result<BTreeSet<String>, String> {
         self.env
-            .add_template_owned(name.clone(), source)
+            .add_template_owned(name.clone(), source.clone())
             .map_err(|e| describe(&e))?;
-        let tmpl = self.env.get_template(&name).map_err(|e| describe(&e))?;
-        Ok(tmpl.undeclared_variables(true).into_iter().collect())
+        let vars = self
+            .env
+            .get_template(&name)
+            .map_err(|e| describe(&e))?
+            .undeclared_variables(true)
+            .into_iter()
+            .collect();
+        self.env.remove_template(&name);
+        self.sources.insert(name, source);
+        Ok(vars)
     }
 
+    /// The environment that renders the templates, each compiled on its
+    /// first use.
     pub fn finish(self) -> Arc<Environment<'static>> {
-        Arc::new(self.env)
+        let TemplateSet { mut env, sources } = self;
+        env.set_loader(move |name| Ok(sources.get(name).cloned()));
+        Arc::new(env)
     }
 }
 
@@ -202,6 +223,26 @@ mod tests {
     use crate::support::any_json::any_json;
     use proptest::prelude::*;
     use serde_json::json;
+
+    #[test]
+    fn a_template_is_checked_when_added_and_compiled_when_first_rendered() {
+        let mut set = TemplateSet::default();
+        let vars = set
+            .add("u".into(), "/items/{{ args.id }}?x={{ env.X }}".into())
+            .unwrap();
+        assert_eq!(vars, BTreeSet::from(["args.id".into(), "env.X".into()]));
+        assert!(set.add("bad".into(), "{{ args.id ".into()).is_err());
+        assert!(set.env.templates().next().is_none(), "kept as source only");
+        let env = set.finish();
+        let ctx = || minijinja::context! { args => minijinja::context! { id => 7 }, env => minijinja::context! { X => "y" } };
+        assert_eq!(render(&env, "u", ctx()).unwrap(), "/items/7?x=y");
+        assert_eq!(render(&env, "u", ctx()).unwrap(), "/items/7?x=y");
+        assert!(
+            render(&env, "bad", ctx()).is_err(),
+            "a refused template is not there"
+        );
+        assert!(render(&env, "other", ctx()).is_err());
+    }
 
     proptest! {
         /// An argument, whatever it holds, renders into a JSON body as one
