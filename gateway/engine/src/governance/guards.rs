@@ -155,9 +155,16 @@ pub fn check_result(
     raw: &mut Option<Arc<Value>>,
 ) -> Result<Vec<String>, ToolError> {
     let mut notes = Vec::new();
-    for (action, detectors, setting) in [
-        (guards.secrets, &*SECRETS, "guards.secrets"),
-        (guards.injection, &*INJECTION, "guards.injection"),
+    // Each guard: its action, its patterns, its setting, and whether the
+    // injection model reads the result too.
+    for (action, detectors, setting, model) in [
+        (guards.secrets, &*SECRETS, "guards.secrets", false),
+        (
+            guards.injection,
+            &*INJECTION,
+            "guards.injection",
+            guards.injection_model,
+        ),
     ] {
         if action == GuardAction::Off {
             continue;
@@ -170,11 +177,7 @@ pub fn check_result(
                 }
             }
         }
-        if setting == "guards.injection"
-            && guards.injection_model
-            && kinds.is_empty()
-            && (modeled(data) || raw.as_deref().is_some_and(modeled))
-        {
+        if model && kinds.is_empty() && (modeled(data) || raw.as_deref().is_some_and(modeled)) {
             kinds.push(MODELED);
         }
         if kinds.is_empty() {
