@@ -2,9 +2,10 @@
 
 /// mimalloc instead of the system allocator: a proxied request allocates
 /// and frees many small buffers across threads, where glibc's malloc cost
-/// 17% of the gateway's CPU under load (docs/benchmarks.md).
+/// 17% of the gateway's CPU under load (docs/benchmarks.md). Asked for an
+/// alignment only when its plain blocks lack it (`toolgate_alloc`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: toolgate_alloc::Mimalloc = toolgate_alloc::Mimalloc;
 
 fn main() -> std::process::ExitCode {
     toolgate_server::cli::main()

@@ -17,7 +17,8 @@
 /// bytes live (what a structure holds, which resident memory does not tell
 /// once the allocator reuses pages).
 #[global_allocator]
-static ALLOCATOR: cap::Cap<mimalloc::MiMalloc> = cap::Cap::new(mimalloc::MiMalloc, usize::MAX);
+static ALLOCATOR: cap::Cap<toolgate_alloc::Mimalloc> =
+    cap::Cap::new(toolgate_alloc::Mimalloc, usize::MAX);
 
 /// Bytes allocated and not yet freed.
 fn live_bytes() -> usize {

@@ -29,7 +29,7 @@
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: toolgate_alloc::Mimalloc = toolgate_alloc::Mimalloc;
 
 use std::time::{Duration, Instant};
 

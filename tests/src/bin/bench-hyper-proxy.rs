@@ -82,7 +82,7 @@ async fn forward_lean(
 }
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: toolgate_alloc::Mimalloc = toolgate_alloc::Mimalloc;
 
 type Pooled = Client<HttpConnector, Full<Bytes>>;
 

@@ -25,6 +25,8 @@ const LAYERS: &[&[&str]] = &[
         "tool-macros",
         "toolgate-config",
         "toolgate-code",
+        // The global allocator, knowing nothing of the gateway.
+        "toolgate-alloc",
     ],
     &["toolgate"],
     &[

@@ -280,6 +280,41 @@ impl Metrics {
         })
     }
 
+    /// Records one answered HTTP request: its route pattern, method and
+    /// status, and the time to its response head.
+    pub fn http_request(&self, route: &str, method: &'static str, status: u16, took: Duration) {
+        thread_local! {
+            static KEPT: std::cell::RefCell<Handles<(IntCounter, Histogram)>> = const { std::cell::RefCell::new(Handles::new()) };
+        }
+        let status = StatusText::new(status);
+        let labels = [route, method, status.as_str()];
+        KEPT.with_borrow_mut(|kept| {
+            let (count, duration) = kept.get(self, &labels, || {
+                (
+                    self.http_requests.with_label_values(&labels),
+                    self.http_duration.with_label_values(&[route]),
+                )
+            });
+            count.inc();
+            duration.observe(took.as_secs_f64());
+        });
+    }
+
+    /// Records one call of upstream `upstream`: its outcome and the time
+    /// to its response head.
+    pub fn upstream_call(&self, upstream: &str, outcome: &str, took: Duration) {
+        thread_local! {
+            static KEPT: std::cell::RefCell<Handles<Histogram>> = const { std::cell::RefCell::new(Handles::new()) };
+        }
+        let labels = [upstream, outcome];
+        KEPT.with_borrow_mut(|kept| {
+            kept.get(self, &labels, || {
+                self.upstream_duration.with_label_values(&labels)
+            })
+            .observe(took.as_secs_f64());
+        });
+    }
+
     /// Records one finished tool call.
     pub fn tool_call(&self, tool: &str, outcome: &str, duration: Duration, cached: bool) {
         self.tool_calls.with_label_values(&[tool, outcome]).inc();
@@ -398,6 +433,76 @@ impl Metrics {
     }
 }
 
+/// How many series of one metric each thread keeps the handles of.
+const MAX_KEPT_HANDLES: usize = 64;
+
+/// The handles of a metric's series one thread recorded into, found by
+/// their label values without hashing them (a short list: label values are
+/// bounded by the configuration), at most [`MAX_KEPT_HANDLES`]: past that,
+/// the last one kept gives way.
+struct Handles<H> {
+    kept: Vec<Kept<H>>,
+}
+
+/// One series' handle: the metrics it belongs to (by address), its label
+/// values, the handle.
+struct Kept<H> {
+    metrics: usize,
+    labels: Box<[Box<str>]>,
+    handle: H,
+}
+
+impl<H> Handles<H> {
+    const fn new() -> Handles<H> {
+        Handles { kept: Vec::new() }
+    }
+
+    /// The handle of `metrics`' series `labels`, made by `make` when this
+    /// thread has none kept.
+    fn get(&mut self, metrics: &Metrics, labels: &[&str], make: impl FnOnce() -> H) -> &H {
+        let me = std::ptr::from_ref(metrics) as usize;
+        let at = self.kept.iter().position(|k| {
+            k.metrics == me
+                && k.labels.len() == labels.len()
+                && k.labels.iter().zip(labels).all(|(a, b)| **a == **b)
+        });
+        let at = match at {
+            Some(at) => at,
+            None => {
+                let handle = make();
+                if self.kept.len() == MAX_KEPT_HANDLES {
+                    self.kept.pop();
+                }
+                self.kept.push(Kept {
+                    metrics: me,
+                    labels: labels.iter().map(|l| Box::from(*l)).collect(),
+                    handle,
+                });
+                self.kept.len() - 1
+            }
+        };
+        &self.kept[at].handle
+    }
+}
+
+/// A status code's three digits, without allocating.
+struct StatusText([u8; 3]);
+
+impl StatusText {
+    fn new(status: u16) -> StatusText {
+        let s = status.min(999);
+        StatusText([
+            b'0' + (s / 100) as u8,
+            b'0' + (s / 10 % 10) as u8,
+            b'0' + (s % 10) as u8,
+        ])
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or("000")
+    }
+}
+
 /// The process-wide metrics; `None` only if their definitions were invalid
 /// (a programming error the unit tests catch), which is logged once.
 pub fn global() -> Option<&'static Metrics> {
@@ -458,5 +563,58 @@ mod tests {
         assert!(text.contains("toolgate_tool_calls_total{outcome=\"ok\",tool=\"t\"} 1"));
         assert!(text.contains("toolgate_tool_cache_hits_total{tool=\"t\"} 1"));
         assert!(text.contains("toolgate_tool_loops_total{finish_reason=\"other\"} 1"));
+    }
+
+    #[test]
+    fn http_requests_are_counted_by_series_whether_their_handles_are_kept_or_not() {
+        let a = Metrics::new().unwrap_or_else(|e| panic!("{e}"));
+        let b = Metrics::new().unwrap_or_else(|e| panic!("{e}"));
+        let ms = Duration::from_millis(2);
+        for _ in 0..3 {
+            a.http_request("/v1/chat/completions", "POST", 200, ms);
+        }
+        a.http_request("/v1/chat/completions", "POST", 429, ms);
+        a.http_request("/v1/models", "GET", 200, ms);
+        // Another registry's series are its own, though this thread kept
+        // the first one's handles.
+        b.http_request("/v1/chat/completions", "POST", 200, ms);
+        // Past the handles kept, series are still counted.
+        for i in 0..(MAX_KEPT_HANDLES as u16 + 5) {
+            a.http_request("/many", "GET", 200 + i, ms);
+        }
+        let render = |m: &Metrics| m.render(&[]);
+        let (ta, tb) = (render(&a), render(&b));
+        let line = |route: &str, method: &str, status: &str| {
+            format!(
+                "toolgate_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}}"
+            )
+        };
+        assert!(
+            ta.contains(&format!(
+                "{} 3",
+                line("/v1/chat/completions", "POST", "200")
+            )),
+            "{ta}"
+        );
+        assert!(ta.contains(&format!(
+            "{} 1",
+            line("/v1/chat/completions", "POST", "429")
+        )));
+        assert!(ta.contains(&format!("{} 1", line("/v1/models", "GET", "200"))));
+        assert!(ta.contains(&format!("{} 1", line("/many", "GET", "268"))));
+        assert!(
+            ta.contains(
+                "toolgate_http_request_duration_seconds_count{route=\"/v1/chat/completions\"} 4"
+            ),
+            "{ta}"
+        );
+        assert!(
+            tb.contains(&format!(
+                "{} 1",
+                line("/v1/chat/completions", "POST", "200")
+            )),
+            "{tb}"
+        );
+        assert_eq!(StatusText::new(7).as_str(), "007");
     }
 }

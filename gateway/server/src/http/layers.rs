@@ -180,12 +180,12 @@ impl Observed {
         }
         let route = self.route.as_str();
         toolgate_engine::support::metrics::record(|m| {
-            m.http_requests
-                .with_label_values(&[route, self.method, resp.status().as_str()])
-                .inc();
-            m.http_duration
-                .with_label_values(&[route])
-                .observe(self.began.elapsed().as_secs_f64());
+            m.http_request(
+                route,
+                self.method,
+                resp.status().as_u16(),
+                self.began.elapsed(),
+            );
         });
         if let Ok(v) = HeaderValue::from_str(&self.id) {
             resp.headers_mut().insert(REQUEST_ID_HEADER, v);
@@ -418,9 +418,7 @@ pub async fn identify(
     } else {
         None
     };
-    req.headers.remove(AUTHORIZATION);
-    req.headers.remove(X_API_KEY);
-    if req.headers.remove(X_GOOG_API_KEY).is_some() || query_key.is_some() {
+    if strip_credentials(&mut req.headers) || query_key.is_some() {
         // Its key is gone, but the request is still one of Google's
         // clients' (the paths it shares with OpenAI's API answer them in
         // Google's shape).
@@ -431,6 +429,21 @@ pub async fn identify(
         key,
         token: verified_token,
     })
+}
+
+/// Takes every header that carries a key out of `headers` (nothing
+/// behind the gateway's door sees or logs one); `true` when Google's
+/// `x-goog-api-key` was among them. One pass over the headers when none is
+/// there, as on a gateway without keys.
+fn strip_credentials(headers: &mut axum::http::HeaderMap) -> bool {
+    let carries_key =
+        |name: &HeaderName| name == AUTHORIZATION || name == X_API_KEY || name == X_GOOG_API_KEY;
+    if !headers.keys().any(carries_key) {
+        return false;
+    }
+    headers.remove(AUTHORIZATION);
+    headers.remove(X_API_KEY);
+    headers.remove(X_GOOG_API_KEY).is_some()
 }
 
 /// Spends one of `key`'s requests per minute (`limits.requests_per_minute`):
@@ -500,18 +513,33 @@ fn refuse_what_pages_send(
 ) -> Result<(), ApiError> {
     use axum::http::header::{CONTENT_TYPE, HOST, ORIGIN};
     use toolgate_engine::catalog::{BrowserRefusal, BrowserRequest};
-    // A header that is not text is kept as one no rule accepts.
-    let header = |name| {
-        req.headers
-            .get(name)
-            .map(|v: &HeaderValue| v.to_str().unwrap_or("\u{fffd}"))
+    // The four headers read, found in one pass (the first of each, as
+    // `HeaderMap::get` gives). A header that is not text is kept as one no
+    // rule accepts.
+    let [origin, host, fetch_site, content_type] = {
+        let mut found: [Option<&HeaderValue>; 4] = [None; 4];
+        for (name, value) in &req.headers {
+            let slot = if name == ORIGIN {
+                0
+            } else if name == HOST {
+                1
+            } else if name == SEC_FETCH_SITE {
+                2
+            } else if name == CONTENT_TYPE {
+                3
+            } else {
+                continue;
+            };
+            found[slot] = found[slot].or(Some(value));
+        }
+        found.map(|v| v.map(|v| v.to_str().unwrap_or("\u{fffd}")))
     };
     let path = req.uri.path();
     let safe_method = matches!(req.method, Method::GET | Method::HEAD | Method::OPTIONS);
     let request = BrowserRequest {
-        origin: header(ORIGIN),
-        host: header(HOST).or_else(|| req.uri.authority().map(|a| a.as_str())),
-        cross_site: header(SEC_FETCH_SITE) == Some("cross-site"),
+        origin,
+        host: host.or_else(|| req.uri.authority().map(|a| a.as_str())),
+        cross_site: fetch_site == Some("cross-site"),
         safe_method,
         keys: catalog.keys().required(),
         probe: is_probe(path),
@@ -531,15 +559,14 @@ fn refuse_what_pages_send(
         ));
     }
     let has_body = matches!(req.method, Method::POST | Method::PUT | Method::PATCH);
-    if has_body && !path.starts_with("/console/ui/") && !is_json(header(CONTENT_TYPE)) {
+    if has_body && !path.starts_with("/console/ui/") && !is_json(content_type) {
         toolgate_engine::support::metrics::record(|m| m.reject("not_json"));
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             format!(
                 "the request body must be JSON sent with `Content-Type: application/json` (it came as {}); other types are what any web page may send to the gateway, so they are refused",
-                header(CONTENT_TYPE)
-                    .map_or_else(|| "no Content-Type".to_owned(), |t| format!("`{t}`"))
+                content_type.map_or_else(|| "no Content-Type".to_owned(), |t| format!("`{t}`"))
             ),
         ));
     }

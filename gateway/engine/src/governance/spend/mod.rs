@@ -415,7 +415,7 @@ impl Spend {
         cost: Option<NanoUsd>,
         now: DateTime<Utc>,
     ) {
-        let (group, totals) = self.model_totals(who, call, cost, now);
+        let (group, totals) = self.model_totals(who, call, cost, now.timestamp());
         self.add(group, totals).await;
     }
 
@@ -474,7 +474,7 @@ impl Spend {
             return None;
         }
         let cost = call.price.map(|p| p.cost(call.usage));
-        let (group, totals) = self.model_totals(who, &call, cost, Utc::now());
+        let (group, totals) = self.model_totals(who, &call, cost, unix_now());
         self.add_local(group, &totals);
         Some(cost)
     }
@@ -485,7 +485,7 @@ impl Spend {
         who: &'a Who,
         call: &ModelSpend<'a>,
         cost: Option<NanoUsd>,
-        now: DateTime<Utc>,
+        now: i64,
     ) -> (GroupRef<'a>, Totals) {
         let u = call.usage;
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -550,20 +550,13 @@ impl Spend {
             tool_failures: i64::from(!success),
             ..Totals::default()
         };
-        (self.group(who, "", tool, Utc::now()), totals)
+        (self.group(who, "", tool, unix_now()), totals)
     }
 
-    fn group<'a>(
-        &self,
-        who: &'a Who,
-        model: &'a str,
-        tool: &'a str,
-        now: DateTime<Utc>,
-    ) -> GroupRef<'a> {
-        let t = now.timestamp();
+    fn group<'a>(&self, who: &'a Who, model: &'a str, tool: &'a str, at: i64) -> GroupRef<'a> {
         let text = |v: &'a Option<String>| v.as_deref().unwrap_or_default();
         GroupRef {
-            hour: t - t.rem_euclid(HOUR),
+            hour: at - at.rem_euclid(HOUR),
             model,
             tool,
             key: text(&who.key),
@@ -753,6 +746,14 @@ impl Spend {
         }
         self.flush(keep_secs);
     }
+}
+
+/// Seconds since the epoch, now: what a ledger bucket is named by (no
+/// calendar arithmetic, which `Utc::now` does).
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

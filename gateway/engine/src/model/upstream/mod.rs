@@ -409,11 +409,7 @@ impl Upstream {
             Err(UpstreamError::Unreachable { .. }) => "unreachable",
             Err(UpstreamError::Invalid { .. } | UpstreamError::TooLarge { .. }) => "invalid",
         };
-        crate::support::metrics::record(|m| {
-            m.upstream_duration
-                .with_label_values(&[self.name.as_str(), outcome])
-                .observe(began.elapsed().as_secs_f64());
-        });
+        crate::support::metrics::record(|m| m.upstream_call(&self.name, outcome, began.elapsed()));
         result
     }
 
