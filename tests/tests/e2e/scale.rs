@@ -1,7 +1,7 @@
 //! Past one machine: replicas sharing state in a real `redis-server`
 //! (rate limits, cached results, learned formatters; Redis stopped and
 //! back), readiness and draining, ConfigMap-style reloads, JSON logs, and
-//! two replicas behind nginx with one restarted under load.
+//! two replicas behind nginx: one restarted under load, one killed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -670,6 +670,152 @@ async fn a_replica_restarted_under_load_behind_nginx_fails_no_request() {
         during > 50 && ok > during,
         "too little load to show anything: {during}, {ok}"
     );
+}
+
+/// Two replicas sharing Redis behind nginx (round robin), one killed with
+/// SIGKILL (no draining) once what it served was written: every stored
+/// response stays readable and continuable, and the spend counted stays
+/// counted, through the replica left.
+#[tokio::test]
+async fn what_replicas_share_outlives_one_killed_behind_nginx() {
+    let redis = RedisServer::start().await;
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = shared_config(&backend, &model, "");
+    let url = redis.url();
+    let env = [("REDIS_URL", url.as_str())];
+    let ports = [free_port(), free_port()];
+    let listen = |p: u16| format!("127.0.0.1:{p}");
+    let mut a = Server::start_on(dir.path(), &env, &listen(ports[0])).await;
+    let b = Server::start_on(dir.path(), &env, &listen(ports[1])).await;
+    let nginx = Nginx::start(&ports).await;
+    let http = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        http.post(nginx.url(path))
+            .bearer_auth(BOB)
+            .json(&body)
+            .send()
+    };
+    // Through nginx, so that each replica serves some of each.
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let r = post(
+            "/v1/responses",
+            json!({"model": "m", "input": format!("remember word {i}"), "tool_set": "none"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200);
+        let created: Value = r.json().await.unwrap();
+        ids.push(created["id"].as_str().unwrap().to_owned());
+    }
+    for i in 0..4 {
+        let r = post(
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": user(&format!("chat {i}")), "tool_set": "none"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let model_calls = |s: String| {
+        let http = http.clone();
+        async move {
+            let r = http.get(s).bearer_auth(BOB).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            let spend: Value = r.json().await.unwrap();
+            spend["data"][0]["model_calls"].as_i64().unwrap_or(0)
+        }
+    };
+    // Written in the background: wait until both replicas see all of it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut seen = 0;
+        for id in &ids {
+            for s in [&a, &b] {
+                let r = http
+                    .get(s.url(&format!("/v1/responses/{id}")))
+                    .bearer_auth(BOB)
+                    .send()
+                    .await
+                    .unwrap();
+                seen += usize::from(r.status() == 200);
+            }
+        }
+        let counted = model_calls(b.url("/v1/spend?group_by=key")).await;
+        if seen == 2 * ids.len() && counted >= 8 {
+            assert_eq!(counted, 8, "each call counted once");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{seen} of {} reads, {counted} of 8 calls counted",
+            2 * ids.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Round robin gave the replica to be killed some of them.
+    let metrics = http
+        .get(a.url("/metrics"))
+        .bearer_auth(BOB)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let served_by_a: f64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("toolgate_http_requests_total{")
+                && l.contains("route=\"/v1/responses\"")
+                && l.contains("method=\"POST\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        served_by_a >= 1.0,
+        "nginx sent replica a nothing:\n{metrics}"
+    );
+    a.signal(Signal::SIGKILL);
+    a.exited().await;
+    // Everything through nginx now reaches b alone.
+    for (i, id) in ids.iter().enumerate() {
+        let r = http
+            .get(nginx.url(&format!("/v1/responses/{id}")))
+            .bearer_auth(BOB)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{id} was lost with the replica");
+        let r = post(
+            "/v1/responses",
+            json!({"model": "m", "input": "which word?", "previous_response_id": id, "tool_set": "none"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200);
+        let sent = model.requests();
+        let last = sent.last().unwrap();
+        assert!(
+            last["messages"]
+                .to_string()
+                .contains(&format!("remember word {i}")),
+            "{last}"
+        );
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let counted = model_calls(nginx.url("/v1/spend?group_by=key")).await;
+        if counted == 12 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline && counted < 12,
+            "{counted} calls counted, 12 made"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// nginx as the load balancer in front of replicas (round robin, keep-alive
