@@ -17,7 +17,7 @@ use toolgate_tests::{Backend, ConfigDir, RedisServer, Server, fill, free_port, u
 const ALICE: &str = "alice-key-0123456789";
 const BOB: &str = "bob-key-0123456789";
 
-/// Two keys (alice: 4 requests a minute; bob: unlimited), a cached lookup
+/// Two keys (alice: 4 requests a minute; bob: unlimited, an approver), a cached lookup
 /// tool, a route whose model rejects `tools` (so `auto` learns), and the
 /// shared state in the Redis of `REDIS_URL`.
 fn shared_config(backend: &Backend, model: &MockLlm, extra: &str) -> ConfigDir {
@@ -37,6 +37,7 @@ auth:
       limits: { requests_per_minute: 4 }
     - name: bob
       sha256: ${BOB}
+      approver: true
 state:
   redis:
     url_env: REDIS_URL
@@ -674,14 +675,19 @@ async fn a_replica_restarted_under_load_behind_nginx_fails_no_request() {
 
 /// Two replicas sharing Redis behind nginx (round robin), one killed with
 /// SIGKILL (no draining) once what it served was written: every stored
-/// response stays readable and continuable, and the spend counted stays
-/// counted, through the replica left.
+/// response stays readable and continuable, the spend counted stays
+/// counted, and a call held for approval on the killed replica is approved
+/// on the other and runs there, through the replica left.
 #[tokio::test]
 async fn what_replicas_share_outlives_one_killed_behind_nginx() {
     let redis = RedisServer::start().await;
     let backend = Backend::start().await;
     let model = MockLlm::start().await;
-    let dir = shared_config(&backend, &model, "");
+    let dir = shared_config(
+        &backend,
+        &model,
+        "approvals: { wait: 1s }\npolicies:\n  - name: payments\n    tools: [lookup]\n    when: 'args.q.contains(\"payment\")'\n    action: approve\n    reason: payments need a person",
+    );
     let url = redis.url();
     let env = [("REDIS_URL", url.as_str())];
     let ports = [free_port(), free_port()];
@@ -754,6 +760,10 @@ async fn what_replicas_share_outlives_one_killed_behind_nginx() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // A call held for approval on the replica to be killed.
+    let (status, held) = invoke(&a, ALICE, "payment of 7").await;
+    assert_eq!(status, 403, "{held}");
+    assert_eq!(held["error"]["code"], "approval_pending", "{held}");
     // Round robin gave the replica to be killed some of them.
     let metrics = http
         .get(a.url("/metrics"))
@@ -804,6 +814,42 @@ async fn what_replicas_share_outlives_one_killed_behind_nginx() {
             "{last}"
         );
     }
+    // The held call, decided through nginx, runs through nginx.
+    let listing: Value = http
+        .get(nginx.url("/v1/approvals"))
+        .bearer_auth(BOB)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pending: Vec<&Value> = listing["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "pending" && r["tool"] == "lookup")
+        .collect();
+    assert_eq!(pending.len(), 1, "{listing}");
+    let id = pending[0]["id"].as_str().unwrap();
+    let decided = http
+        .post(nginx.url(&format!("/v1/approvals/{id}")))
+        .bearer_auth(BOB)
+        .json(&json!({"decision": "approve"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), 200);
+    let r = http
+        .post(nginx.url("/v1/tools/lookup/invoke"))
+        .bearer_auth(ALICE)
+        .json(&json!({"arguments": {"q": "payment of 7"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let ran: Value = r.json().await.unwrap();
+    assert_eq!(ran["data"], "payment of 7", "{ran}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let counted = model_calls(nginx.url("/v1/spend?group_by=key")).await;
