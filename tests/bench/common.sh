@@ -7,7 +7,8 @@
 #   calc_config DIR [LINE]
 #                  a gateway configuration in DIR (LINE first, when given):
 #                  the scripted model at $MOCK as upstream, the builtin
-#                  calculator in the tool set `calc`
+#                  calculator in the tool set `calc`; `upstreams:` comes
+#                  last, so more upstreams may be appended
 #   LOOP_BODY      a chat request the scripted model answers by calling the
 #                  builtin calculator (tool set `calc`), then with its result
 
@@ -35,11 +36,11 @@ calc_config() {
   {
     [ -z "${2:-}" ] || echo "$2"
     cat <<YAML
+builtins:
+  enabled: [calculator]
 upstreams:
   - name: mock
     base_url: http://$MOCK/v1
-builtins:
-  enabled: [calculator]
 YAML
   } > "$1/toolgate.yaml"
   printf 'name: calc\ntools: [calculator]\n' > "$1/tool-sets/calc.yaml"

@@ -45,18 +45,12 @@ ANTHROPIC=127.0.0.1:$(port)
 
 "$BIN/mock-llm" "$MOCK" >/dev/null &
 pids+=($!)
-if [ "$MESSAGES" = 1 ]; then
-  "$BIN/fake-model" anthropic "$ANTHROPIC" >/dev/null &
-  pids+=($!)
-fi
 calc_config "$work/config" "reload: { watch: false }"
 if [ "$MESSAGES" = 1 ]; then
-  # The same, with an `anthropic` upstream beside the scripted model's.
-  cat > "$work/config/toolgate.yaml" <<YAML
-reload: { watch: false }
-upstreams:
-  - name: mock
-    base_url: http://$MOCK/v1
+  # The fake Anthropic model, an upstream beside the scripted model's.
+  "$BIN/fake-model" anthropic "$ANTHROPIC" >/dev/null &
+  pids+=($!)
+  cat >> "$work/config/toolgate.yaml" <<YAML
   - name: anthropic
     base_url: http://$ANTHROPIC/v1
     protocol: anthropic
@@ -65,8 +59,6 @@ models:
     upstream: mock
   - model: "claude-*"
     upstream: anthropic
-builtins:
-  enabled: [calculator]
 YAML
 fi
 cat > "$work/config/tools.d/everything.yaml" <<YAML

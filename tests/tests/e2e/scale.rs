@@ -77,26 +77,33 @@ async fn get(url: &str, key: Option<&str>) -> (u16, Value) {
     )
 }
 
-async fn invoke(s: &Server, key: &str, q: &str) -> (u16, Value) {
+async fn post(url: &str, key: &str, body: Value) -> (u16, Value) {
     let r = reqwest::Client::new()
-        .post(s.url("/v1/tools/lookup/invoke"))
+        .post(url)
         .bearer_auth(key)
-        .json(&json!({"arguments": {"q": q}}))
+        .json(&body)
         .send()
         .await
         .unwrap();
     (r.status().as_u16(), r.json().await.unwrap())
 }
 
+async fn invoke(s: &Server, key: &str, q: &str) -> (u16, Value) {
+    post(
+        &s.url("/v1/tools/lookup/invoke"),
+        key,
+        json!({"arguments": {"q": q}}),
+    )
+    .await
+}
+
 async fn chat(s: &Server, key: &str, text: &str) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(s.url("/v1/chat/completions"))
-        .bearer_auth(key)
-        .json(&json!({"model": "no-tools-model", "messages": user(text)}))
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
+    post(
+        &s.url("/v1/chat/completions"),
+        key,
+        json!({"model": "no-tools-model", "messages": user(text)}),
+    )
+    .await
 }
 
 /// Waits (at most 15 s) until `/healthz` says Redis is `state` (`up` or
@@ -695,43 +702,31 @@ async fn what_replicas_share_outlives_one_killed_behind_nginx() {
     let mut a = Server::start_on(dir.path(), &env, &listen(ports[0])).await;
     let b = Server::start_on(dir.path(), &env, &listen(ports[1])).await;
     let nginx = Nginx::start(&ports).await;
-    let http = reqwest::Client::new();
-    let post = |path: &str, body: Value| {
-        http.post(nginx.url(path))
-            .bearer_auth(BOB)
-            .json(&body)
-            .send()
-    };
     // Through nginx, so that each replica serves some of each.
     let mut ids = Vec::new();
     for i in 0..4 {
-        let r = post(
-            "/v1/responses",
+        let (status, created) = post(
+            &nginx.url("/v1/responses"),
+            BOB,
             json!({"model": "m", "input": format!("remember word {i}"), "tool_set": "none"}),
         )
-        .await
-        .unwrap();
-        assert_eq!(r.status(), 200);
-        let created: Value = r.json().await.unwrap();
+        .await;
+        assert_eq!(status, 200, "{created}");
         ids.push(created["id"].as_str().unwrap().to_owned());
     }
     for i in 0..4 {
-        let r = post(
-            "/v1/chat/completions",
+        let (status, answer) = post(
+            &nginx.url("/v1/chat/completions"),
+            BOB,
             json!({"model": "m", "messages": user(&format!("chat {i}")), "tool_set": "none"}),
         )
-        .await
-        .unwrap();
-        assert_eq!(r.status(), 200);
+        .await;
+        assert_eq!(status, 200, "{answer}");
     }
-    let model_calls = |s: String| {
-        let http = http.clone();
-        async move {
-            let r = http.get(s).bearer_auth(BOB).send().await.unwrap();
-            assert_eq!(r.status(), 200);
-            let spend: Value = r.json().await.unwrap();
-            spend["data"][0]["model_calls"].as_i64().unwrap_or(0)
-        }
+    let model_calls = |url: String| async move {
+        let (status, spend) = get(&url, Some(BOB)).await;
+        assert_eq!(status, 200, "{spend}");
+        spend["data"][0]["model_calls"].as_i64().unwrap_or(0)
     };
     // Written in the background: wait until both replicas see all of it.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -739,13 +734,8 @@ async fn what_replicas_share_outlives_one_killed_behind_nginx() {
         let mut seen = 0;
         for id in &ids {
             for s in [&a, &b] {
-                let r = http
-                    .get(s.url(&format!("/v1/responses/{id}")))
-                    .bearer_auth(BOB)
-                    .send()
-                    .await
-                    .unwrap();
-                seen += usize::from(r.status() == 200);
+                let (status, _) = get(&s.url(&format!("/v1/responses/{id}")), Some(BOB)).await;
+                seen += usize::from(status == 200);
             }
         }
         let counted = model_calls(b.url("/v1/spend?group_by=key")).await;
@@ -765,15 +755,8 @@ async fn what_replicas_share_outlives_one_killed_behind_nginx() {
     assert_eq!(status, 403, "{held}");
     assert_eq!(held["error"]["code"], "approval_pending", "{held}");
     // Round robin gave the replica to be killed some of them.
-    let metrics = http
-        .get(a.url("/metrics"))
-        .bearer_auth(BOB)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (_, metrics) = get(&a.url("/metrics"), Some(BOB)).await;
+    let metrics = metrics.as_str().unwrap_or_default();
     let served_by_a: f64 = metrics
         .lines()
         .filter(|l| {
@@ -791,20 +774,15 @@ async fn what_replicas_share_outlives_one_killed_behind_nginx() {
     a.exited().await;
     // Everything through nginx now reaches b alone.
     for (i, id) in ids.iter().enumerate() {
-        let r = http
-            .get(nginx.url(&format!("/v1/responses/{id}")))
-            .bearer_auth(BOB)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "{id} was lost with the replica");
-        let r = post(
-            "/v1/responses",
+        let (status, _) = get(&nginx.url(&format!("/v1/responses/{id}")), Some(BOB)).await;
+        assert_eq!(status, 200, "{id} was lost with the replica");
+        let (status, answer) = post(
+            &nginx.url("/v1/responses"),
+            BOB,
             json!({"model": "m", "input": "which word?", "previous_response_id": id, "tool_set": "none"}),
         )
-        .await
-        .unwrap();
-        assert_eq!(r.status(), 200);
+        .await;
+        assert_eq!(status, 200, "{answer}");
         let sent = model.requests();
         let last = sent.last().unwrap();
         assert!(
@@ -815,15 +793,7 @@ async fn what_replicas_share_outlives_one_killed_behind_nginx() {
         );
     }
     // The held call, decided through nginx, runs through nginx.
-    let listing: Value = http
-        .get(nginx.url("/v1/approvals"))
-        .bearer_auth(BOB)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, listing) = get(&nginx.url("/v1/approvals"), Some(BOB)).await;
     let pending: Vec<&Value> = listing["data"]
         .as_array()
         .unwrap()
@@ -832,23 +802,20 @@ async fn what_replicas_share_outlives_one_killed_behind_nginx() {
         .collect();
     assert_eq!(pending.len(), 1, "{listing}");
     let id = pending[0]["id"].as_str().unwrap();
-    let decided = http
-        .post(nginx.url(&format!("/v1/approvals/{id}")))
-        .bearer_auth(BOB)
-        .json(&json!({"decision": "approve"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(decided.status(), 200);
-    let r = http
-        .post(nginx.url("/v1/tools/lookup/invoke"))
-        .bearer_auth(ALICE)
-        .json(&json!({"arguments": {"q": "payment of 7"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let ran: Value = r.json().await.unwrap();
+    let (status, decided) = post(
+        &nginx.url(&format!("/v1/approvals/{id}")),
+        BOB,
+        json!({"decision": "approve"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{decided}");
+    let (status, ran) = post(
+        &nginx.url("/v1/tools/lookup/invoke"),
+        ALICE,
+        json!({"arguments": {"q": "payment of 7"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{ran}");
     assert_eq!(ran["data"], "payment of 7", "{ran}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {

@@ -183,7 +183,7 @@ impl Observed {
             m.http_request(
                 route,
                 self.method,
-                resp.status().as_u16(),
+                resp.status().as_str(),
                 self.began.elapsed(),
             );
         });
