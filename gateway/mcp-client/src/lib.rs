@@ -45,6 +45,7 @@ mod stdio;
 pub use call::{Answer, NoAnswer};
 pub use registry::{AskError, Asked, Expected, Gap, McpRegistry, ServerReport};
 pub use session::listing::McpTool;
+pub use session::shared_pins::PinStore;
 pub use spec::ServerSpec;
 
 /// The gateway's tool type, as the registry makes and holds it: one for

@@ -1265,6 +1265,15 @@ impl<T: Offer> McpRegistry<T> {
             .collect()
     }
 
+    /// Pins every server's tool definitions as the replicas sharing
+    /// `store` agree; call it before [`start`](Self::start) (servers taken
+    /// over from a previous catalog already share it).
+    pub fn share_pins(&self, store: &Arc<dyn crate::session::shared_pins::PinStore>) {
+        for server in &self.inner.servers {
+            server.share_pins(Arc::clone(store));
+        }
+    }
+
     /// Accepts the held change of `server`'s `tool` to the definition
     /// `fingerprint`: the server lists its tools again, and takes that
     /// definition only if it still lists exactly it.

@@ -193,6 +193,9 @@ pub struct Reloader {
     files: tokio::sync::Mutex<[u8; 32]>,
     /// Where new MCP servers' sessions run (see `McpRegistry::start_on`).
     sessions_on: Vec<tokio::runtime::Handle>,
+    /// Where the replicas agree on MCP pins (`state.redis`), for servers
+    /// a reload declares.
+    pins: Option<Arc<dyn toolgate_engine::tools::tool::mcp::PinStore>>,
 }
 
 impl std::fmt::Debug for Reloader {
@@ -219,7 +222,17 @@ impl Reloader {
             dir,
             files: tokio::sync::Mutex::new(files),
             sessions_on,
+            pins: None,
         }
+    }
+
+    /// Has the MCP servers of reloaded catalogs agree on pins in `store`.
+    pub fn with_pins(
+        mut self,
+        store: Option<Arc<dyn toolgate_engine::tools::tool::mcp::PinStore>>,
+    ) -> Reloader {
+        self.pins = store;
+        self
     }
 
     /// The catalog in service.
@@ -291,6 +304,9 @@ impl Reloader {
                     );
                 }
                 let kept = catalog.adopt_mcp_sessions(&old);
+                if let Some(store) = &self.pins {
+                    catalog.mcp().share_pins(store);
+                }
                 catalog.mcp().start_on(&self.sessions_on).await;
                 for w in &catalog.warnings {
                     tracing::warn!("{w}");

@@ -132,6 +132,20 @@ async fn prepare(
 ) -> Result<Prepared, ServeError> {
     toolgate_builtins::process::protect_gateway();
     tracing::info!("catalog: {}", catalog.summary());
+    // The shared state is connected before the MCP servers list their
+    // tools, so their first listing pins what the replicas agree on.
+    let shared = shared_state(&catalog)?;
+    let stopping = tokio_util::sync::CancellationToken::new();
+    let pins = shared.as_ref().map(|redis| {
+        let store: Arc<dyn toolgate_engine::tools::tool::mcp::PinStore> = redis.clone();
+        store
+    });
+    if let Some(redis) = &shared {
+        redis.spawn(stopping.clone()).await;
+    }
+    if let Some(store) = &pins {
+        catalog.mcp().share_pins(store);
+    }
     catalog.mcp().start_on(runtimes).await;
     let audit = match &catalog.settings.audit {
         Some(decl) => Some(AuditLog::open(decl, &options.dir).await?),
@@ -148,20 +162,18 @@ async fn prepare(
     let executor = Executor::new(http_client().map_err(ServeError::Client)?)
         .with_audit(audit.clone())
         .with_recent(recent);
-    let shared = shared_state(&live.load())?;
     let state = AppState::with_shared(Arc::clone(&live), executor, shared);
-    if let Some(redis) = &state.shared {
-        redis.spawn(state.stopping.clone()).await;
-    }
+    let stopped = state.stopping.clone();
+    tokio::spawn(async move {
+        stopped.cancelled().await;
+        stopping.cancel();
+    });
     tokio::spawn(
         Arc::clone(&state.spend).keep(state.catalog().spend.keep_secs, state.stopping.clone()),
     );
-    let reloader = Arc::new(Reloader::new(
-        live,
-        options.loader,
-        options.dir,
-        runtimes.to_vec(),
-    ));
+    let reloader = Arc::new(
+        Reloader::new(live, options.loader, options.dir, runtimes.to_vec()).with_pins(pins),
+    );
     let watch = if reload_settings.watch {
         Some(reload::watch(
             Arc::clone(&reloader),

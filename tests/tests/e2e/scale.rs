@@ -1003,3 +1003,157 @@ async fn a_stored_response_is_continued_read_and_deleted_on_any_replica() {
         .unwrap();
     assert_eq!(r.status(), 404);
 }
+
+/// Waits (at most 30 s) until `check` holds of the replica's `/v1/tools`
+/// (the description of each tool by name, and the unavailable ones'
+/// reasons); returns them.
+async fn tools_until(
+    s: &Server,
+    what: &str,
+    check: impl Fn(&Value, &Value) -> bool,
+) -> (Value, Value) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, listing) = get(&s.url("/v1/tools"), Some(BOB)).await;
+        assert_eq!(status, 200, "{listing}");
+        let described: serde_json::Map<String, Value> = listing["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["function"]["name"].as_str().unwrap().to_owned(),
+                    t["function"]["description"].clone(),
+                )
+            })
+            .collect();
+        let unavailable: serde_json::Map<String, Value> = listing["unavailable"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|u| (u["name"].as_str().unwrap().to_owned(), u["reason"].clone()))
+            .collect();
+        let (described, unavailable) = (Value::Object(described), Value::Object(unavailable));
+        if check(&described, &unavailable) {
+            return (described, unavailable);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: {described} {unavailable}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The held changes a replica lists (waiting at most 30 s for one).
+async fn held_changes(s: &Server) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, held) = get(&s.url("/v1/tool-changes"), Some(BOB)).await;
+        assert_eq!(status, 200, "{held}");
+        let data = held["data"].as_array().unwrap().clone();
+        if !data.is_empty() {
+            return data;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no change held: {held}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn replicas_trust_the_same_tool_definitions() {
+    // One MCP server behind two replicas. It changes a tool after the
+    // first replica pinned it; a replica started after the change holds
+    // it too (it does not trust what it lists first), a change accepted
+    // on one replica is taken by the other, and a replica started after
+    // the acceptance trusts the accepted definition.
+    let mcp = require!(crate::mcp_support::HttpServer::start().await);
+    let redis = RedisServer::start().await;
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = shared_config(&backend, &model, "");
+    std::fs::write(
+        dir.path().join("tools.d/mcp.yaml"),
+        format!(
+            "mcp_servers:\n  - name: py\n    transport: http\n    url: {}\n    tools: {{ include: [echo, rug_pull], prefix: py_ }}\n",
+            mcp.url
+        ),
+    )
+    .unwrap();
+    let url = redis.url();
+    let env = [("REDIS_URL", url.as_str())];
+    let first = "Echo a message back.";
+    let a = Server::start(dir.path(), &env).await;
+    tools_until(&a, "replica a lists the server", |d, _| {
+        d["py_echo"] == first
+    })
+    .await;
+    let (status, pulled) = post(
+        &a.url("/v1/tools/py_rug_pull/invoke"),
+        BOB,
+        json!({"arguments": {}}),
+    )
+    .await;
+    assert_eq!(
+        (status, &pulled["data"]),
+        (200, &json!("pulled")),
+        "{pulled}"
+    );
+    let [held_a] = &held_changes(&a).await[..] else {
+        panic!("one change held on a")
+    };
+    assert_eq!(held_a["tool"], "echo");
+    // A replica that starts now lists the changed definition first.
+    let b = Server::start(dir.path(), &env).await;
+    let (_, unavailable) = tools_until(&b, "replica b holds the change", |_, u| {
+        u.get("py_echo").is_some()
+    })
+    .await;
+    assert!(
+        unavailable["py_echo"]
+            .as_str()
+            .unwrap()
+            .contains("replicas do not trust"),
+        "{unavailable}"
+    );
+    let [held_b] = &held_changes(&b).await[..] else {
+        panic!("one change held on b")
+    };
+    assert_eq!(held_b["pinned_fingerprint"], held_a["pinned_fingerprint"]);
+    assert_eq!(held_b["fingerprint"], held_a["fingerprint"]);
+    assert!(
+        held_b["now"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("id_rsa")
+    );
+    // Accepted on b: b takes it, and a (polling) takes it too.
+    let (status, accepted) = post(
+        &b.url("/v1/tool-changes/py/echo"),
+        BOB,
+        json!({"fingerprint": held_b["fingerprint"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{accepted}");
+    for s in [&b, &a] {
+        tools_until(s, "the accepted definition is served", |d, _| {
+            d["py_echo"].as_str().is_some_and(|t| t.contains("id_rsa"))
+        })
+        .await;
+        let (_, held) = get(&s.url("/v1/tool-changes"), Some(BOB)).await;
+        assert_eq!(held["data"], json!([]), "{held}");
+    }
+    // A replica started now trusts the accepted definition at once.
+    let c = Server::start(dir.path(), &env).await;
+    tools_until(
+        &c,
+        "a new replica serves the accepted definition",
+        |d, _| d["py_echo"].as_str().is_some_and(|t| t.contains("id_rsa")),
+    )
+    .await;
+    let (_, held) = get(&c.url("/v1/tool-changes"), Some(BOB)).await;
+    assert_eq!(held["data"], json!([]), "{held}");
+}

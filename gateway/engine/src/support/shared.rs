@@ -12,6 +12,8 @@
 //! - **Learned formatters** are members of one set.
 //! - **Entries** (`entry_*`): bytes kept until deleted, e.g. users'
 //!   sealed upstream tokens.
+//! - **Pins**: the fingerprint of each MCP tool definition the replicas
+//!   trust, a hash per server (see `toolgate_mcp_client::PinStore`).
 //! - **Marks** (`mark`/`marked`): ids under a TTL, e.g. MCP sessions closed
 //!   on one replica, so no other one restores them.
 //!
@@ -591,6 +593,89 @@ impl Redis {
                 .await
         })
         .await
+    }
+}
+
+/// Records, in the hash KEYS[1], each tool's fingerprint (ARGV: tool,
+/// fingerprint, tool, …) where none is; answers the fingerprints recorded,
+/// in the same order.
+static PINS_SETTLE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+for i = 1, #ARGV, 2 do redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
+local out = {}
+for i = 1, #ARGV, 2 do out[#out + 1] = redis.call('HGET', KEYS[1], ARGV[i]) end
+return out
+",
+    )
+});
+
+/// The tool definitions the replicas trust: a hash per MCP server
+/// (`pins:<server>`), the server's name for each tool to its trusted
+/// definition's fingerprint.
+impl toolgate_mcp_client::PinStore for Redis {
+    fn settle<'a>(
+        &'a self,
+        server: &'a str,
+        proposed: &'a [(String, String)],
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<
+            std::collections::HashMap<String, String>,
+            toolgate_mcp_client::session::shared_pins::Unavailable,
+        >,
+    > {
+        Box::pin(async move {
+            if proposed.is_empty() {
+                return Ok(std::collections::HashMap::new());
+            }
+            let key = self.key(&["pins", server]);
+            let recorded: Vec<Option<String>> = self
+                .run(|mut c| async move {
+                    let mut call = PINS_SETTLE.key(key);
+                    for (tool, fingerprint) in proposed {
+                        call.arg(tool).arg(fingerprint);
+                    }
+                    call.invoke_async(&mut c).await
+                })
+                .await
+                .map_err(|Down| {
+                    fell_back("pins", "local");
+                    toolgate_mcp_client::session::shared_pins::Unavailable
+                })?;
+            Ok(proposed
+                .iter()
+                .zip(recorded)
+                .filter_map(|((tool, _), fingerprint)| Some((tool.clone(), fingerprint?)))
+                .collect())
+        })
+    }
+
+    fn trust<'a>(
+        &'a self,
+        server: &'a str,
+        tool: &'a str,
+        fingerprint: &'a str,
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<(), toolgate_mcp_client::session::shared_pins::Unavailable>,
+    > {
+        Box::pin(async move {
+            let key = self.key(&["pins", server]);
+            self.run(|mut c| async move {
+                redis::cmd("HSET")
+                    .arg(key)
+                    .arg(tool)
+                    .arg(fingerprint)
+                    .query_async::<()>(&mut c)
+                    .await
+            })
+            .await
+            .map_err(|Down| {
+                fell_back("pins", "local");
+                toolgate_mcp_client::session::shared_pins::Unavailable
+            })
+        })
     }
 }
 

@@ -75,6 +75,50 @@ impl<T> Pin<T> {
     }
 }
 
+impl<T> Pin<T> {
+    /// A definition known only by its fingerprint (another replica's pin),
+    /// out of service here until a change is accepted.
+    pub(super) fn unknown(fingerprint: String, server: &str) -> Pin<T> {
+        Pin {
+            fingerprint,
+            definition: None,
+            tool: Err(format!(
+                "MCP server `{server}` lists a definition of this tool that the gateway's replicas do not trust (another replica trusted another definition first); it is out of service until someone accepts the change (`POST /v1/tool-changes` or the console)"
+            )),
+            changed: None,
+            accept: None,
+        }
+    }
+
+    pub(super) fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// Whether the trusted definition itself is known (not only its
+    /// fingerprint).
+    pub(super) fn knows_definition(&self) -> bool {
+        self.definition.is_some()
+    }
+
+    /// The fingerprint of the changed definition held, if any.
+    pub(super) fn changed_fingerprint(&self) -> Option<&str> {
+        self.changed.as_ref().map(|c| c.fingerprint.as_str())
+    }
+
+    /// Takes the definition `fingerprint` at the next listing, if the
+    /// server lists exactly it.
+    pub(super) fn accept_now(&mut self, fingerprint: String) {
+        self.accept = Some(fingerprint);
+    }
+
+    /// Becomes `other`, keeping the change held (so it is not reported
+    /// again).
+    pub(super) fn replace_keeping_report(&mut self, other: Pin<T>) {
+        let changed = self.changed.take();
+        *self = Pin { changed, ..other };
+    }
+}
+
 /// A changed definition, held.
 #[derive(Debug, Clone)]
 struct Changed {
@@ -261,7 +305,7 @@ pub(super) fn build_tools<T: Offer>(
 
 /// What a tool's definition is, for telling a change: its name, title,
 /// description, schemas and annotations.
-fn definition(t: &rmcp::model::Tool) -> Value {
+pub(super) fn definition(t: &rmcp::model::Tool) -> Value {
     serde_json::json!({
         "name": t.name, "title": t.title, "description": t.description,
         "inputSchema": t.input_schema, "outputSchema": t.output_schema,

@@ -6,11 +6,13 @@
 //!
 //! Its parts: `supervise` (the supervisor and its sessions), `connect`
 //! (opening a session), `handler` (what the server sends the client),
-//! `listing` (the tools listed, made and pinned).
+//! `listing` (the tools listed, made and pinned), `shared_pins` (pins the
+//! replicas agree on).
 
 mod connect;
 mod handler;
 pub(crate) mod listing;
+pub mod shared_pins;
 mod supervise;
 
 use std::collections::HashMap;
@@ -27,7 +29,7 @@ use super::Offer;
 use super::extras::Extras;
 use super::spec::ServerSpec;
 use connect::{Session, connect};
-use listing::{MIN_LIST_TTL, Pin, build_tools, list_extras, list_tools};
+use listing::{MIN_LIST_TTL, Pin, list_extras, list_tools};
 
 pub use connect::CALLER_HEADERS_META;
 pub use listing::{AcceptError, ToolChange, fingerprint};
@@ -70,6 +72,8 @@ pub(crate) struct Server<T> {
     /// Each tool's definition as first seen (by the server's name for it):
     /// its fingerprint and the tool made of it (`on_change`).
     pins: Mutex<HashMap<String, Pin<T>>>,
+    /// Where the replicas agree on pins (`state.redis`), if anywhere.
+    pin_store: Mutex<Option<Arc<dyn shared_pins::PinStore>>>,
     /// A person accepted a change: the next listing is built again even
     /// when it lists what the last one did.
     rebuild: AtomicBool,
@@ -263,11 +267,25 @@ impl<T> Server<T> {
             owners: Mutex::new(Vec::new()),
             supervised: AtomicBool::new(false),
             pins: Mutex::new(HashMap::new()),
+            pin_store: Mutex::new(None),
             rebuild: AtomicBool::new(false),
             users: Mutex::new(HashMap::new()),
             updates: tokio::sync::broadcast::channel(UPDATES_BACKLOG).0,
             subscribed: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Pins this server's tool definitions as the replicas sharing `store`
+    /// agree (from its next listing on).
+    pub fn share_pins(&self, store: Arc<dyn shared_pins::PinStore>) {
+        *self.pin_store.lock().unwrap_or_else(|p| p.into_inner()) = Some(store);
+    }
+
+    fn pin_store(&self) -> Option<Arc<dyn shared_pins::PinStore>> {
+        self.pin_store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The slot of the caller `subject` (made when they have none), marked
@@ -402,7 +420,7 @@ impl<T> Server<T> {
             }
         };
         let listing = UserListing {
-            tools: Arc::new(build_tools(self, tools)),
+            tools: Arc::new(shared_pins::build(self, tools).await),
             extras: Arc::new(list_extras(&peer, spec).await),
         };
         let fresh = ttl.map_or(USER_LISTING_FRESH, |t| {

@@ -11,9 +11,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::connect::{StartFailure, connect};
-use super::listing::{
-    MAX_LIST_TTL, MIN_LIST_TTL, build_tools, list_extras, list_tools, report_listing,
-};
+use super::listing::{MAX_LIST_TTL, MIN_LIST_TTL, list_extras, list_tools, report_listing};
 use super::{Owner, Server, ServerState, Status};
 use crate::Offer;
 
@@ -158,7 +156,7 @@ async fn run_session<T: Offer>(server: &Arc<Server<T>>, stop: &CancellationToken
     // What the server listed last, to tell a change from a listing made
     // because the list went stale.
     let mut last = tools.clone();
-    let listed = build_tools(server, tools);
+    let listed = super::shared_pins::build(server, tools).await;
     report_listing(server, &listed);
     let mut last_extras = list_extras(&peer, spec).await;
     resubscribe(server, &peer).await;
@@ -220,6 +218,14 @@ async fn run_session<T: Offer>(server: &Arc<Server<T>>, stop: &CancellationToken
                     None => std::future::pending().await,
                 }
             } => server.list_changed.notify_one(),
+            () = async {
+                if server.pin_store().is_some() {
+                    tokio::time::sleep(super::shared_pins::POLL).await;
+                    super::shared_pins::poll(server).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            } => {}
             () = server.list_changed.notified() => {
                 // A listing that fails is tried again when the last list's
                 // `ttlMs` runs out again.
@@ -243,7 +249,7 @@ async fn run_session<T: Offer>(server: &Arc<Server<T>>, stop: &CancellationToken
                             Arc::clone(&server.state().listed)
                         } else {
                             last = tools.clone();
-                            let listed = build_tools(server, tools);
+                            let listed = super::shared_pins::build(server, tools).await;
                             tracing::info!(mcp_server = %spec.name, tools = listed.len(), "MCP server `{}` changed its tools", spec.name);
                             report_listing(server, &listed);
                             Arc::new(listed)

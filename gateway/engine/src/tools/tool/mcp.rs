@@ -11,8 +11,8 @@ use serde_json::Value;
 use super::{Annotations, Output, ProgressSink, Tool, ToolKind, ToolSpec};
 use crate::tools::tool::context::CallContext;
 pub use toolgate_mcp_client::{
-    AskError, Asked, Expected, Gap, ServerReport, ServerSpec, extras, oauth, relay, result,
-    session, spec,
+    AskError, Asked, Expected, Gap, PinStore, ServerReport, ServerSpec, extras, oauth, relay,
+    result, session, spec,
 };
 
 /// One tool of an MCP server, as the gateway calls it.
