@@ -28,7 +28,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from conftest import ROOT, TOOLS_YAML, JsonHandler, binary, missing, read_until
+from conftest import ROOT, TOOLS_YAML, JsonHandler, binary, free_port, missing, read_until
 
 FULL_KEY = "full-key-0123456789abcdef"
 SMALL_KEY = "small-key-0123456789abcdef"
@@ -1059,25 +1059,30 @@ def test_stdio_serves_a_tool_set_to_a_client_that_launches_it(tmp_path, backend,
 class Alternating:
     """One address in front of two gateways: each HTTP request goes to the
     next gateway in turn (a new upstream connection per request), so a
-    session started on one is continued on the other."""
+    session started on one is continued on the other. `choose`, when
+    given, picks the gateway from the request's body instead."""
 
-    def __init__(self, upstreams: list[str]):
+    def __init__(self, upstreams: list[str], choose=None):
         self.upstreams = upstreams
         self.turn = 0
         self.sent = [0] * len(upstreams)
+        self.choose = choose
 
     async def app(self, scope, receive, send):
         if scope["type"] != "http":
             return
-        i = self.turn % len(self.upstreams)
-        self.turn += 1
-        self.sent[i] += 1
         body = b""
         while True:
             message = await receive()
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        if self.choose:
+            i = self.choose(body)
+        else:
+            i = self.turn % len(self.upstreams)
+            self.turn += 1
+        self.sent[i] += 1
         headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k.lower() != b"host"]
         url = self.upstreams[i] + scope["path"]
         async with httpx2.AsyncClient(timeout=30) as upstream:
@@ -1096,22 +1101,37 @@ class Alternating:
             await resp.aclose()
 
 
-def test_two_replicas_behind_one_address_need_no_affinity(tmp_path, backend, servers):
+def serve(proxy: Alternating):
+    """Serves `proxy` on a free port of 127.0.0.1: the server, its thread
+    and the port, once it is started."""
     import uvicorn
 
-    a, url_a = start(configure(tmp_path / "a", backend))
-    b, url_b = start(configure(tmp_path / "b", backend))
-    proxy = Alternating([url_a, url_b])
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
-    port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(proxy.app, log_level="warning", interface="asgi3"))
     thread = threading.Thread(target=lambda: server.run(sockets=[sock]), daemon=True)
     thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    return server, thread, sock.getsockname()[1]
+
+
+def stop(server, thread, gateways):
+    """Stops a proxy `serve` started and the gateways behind it."""
+    server.should_exit = True
+    thread.join(5)
+    for p in gateways:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def test_two_replicas_behind_one_address_need_no_affinity(tmp_path, backend, servers):
+    a, url_a = start(configure(tmp_path / "a", backend))
+    b, url_b = start(configure(tmp_path / "b", backend))
+    proxy = Alternating([url_a, url_b])
+    server, thread, port = serve(proxy)
     try:
-        while not server.started:
-            time.sleep(0.05)
 
         async def go():
             async with client(f"http://127.0.0.1:{port}/mcp/web") as c:
@@ -1123,11 +1143,73 @@ def test_two_replicas_behind_one_address_need_no_affinity(tmp_path, backend, ser
         run(go)
         assert min(proxy.sent) >= 3, f"requests did not alternate: {proxy.sent}"
     finally:
-        server.should_exit = True
-        thread.join(5)
-        for p in (a, b):
-            p.terminate()
-            p.wait(timeout=10)
+        stop(server, thread, (a, b))
+
+
+def test_a_parked_call_is_answered_through_either_replica(tmp_path, backend, servers):
+    """A 2025-11-25 server asks in the middle of a call; the gateway parks
+    the call for a 2026-07-28 client, whose answer comes in a request of
+    its own, which the proxy sends to the other replica. With
+    `mcp.replica_url_env` the answer is forwarded to the replica holding
+    the call; without it, the answer is refused there (-32602) and the
+    call does not complete."""
+
+    def replica(root, url_env):
+        config = configure(root, backend)
+        if url_env:
+            yaml = (config / "toolgate.yaml").read_text()
+            (config / "toolgate.yaml").write_text(
+                yaml.replace("  session_secret_env: MCP_SECRET\n", "  session_secret_env: MCP_SECRET\n  replica_url_env: REPLICA_URL\n")
+            )
+            assert "replica_url_env" in (config / "toolgate.yaml").read_text()
+        port = free_port()
+        proc = subprocess.Popen(
+            [binary("toolgate"), "serve", "--listen", f"127.0.0.1:{port}", "--config", str(config)],
+            stderr=subprocess.PIPE,
+            env={**env(), "REPLICA_URL": f"http://127.0.0.1:{port}"},
+        )
+        read_until(proc.stderr, "listening on http://")
+        return proc, f"http://127.0.0.1:{port}"
+
+    async def elicit(_ctx, params):
+        return types.ElicitResult(action="accept", content={"name": "Ada Lovelace"})
+
+    for forwarding in (True, False):
+        (a, url_a), (b, url_b) = (
+            replica(tmp_path / f"a{forwarding}", forwarding),
+            replica(tmp_path / f"b{forwarding}", forwarding),
+        )
+        # A call's answers (the request with its `requestState`) always
+        # land on the replica that did not run it.
+        proxy = Alternating([url_a, url_b], choose=lambda body: 1 if b'"requestState"' in body else 0)
+        server, thread, port = serve(proxy)
+        try:
+            failures = []
+
+            async def go():
+                async with client(f"http://127.0.0.1:{port}/mcp/web", mode="auto", elicitation_callback=elicit) as c:
+                    assert c.protocol_version == "2026-07-28"
+                    for _ in range(2):
+                        try:
+                            got = await c.call_tool("ev_trigger-elicitation-request", {})
+                        except MCPError as refused:
+                            failures.append(str(refused))
+                            continue
+                        text = " ".join(b.text for b in got.content if b.type == "text")
+                        if got.is_error or "Ada Lovelace" not in text:
+                            failures.append(text)
+
+            run(go)
+            if forwarding:
+                # Every call's answers went to the replica that did not
+                # run it, which forwarded them.
+                assert proxy.sent[1] == 2, proxy.sent
+                assert failures == [], failures
+            else:
+                # Refused on the other replica: the call does not complete.
+                assert failures and "runs on another replica" in failures[0], failures
+        finally:
+            stop(server, thread, (a, b))
 
 
 def test_secrets_in_results_are_redacted_and_instructions_marked(mcp_gateway):

@@ -412,6 +412,13 @@ pub struct McpEndpointDecl {
     /// each other's sessions, so a load balancer needs no affinity.
     /// Without it, each process signs with a random secret of its own.
     pub session_secret_env: Option<String>,
+    /// Environment variable holding the URL other replicas reach this one
+    /// at (e.g. `http://10.0.0.5:8080`, from the pod's IP). A 2026-07-28
+    /// client's answer to a call parked on this replica (an upstream
+    /// server asked in the middle of it) that reaches another replica is
+    /// forwarded here. Without it, such an answer is refused there and
+    /// the client calls again.
+    pub replica_url_env: Option<String>,
     /// An older spelling of `http.allowed_hosts`, which it adds to (for
     /// every endpoint, not only MCP's).
     pub allowed_hosts: Vec<String>,
@@ -435,6 +442,7 @@ impl Default for McpEndpointDecl {
         McpEndpointDecl {
             enabled: true,
             session_secret_env: None,
+            replica_url_env: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             list_ttl: Duration::from_secs(10),

@@ -95,6 +95,7 @@ pub(super) fn build(
         &mut diags,
     );
     let mcp_session_secret = super::settings::mcp_session_secret(&raw.gateway, env, &mut diags);
+    let mcp_replica_url = super::settings::mcp_replica_url(&raw.gateway, env, &mut diags);
     let redis_url = super::settings::redis_url(&raw.gateway, env, &mut diags);
     let connections = super::connections::check(&raw, env, &mut diags);
     let search_model = super::settings::search_model(&raw, &mut diags);
@@ -135,6 +136,7 @@ pub(super) fn build(
         warnings: diags,
         keys,
         mcp_session_secret,
+        mcp_replica_url,
         redis_url,
         browsers,
         policies,

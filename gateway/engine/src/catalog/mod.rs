@@ -60,6 +60,9 @@ pub struct Catalog {
     keys: crate::identity::auth::ApiKeys,
     /// The secret of `mcp.session_secret_env`, if one is named.
     pub mcp_session_secret: Option<Secret>,
+    /// The URL of `mcp.replica_url_env`: where other replicas reach this
+    /// one (no trailing `/`).
+    pub mcp_replica_url: Option<String>,
     /// The URL of `state.redis` (it may hold a password).
     pub redis_url: Option<Secret>,
     /// What the HTTP endpoints accept from web browsers (`http`).

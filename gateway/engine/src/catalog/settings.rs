@@ -326,6 +326,48 @@ pub(crate) fn mcp_session_secret(
     }
 }
 
+/// The URL of `mcp.replica_url_env`, when one is named: it must be set
+/// and be an `http` or `https` URL with a host and nothing after the
+/// authority (the MCP face's path is the request's own). Kept without a
+/// trailing `/`.
+pub(crate) fn mcp_replica_url(
+    file: &Loaded<GatewayFile>,
+    env: &dyn Fn(&str) -> Option<String>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<String> {
+    let var = file.value.mcp.replica_url_env.as_ref()?;
+    let at = file.pos("mcp.replica_url_env");
+    let Some(value) = env(var).map(|v| v.trim().trim_end_matches('/').to_owned()) else {
+        diags.push(Diagnostic::error(
+            &file.file,
+            at,
+            format!("environment variable {var} (mcp.replica_url_env) is not set"),
+            "set it to the URL other replicas reach this one at, e.g. `http://10.0.0.5:8080`, or remove `replica_url_env`",
+        ));
+        return None;
+    };
+    match url::Url::parse(&value) {
+        Ok(u)
+            if matches!(u.scheme(), "http" | "https")
+                && u.host().is_some()
+                && u.path() == "/"
+                && u.query().is_none()
+                && u.username().is_empty() =>
+        {
+            Some(value)
+        }
+        _ => {
+            diags.push(Diagnostic::error(
+                &file.file,
+                at,
+                format!("{var} (mcp.replica_url_env) is not an http(s) URL of a host: {value:?}"),
+                "give the scheme, host and port only, e.g. `http://10.0.0.5:8080`",
+            ));
+            None
+        }
+    }
+}
+
 /// The URL of `state.redis.url_env`, when Redis is configured: the
 /// variable must be set and hold a Redis URL. Kept as a [`Secret`] (it may
 /// carry a password).

@@ -414,6 +414,13 @@ pub async fn identify(
         if let Err(err) = spend_request(state, &key).await {
             return Err(err.into_shaped(shape));
         }
+        if catalog.mcp_replica_url.is_some()
+            && req.uri.path().starts_with("/mcp")
+            && let Ok(mut value) = HeaderValue::try_from(format!("Bearer {token}"))
+        {
+            value.set_sensitive(true);
+            req.extensions.insert(ForwardCredential(value));
+        }
         Some(key)
     } else {
         None
@@ -429,6 +436,19 @@ pub async fn identify(
         key,
         token: verified_token,
     })
+}
+
+/// The caller's credential, kept (out of the headers) on an MCP request of
+/// a replica that forwards a parked call's answers to the replica holding
+/// it (`mcp.replica_url_env`): the answers are the caller's, sent on as
+/// the caller. Nothing else reads it.
+#[derive(Clone)]
+pub struct ForwardCredential(pub HeaderValue);
+
+impl std::fmt::Debug for ForwardCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForwardCredential(…)")
+    }
 }
 
 /// Takes every header that carries a key out of `headers` (nothing

@@ -10,7 +10,8 @@ mod state;
 
 pub use error::{ApiError, ErrorShape, body_error};
 pub use layers::{
-    Caller, GoogleKey, Observed, Paths, REQUEST_ID_HEADER, RequestId, Route, authenticate,
-    body_deadline, identify, metadata_url, observe, public_base, read_body, spend_request,
+    Caller, ForwardCredential, GoogleKey, Observed, Paths, REQUEST_ID_HEADER, RequestId, Route,
+    authenticate, body_deadline, identify, metadata_url, observe, public_base, read_body,
+    spend_request,
 };
 pub use state::{AppState, Draining, Shared};

@@ -25,7 +25,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::wire::{self, CALL_TOOL};
-use super::{input, parked};
+use super::{forward, input, parked};
 use crate::http::{AppState, Caller};
 #[allow(deprecated)] // logging (SEP-2577), still carried for older clients
 use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
@@ -841,6 +841,9 @@ impl ServerHandler for ToolSetServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let target = self.target(&context.extensions)?;
+        // Answers to a call parked on another replica are forwarded there
+        // as they came (see `forward`).
+        let as_sent = request.request_state.is_some().then(|| request.clone());
         // A 2026-07-28 client answers upstream questions in a request of
         // its own: this may be it (see `input`).
         let (asked, handing) = self.hand_back(
@@ -906,8 +909,29 @@ impl ServerHandler for ToolSetServer {
         let hand_back = handing.hand_back;
         // The client's answers to a server that asked in the middle of the
         // call: the parked call goes on (see `parked`).
-        if let Some((id, answers)) = handing.parked {
-            let running = self.parked.resume(&id, answers)?;
+        if let Some(input::Answers {
+            id,
+            answers,
+            replica,
+        }) = handing.parked
+        {
+            let running = match self.parked.resume(&id, answers) {
+                Ok(running) => running,
+                Err(refused) => {
+                    return match (replica, as_sent) {
+                        (Some(replica), Some(as_sent))
+                            if forward::may_forward(
+                                &replica,
+                                catalog.mcp_replica_url.as_deref(),
+                                &context,
+                            ) =>
+                        {
+                            forward::call(&replica, &as_sent, &context).await
+                        }
+                        _ => Err(refused),
+                    };
+                }
+            };
             return self.follow(running, &asked, &catalog, &context).await;
         }
         // A 2026-07-28 client that can answer, and a server of an older
@@ -1410,7 +1434,7 @@ impl ToolSetServer {
                 Ok(CallToolResponse::InputRequired(input::parked_required(
                     &self.states,
                     asked,
-                    id,
+                    (id, catalog.mcp_replica_url.clone()),
                     key,
                     *request,
                 )?))

@@ -58,6 +58,20 @@ struct State {
     /// `parked`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     parked: Option<String>,
+    /// Where the replica that parked the call is reached
+    /// (`mcp.replica_url_env`), for another replica to forward the
+    /// answers to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    replica: Option<String>,
+}
+
+/// A client's answers to the question of a parked call.
+pub struct Answers {
+    /// The parked call (see `parked`).
+    pub id: String,
+    pub answers: InputResponses,
+    /// The URL of the replica that parked it, when it gave one.
+    pub replica: Option<String>,
 }
 
 /// A request of a 2026-07-28 client, as far as it answers questions.
@@ -67,7 +81,7 @@ pub struct Handing {
     /// its result.
     pub hand_back: Option<HandBack>,
     /// The parked call its answers are for, with the answers.
-    pub parked: Option<(String, InputResponses)>,
+    pub parked: Option<Answers>,
 }
 
 /// The request a state belongs to: its method, the tool's or prompt's
@@ -133,7 +147,11 @@ pub fn hand_back(
                 .map_err(|e| refused(&e))?;
             let mut responses = responses.unwrap_or_default();
             if let Some(id) = opened.parked {
-                parked = Some((id, std::mem::take(&mut responses)));
+                parked = Some(Answers {
+                    id,
+                    answers: std::mem::take(&mut responses),
+                    replica: opened.replica,
+                });
             }
             for (key, answer) in opened.answered {
                 responses.entry(key).or_insert(answer);
@@ -175,16 +193,17 @@ pub fn input_required(
         state: handed.state,
         answered: handed.answered,
         parked: None,
+        replica: None,
     };
     seal(codec, request, &state, handed.requests)
 }
 
 /// The `input_required` result that asks the client `question` (under
-/// `key`) for the call parked as `id`.
+/// `key`) for the call parked as `id` on the replica reached at `replica`.
 pub fn parked_required(
     codec: &RequestStateCodec,
     request: &Request,
-    id: String,
+    (id, replica): (String, Option<String>),
     key: String,
     question: rmcp::model::InputRequest,
 ) -> Result<InputRequiredResult, McpError> {
@@ -193,6 +212,7 @@ pub fn parked_required(
         state: None,
         answered: InputResponses::new(),
         parked: Some(id),
+        replica,
     };
     seal(codec, request, &state, [(key, question)].into())
 }

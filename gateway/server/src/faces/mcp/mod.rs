@@ -15,6 +15,7 @@
 //! `handler` answers the requests; `wire` turns tools and results into
 //! MCP's shapes.
 
+mod forward;
 mod handler;
 mod input;
 mod parked;

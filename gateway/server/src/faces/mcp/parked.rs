@@ -12,7 +12,8 @@
 //! at most [`MAX_PARKED`] wait at once (beyond, the gateway answers alone,
 //! as for a client that cannot answer). A parked call lives in the memory
 //! of the replica that runs it: an answer that reaches another replica is
-//! refused (-32602), and the client calls again.
+//! forwarded to it when it gave its URL (`mcp.replica_url_env`, see
+//! `forward`), and refused (-32602) otherwise, so the client calls again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
