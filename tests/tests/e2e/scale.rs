@@ -1067,9 +1067,10 @@ async fn held_changes(s: &Server) -> Vec<Value> {
 async fn replicas_trust_the_same_tool_definitions() {
     // One MCP server behind two replicas. It changes a tool after the
     // first replica pinned it; a replica started after the change holds
-    // it too (it does not trust what it lists first), a change accepted
-    // on one replica is taken by the other, and a replica started after
-    // the acceptance trusts the accepted definition.
+    // it too (it does not trust what it lists first) and serves the
+    // trusted definition, a change accepted on one replica is taken by
+    // the other, and a replica started after the acceptance trusts the
+    // accepted definition.
     let mcp = require!(crate::mcp_support::HttpServer::start().await);
     let redis = RedisServer::start().await;
     let backend = Backend::start().await;
@@ -1106,23 +1107,19 @@ async fn replicas_trust_the_same_tool_definitions() {
         panic!("one change held on a")
     };
     assert_eq!(held_a["tool"], "echo");
-    // A replica that starts now lists the changed definition first.
+    // A replica that starts now lists the changed definition first: it
+    // holds the change too, and serves the definition a trusted
+    // (`keep_old`), which it never saw itself.
     let b = Server::start(dir.path(), &env).await;
-    let (_, unavailable) = tools_until(&b, "replica b holds the change", |_, u| {
-        u.get("py_echo").is_some()
-    })
-    .await;
-    assert!(
-        unavailable["py_echo"]
-            .as_str()
-            .unwrap()
-            .contains("replicas do not trust"),
-        "{unavailable}"
-    );
     let [held_b] = &held_changes(&b).await[..] else {
         panic!("one change held on b")
     };
+    tools_until(&b, "replica b serves the trusted definition", |d, _| {
+        d["py_echo"] == first
+    })
+    .await;
     assert_eq!(held_b["pinned_fingerprint"], held_a["pinned_fingerprint"]);
+    assert_eq!(held_b["pinned"], held_a["pinned"]);
     assert_eq!(held_b["fingerprint"], held_a["fingerprint"]);
     assert!(
         held_b["now"]["description"]

@@ -12,8 +12,8 @@
 //! - **Learned formatters** are members of one set.
 //! - **Entries** (`entry_*`): bytes kept until deleted, e.g. users'
 //!   sealed upstream tokens.
-//! - **Pins**: the fingerprint of each MCP tool definition the replicas
-//!   trust, a hash per server (see `toolgate_mcp_client::PinStore`).
+//! - **Pins**: each MCP tool definition the replicas trust (with its
+//!   fingerprint), a hash per server (see `toolgate_mcp_client::PinStore`).
 //! - **Marks** (`mark`/`marked`): ids under a TTL, e.g. MCP sessions closed
 //!   on one replica, so no other one restores them.
 //!
@@ -596,9 +596,8 @@ impl Redis {
     }
 }
 
-/// Records, in the hash KEYS[1], each tool's fingerprint (ARGV: tool,
-/// fingerprint, tool, …) where none is; answers the fingerprints recorded,
-/// in the same order.
+/// Keeps, in the hash KEYS[1], each tool's record (ARGV: tool, record,
+/// tool, …) where none is; answers the records kept, in the same order.
 static PINS_SETTLE: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
         r"
@@ -611,8 +610,8 @@ return out
 });
 
 /// The tool definitions the replicas trust: a hash per MCP server
-/// (`pins:<server>`), the server's name for each tool to its trusted
-/// definition's fingerprint.
+/// (`pins:<server>`), the server's name for each tool to the MCP client's
+/// record of its trusted definition.
 impl toolgate_mcp_client::PinStore for Redis {
     fn settle<'a>(
         &'a self,
@@ -633,8 +632,8 @@ impl toolgate_mcp_client::PinStore for Redis {
             let recorded: Vec<Option<String>> = self
                 .run(|mut c| async move {
                     let mut call = PINS_SETTLE.key(key);
-                    for (tool, fingerprint) in proposed {
-                        call.arg(tool).arg(fingerprint);
+                    for (tool, record) in proposed {
+                        call.arg(tool).arg(record);
                     }
                     call.invoke_async(&mut c).await
                 })
@@ -646,7 +645,7 @@ impl toolgate_mcp_client::PinStore for Redis {
             Ok(proposed
                 .iter()
                 .zip(recorded)
-                .filter_map(|((tool, _), fingerprint)| Some((tool.clone(), fingerprint?)))
+                .filter_map(|((tool, _), record)| Some((tool.clone(), record?)))
                 .collect())
         })
     }
@@ -655,7 +654,7 @@ impl toolgate_mcp_client::PinStore for Redis {
         &'a self,
         server: &'a str,
         tool: &'a str,
-        fingerprint: &'a str,
+        record: &'a str,
     ) -> futures::future::BoxFuture<
         'a,
         Result<(), toolgate_mcp_client::session::shared_pins::Unavailable>,
@@ -666,7 +665,7 @@ impl toolgate_mcp_client::PinStore for Redis {
                 redis::cmd("HSET")
                     .arg(key)
                     .arg(tool)
-                    .arg(fingerprint)
+                    .arg(record)
                     .query_async::<()>(&mut c)
                     .await
             })

@@ -64,7 +64,11 @@ pub(super) struct Pin<T> {
 
 impl<T> Pin<T> {
     /// `definition` (of fingerprint `fingerprint`) trusted, as `tool`.
-    fn trusted(fingerprint: String, definition: Value, tool: Result<Arc<T>, String>) -> Pin<T> {
+    pub(super) fn trusted(
+        fingerprint: String,
+        definition: Value,
+        tool: Result<Arc<T>, String>,
+    ) -> Pin<T> {
         Pin {
             fingerprint,
             definition: Some(definition),
@@ -94,10 +98,10 @@ impl<T> Pin<T> {
         &self.fingerprint
     }
 
-    /// Whether the trusted definition itself is known (not only its
+    /// The trusted definition, when it is known (not only its
     /// fingerprint).
-    pub(super) fn knows_definition(&self) -> bool {
-        self.definition.is_some()
+    pub(super) fn definition(&self) -> Option<&Value> {
+        self.definition.as_ref()
     }
 
     /// The fingerprint of the changed definition held, if any.
@@ -412,7 +416,7 @@ fn held<T>(
     }
 }
 
-fn make_tool<T: Offer>(
+pub(super) fn make_tool<T: Offer>(
     server: &Arc<Server<T>>,
     name: &str,
     remote: &str,

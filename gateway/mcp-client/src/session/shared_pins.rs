@@ -3,15 +3,16 @@
 //! person accepted on any replica, is the one every replica trusts.
 //!
 //! Before a listing is made into tools, its definitions are settled with
-//! the store: each tool's trusted fingerprint is recorded where none is,
-//! and the one recorded wins over the replica's own. A replica that starts
-//! after a server changed a tool therefore holds the change, as the one
-//! that saw the first definition does; it cannot serve the first
-//! definition (it never saw it), so under `keep_old` the tool is out of
-//! service there until the change is accepted. After the listing, what the
-//! replica came to trust (a change accepted here, or `on_change: accept`)
-//! is recorded. A replica holding a change asks the store every
-//! [`POLL`] whether it was accepted elsewhere, and lists again when so.
+//! the store: each tool's trusted definition (with its fingerprint) is
+//! recorded where none is, and the one recorded wins over the replica's
+//! own. A replica that starts after a server changed a tool therefore
+//! holds the change, as the one that saw the first definition does, and
+//! under `keep_old` serves the trusted definition from the store. After
+//! the listing, what the replica came to trust (a change accepted here, or
+//! `on_change: accept`) is recorded. A replica holding a change asks the
+//! store every [`POLL`] whether it was accepted elsewhere, and lists again
+//! when so. A tool the server's pin file names is left to the pin file,
+//! which every replica reads.
 //!
 //! While the store is unavailable the replica pins on its own, as without
 //! one, and agrees again at its next listing.
@@ -23,7 +24,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use super::listing::{Pin, build_tools, definition, fingerprint};
+use serde_json::Value;
+
+use super::listing::{Pin, build_tools, definition, fingerprint, make_tool};
 use super::{Listed, Server};
 use crate::Offer;
 
@@ -36,26 +39,51 @@ pub const POLL: Duration = Duration::from_secs(2);
 #[error("the shared pins are unavailable")]
 pub struct Unavailable;
 
-/// Where the replicas keep the fingerprint each tool's trusted definition
-/// has, by server and the server's name for the tool.
+/// Where the replicas keep each tool's trusted definition (a record the
+/// MCP client writes and reads; opaque to the store), by server and the
+/// server's name for the tool.
 pub trait PinStore: Send + Sync + 'static {
-    /// For each `(tool, fingerprint)` of `server`: records the fingerprint
-    /// where none is recorded, and answers the one recorded (for every
-    /// tool proposed).
+    /// For each `(tool, record)` of `server`: keeps the record where none
+    /// is kept, and answers the one kept (for every tool proposed).
     fn settle<'a>(
         &'a self,
         server: &'a str,
         proposed: &'a [(String, String)],
     ) -> BoxFuture<'a, Result<HashMap<String, String>, Unavailable>>;
 
-    /// Records `fingerprint` as the trusted definition of `server`'s
-    /// `tool` (a change accepted).
+    /// Keeps `record` as the trusted definition of `server`'s `tool` (a
+    /// change accepted).
     fn trust<'a>(
         &'a self,
         server: &'a str,
         tool: &'a str,
-        fingerprint: &'a str,
+        record: &'a str,
     ) -> BoxFuture<'a, Result<(), Unavailable>>;
+}
+
+/// What the store keeps for one tool: its trusted definition's
+/// fingerprint and, when known, the definition itself (so a replica that
+/// never saw it can still serve it under `keep_old`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Record {
+    fingerprint: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    definition: Option<Value>,
+}
+
+impl Record {
+    fn write(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// A record as the store gave it; one that does not read as a record
+    /// is taken as a bare fingerprint.
+    fn read(text: &str) -> Record {
+        serde_json::from_str(text).unwrap_or_else(|_| Record {
+            fingerprint: text.to_owned(),
+            definition: None,
+        })
+    }
 }
 
 /// Makes `tools` (as the server lists them) into the gateway's tools,
@@ -75,34 +103,44 @@ pub(super) async fn build<T: Offer>(
     listed
 }
 
-/// What the server lists now, by the server's name for each tool admitted:
-/// its fingerprint.
-fn listed_now<T>(server: &Server<T>, tools: &[rmcp::model::Tool]) -> Vec<(String, String)> {
+/// What the server lists now that the replicas share, by the server's
+/// name for each tool admitted: its definition and fingerprint. A tool
+/// its pin file names is left to the pin file, which every replica reads.
+fn listed_now<T>(server: &Server<T>, tools: &[rmcp::model::Tool]) -> Vec<(String, Value, String)> {
     tools
         .iter()
-        .filter(|t| server.spec.tools.admits(&t.name))
-        .map(|t| (t.name.to_string(), fingerprint(&definition(t))))
+        .filter(|t| server.spec.tools.admits(&t.name) && !server.spec.pins.contains_key(&*t.name))
+        .map(|t| {
+            let seen = definition(t);
+            let fingerprint = fingerprint(&seen);
+            (t.name.to_string(), seen, fingerprint)
+        })
         .collect()
 }
 
 /// Settles the listing's definitions with the store and brings the
 /// replica's own pins in line: `None` when the store was unavailable.
-async fn agree<T>(
-    server: &Server<T>,
+async fn agree<T: Offer>(
+    server: &Arc<Server<T>>,
     store: &dyn PinStore,
     tools: &[rmcp::model::Tool],
-) -> Option<HashMap<String, String>> {
+) -> Option<HashMap<String, Record>> {
     let now = listed_now(server, tools);
     let proposed: Vec<(String, String)> = {
         let pins = server.pins.lock().unwrap_or_else(|p| p.into_inner());
         now.iter()
-            .map(|(remote, seen)| {
-                let trusted = pins
-                    .get(remote)
-                    .map(Pin::fingerprint)
-                    .or_else(|| server.spec.pins.get(remote).map(String::as_str))
-                    .unwrap_or(seen);
-                (remote.clone(), trusted.to_owned())
+            .map(|(remote, seen, fingerprint)| {
+                let trusted = match pins.get(remote) {
+                    Some(pin) => Record {
+                        fingerprint: pin.fingerprint().to_owned(),
+                        definition: pin.definition().cloned(),
+                    },
+                    None => Record {
+                        fingerprint: fingerprint.clone(),
+                        definition: Some(seen.clone()),
+                    },
+                };
+                (remote.clone(), trusted.write())
             })
             .collect()
     };
@@ -110,33 +148,32 @@ async fn agree<T>(
         tracing::warn!(mcp_server = %server.spec.name, "the replicas' shared pins are unavailable; MCP server `{}`'s tool definitions are pinned by this replica alone until the next listing", server.spec.name);
         return None;
     };
+    let agreed: HashMap<String, Record> = agreed
+        .into_iter()
+        .map(|(remote, text)| (remote, Record::read(&text)))
+        .collect();
     let mut pins = server.pins.lock().unwrap_or_else(|p| p.into_inner());
-    for (remote, seen) in &now {
+    for (remote, _, seen) in &now {
         let Some(shared) = agreed.get(remote) else {
             continue;
         };
         let pin = pins.get_mut(remote);
-        if pin.as_ref().is_some_and(|p| p.fingerprint() == shared) {
+        if pin
+            .as_ref()
+            .is_some_and(|p| p.fingerprint() == shared.fingerprint)
+        {
             continue;
         }
-        if seen == shared {
+        if *seen == shared.fingerprint {
             // The replicas trust what the server lists: so does this one,
-            // whatever it (or its pin file) trusted before.
-            match pin {
-                Some(pin) => pin.accept_now(seen.clone()),
-                None => {
-                    if let Some(filed) = server.spec.pins.get(remote)
-                        && filed != seen
-                    {
-                        let mut pin = Pin::unknown(filed.clone(), &server.spec.name);
-                        pin.accept_now(seen.clone());
-                        pins.insert(remote.clone(), pin);
-                    }
-                }
+            // whatever it trusted before.
+            if let Some(pin) = pin {
+                pin.accept_now(seen.clone());
             }
         } else {
-            // Another replica trusts a definition this one did not see.
-            let held = Pin::unknown(shared.clone(), &server.spec.name);
+            // Another replica trusts a definition this one has not
+            // pinned: served here too when the store has it whole.
+            let held = trusted_elsewhere(server, remote, shared);
             match pin {
                 Some(pin) => pin.replace_keeping_report(held),
                 None => {
@@ -148,17 +185,42 @@ async fn agree<T>(
     Some(agreed)
 }
 
+/// The pin of a definition another replica trusts: the tool made of it
+/// when the store holds the definition (and it is the one fingerprinted),
+/// else known by its fingerprint only.
+fn trusted_elsewhere<T: Offer>(server: &Arc<Server<T>>, remote: &str, shared: &Record) -> Pin<T> {
+    let tool = shared
+        .definition
+        .as_ref()
+        .filter(|d| fingerprint(d) == shared.fingerprint)
+        .and_then(|d| {
+            let tool = serde_json::from_value::<rmcp::model::Tool>(d.clone()).ok()?;
+            let name = server.spec.tools.local_name(remote).ok()?;
+            Some((d.clone(), make_tool(server, &name, remote, &tool)))
+        });
+    match tool {
+        Some((definition, tool)) => Pin::trusted(shared.fingerprint.clone(), definition, tool),
+        None => Pin::unknown(shared.fingerprint.clone(), &server.spec.name),
+    }
+}
+
 /// Records what the replica trusts now where the store recorded another
 /// definition (a change accepted here, or taken by `on_change: accept`).
-async fn record<T>(server: &Server<T>, store: &dyn PinStore, agreed: &HashMap<String, String>) {
+async fn record<T>(server: &Server<T>, store: &dyn PinStore, agreed: &HashMap<String, Record>) {
     let moved: Vec<(String, String)> = {
         let pins = server.pins.lock().unwrap_or_else(|p| p.into_inner());
         agreed
             .iter()
             .filter_map(|(remote, shared)| {
                 let pin = pins.get(remote)?;
-                (pin.fingerprint() != shared && pin.knows_definition())
-                    .then(|| (remote.clone(), pin.fingerprint().to_owned()))
+                let definition = pin.definition()?;
+                (pin.fingerprint() != shared.fingerprint).then(|| {
+                    let record = Record {
+                        fingerprint: pin.fingerprint().to_owned(),
+                        definition: Some(definition.clone()),
+                    };
+                    (remote.clone(), record.write())
+                })
             })
             .collect()
     };
@@ -179,16 +241,18 @@ pub(super) async fn poll<T>(server: &Server<T>) {
     let Some(store) = server.pin_store() else {
         return;
     };
-    let held: Vec<(String, String, String)> = {
+    let held: Vec<(String, Record)> = {
         let pins = server.pins.lock().unwrap_or_else(|p| p.into_inner());
         pins.iter()
-            .filter_map(|(remote, pin)| {
-                let changed = pin.changed_fingerprint()?;
-                Some((
-                    remote.clone(),
-                    pin.fingerprint().to_owned(),
-                    changed.to_owned(),
-                ))
+            .filter(|(remote, pin)| {
+                pin.changed_fingerprint().is_some() && !server.spec.pins.contains_key(*remote)
+            })
+            .map(|(remote, pin)| {
+                let trusted = Record {
+                    fingerprint: pin.fingerprint().to_owned(),
+                    definition: pin.definition().cloned(),
+                };
+                (remote.clone(), trusted)
             })
             .collect()
     };
@@ -197,14 +261,16 @@ pub(super) async fn poll<T>(server: &Server<T>) {
     }
     let proposed: Vec<(String, String)> = held
         .iter()
-        .map(|(remote, trusted, _)| (remote.clone(), trusted.clone()))
+        .map(|(remote, trusted)| (remote.clone(), trusted.write()))
         .collect();
     let Ok(agreed) = store.settle(&server.spec.name, &proposed).await else {
         return;
     };
-    let moved = held
-        .iter()
-        .any(|(remote, trusted, _)| agreed.get(remote).is_some_and(|s| s != trusted));
+    let moved = held.iter().any(|(remote, trusted)| {
+        agreed
+            .get(remote)
+            .is_some_and(|s| Record::read(s).fingerprint != trusted.fingerprint)
+    });
     if moved {
         tracing::info!(mcp_server = %server.spec.name, "another replica accepted a changed tool definition of MCP server `{}`; listing its tools again", server.spec.name);
         server.rebuild.store(true, Ordering::SeqCst);
