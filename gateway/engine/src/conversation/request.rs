@@ -80,6 +80,9 @@ pub struct Request {
     /// Google's `googleSearch`…): offered as they came to a model of the
     /// face's protocol, unless a gateway tool of the same name serves them.
     pub hosted: Vec<Hosted>,
+    /// What the face's deferred decoding ([`Request::decode_rest`]) left
+    /// out, for the face to say with its own notices.
+    pub notices: super::Notices,
 }
 
 /// A tool the provider runs, as the client declared it.
@@ -135,6 +138,7 @@ impl Request {
             choices: None,
             headers: Vec::new(),
             hosted: Vec::new(),
+            notices: super::Notices::default(),
         }
     }
 

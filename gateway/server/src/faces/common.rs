@@ -217,12 +217,28 @@ pub async fn plan_decoded(
 ) -> Result<(Value, Planned), ApiError> {
     let original: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
-    let Translated { request, notices } = decode(&original)?;
+    let translated = decode(&original)?;
+    let planned = plan_translated(state, caller, headers, body, passthrough, translated).await?;
+    Ok((original, planned))
+}
+
+/// [`plan_decoded`] for a request its face decoded from `body` itself.
+pub async fn plan_translated(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: &Bytes,
+    passthrough: Passthrough,
+    translated: Translated,
+) -> Result<Planned, ApiError> {
+    let Translated { request, notices } = translated;
     let Admitted { plan, places } =
         plan_request(state, caller, headers, request, passthrough).await?;
     let planned = match plan {
-        Plan::Loop(the_loop) => {
+        Plan::Loop(mut the_loop) => {
             let mut notices = notices;
+            // What the face's deferred decoding left out.
+            notices.extend(std::mem::take(&mut the_loop.request.notices));
             // A hosted tool is served by the set's tool of its name, or
             // by a model of the face's protocol (which runs it itself).
             let runs_hosted = the_loop.resolved.upstream.protocol == the_loop.request.face;
@@ -256,7 +272,7 @@ pub async fn plan_decoded(
             Planned::Proxied(attach(&notices, response))
         }
     };
-    Ok((original, planned))
+    Ok(planned)
 }
 
 /// A request passed to an upstream of its face's protocol (a planned
@@ -574,34 +590,40 @@ pub fn shared_fields(from: &Map<String, Value>, request: &mut Request) -> Result
     request.params.top_p = from.get("top_p").and_then(Value::as_f64);
     request.stream = from.get("stream") == Some(&json!(true));
     request.include_usage = request.stream;
-    request.tool_set = match from.get("tool_set") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => {
-            return Err(
-                ApiError::bad_request("`tool_set` must be the name of a tool set")
-                    .param("tool_set"),
-            );
-        }
-    };
-    request.max_tool_iterations = match from.get("max_tool_iterations") {
-        None | Some(Value::Null) => None,
-        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => {
-            Some(u32::try_from(n.as_u64().unwrap_or(1)).unwrap_or(u32::MAX))
-        }
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "`max_tool_iterations` must be a whole number of at least 1",
-            )
-            .param("max_tool_iterations"));
-        }
-    };
+    request.tool_set = tool_set_field(from.get("tool_set"))?;
+    request.max_tool_iterations = max_tool_iterations_field(from.get("max_tool_iterations"))?;
     request.fields = from
         .iter()
         .filter(|(k, _)| !matches!(k.as_str(), "tool_set" | "max_tool_iterations" | "tool_mode"))
         .map(|(k, v)| (k.clone(), toolgate_engine::conversation::raw(v)))
         .collect();
     Ok(())
+}
+
+/// The `tool_set` extension field, as every face but chat's reads it.
+pub fn tool_set_field(value: Option<&Value>) -> Result<Option<String>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(
+            ApiError::bad_request("`tool_set` must be the name of a tool set").param("tool_set"),
+        ),
+    }
+}
+
+/// The `max_tool_iterations` extension field, as every face but chat's
+/// reads it.
+pub fn max_tool_iterations_field(value: Option<&Value>) -> Result<Option<u32>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n >= 1) => Ok(Some(
+            u32::try_from(n.as_u64().unwrap_or(1)).unwrap_or(u32::MAX),
+        )),
+        Some(_) => Err(ApiError::bad_request(
+            "`max_tool_iterations` must be a whole number of at least 1",
+        )
+        .param("max_tool_iterations")),
+    }
 }
 
 /// Whether a request asks for programmatic tool calling: a tool whose

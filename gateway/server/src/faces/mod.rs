@@ -22,3 +22,4 @@ pub mod responses;
 pub mod spend;
 pub mod tool_changes;
 pub mod tools;
+pub(crate) mod top;

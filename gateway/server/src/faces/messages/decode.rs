@@ -11,10 +11,11 @@ use std::collections::HashSet;
 use serde_json::{Value, json};
 use toolgate_engine::conversation::{
     Call, CallResult, DeferredTools, Hosted, Item, Media, MediaKind, Native, Notices, Opaque,
-    Protocol, Reasoning, Role, Slot, Source, ToolChoice, ToolDef, Turn, raw,
+    Protocol, Reasoning, RequestError, Role, Slot, Source, ToolChoice, ToolDef, Turn, raw,
 };
 
 use super::super::common::{self, Translated};
+use super::super::top::{Top, array_len, parsed};
 use super::SERVER_NAME;
 use crate::http::ApiError;
 
@@ -39,16 +40,115 @@ const TYPED: [&str; 14] = [
     "tool_mode",
 ];
 
-/// Decodes a Messages request.
-pub fn decode(req: &Value) -> Result<Translated, ApiError> {
-    let (obj, mut request) = common::request_of(req, PROTOCOL)?;
+/// Decodes a Messages request body. One without tools (which a model of
+/// Anthropic's protocol may get as it came) is read in one pass over its
+/// top-level fields, borrowed, and its conversation is decoded only when a
+/// tool loop needs it (a request passed through is never parsed further);
+/// any other is decoded whole.
+pub fn decode_body(body: &bytes::Bytes) -> Result<Translated, ApiError> {
+    if let Some(translated) = without_tools(body) {
+        return Ok(translated);
+    }
+    let original: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))?;
+    decode(&original)
+}
+
+/// The extension fields: read by the gateway, never sent upstream.
+const EXTENSIONS: [&str; 3] = ["tool_set", "max_tool_iterations", "tool_mode"];
+
+/// A request without tools, decoded from its top-level fields as
+/// [`decode`] would (its conversation deferred to [`rest`]); `None` when
+/// it has tools, or anything [`decode`] would refuse (which then says
+/// why).
+fn without_tools(body: &bytes::Bytes) -> Option<Translated> {
+    let top: Top = serde_json::from_slice(body).ok()?;
+    if let Some(tools) = top.get("tools")
+        && tools.get().trim() != "null"
+        && array_len(tools) != Some(0)
+    {
+        return None;
+    }
+    let model: String = top.field("model").ok()??;
+    let message_count = top.get("messages").and_then(array_len).filter(|n| *n > 0)?;
+    let value = |name: &str| top.field::<Value>(name).ok();
+    let mut request = toolgate_engine::conversation::Request::new(PROTOCOL, model);
+    // As `common::shared_fields` reads them.
+    request.modified = top.0.iter().any(|(k, _)| EXTENSIONS.contains(&&**k));
+    request.params.temperature = value("temperature")?.as_ref().and_then(Value::as_f64);
+    request.params.top_p = value("top_p")?.as_ref().and_then(Value::as_f64);
+    request.stream = value("stream")? == Some(Value::Bool(true));
+    request.include_usage = request.stream;
+    request.tool_set = common::tool_set_field(value("tool_set")?.as_ref()).ok()?;
+    request.max_tool_iterations =
+        common::max_tool_iterations_field(value("max_tool_iterations")?.as_ref()).ok()?;
     let mut notices = Notices::default();
+    if value("mcp_servers")?.is_some_and(|s| s.as_array().is_some_and(|a| !a.is_empty())) {
+        notices.add(MCP_CONNECTOR);
+    }
+    if let Some(choice) = value("tool_choice")?.filter(|c| !c.is_null()) {
+        let (choice, parallel) = tool_choice(&choice).ok()?;
+        request.tool_choice = Some(choice);
+        request.params.parallel_tool_calls = parallel;
+    }
+    let sampling = value("max_tokens")?;
+    request.params.max_tokens = sampling.as_ref().and_then(Value::as_u64);
+    request.params.stop = stop_sequences(value("stop_sequences")?.as_ref());
+    let mut untyped: Vec<String> = top
+        .0
+        .iter()
+        .filter(|(k, _)| !TYPED.contains(&&**k))
+        .map(|(k, _)| k.to_string())
+        .collect();
+    untyped.sort();
+    untyped.dedup();
+    request.untyped = untyped;
+    if request.modified {
+        request.fields = top
+            .0
+            .iter()
+            .filter(|(k, _)| !EXTENSIONS.contains(&&**k))
+            .map(|(k, v)| (k.to_string(), (*v).to_owned()))
+            .collect();
+    } else {
+        request.defer_fields(body.clone());
+    }
+    request.message_count = message_count;
+    request.defer_rest(rest);
+    Some(Translated { request, notices })
+}
+
+/// The conversation of a request decoded by [`without_tools`], once a
+/// tool loop needs it.
+fn rest(request: &mut toolgate_engine::conversation::Request) -> Result<(), RequestError> {
+    let system: Option<Value> = parsed("system", request.fields.get("system").map(|v| &**v))?;
+    let messages: Option<Value> = parsed("messages", request.fields.get("messages").map(|v| &**v))?;
+    let mut notices = Notices::default();
+    let turns = conversation(
+        system.as_ref(),
+        messages.as_ref(),
+        &mut HashSet::new(),
+        &mut notices,
+    )?;
+    request.set_turns(turns);
+    request.notices.extend(notices);
+    Ok(())
+}
+
+/// The system prompt and the messages as turns; `referenced` gets the
+/// tools a `tool_reference` names.
+fn conversation(
+    system: Option<&Value>,
+    messages: Option<&Value>,
+    referenced: &mut HashSet<String>,
+    notices: &mut Notices,
+) -> Result<Vec<Turn>, RequestError> {
     let mut turns = Vec::new();
-    match obj.get("system") {
+    match system {
         None | Some(Value::Null) => {}
         Some(system) => {
             let text =
-                text_of(system, "system").map_err(|e| ApiError::bad_request(e).param("system"))?;
+                text_of(system, "system").map_err(|e| RequestError::new(e).param("system"))?;
             turns.push(Turn::decoded(
                 Role::System,
                 vec![Item::text(text)],
@@ -58,15 +158,13 @@ pub fn decode(req: &Value) -> Result<Translated, ApiError> {
             ));
         }
     }
-    let input = obj
-        .get("messages")
+    let input = messages
         .and_then(Value::as_array)
         .filter(|m| !m.is_empty())
         .ok_or_else(|| {
-            ApiError::bad_request("`messages` is required and must be a non-empty array")
+            RequestError::new("`messages` is required and must be a non-empty array")
                 .param("messages")
         })?;
-    let mut referenced = HashSet::new();
     for (i, m) in input.iter().enumerate() {
         // A system message that clears at the next user message is gone
         // once one follows it.
@@ -76,10 +174,24 @@ pub fn decode(req: &Value) -> Result<Translated, ApiError> {
         {
             continue;
         }
-        let turn = message(m, &mut referenced, &mut notices)
-            .map_err(|e| ApiError::bad_request(format!("messages[{i}]: {e}")).param("messages"))?;
+        let turn = message(m, referenced, notices)
+            .map_err(|e| RequestError::new(format!("messages[{i}]: {e}")).param("messages"))?;
         turns.extend(turn);
     }
+    Ok(turns)
+}
+
+/// Decodes a Messages request, read whole.
+pub fn decode(req: &Value) -> Result<Translated, ApiError> {
+    let (obj, mut request) = common::request_of(req, PROTOCOL)?;
+    let mut notices = Notices::default();
+    let mut referenced = HashSet::new();
+    let turns = conversation(
+        obj.get("system"),
+        obj.get("messages"),
+        &mut referenced,
+        &mut notices,
+    )?;
     request.set_turns(turns);
     let mut deferred = Vec::new();
     let mut search = None;
@@ -163,43 +275,57 @@ pub fn decode(req: &Value) -> Result<Translated, ApiError> {
         .get("mcp_servers")
         .is_some_and(|s| s.as_array().is_some_and(|a| !a.is_empty()))
     {
-        notices.add("`mcp_servers` (the MCP connector) is not served here; declare the servers in the gateway and they are its tools");
+        notices.add(MCP_CONNECTOR);
     }
     if let Some(choice) = obj.get("tool_choice").filter(|c| !c.is_null()) {
-        request.tool_choice = Some(match choice["type"].as_str() {
-            Some("auto") => ToolChoice::Auto,
-            Some("any") => ToolChoice::Required,
-            Some("none") => ToolChoice::None,
-            Some("tool") => ToolChoice::Tool {
-                name: choice["name"].as_str().unwrap_or_default().to_owned(),
-            },
-            _ => {
-                return Err(ApiError::bad_request(
-                    "`tool_choice.type` must be auto, any, tool or none",
-                )
-                .param("tool_choice"));
-            }
-        });
-        if choice["disable_parallel_tool_use"] == json!(true) {
-            request.params.parallel_tool_calls = Some(false);
+        let (choice, parallel) = tool_choice(choice)?;
+        request.tool_choice = Some(choice);
+        if parallel.is_some() {
+            request.params.parallel_tool_calls = parallel;
         }
     }
     request.params.max_tokens = obj.get("max_tokens").and_then(Value::as_u64);
-    request.params.stop = obj
-        .get("stop_sequences")
-        .and_then(Value::as_array)
-        .map(|s| {
-            s.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
+    request.params.stop = stop_sequences(obj.get("stop_sequences"));
     request.untyped = obj
         .keys()
         .filter(|k| !TYPED.contains(&k.as_str()))
         .cloned()
         .collect();
     Ok(Translated { request, notices })
+}
+
+const MCP_CONNECTOR: &str = "`mcp_servers` (the MCP connector) is not served here; declare the servers in the gateway and they are its tools";
+
+/// `tool_choice` (not null), with `Some(false)` when it disables parallel
+/// tool use.
+fn tool_choice(choice: &Value) -> Result<(ToolChoice, Option<bool>), RequestError> {
+    let typed = match choice["type"].as_str() {
+        Some("auto") => ToolChoice::Auto,
+        Some("any") => ToolChoice::Required,
+        Some("none") => ToolChoice::None,
+        Some("tool") => ToolChoice::Tool {
+            name: choice["name"].as_str().unwrap_or_default().to_owned(),
+        },
+        _ => {
+            return Err(
+                RequestError::new("`tool_choice.type` must be auto, any, tool or none")
+                    .param("tool_choice"),
+            );
+        }
+    };
+    let parallel = (choice["disable_parallel_tool_use"] == json!(true)).then_some(false);
+    Ok((typed, parallel))
+}
+
+/// `stop_sequences`: its strings.
+fn stop_sequences(stop: Option<&Value>) -> Vec<String> {
+    stop.and_then(Value::as_array)
+        .map(|s| {
+            s.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// An image or document block as media (`None` when its source cannot be

@@ -1,7 +1,8 @@
 //! `POST /v1/messages`: Anthropic's Messages API as a face of the same tool
 //! loop. The request is decoded into the engine's conversation (`decode`:
 //! system, text, thinking, `tool_use` and `tool_result` blocks, client
-//! tools, `tool_choice`), the tool set is picked as for chat completions,
+//! tools, `tool_choice`; the conversation of a request without tools only
+//! once a loop needs it), the tool set is picked as for chat completions,
 //! and the loop's answer or events are encoded as a message or as
 //! Anthropic's stream events (`encode`). Errors use Anthropic's error body.
 
@@ -55,18 +56,15 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let sent = protocol_headers(&headers);
-    let (_, planned) = common::plan_decoded(
+    let mut translated = decode::decode_body(&body)?;
+    translated.request.headers = sent;
+    let planned = common::plan_translated(
         &state,
         &caller,
         &headers,
         &body,
         Passthrough::Allowed,
-        |v| {
-            decode::decode(v).map(|mut t| {
-                t.request.headers = sent;
-                t
-            })
-        },
+        translated,
     )
     .await?;
     let (the_loop, places, notices) = match planned {
@@ -133,6 +131,94 @@ pub const SERVER_NAME: &str = "toolgate";
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    const CLAUDE_CODE: &str =
+        include_str!("../../../../../tests/fixtures/faces/messages-claude-code.json");
+
+    /// Requests without tools: Claude Code's without its tools, and ones
+    /// with every field the top-level reading covers.
+    fn without_tools() -> Vec<String> {
+        let mut claude: Value = serde_json::from_str(CLAUDE_CODE).unwrap();
+        claude.as_object_mut().unwrap().remove("tools");
+        vec![
+            claude.to_string(),
+            json!({"model": "m", "max_tokens": 9, "tools": [], "system": [{"type": "text", "text": "Be brief."}],
+                   "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [{"type": "text", "text": "yo"}]},
+                                {"role": "user", "content": [{"type": "text", "text": "and?"}, {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}],
+                   "temperature": 0.5, "top_p": 0.9, "stop_sequences": ["END", 3], "stream": true,
+                   "tool_choice": {"type": "none", "disable_parallel_tool_use": true},
+                   "mcp_servers": [{"type": "url", "url": "https://example.com/mcp", "name": "x"}],
+                   "metadata": {"user_id": "u"}, "service_tier": "auto"})
+            .to_string(),
+            r#"{"model": "m", "tools": null, "tool_set": "none", "max_tool_iterations": 3, "messages": [{"role": "system", "content": "gone", "clear_at": "next_user_message"}, {"role": "user", "content": "x"}], "zeta": 1, "alpha": 2, "zeta": 3}"#.to_owned(),
+        ]
+    }
+
+    #[test]
+    fn a_request_without_tools_decodes_the_same_deferred_as_whole() {
+        for body in without_tools() {
+            let whole = decode::decode(&serde_json::from_str(&body).unwrap()).unwrap();
+            let mut deferred = decode::decode_body(&Bytes::from(body.clone())).unwrap();
+            assert!(deferred.request.turns().is_empty(), "deferred: {body}");
+            // Counted as the body has them (for the limit on messages).
+            let sent: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(
+                deferred.request.message_count,
+                sent["messages"].as_array().unwrap().len()
+            );
+            deferred.request.decode_rest().unwrap();
+            let (w, d) = (&whole.request, &deferred.request);
+            assert_eq!(d.turns(), w.turns(), "{body}");
+            assert_eq!(d.model, w.model);
+            assert_eq!(d.params, w.params, "{body}");
+            assert_eq!(d.stream, w.stream);
+            assert_eq!(d.include_usage, w.include_usage);
+            assert_eq!(d.tool_choice, w.tool_choice);
+            assert_eq!(d.tool_set, w.tool_set);
+            assert_eq!(d.max_tool_iterations, w.max_tool_iterations);
+            assert_eq!(d.modified, w.modified);
+            assert_eq!(d.untyped, w.untyped, "{body}");
+            assert!(d.tools.is_empty() && w.tools.is_empty() && d.hosted.is_empty());
+            let mut notices = deferred.notices.clone();
+            notices.extend(d.notices.clone());
+            assert_eq!(notices, whole.notices, "{body}");
+            let parsed = |f: &toolgate_engine::conversation::RawFields| {
+                f.iter()
+                    .map(|(k, v)| (k.clone(), serde_json::from_str::<Value>(v.get()).unwrap()))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+            };
+            assert_eq!(parsed(&d.fields), parsed(&w.fields), "{body}");
+        }
+    }
+
+    #[test]
+    fn what_the_top_level_reading_would_misread_is_decoded_whole() {
+        // Tools, or a field the whole decoding refuses: the same answer
+        // as decoding it whole.
+        for body in [
+            r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "t", "input_schema": {"type": "object"}}]}"#,
+            r#"{"model": "m", "messages": []}"#,
+            r#"{"model": 3, "messages": [{"role": "user", "content": "x"}]}"#,
+            r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_set": 4}"#,
+            r#"{"model": "m", "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "some"}}"#,
+            r#"[1]"#,
+        ] {
+            let whole = serde_json::from_str::<Value>(body)
+                .map_err(|e| e.to_string())
+                .and_then(|v| decode::decode(&v).map_err(|e| e.message.clone()));
+            let read = decode::decode_body(&Bytes::from(body)).map_err(|e| e.message.clone());
+            match (whole, read) {
+                (Err(a), Err(b)) => assert_eq!(a, b, "{body}"),
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a.request.turns(), b.request.turns(), "{body}");
+                    assert_eq!(a.request.tools.len(), b.request.tools.len());
+                }
+                (a, b) => panic!("{body}: {a:?} against {b:?}"),
+            }
+        }
+    }
+
     mod fuzz {
         use super::super::*;
         use crate::faces::common::fuzzing::{json_value, mutate};
@@ -149,6 +235,12 @@ mod tests {
             ) {
                 let _ = decode::decode(&mutate(SEED, &edits));
                 let _ = decode::decode(&whole);
+                // Read from its top-level fields, its conversation later.
+                for body in [mutate(SEED, &edits), whole] {
+                    if let Ok(mut t) = decode::decode_body(&Bytes::from(body.to_string())) {
+                        let _ = t.request.decode_rest();
+                    }
+                }
             }
         }
     }
