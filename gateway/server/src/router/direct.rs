@@ -1,10 +1,10 @@
-//! The service every connection runs. The hottest route,
-//! `POST /v1/chat/completions`, is served without the router: the same
-//! steps the layers take ([`Observed`], [`identify`], [`read_body`]) run in
-//! one pass before the handler, without route matching, the boxed layers
-//! and the extractors around them (`tests/bench/proxy.sh` measures what
-//! that saves per proxied request). Every other request goes to the
-//! router.
+//! The service every connection runs. The hottest routes,
+//! `POST /v1/chat/completions` and `POST /v1/messages`, are served without
+//! the router: the same steps the layers take ([`Observed`], [`identify`],
+//! [`read_body`]) run in one pass before the handler, without route
+//! matching, the boxed layers and the extractors around them
+//! (`tests/bench/proxy.sh` and `instructions.sh` measure what that saves
+//! per proxied request). Every other request goes to the router.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,11 +18,19 @@ use hyper_util::service::TowerToHyperService;
 use tracing::Instrument;
 
 use super::PATHS;
-use crate::faces::chat;
+use crate::faces::{chat, messages};
 use crate::http::{AppState, ErrorShape, Observed, Route, identify, read_body};
 
-/// The path served directly.
+/// The paths served directly.
 const CHAT: &str = "/v1/chat/completions";
+const MESSAGES: &str = "/v1/messages";
+
+/// A face served directly.
+#[derive(Debug, Clone, Copy)]
+enum Direct {
+    Chat,
+    Messages,
+}
 
 /// The gateway as one hyper service: the direct route, else the router.
 #[derive(Debug, Clone)]
@@ -32,8 +40,8 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Every route of [`super::router`], with chat completions served
-    /// directly.
+    /// Every route of [`super::router`], with chat completions and
+    /// Messages served directly.
     pub fn new(state: AppState) -> Gateway {
         Gateway {
             router: TowerToHyperService::new(super::router(state.clone())),
@@ -54,41 +62,61 @@ where
     type Future = Answer;
 
     fn call(&self, req: Request<B>) -> Answer {
-        if req.method() == Method::POST && req.uri().path() == CHAT {
-            Box::pin(chat(self.state.clone(), req))
-        } else {
-            Box::pin(hyper::service::Service::call(&self.router, req))
+        let direct = match req.uri().path() {
+            CHAT => Some(Direct::Chat),
+            MESSAGES => Some(Direct::Messages),
+            _ => None,
+        };
+        match direct.filter(|_| req.method() == Method::POST) {
+            Some(face) => Box::pin(serve(self.state.clone(), req, face)),
+            None => Box::pin(hyper::service::Service::call(&self.router, req)),
         }
     }
 }
 
-/// `POST /v1/chat/completions`: observed, admitted and read as the layers
-/// do, then the router's own handler.
-async fn chat<B>(state: AppState, req: Request<B>) -> Result<Response, Infallible>
+/// A request to a face served directly: observed, admitted and read as
+/// the layers do, then the router's own handler.
+async fn serve<B>(state: AppState, req: Request<B>, face: Direct) -> Result<Response, Infallible>
 where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: std::fmt::Display,
 {
     let (mut parts, body) = req.into_parts();
-    let observed = Observed::begin(&parts, Route::Direct(CHAT));
+    let (path, shape) = match face {
+        Direct::Chat => (CHAT, ErrorShape::OpenAi),
+        Direct::Messages => (MESSAGES, ErrorShape::Anthropic),
+    };
+    let observed = Observed::begin(&parts, Route::Direct(path));
     let request_id = observed.id.clone();
     let answer = async {
         let caller = match identify(&state, &mut parts, request_id, PATHS).await {
             Ok(caller) => caller,
             Err(refused) => return refused,
         };
-        let body = match read_body(&state, body, ErrorShape::OpenAi).await {
+        let body = match read_body(&state, body, shape).await {
             Ok(body) => body,
             Err(refused) => return refused,
         };
-        chat::completions(
-            State(state.clone()),
-            Extension(caller),
-            parts.headers,
-            Ok(body),
-        )
-        .await
-        .into_response()
+        match face {
+            Direct::Chat => chat::completions(
+                State(state.clone()),
+                Extension(caller),
+                parts.headers,
+                Ok(body),
+            )
+            .await
+            .into_response(),
+            Direct::Messages => {
+                messages::messages(
+                    State(state.clone()),
+                    Extension(caller),
+                    parts.uri,
+                    parts.headers,
+                    Ok(body),
+                )
+                .await
+            }
+        }
     }
     .instrument(observed.span.clone())
     .await;

@@ -1,7 +1,7 @@
 //! The routes: which path goes to which face, what the layers are told
 //! about the paths (which are open, which are MCP's protected resources),
 //! and the service each connection runs ([`Gateway`]: chat completions
-//! directly, the rest through the router).
+//! directly, Messages too, the rest through the router).
 
 mod direct;
 
