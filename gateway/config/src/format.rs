@@ -299,6 +299,13 @@ pub struct StateDecl {
     /// A Redis (or Valkey) server shared by every replica.
     #[serde(default)]
     pub redis: Option<RedisDecl>,
+    /// Folder of the embedded store of the MCP tool definitions the
+    /// gateway trusts (pins, and changes accepted), relative to the
+    /// configuration folder; default `.toolgate/pins`. A restart trusts
+    /// what was trusted before it. With `redis`, pins are kept in Redis
+    /// instead, for every replica.
+    #[serde(default)]
+    pub pins: Option<String>,
 }
 
 /// `state.redis`: the shared Redis.

@@ -136,10 +136,7 @@ async fn prepare(
     // tools, so their first listing pins what the replicas agree on.
     let shared = shared_state(&catalog)?;
     let stopping = tokio_util::sync::CancellationToken::new();
-    let pins = shared.as_ref().map(|redis| {
-        let store: Arc<dyn toolgate_engine::tools::tool::mcp::PinStore> = redis.clone();
-        store
-    });
+    let pins = pin_store(&catalog, &options.dir, shared.as_ref());
     if let Some(redis) = &shared {
         redis.spawn(stopping.clone()).await;
     }
@@ -187,6 +184,29 @@ async fn prepare(
         reloader,
         watch,
         audit,
+    })
+}
+
+/// Where the MCP servers' trusted tool definitions are kept: Redis when
+/// the replicas share it, else the embedded store in `state.pins`.
+fn pin_store(
+    catalog: &Catalog,
+    dir: &std::path::Path,
+    shared: Option<&Arc<toolgate_engine::support::shared::Redis>>,
+) -> Option<Arc<dyn toolgate_engine::tools::tool::mcp::PinStore>> {
+    Some(match shared {
+        Some(redis) => redis.clone(),
+        None => Arc::new(toolgate_engine::governance::pins::PinFile::new(
+            dir.join(
+                catalog
+                    .settings
+                    .state
+                    .pins
+                    .as_deref()
+                    .unwrap_or(".toolgate/pins"),
+            )
+            .join("pins.json"),
+        )),
     })
 }
 

@@ -1154,3 +1154,61 @@ async fn replicas_trust_the_same_tool_definitions() {
     let (_, held) = get(&c.url("/v1/tool-changes"), Some(BOB)).await;
     assert_eq!(held["data"], json!([]), "{held}");
 }
+
+#[tokio::test]
+async fn a_restart_trusts_what_was_trusted_before_it() {
+    // Without Redis, pins are kept in the embedded store: a server that
+    // changed a tool while the gateway was down (or before it restarted)
+    // does not get the change trusted by the restart.
+    let mcp = require!(crate::mcp_support::HttpServer::start().await);
+    let dir = ConfigDir::new(&[
+        (
+            "toolgate.yaml",
+            &format!(
+                "auth:\n  keys:\n    - name: bob\n      sha256: {}\n      approver: true\n",
+                toolgate_engine::identity::auth::digest_hex(BOB)
+            ),
+        ),
+        (
+            "tools.d/mcp.yaml",
+            &format!(
+                "mcp_servers:\n  - name: py\n    transport: http\n    url: {}\n    tools: {{ include: [echo, rug_pull], prefix: py_ }}\n",
+                mcp.url
+            ),
+        ),
+    ]);
+    let first = "Echo a message back.";
+    let mut a = Server::start(dir.path(), &[]).await;
+    tools_until(&a, "the server is listed", |d, _| d["py_echo"] == first).await;
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.exited().await, 0);
+    // The server changes the tool while the gateway is down.
+    let pulled = Server::start(dir.path(), &[]).await;
+    tools_until(&pulled, "the server is listed again", |d, _| {
+        d.get("py_rug_pull").is_some()
+    })
+    .await;
+    let (status, _) = post(
+        &pulled.url("/v1/tools/py_rug_pull/invoke"),
+        BOB,
+        json!({"arguments": {}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    drop(pulled);
+    let b = Server::start(dir.path(), &[]).await;
+    let [held] = &held_changes(&b).await[..] else {
+        panic!("one change held after the restart")
+    };
+    assert!(
+        held["now"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("id_rsa")
+    );
+    tools_until(&b, "the trusted definition is served", |d, _| {
+        d["py_echo"] == first
+    })
+    .await;
+    assert!(dir.path().join(".toolgate/pins/pins.json").exists());
+}

@@ -8,5 +8,6 @@ pub mod audit;
 pub mod guards;
 pub mod injection_model;
 pub mod limits;
+pub mod pins;
 pub mod policy;
 pub mod spend;

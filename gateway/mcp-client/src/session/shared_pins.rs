@@ -1,6 +1,8 @@
-//! Pins agreed among replicas: with a [`PinStore`] (the gateway's
-//! `state.redis`), the definition a replica pinned first, or the change a
-//! person accepted on any replica, is the one every replica trusts.
+//! Pins kept beyond one process: with a [`PinStore`] (the gateway's
+//! `state.redis`, shared by replicas, or its embedded store, which
+//! outlives restarts), the definition pinned first, or the change a person
+//! accepted on any replica, is the one every replica and every later
+//! process trusts.
 //!
 //! Before a listing is made into tools, its definitions are settled with
 //! the store: each tool's trusted definition (with its fingerprint) is
