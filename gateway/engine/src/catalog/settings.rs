@@ -352,7 +352,9 @@ pub(crate) fn mcp_replica_url(
                 && u.host().is_some()
                 && u.path() == "/"
                 && u.query().is_none()
-                && u.username().is_empty() =>
+                && u.fragment().is_none()
+                && u.username().is_empty()
+                && u.password().is_none() =>
         {
             Some(value)
         }

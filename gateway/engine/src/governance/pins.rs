@@ -4,8 +4,8 @@
 //! it, not what a server lists first after it. A store of one process
 //! (replicas share pins through Redis instead): read once, written whole
 //! (to a temporary file, then renamed, readable by the gateway's user
-//! alone) after each change. A file that cannot be read is logged and
-//! replaced at the next change.
+//! alone) after each change. A file that cannot be read is moved aside
+//! and said in the log.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -15,8 +15,7 @@ use futures::future::BoxFuture;
 use toolgate_mcp_client::PinStore;
 use toolgate_mcp_client::session::shared_pins::Unavailable;
 
-/// The largest store file read; a larger one is not read (pinning starts
-/// again, and the file is replaced at the next change).
+/// The largest store file read; a larger one is moved aside.
 const MAX_FILE: u64 = 64 * 1024 * 1024;
 
 /// By server, then the server's name for each tool: the MCP client's
@@ -27,7 +26,9 @@ type Records = BTreeMap<String, BTreeMap<String, String>>;
 #[derive(Debug)]
 pub struct PinFile {
     path: PathBuf,
-    records: Mutex<Option<Records>>,
+    /// The records (read at the first use), and whether a write of them
+    /// failed since (it is tried again at the next use).
+    records: Mutex<Option<(Records, bool)>>,
 }
 
 impl PinFile {
@@ -40,39 +41,52 @@ impl PinFile {
     }
 
     /// Runs `f` on the records (read from the file first, once), and
-    /// writes them when `f` says it changed them.
+    /// writes them when `f` says it changed them, or when an earlier
+    /// write failed.
     fn with(&self, f: impl FnOnce(&mut Records) -> bool) -> Result<(), Unavailable> {
-        let mut records = self.records.lock().unwrap_or_else(|p| p.into_inner());
-        let records = records.get_or_insert_with(|| self.read());
-        if f(records) {
-            self.write(records).map_err(|e| {
-                tracing::warn!("cannot write the pin store {}: {e}", self.path.display());
-                Unavailable
-            })?;
+        let mut state = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let state = state.get_or_insert_with(|| (self.read(), false));
+        let changed = f(&mut state.0);
+        if changed || state.1 {
+            if let Err(e) = self.write(&state.0) {
+                state.1 = true;
+                tracing::warn!(
+                    "cannot write the pin store {}: {e}; make its folder writable by the gateway's user, or name another with `state.pins` (kept in memory meanwhile)",
+                    self.path.display()
+                );
+                return Err(Unavailable);
+            }
+            state.1 = false;
         }
         Ok(())
     }
 
+    /// The records in the file: none when there is no file. A file that
+    /// cannot be read as a store is moved aside (`.bad`), said in the log,
+    /// and pinning starts again.
     fn read(&self) -> Records {
         let text = match std::fs::metadata(&self.path) {
-            Err(_) => return Records::new(),
-            Ok(m) if m.len() > MAX_FILE => {
-                tracing::warn!(
-                    "the pin store {} is larger than {} MiB; it is not read, and MCP tool definitions are pinned again as first seen",
-                    self.path.display(),
-                    MAX_FILE >> 20
-                );
-                return Records::new();
-            }
-            Ok(_) => std::fs::read(&self.path).unwrap_or_default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Records::new(),
+            Ok(m) if m.len() > MAX_FILE => Err(format!("it is larger than {} MiB", MAX_FILE >> 20)),
+            _ => std::fs::read(&self.path).map_err(|e| e.to_string()),
         };
-        serde_json::from_slice(&text).unwrap_or_else(|e| {
-            tracing::warn!(
-                "the pin store {} cannot be read ({e}); MCP tool definitions are pinned again as first seen",
-                self.path.display()
-            );
-            Records::new()
-        })
+        match text.and_then(|t| serde_json::from_slice(&t).map_err(|e| e.to_string())) {
+            Ok(records) => records,
+            Err(why) => {
+                let aside = self.path.with_extension("json.bad");
+                let moved = std::fs::rename(&self.path, &aside).is_ok();
+                tracing::error!(
+                    "the pin store {} cannot be read ({why}); {} MCP tool definitions are pinned again as first seen — restore the file from a backup to keep what was trusted",
+                    self.path.display(),
+                    if moved {
+                        format!("it was moved to {};", aside.display())
+                    } else {
+                        "it could not be moved aside;".to_owned()
+                    }
+                );
+                Records::new()
+            }
+        }
     }
 
     fn write(&self, records: &Records) -> std::io::Result<()> {
@@ -159,9 +173,13 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        // A file that is not a store is not read: pinning starts again.
+        // A file that is not a store is moved aside: pinning starts again.
         std::fs::write(&path, b"{not json").unwrap();
-        let fresh = PinFile::new(path);
+        let fresh = PinFile::new(path.clone());
         assert_eq!(fresh.settle("s", &other).await.unwrap()["echo"], "b");
+        assert_eq!(
+            std::fs::read(path.with_extension("json.bad")).unwrap(),
+            b"{not json"
+        );
     }
 }

@@ -94,6 +94,7 @@ impl<T> Pin<T> {
         }
     }
 
+    /// The trusted definition's fingerprint.
     pub(super) fn fingerprint(&self) -> &str {
         &self.fingerprint
     }
@@ -416,6 +417,8 @@ fn held<T>(
     }
 }
 
+/// The gateway's tool for the server's tool `t` (named `name` here,
+/// `remote` by the server).
 pub(super) fn make_tool<T: Offer>(
     server: &Arc<Server<T>>,
     name: &str,

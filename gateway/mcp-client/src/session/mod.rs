@@ -74,6 +74,9 @@ pub(crate) struct Server<T> {
     pins: Mutex<HashMap<String, Pin<T>>>,
     /// Where the replicas agree on pins (`state.redis`), if anywhere.
     pin_store: Mutex<Option<Arc<dyn shared_pins::PinStore>>>,
+    /// A listing could not settle with the pin store: settled again at
+    /// the next poll.
+    pins_unsettled: AtomicBool,
     /// A person accepted a change: the next listing is built again even
     /// when it lists what the last one did.
     rebuild: AtomicBool,
@@ -268,6 +271,7 @@ impl<T> Server<T> {
             supervised: AtomicBool::new(false),
             pins: Mutex::new(HashMap::new()),
             pin_store: Mutex::new(None),
+            pins_unsettled: AtomicBool::new(false),
             rebuild: AtomicBool::new(false),
             users: Mutex::new(HashMap::new()),
             updates: tokio::sync::broadcast::channel(UPDATES_BACKLOG).0,

@@ -71,6 +71,12 @@ struct Record {
     fingerprint: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     definition: Option<Value>,
+    /// A person accepted it (or `on_change: accept` took it), rather than
+    /// a replica seeing it first: only such a record replaces a pin a
+    /// replica already holds (a store that lost its records, and was
+    /// refilled by what a server lists now, changes no replica's trust).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    accepted: bool,
 }
 
 impl Record {
@@ -84,6 +90,7 @@ impl Record {
         serde_json::from_str(text).unwrap_or_else(|_| Record {
             fingerprint: text.to_owned(),
             definition: None,
+            accepted: false,
         })
     }
 }
@@ -99,8 +106,11 @@ pub(super) async fn build<T: Offer>(
     };
     let agreed = agree(server, store.as_ref(), &tools).await;
     let listed = build_tools(server, tools);
-    if let Some(agreed) = agreed {
-        record(server, store.as_ref(), &agreed).await;
+    match agreed {
+        Some(agreed) => record(server, store.as_ref(), &agreed).await,
+        // Settled again (and what was accepted meanwhile recorded) at the
+        // next poll.
+        None => server.pins_unsettled.store(true, Ordering::SeqCst),
     }
     listed
 }
@@ -136,10 +146,12 @@ async fn agree<T: Offer>(
                     Some(pin) => Record {
                         fingerprint: pin.fingerprint().to_owned(),
                         definition: pin.definition().cloned(),
+                        accepted: false,
                     },
                     None => Record {
                         fingerprint: fingerprint.clone(),
                         definition: Some(seen.clone()),
+                        accepted: false,
                     },
                 };
                 (remote.clone(), trusted.write())
@@ -147,7 +159,7 @@ async fn agree<T: Offer>(
             .collect()
     };
     let Ok(agreed) = store.settle(&server.spec.name, &proposed).await else {
-        tracing::warn!(mcp_server = %server.spec.name, "the replicas' shared pins are unavailable; MCP server `{}`'s tool definitions are pinned by this replica alone until the next listing", server.spec.name);
+        tracing::warn!(mcp_server = %server.spec.name, "the pin store (Redis, or the embedded store) is unavailable; MCP server `{}`'s tool definitions are pinned by this process alone until it answers again (tried again every 2 s)", server.spec.name);
         return None;
     };
     let agreed: HashMap<String, Record> = agreed
@@ -162,8 +174,10 @@ async fn agree<T: Offer>(
         let pin = pins.get_mut(remote);
         if pin
             .as_ref()
-            .is_some_and(|p| p.fingerprint() == shared.fingerprint)
+            .is_some_and(|p| p.fingerprint() == shared.fingerprint || !shared.accepted)
         {
+            // The same trust, or a record that was only seen first by
+            // another replica: this replica keeps the pin it holds.
             continue;
         }
         if *seen == shared.fingerprint {
@@ -220,6 +234,7 @@ async fn record<T>(server: &Server<T>, store: &dyn PinStore, agreed: &HashMap<St
                     let record = Record {
                         fingerprint: pin.fingerprint().to_owned(),
                         definition: Some(definition.clone()),
+                        accepted: true,
                     };
                     (remote.clone(), record.write())
                 })
@@ -232,7 +247,8 @@ async fn record<T>(server: &Server<T>, store: &dyn PinStore, agreed: &HashMap<St
             .await
             .is_err()
         {
-            tracing::warn!(mcp_server = %server.spec.name, tool = remote, "the replicas' shared pins are unavailable; the definition of `{remote}` accepted here is not yet trusted by the other replicas");
+            tracing::warn!(mcp_server = %server.spec.name, tool = remote, "the pin store (Redis, or the embedded store) is unavailable; the definition of `{remote}` accepted here is kept by this process alone until it answers again");
+            server.pins_unsettled.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -243,6 +259,12 @@ pub(super) async fn poll<T>(server: &Server<T>) {
     let Some(store) = server.pin_store() else {
         return;
     };
+    if server.pins_unsettled.swap(false, Ordering::SeqCst) {
+        // The last listing could not settle with the store: list again.
+        server.rebuild.store(true, Ordering::SeqCst);
+        server.list_changed.notify_one();
+        return;
+    }
     let held: Vec<(String, Record)> = {
         let pins = server.pins.lock().unwrap_or_else(|p| p.into_inner());
         pins.iter()
@@ -253,6 +275,7 @@ pub(super) async fn poll<T>(server: &Server<T>) {
                 let trusted = Record {
                     fingerprint: pin.fingerprint().to_owned(),
                     definition: pin.definition().cloned(),
+                    accepted: false,
                 };
                 (remote.clone(), trusted)
             })
@@ -269,12 +292,13 @@ pub(super) async fn poll<T>(server: &Server<T>) {
         return;
     };
     let moved = held.iter().any(|(remote, trusted)| {
-        agreed
-            .get(remote)
-            .is_some_and(|s| Record::read(s).fingerprint != trusted.fingerprint)
+        agreed.get(remote).is_some_and(|s| {
+            let shared = Record::read(s);
+            shared.accepted && shared.fingerprint != trusted.fingerprint
+        })
     });
     if moved {
-        tracing::info!(mcp_server = %server.spec.name, "another replica accepted a changed tool definition of MCP server `{}`; listing its tools again", server.spec.name);
+        tracing::info!(mcp_server = %server.spec.name, "a changed tool definition of MCP server `{}` was accepted on another replica; listing its tools again", server.spec.name);
         server.rebuild.store(true, Ordering::SeqCst);
         server.list_changed.notify_one();
     }

@@ -13,6 +13,7 @@ use toolgate_engine::conversation::RequestError;
 pub struct Top<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
 
 impl<'a> Top<'a> {
+    /// The raw value of the field `name` (its last, when given twice).
     pub fn get(&self, name: &str) -> Option<&'a RawValue> {
         self.0
             .iter()

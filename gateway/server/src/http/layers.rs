@@ -415,7 +415,7 @@ pub async fn identify(
             return Err(err.into_shaped(shape));
         }
         if catalog.mcp_replica_url.is_some()
-            && req.uri.path().starts_with("/mcp")
+            && (paths.protected_resource)(req.uri.path())
             && let Ok(mut value) = HeaderValue::try_from(format!("Bearer {token}"))
         {
             value.set_sensitive(true);

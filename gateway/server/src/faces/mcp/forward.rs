@@ -59,11 +59,12 @@ static CLIENT: LazyLock<Option<reqwest::Client>> = LazyLock::new(|| {
 });
 
 /// Whether the answers of a call parked at `replica` may be forwarded by
-/// this replica (reached at `own`): another replica's, and a request not
-/// forwarded already.
+/// this replica (reached at `own`): another replica's, by a replica that
+/// is itself one of them (it kept the caller's credential for this), and
+/// a request not forwarded already.
 pub fn may_forward(replica: &str, own: Option<&str>, context: &RequestContext<RoleServer>) -> bool {
     let forwarded = parts(context).is_some_and(|p| p.headers.contains_key(FORWARDED));
-    own != Some(replica) && !forwarded
+    own.is_some_and(|own| own != replica) && !forwarded
 }
 
 fn parts(context: &RequestContext<RoleServer>) -> Option<&axum::http::request::Parts> {
@@ -92,10 +93,9 @@ pub async fn call(
     let (Some(parts), Some(client)) = (parts(context), CLIENT.as_ref()) else {
         return Err(unreachable("no HTTP request to forward".into()));
     };
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/mcp", axum::http::uri::PathAndQuery::as_str);
+    // The MCP endpoint's own path (`/mcp` or `/mcp/{set}`), as the
+    // client reached it.
+    let path = parts.uri.path();
     let mut headers = reqwest::header::HeaderMap::new();
     for (name, value) in &parts.headers {
         if !NOT_PASSED.contains(&name.as_str()) {
@@ -193,7 +193,9 @@ async fn read(
 fn response(mut answer: Value) -> Result<CallToolResponse, McpError> {
     let malformed = |e: serde_json::Error| {
         McpError::internal_error(
-            format!("the replica that holds the call gave a malformed answer: {e}"),
+            format!(
+                "the replica that holds the call gave a malformed answer ({e}): call the tool again"
+            ),
             None,
         )
     };

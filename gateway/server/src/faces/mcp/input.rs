@@ -63,14 +63,21 @@ struct State {
     /// answers to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     replica: Option<String>,
+    /// Until when (seconds since the epoch) the answers are forwarded
+    /// there: as long as the parked call waits, not as long as the state
+    /// opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    forward_until: Option<u64>,
 }
 
 /// A client's answers to the question of a parked call.
 pub struct Answers {
     /// The parked call (see `parked`).
     pub id: String,
+    /// The client's answers, by the keys of the questions.
     pub answers: InputResponses,
-    /// The URL of the replica that parked it, when it gave one.
+    /// The URL of the replica that parked it, when it gave one and the
+    /// call may still wait there.
     pub replica: Option<String>,
 }
 
@@ -147,10 +154,15 @@ pub fn hand_back(
                 .map_err(|e| refused(&e))?;
             let mut responses = responses.unwrap_or_default();
             if let Some(id) = opened.parked {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
                 parked = Some(Answers {
                     id,
                     answers: std::mem::take(&mut responses),
-                    replica: opened.replica,
+                    replica: opened
+                        .replica
+                        .filter(|_| opened.forward_until.is_some_and(|until| now < until)),
                 });
             }
             for (key, answer) in opened.answered {
@@ -194,6 +206,7 @@ pub fn input_required(
         answered: handed.answered,
         parked: None,
         replica: None,
+        forward_until: None,
     };
     seal(codec, request, &state, handed.requests)
 }
@@ -211,6 +224,12 @@ pub fn parked_required(
         server: String::new(),
         state: None,
         answered: InputResponses::new(),
+        forward_until: replica.as_ref().map(|_| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+                + super::parked::PARKED_FOR.as_secs()
+        }),
         parked: Some(id),
         replica,
     };

@@ -113,7 +113,9 @@ fn without_tools(body: &bytes::Bytes) -> Option<Translated> {
     } else {
         request.defer_fields(body.clone());
     }
-    request.message_count = message_count;
+    // As the whole decoding counts turns: the system prompt is one.
+    let system = top.get("system").is_some_and(|s| s.get().trim() != "null");
+    request.message_count = message_count + usize::from(system);
     request.defer_rest(rest);
     Some(Translated { request, notices })
 }

@@ -161,12 +161,17 @@ mod tests {
             let whole = decode::decode(&serde_json::from_str(&body).unwrap()).unwrap();
             let mut deferred = decode::decode_body(&Bytes::from(body.clone())).unwrap();
             assert!(deferred.request.turns().is_empty(), "deferred: {body}");
-            // Counted as the body has them (for the limit on messages).
+            // Counted as the whole decoding counts turns (for the limit
+            // on messages): the system prompt is one; a system message
+            // cleared later is counted until the conversation is read.
             let sent: Value = serde_json::from_str(&body).unwrap();
             assert_eq!(
                 deferred.request.message_count,
-                sent["messages"].as_array().unwrap().len()
+                sent["messages"].as_array().unwrap().len() + usize::from(!sent["system"].is_null())
             );
+            if !body.contains("clear_at") {
+                assert_eq!(deferred.request.message_count, whole.request.message_count);
+            }
             deferred.request.decode_rest().unwrap();
             let (w, d) = (&whole.request, &deferred.request);
             assert_eq!(d.turns(), w.turns(), "{body}");
