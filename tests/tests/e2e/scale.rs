@@ -1212,3 +1212,61 @@ async fn a_restart_trusts_what_was_trusted_before_it() {
     .await;
     assert!(dir.path().join(".toolgate/pins/pins.json").exists());
 }
+
+#[tokio::test]
+async fn a_redis_that_lost_its_pins_changes_no_replica_s_trust() {
+    // Redis is flushed while a replica holds a changed tool; a replica
+    // started then records what the server lists now, as seen first. The
+    // running replica keeps the definition it trusted: only a change a
+    // person accepted replaces a pin a replica holds.
+    let mcp = require!(crate::mcp_support::HttpServer::start().await);
+    let redis = RedisServer::start().await;
+    let backend = Backend::start().await;
+    let model = MockLlm::start().await;
+    let dir = shared_config(&backend, &model, "");
+    std::fs::write(
+        dir.path().join("tools.d/mcp.yaml"),
+        format!(
+            "mcp_servers:\n  - name: py\n    transport: http\n    url: {}\n    tools: {{ include: [echo, rug_pull], prefix: py_ }}\n",
+            mcp.url
+        ),
+    )
+    .unwrap();
+    let url = redis.url();
+    let env = [("REDIS_URL", url.as_str())];
+    let first = "Echo a message back.";
+    let a = Server::start(dir.path(), &env).await;
+    tools_until(&a, "replica a lists the server", |d, _| {
+        d["py_echo"] == first
+    })
+    .await;
+    let (status, _) = post(
+        &a.url("/v1/tools/py_rug_pull/invoke"),
+        BOB,
+        json!({"arguments": {}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    held_changes(&a).await;
+    let flushed = std::process::Command::new("redis-cli")
+        .args(["-u", &url, "FLUSHALL"])
+        .output()
+        .expect("redis-cli (Debian's redis-tools, beside redis-server) runs");
+    assert!(flushed.status.success(), "{flushed:?}");
+    let b = Server::start(dir.path(), &env).await;
+    tools_until(&b, "replica b lists the server", |d, _| {
+        d.get("py_echo").is_some()
+    })
+    .await;
+    // Replica a polls every 2 s: give it three rounds.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (_, listing) = get(&a.url("/v1/tools"), Some(BOB)).await;
+    let echo = listing["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "py_echo")
+        .map(|t| t["function"]["description"].clone());
+    assert_eq!(echo, Some(json!(first)), "{listing}");
+    assert_eq!(held_changes(&a).await.len(), 1);
+}

@@ -265,11 +265,20 @@ pub(super) async fn poll<T>(server: &Server<T>) {
         server.list_changed.notify_one();
         return;
     }
+    // Tools the server still lists (a change of one it dropped is moot).
+    let listed: std::collections::HashSet<String> = server
+        .state()
+        .listed
+        .iter()
+        .map(|l| l.remote.clone())
+        .collect();
     let held: Vec<(String, Record)> = {
         let pins = server.pins.lock().unwrap_or_else(|p| p.into_inner());
         pins.iter()
             .filter(|(remote, pin)| {
-                pin.changed_fingerprint().is_some() && !server.spec.pins.contains_key(*remote)
+                pin.changed_fingerprint().is_some()
+                    && !server.spec.pins.contains_key(*remote)
+                    && listed.contains(*remote)
             })
             .map(|(remote, pin)| {
                 let trusted = Record {
