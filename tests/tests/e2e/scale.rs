@@ -1063,6 +1063,69 @@ async fn held_changes(s: &Server) -> Vec<Value> {
     }
 }
 
+/// The first definition of the Python test server's `echo`.
+const FIRST_ECHO: &str = "Echo a message back.";
+
+/// One real MCP server (the Python SDK's test server over streamable
+/// HTTP) behind replicas sharing a real Redis, and replica a, which pinned
+/// its tools before the server changed `echo` (a rug pull): a holds the
+/// change. `None` when the test server is not installed.
+struct Pulled {
+    _mcp: crate::mcp_support::HttpServer,
+    redis: RedisServer,
+    _backend: Backend,
+    _model: MockLlm,
+    dir: ConfigDir,
+    a: Server,
+}
+
+impl Pulled {
+    async fn start() -> Option<Pulled> {
+        let mcp = crate::mcp_support::HttpServer::start().await?;
+        let redis = RedisServer::start().await;
+        let backend = Backend::start().await;
+        let model = MockLlm::start().await;
+        let dir = shared_config(&backend, &model, "");
+        std::fs::write(
+            dir.path().join("tools.d/mcp.yaml"),
+            format!(
+                "mcp_servers:\n  - name: py\n    transport: http\n    url: {}\n    tools: {{ include: [echo, rug_pull], prefix: py_ }}\n",
+                mcp.url
+            ),
+        )
+        .unwrap();
+        let a = Server::start(dir.path(), &[("REDIS_URL", redis.url().as_str())]).await;
+        tools_until(&a, "replica a lists the server", |d, _| {
+            d["py_echo"] == FIRST_ECHO
+        })
+        .await;
+        let (status, pulled) = post(
+            &a.url("/v1/tools/py_rug_pull/invoke"),
+            BOB,
+            json!({"arguments": {}}),
+        )
+        .await;
+        assert_eq!(
+            (status, &pulled["data"]),
+            (200, &json!("pulled")),
+            "{pulled}"
+        );
+        Some(Pulled {
+            _mcp: mcp,
+            redis,
+            _backend: backend,
+            _model: model,
+            dir,
+            a,
+        })
+    }
+
+    /// Another replica of the same configuration.
+    async fn replica(&self) -> Server {
+        Server::start(self.dir.path(), &[("REDIS_URL", self.redis.url().as_str())]).await
+    }
+}
+
 #[tokio::test]
 async fn replicas_trust_the_same_tool_definitions() {
     // One MCP server behind two replicas. It changes a tool after the
@@ -1071,46 +1134,16 @@ async fn replicas_trust_the_same_tool_definitions() {
     // trusted definition, a change accepted on one replica is taken by
     // the other, and a replica started after the acceptance trusts the
     // accepted definition.
-    let mcp = require!(crate::mcp_support::HttpServer::start().await);
-    let redis = RedisServer::start().await;
-    let backend = Backend::start().await;
-    let model = MockLlm::start().await;
-    let dir = shared_config(&backend, &model, "");
-    std::fs::write(
-        dir.path().join("tools.d/mcp.yaml"),
-        format!(
-            "mcp_servers:\n  - name: py\n    transport: http\n    url: {}\n    tools: {{ include: [echo, rug_pull], prefix: py_ }}\n",
-            mcp.url
-        ),
-    )
-    .unwrap();
-    let url = redis.url();
-    let env = [("REDIS_URL", url.as_str())];
-    let first = "Echo a message back.";
-    let a = Server::start(dir.path(), &env).await;
-    tools_until(&a, "replica a lists the server", |d, _| {
-        d["py_echo"] == first
-    })
-    .await;
-    let (status, pulled) = post(
-        &a.url("/v1/tools/py_rug_pull/invoke"),
-        BOB,
-        json!({"arguments": {}}),
-    )
-    .await;
-    assert_eq!(
-        (status, &pulled["data"]),
-        (200, &json!("pulled")),
-        "{pulled}"
-    );
-    let [held_a] = &held_changes(&a).await[..] else {
+    let pulled = require!(Pulled::start().await);
+    let (a, first) = (&pulled.a, FIRST_ECHO);
+    let [held_a] = &held_changes(a).await[..] else {
         panic!("one change held on a")
     };
     assert_eq!(held_a["tool"], "echo");
     // A replica that starts now lists the changed definition first: it
     // holds the change too, and serves the definition a trusted
     // (`keep_old`), which it never saw itself.
-    let b = Server::start(dir.path(), &env).await;
+    let b = pulled.replica().await;
     let [held_b] = &held_changes(&b).await[..] else {
         panic!("one change held on b")
     };
@@ -1135,7 +1168,7 @@ async fn replicas_trust_the_same_tool_definitions() {
     )
     .await;
     assert_eq!(status, 200, "{accepted}");
-    for s in [&b, &a] {
+    for s in [&b, a] {
         tools_until(s, "the accepted definition is served", |d, _| {
             d["py_echo"].as_str().is_some_and(|t| t.contains("id_rsa"))
         })
@@ -1144,7 +1177,7 @@ async fn replicas_trust_the_same_tool_definitions() {
         assert_eq!(held["data"], json!([]), "{held}");
     }
     // A replica started now trusts the accepted definition at once.
-    let c = Server::start(dir.path(), &env).await;
+    let c = pulled.replica().await;
     tools_until(
         &c,
         "a new replica serves the accepted definition",
@@ -1219,41 +1252,15 @@ async fn a_redis_that_lost_its_pins_changes_no_replica_s_trust() {
     // started then records what the server lists now, as seen first. The
     // running replica keeps the definition it trusted: only a change a
     // person accepted replaces a pin a replica holds.
-    let mcp = require!(crate::mcp_support::HttpServer::start().await);
-    let redis = RedisServer::start().await;
-    let backend = Backend::start().await;
-    let model = MockLlm::start().await;
-    let dir = shared_config(&backend, &model, "");
-    std::fs::write(
-        dir.path().join("tools.d/mcp.yaml"),
-        format!(
-            "mcp_servers:\n  - name: py\n    transport: http\n    url: {}\n    tools: {{ include: [echo, rug_pull], prefix: py_ }}\n",
-            mcp.url
-        ),
-    )
-    .unwrap();
-    let url = redis.url();
-    let env = [("REDIS_URL", url.as_str())];
-    let first = "Echo a message back.";
-    let a = Server::start(dir.path(), &env).await;
-    tools_until(&a, "replica a lists the server", |d, _| {
-        d["py_echo"] == first
-    })
-    .await;
-    let (status, _) = post(
-        &a.url("/v1/tools/py_rug_pull/invoke"),
-        BOB,
-        json!({"arguments": {}}),
-    )
-    .await;
-    assert_eq!(status, 200);
-    held_changes(&a).await;
+    let pulled = require!(Pulled::start().await);
+    let (a, first, url) = (&pulled.a, FIRST_ECHO, pulled.redis.url());
+    held_changes(a).await;
     let flushed = std::process::Command::new("redis-cli")
         .args(["-u", &url, "FLUSHALL"])
         .output()
         .expect("redis-cli (Debian's redis-tools, beside redis-server) runs");
     assert!(flushed.status.success(), "{flushed:?}");
-    let b = Server::start(dir.path(), &env).await;
+    let b = pulled.replica().await;
     tools_until(&b, "replica b lists the server", |d, _| {
         d.get("py_echo").is_some()
     })
@@ -1268,5 +1275,5 @@ async fn a_redis_that_lost_its_pins_changes_no_replica_s_trust() {
         .find(|t| t["function"]["name"] == "py_echo")
         .map(|t| t["function"]["description"].clone());
     assert_eq!(echo, Some(json!(first)), "{listing}");
-    assert_eq!(held_changes(&a).await.len(), 1);
+    assert_eq!(held_changes(a).await.len(), 1);
 }
