@@ -95,7 +95,7 @@ impl CredentialStore for TokenFile {
 
 /// Writes `bytes` to `path` readable by its owner only: a new file beside
 /// it, renamed over it (a reader never sees half a token).
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }

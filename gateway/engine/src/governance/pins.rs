@@ -90,21 +90,8 @@ impl PinFile {
     }
 
     fn write(&self, records: &Records) -> std::io::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let temp = self.path.with_extension("tmp");
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&temp)?;
-        file.write_all(&serde_json::to_vec_pretty(records).map_err(std::io::Error::other)?)?;
-        file.sync_all()?;
-        std::fs::rename(&temp, &self.path)
+        let bytes = serde_json::to_vec_pretty(records).map_err(std::io::Error::other)?;
+        toolgate_mcp_client::oauth::write_private(&self.path, &bytes)
     }
 }
 

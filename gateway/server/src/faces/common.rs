@@ -577,15 +577,17 @@ pub fn request_of(
     Ok((obj, request))
 }
 
+/// The gateway's own request fields (every face but chat's): read by the
+/// gateway, never sent upstream.
+pub const EXTENSIONS: [&str; 3] = ["tool_set", "max_tool_iterations", "tool_mode"];
+
 /// The request fields every face's API shares, read into `request`:
 /// sampling (`temperature`, `top_p`), `stream`, the gateway's own fields
 /// (`tool_set`, `max_tool_iterations`, `tool_mode`), and `fields` (the
 /// face's top-level fields, raw, for a model of its protocol) without the
 /// gateway's.
 pub fn shared_fields(from: &Map<String, Value>, request: &mut Request) -> Result<(), ApiError> {
-    request.modified = ["tool_set", "max_tool_iterations", "tool_mode"]
-        .iter()
-        .any(|k| from.contains_key(*k));
+    request.modified = EXTENSIONS.iter().any(|k| from.contains_key(*k));
     request.params.temperature = from.get("temperature").and_then(Value::as_f64);
     request.params.top_p = from.get("top_p").and_then(Value::as_f64);
     request.stream = from.get("stream") == Some(&json!(true));
@@ -594,7 +596,7 @@ pub fn shared_fields(from: &Map<String, Value>, request: &mut Request) -> Result
     request.max_tool_iterations = max_tool_iterations_field(from.get("max_tool_iterations"))?;
     request.fields = from
         .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "tool_set" | "max_tool_iterations" | "tool_mode"))
+        .filter(|(k, _)| !EXTENSIONS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), toolgate_engine::conversation::raw(v)))
         .collect();
     Ok(())

@@ -54,9 +54,6 @@ pub fn decode_body(body: &bytes::Bytes) -> Result<Translated, ApiError> {
     decode(&original)
 }
 
-/// The extension fields: read by the gateway, never sent upstream.
-const EXTENSIONS: [&str; 3] = ["tool_set", "max_tool_iterations", "tool_mode"];
-
 /// A request without tools, decoded from its top-level fields as
 /// [`decode`] would (its conversation deferred to [`rest`]); `None` when
 /// it has tools, or anything [`decode`] would refuse (which then says
@@ -74,7 +71,10 @@ fn without_tools(body: &bytes::Bytes) -> Option<Translated> {
     let value = |name: &str| top.field::<Value>(name).ok();
     let mut request = toolgate_engine::conversation::Request::new(PROTOCOL, model);
     // As `common::shared_fields` reads them.
-    request.modified = top.0.iter().any(|(k, _)| EXTENSIONS.contains(&&**k));
+    request.modified = top
+        .0
+        .iter()
+        .any(|(k, _)| common::EXTENSIONS.contains(&&**k));
     request.params.temperature = value("temperature")?.as_ref().and_then(Value::as_f64);
     request.params.top_p = value("top_p")?.as_ref().and_then(Value::as_f64);
     request.stream = value("stream")? == Some(Value::Bool(true));
@@ -107,7 +107,7 @@ fn without_tools(body: &bytes::Bytes) -> Option<Translated> {
         request.fields = top
             .0
             .iter()
-            .filter(|(k, _)| !EXTENSIONS.contains(&&**k))
+            .filter(|(k, _)| !common::EXTENSIONS.contains(&&**k))
             .map(|(k, v)| (k.to_string(), (*v).to_owned()))
             .collect();
     } else {
