@@ -81,6 +81,18 @@ mcp_servers:
 """
 
 
+def serve(config, env):
+    """A gateway serving `config`: (process, base URL)."""
+    proc = subprocess.Popen(
+        [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    line = read_until(proc.stderr, "listening on http://")
+    threading.Thread(target=proc.stderr.read, daemon=True).start()
+    return proc, "http://" + line.split("listening on http://")[1].strip()
+
+
 @pytest.fixture(scope="module", params=["memory", "redis"])
 def gw(request, tmp_path_factory, backend, model):
     """A gateway; with `redis`, two replicas sharing the requests for
@@ -106,15 +118,9 @@ def gw(request, tmp_path_factory, backend, model):
     (config / "tool-sets" / "web.yaml").write_text('name: web\ntools: [lookup, "py_*"]\n')
     procs, bases = [], []
     for _ in range(2 if redis else 1):
-        proc = subprocess.Popen(
-            [binary("toolgate"), "serve", "--listen", "127.0.0.1:0", "--config", str(config)],
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-        line = read_until(proc.stderr, "listening on http://")
-        threading.Thread(target=proc.stderr.read, daemon=True).start()
+        proc, base = serve(config, env)
         procs.append(proc)
-        bases.append("http://" + line.split("listening on http://")[1].strip())
+        bases.append(base)
     for base in bases:
         deadline = time.time() + 60
         while "py_delete_note" not in json.dumps(api(base, "GET", "/v1/tools", key=BOSS)[1]):
@@ -312,3 +318,58 @@ def test_a_redact_policy_keeps_only_a_digest_in_the_audit_log(gw):
         time.sleep(0.1)
     assert "secret plan" not in gw["audit"].read_text()
     assert "arguments" not in secret[0] or secret[0]["arguments"] is None
+
+
+def test_a_restart_keeps_the_requests_for_approval(tmp_path, backend, model):
+    """Without Redis, the requests are kept in the embedded store: one
+    pending and one approved before a restart are decided and used after
+    it."""
+    (tmp_path / "tools.d").mkdir()
+    (tmp_path / "tool-sets").mkdir()
+    gateway = GATEWAY_YAML.format(model=model, audit=tmp_path / "audit.jsonl").replace("wait: 6s", "wait: 1s")
+    (tmp_path / "toolgate.yaml").write_text(gateway)
+    (tmp_path / "tools.d" / "t.yaml").write_text(TOOLS_YAML.format(backend=backend))
+    (tmp_path / "tool-sets" / "web.yaml").write_text("name: web\ntools: [lookup]\n")
+    env = {**os.environ, "NO_COLOR": "1", "TG_AGENT": AGENT, "TG_BOSS": BOSS}
+
+    def invoke(base, q):
+        return api(base, "POST", "/v1/tools/lookup/invoke", {"arguments": {"q": q}}, key=AGENT)
+
+    def requests(base):
+        status, listing = api(base, "GET", "/v1/approvals")
+        assert status == 200, listing
+        return {r["arguments"]["q"]: r for r in listing["data"]}
+
+    proc, base = serve(tmp_path, env)
+    try:
+        for q in ("payment of 11", "payment of 12"):
+            status, err = invoke(base, q)
+            assert status == 403 and err["error"]["code"] == "approval_pending", err
+        before = requests(base)
+        status, _ = api(base, "POST", f"/v1/approvals/{before['payment of 12']['id']}", {"decision": "approve"})
+        assert status == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert (tmp_path / ".toolgate/approvals/approvals.json").stat().st_mode & 0o777 == 0o600
+
+    proc, base = serve(tmp_path, env)
+    try:
+        after = requests(base)
+        assert after["payment of 11"]["id"] == before["payment of 11"]["id"]
+        assert after["payment of 11"]["status"] == "pending"
+        assert after["payment of 12"]["status"] == "approved" and after["payment of 12"]["by"] == "boss"
+        # The approval given before the restart lets the call run, once.
+        status, ok = invoke(base, "payment of 12")
+        assert status == 200 and ok["data"] == "payment of 12", ok
+        # The request pending before the restart is decided after it.
+        status, decided = api(base, "POST", f"/v1/approvals/{after['payment of 11']['id']}", {"decision": "approve"})
+        assert status == 200 and decided["status"] == "approved", decided
+        status, ok = invoke(base, "payment of 11")
+        assert status == 200 and ok["data"] == "payment of 11", ok
+        # Used: the same call asks again.
+        status, err = invoke(base, "payment of 12")
+        assert status == 403 and err["error"]["code"] == "approval_pending", err
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

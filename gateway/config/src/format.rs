@@ -660,7 +660,7 @@ pub enum PolicyAction {
 }
 
 /// `approvals`: calls held for a person's decision.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApprovalsDecl {
     /// How long a held call waits for a decision before the model is told
@@ -681,6 +681,13 @@ pub struct ApprovalsDecl {
     /// approval for every call (checked after the policies: an `allow` rule
     /// does not lift it).
     pub destructive: bool,
+    /// Folder of the embedded store of the requests for approval (open and
+    /// decided, until they expire), relative to the configuration folder;
+    /// default `.toolgate/approvals`. A restart keeps them: a request
+    /// pending before it can be decided after it, an approval given
+    /// before it lets the call run after it. With `state.redis`, they are
+    /// kept in Redis instead, for every replica. Read at start.
+    pub store: Option<String>,
 }
 
 impl Default for ApprovalsDecl {
@@ -690,6 +697,7 @@ impl Default for ApprovalsDecl {
             valid_for: Duration::from_secs(15 * 60),
             max_pending: 100,
             destructive: false,
+            store: None,
         }
     }
 }

@@ -156,9 +156,24 @@ async fn prepare(
         ))
     });
     let live = Arc::new(Live::new(Arc::new(catalog)));
-    let executor = Executor::new(http_client().map_err(ServeError::Client)?)
+    let mut executor = Executor::new(http_client().map_err(ServeError::Client)?)
         .with_audit(audit.clone())
         .with_recent(recent);
+    if shared.is_none() {
+        executor = executor.with_approvals_kept_in(
+            options
+                .dir
+                .join(
+                    live.load()
+                        .settings
+                        .approvals
+                        .store
+                        .as_deref()
+                        .unwrap_or(".toolgate/approvals"),
+                )
+                .join("approvals.json"),
+        );
+    }
     let state = AppState::with_shared(Arc::clone(&live), executor, shared);
     let stopped = state.stopping.clone();
     tokio::spawn(async move {

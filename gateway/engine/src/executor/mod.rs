@@ -223,6 +223,13 @@ impl Executor {
         &self.approvals
     }
 
+    /// Keeps the requests for approval in the file `path` too, across
+    /// restarts (without `state.redis`).
+    pub fn with_approvals_kept_in(mut self, path: std::path::PathBuf) -> Self {
+        self.approvals = Arc::new(Approvals::kept(path));
+        self
+    }
+
     /// Shares cached results and requests for approval with other
     /// replicas through `redis`.
     pub fn with_shared(mut self, redis: Option<Arc<Redis>>) -> Self {

@@ -29,7 +29,7 @@ pub fn is_approver(caller: &Caller) -> bool {
 /// The requests `caller` may see, newest first: every one for an
 /// approver, and on a gateway without keys.
 pub async fn visible(state: &AppState, caller: &Caller) -> Vec<Request> {
-    let settings = state.catalog().settings.approvals;
+    let settings = state.catalog().settings.approvals.clone();
     let all = state.executor.approvals().list(&settings).await;
     if is_approver(caller) || !state.catalog().keys().required() {
         return all;

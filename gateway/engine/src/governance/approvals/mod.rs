@@ -15,10 +15,12 @@
 //!
 //! Bounded: at most `approvals.max_pending` requests wait at once, and
 //! decided ones are forgotten when they expire (or, beyond four times that
-//! many, oldest first). In memory, per process (a restart forgets them);
-//! with `state.redis`, in Redis (its `shared` module) for every replica and across
-//! restarts, a held call seeing the decision within a tenth of a second.
+//! many, oldest first). Per process, in memory and in the embedded store
+//! (its `kept` module: a restart keeps them); with `state.redis`, in Redis
+//! (its `shared` module) for every replica and across restarts, a held
+//! call seeing the decision within a tenth of a second.
 
+mod kept;
 mod shared;
 
 use std::collections::HashMap;
@@ -137,6 +139,9 @@ pub enum Outcome {
 #[derive(Default)]
 pub struct Approvals {
     entries: Mutex<HashMap<String, Entry>>,
+    /// Where this process's requests are kept across restarts, if
+    /// anywhere; written under the lock of `entries`.
+    file: Option<kept::File>,
     shared: Option<Arc<Redis>>,
 }
 
@@ -171,13 +176,63 @@ impl Approvals {
     /// Requests kept in `redis`, for every replica.
     pub fn shared(redis: Arc<Redis>) -> Self {
         Approvals {
-            entries: Mutex::default(),
             shared: Some(redis),
+            ..Approvals::default()
+        }
+    }
+
+    /// Requests of this process kept in the file `path` too: those it
+    /// holds (not yet expired) are open again, a pending one to be
+    /// decided, an approval to be used.
+    pub fn kept(path: std::path::PathBuf) -> Self {
+        let file = kept::File::new(path);
+        let now = Instant::now();
+        let entries = file
+            .read()
+            .into_iter()
+            .map(|k| {
+                let (tx, _) = watch::channel(k.request.status.clone());
+                let entry = Entry {
+                    expires: now + kept::until(k.expires_at_ms),
+                    request: k.request,
+                    tx,
+                };
+                (entry.request.id.clone(), entry)
+            })
+            .collect::<HashMap<_, _>>();
+        if !entries.is_empty() {
+            tracing::info!(
+                "{} requests for approval kept before the restart are open again",
+                entries.len()
+            );
+        }
+        Approvals {
+            entries: Mutex::new(entries),
+            file: Some(file),
+            shared: None,
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes `entries` (changed) to the store, if there is one.
+    fn save(&self, entries: &HashMap<String, Entry>) {
+        let Some(file) = &self.file else {
+            return;
+        };
+        let now = Instant::now();
+        let now_ms = kept::now_ms();
+        file.write(entries.values().map(|e| {
+            kept::Kept {
+                request: e.request.clone(),
+                expires_at_ms: now_ms.saturating_add(
+                    u64::try_from(e.expires.saturating_duration_since(now).as_millis())
+                        .unwrap_or(u64::MAX),
+                ),
+            }
+        }));
     }
 
     /// A call bound to `binding` needs an approval: run it on one given,
@@ -202,6 +257,7 @@ impl Approvals {
                 Status::Approved { by } => {
                     entry.request.status = Status::Used { by: by.clone() };
                     entry.tx.send_replace(entry.request.status.clone());
+                    self.save(&entries);
                     return Ok(Ask::Run { by });
                 }
                 Status::Pending => {
@@ -257,6 +313,7 @@ impl Approvals {
                 tx,
             },
         );
+        self.save(&entries);
         crate::support::metrics::record(|m| m.approval("requested"));
         Ok(Ask::Wait {
             id,
@@ -293,6 +350,7 @@ impl Approvals {
         if let Status::Approved { by } = &before {
             entry.request.status = Status::Used { by: by.clone() };
             entry.tx.send_replace(entry.request.status.clone());
+            self.save(&entries);
         }
         taken(id, before)
     }
@@ -326,11 +384,13 @@ impl Approvals {
             }
         };
         entry.tx.send_replace(entry.request.status.clone());
+        let decided = view(entry, now);
+        self.save(&entries);
         tracing::info!(approval = %id, by, approve, "a request for approval is decided");
         crate::support::metrics::record(|m| {
             m.approval(if approve { "approved" } else { "refused" })
         });
-        Ok(view(entry, now))
+        Ok(decided)
     }
 
     /// Every open request of this process, newest first.
@@ -701,5 +761,71 @@ mod tests {
         let (id, _) = wait_of(a.ask_local(binding("1"), None, "p".into(), &s).unwrap());
         assert!(a.get_local(&id).is_none());
         assert!(a.list_local().is_empty());
+    }
+
+    #[tokio::test]
+    async fn requests_outlive_the_process_that_kept_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("approvals/approvals.json");
+        let s = settings(10);
+        let first = Approvals::kept(path.clone());
+        let (open, _) = held(&first, "d1", &s);
+        let (approved, _) = held(&first, "d2", &s);
+        let (refused, _) = held(&first, "d3", &s);
+        first.decide_local(&approved, true, "bob", None).unwrap();
+        first
+            .decide_local(&refused, false, "bob", Some("no".into()))
+            .unwrap();
+        drop(first);
+        // The next process: the pending request is decided there, the
+        // approval is used there (once), the refusal sticks.
+        let next = Approvals::kept(path.clone());
+        assert_eq!(next.list_local().len(), 3);
+        let left = next.get_local(&open).unwrap();
+        assert_eq!(left.status, Status::Pending);
+        assert_eq!(left.binding, binding("d1"));
+        assert!(left.expires_in_s > 800, "{}", left.expires_in_s);
+        assert!(matches!(
+            next.ask_local(binding("d2"), None, "p".into(), &s).unwrap(),
+            Ask::Run { ref by } if by == "bob"
+        ));
+        assert_eq!(
+            next.ask_local(binding("d3"), None, "p".into(), &s)
+                .unwrap_err(),
+            "refused by approver `bob`: no"
+        );
+        next.decide_local(&open, true, "carol", None).unwrap();
+        drop(next);
+        let third = Approvals::kept(path.clone());
+        assert!(matches!(
+            third.ask_local(binding("d1"), None, "p".into(), &s).unwrap(),
+            Ask::Run { ref by } if by == "carol"
+        ));
+        // Used, in the next: asks again.
+        let third_again = Approvals::kept(path.clone());
+        let (again, _) = held(&third_again, "d2", &s);
+        assert_ne!(again, approved);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // Expired requests are not read back; a file that is not a store
+        // is moved aside.
+        let gone = ApprovalsDecl {
+            valid_for: Duration::ZERO,
+            ..settings(10)
+        };
+        let short = Approvals::kept(dir.path().join("short.json"));
+        held(&short, "d1", &gone);
+        assert!(
+            Approvals::kept(dir.path().join("short.json"))
+                .list_local()
+                .is_empty()
+        );
+        std::fs::write(&path, b"[{").unwrap();
+        assert!(Approvals::kept(path.clone()).list_local().is_empty());
+        assert_eq!(
+            std::fs::read(path.with_extension("json.bad")).unwrap(),
+            b"[{"
+        );
     }
 }
