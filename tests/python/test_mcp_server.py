@@ -1328,6 +1328,10 @@ def test_a_tool_whose_server_changes_it_after_listing_is_held(tmp_path):
         assert "diff-add" in page and "id_rsa" in page
         off = page[page.index("MCP server <code>off</code>") :]
         fingerprint = off.split('name="fingerprint" value="')[1].split('"')[0]
+        keep = page[page.index("MCP server <code>keep</code>") :]
+        refused = console("/console/ui/changes/keep/echo", {"fingerprint": keep.split('name="fingerprint" value="')[1].split('"')[0], "decision": "refuse", "reason": "wants keys"})
+        assert "Refused the new definition of `echo` of MCP server `keep`" in refused, refused
+        assert "Refused by" in refused and "wants keys" in refused
         done = console("/console/ui/changes/off/echo", {"fingerprint": fingerprint})
         assert "Accepted the new definition of `echo` of MCP server `off`" in done
         deadline = time.time() + 30
@@ -1348,7 +1352,7 @@ def test_a_tool_whose_server_changes_it_after_listing_is_held(tmp_path):
         proc.wait(timeout=10)
 
 
-def test_a_held_tool_change_is_accepted_through_the_api(tmp_path):
+def test_a_held_tool_change_is_refused_and_accepted_through_the_api(tmp_path):
     # The same rug pull, on a gateway with keys: the held change is listed
     # by GET /v1/tool-changes and accepted by an approver with its
     # fingerprint (a ticketing system or a chat tool could), not by
@@ -1421,6 +1425,15 @@ def test_a_held_tool_change_is_accepted_through_the_api(tmp_path):
         for path in ("/v1/tool-changes/nowhere/echo", "/v1/tool-changes/keep/nothing"):
             status, err = call("POST", path, ops, {"fingerprint": change["fingerprint"]})
             assert status == 404 and err["error"]["code"] == "not_accepted", (path, err)
+        # Refused: the first definition stays, the change is listed as
+        # refused; a person may still change their mind and accept it.
+        assert change["status"] == "pending"
+        refuse = {"fingerprint": change["fingerprint"], "decision": "refuse", "reason": "asks for ssh keys"}
+        status, refused = call("POST", "/v1/tool-changes/keep/echo", ops, refuse)
+        assert status == 200 and refused["status"] == "refused", refused
+        [listed] = call("GET", "/v1/tool-changes", ops)[1]["data"]
+        assert listed["status"] == "refused" and listed["refused"] == {"by": "ops", "reason": "asks for ssh keys"}, listed
+        assert description() == first
         status, done = call("POST", "/v1/tool-changes/keep/echo", ops, {"fingerprint": change["fingerprint"]})
         assert status == 200 and done["accepted_by"] == "ops", done
         deadline = time.time() + 30

@@ -1290,6 +1290,24 @@ impl<T: Offer> McpRegistry<T> {
             .ok_or_else(|| session::AcceptError::NoServer(server.to_owned()))?
             .accept_change(tool, fingerprint)
     }
+
+    /// Refuses the held change of `server`'s `tool` to the definition
+    /// `fingerprint`: what is served stays as it is, and the change is
+    /// listed as refused.
+    pub fn refuse_change(
+        &self,
+        server: &str,
+        tool: &str,
+        fingerprint: &str,
+        refusal: session::Refusal,
+    ) -> Result<(), session::AcceptError> {
+        self.inner
+            .servers
+            .iter()
+            .find(|s| s.spec.name == server)
+            .ok_or_else(|| session::AcceptError::NoServer(server.to_owned()))?
+            .refuse_change(tool, fingerprint, refusal)
+    }
 }
 
 /// A URI no server serves, as SEP-2164 asks: invalid params, the URI in

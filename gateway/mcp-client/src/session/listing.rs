@@ -1,6 +1,7 @@
 //! What a server lists, made into the gateway's tools: the listing, each
 //! tool's handle ([`McpTool`]), and its definition pinned against changes.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -131,6 +132,17 @@ struct Changed {
     definition: Value,
     /// When it was first seen (RFC 3339).
     since: String,
+    /// A person refused it: the trusted definition stays (or the tool out
+    /// of service), and the change is listed as refused, not pending.
+    refused: Option<Refusal>,
+}
+
+/// Who refused a held change, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Refusal {
+    pub by: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Why a held change of a tool's definition was not accepted.
@@ -162,6 +174,11 @@ pub struct ToolChange {
     pub fingerprint: String,
     pub now: Value,
     pub since: String,
+    /// `pending`, or `refused` (with `refused`): a refused change is not
+    /// taken, and listed until the server lists another definition.
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refusal>,
 }
 
 impl<T> Server<T> {
@@ -181,6 +198,12 @@ impl<T> Server<T> {
                     fingerprint: changed.fingerprint.clone(),
                     now: changed.definition.clone(),
                     since: changed.since.clone(),
+                    status: if changed.refused.is_some() {
+                        "refused"
+                    } else {
+                        "pending"
+                    },
+                    refused: changed.refused.clone(),
                 })
             })
             .collect();
@@ -203,10 +226,14 @@ impl<T> Server<T> {
             .collect()
     }
 
-    /// Accepts the change of `tool` to the definition `fingerprint`: the
-    /// tools are listed again, and that definition (only it) is pinned.
-    pub fn accept_change(&self, tool: &str, fingerprint: &str) -> Result<(), AcceptError> {
-        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+    /// The held change of `tool` to the definition `fingerprint`, under
+    /// the lock of the pins.
+    fn held_change<'a>(
+        &self,
+        pins: &'a mut HashMap<String, Pin<T>>,
+        tool: &str,
+        fingerprint: &str,
+    ) -> Result<&'a mut Pin<T>, AcceptError> {
         let pin = pins
             .get_mut(tool)
             .filter(|p| p.changed.is_some())
@@ -217,6 +244,35 @@ impl<T> Server<T> {
         if pin.changed.as_ref().map(|c| c.fingerprint.as_str()) != Some(fingerprint) {
             return Err(AcceptError::ChangedAgain(tool.to_owned()));
         }
+        Ok(pin)
+    }
+
+    /// Refuses the change of `tool` to the definition `fingerprint`: the
+    /// trusted definition stays in service (`keep_old`) or the tool out of
+    /// it (`disable`), and the change is listed as refused until the
+    /// server lists another definition (which is held again). A refused
+    /// change may still be accepted.
+    pub fn refuse_change(
+        &self,
+        tool: &str,
+        fingerprint: &str,
+        refusal: Refusal,
+    ) -> Result<(), AcceptError> {
+        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let pin = self.held_change(&mut pins, tool, fingerprint)?;
+        if let Some(changed) = pin.changed.as_mut() {
+            changed.refused = Some(refusal);
+        }
+        pin.accept = None;
+        tracing::info!(mcp_server = %self.spec.name, tool, "a changed tool definition is refused");
+        Ok(())
+    }
+
+    /// Accepts the change of `tool` to the definition `fingerprint`: the
+    /// tools are listed again, and that definition (only it) is pinned.
+    pub fn accept_change(&self, tool: &str, fingerprint: &str) -> Result<(), AcceptError> {
+        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        let pin = self.held_change(&mut pins, tool, fingerprint)?;
         pin.accept = Some(fingerprint.to_owned());
         drop(pins);
         self.rebuild.store(true, Ordering::SeqCst);
@@ -389,6 +445,7 @@ fn held<T>(
                 std::time::SystemTime::now(),
             )
             .to_string(),
+            refused: None,
         });
     }
     match on_change {

@@ -32,7 +32,7 @@ use connect::{Session, connect};
 use listing::{MIN_LIST_TTL, Pin, list_extras, list_tools};
 
 pub use connect::CALLER_HEADERS_META;
-pub use listing::{AcceptError, ToolChange, fingerprint};
+pub use listing::{AcceptError, Refusal, ToolChange, fingerprint};
 pub(crate) use supervise::supervise;
 
 /// What holds a server (a catalog's registry): it rebuilds what it offers

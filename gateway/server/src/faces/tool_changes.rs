@@ -5,7 +5,9 @@
 //! `disable` holds the change), with both definitions and the new one's
 //! fingerprint; `POST /v1/tool-changes/{server}/{tool}` (`{"fingerprint":
 //! "…"}`) accepts that definition, and only it: a definition that changed
-//! again since it was read is refused (409). Accepting needs a key with
+//! again since it was read is refused (409); with `"decision": "refuse"`
+//! (and a `reason`), the change is refused — what is served stays as it
+//! is, and the change is listed as refused. Deciding needs a key with
 //! `approver: true`, as deciding a held call does; without API keys no one
 //! may accept (the gateway could not tell a person from a model's tool
 //! reaching its API).
@@ -17,7 +19,7 @@ use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolgate_engine::tools::tool::mcp::session::AcceptError;
+use toolgate_engine::tools::tool::mcp::session::{AcceptError, Refusal};
 
 use super::approvals::is_approver;
 use crate::http::{ApiError, AppState, Caller};
@@ -37,13 +39,27 @@ pub async fn list(
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Accept {
-    /// The fingerprint of the definition accepted, as the list gave it.
+struct Decide {
+    /// The fingerprint of the definition decided on, as the list gave it.
     fingerprint: String,
+    #[serde(default)]
+    decision: Decision,
+    /// Why (kept with a refusal).
+    #[serde(default)]
+    reason: Option<String>,
 }
 
-/// `POST /v1/tool-changes/{server}/{tool}`: accepts the held definition
-/// with the fingerprint sent.
+#[derive(Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Decision {
+    #[default]
+    Accept,
+    Refuse,
+}
+
+/// `POST /v1/tool-changes/{server}/{tool}`: accepts (or, with
+/// `"decision": "refuse"`, refuses) the held definition with the
+/// fingerprint sent.
 pub async fn accept(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -51,25 +67,41 @@ pub async fn accept(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     if !is_approver(&caller) {
-        return Err(not_an_approver(&caller, "accept a changed tool"));
+        return Err(not_an_approver(&caller, "decide on a changed tool"));
     }
     let body = body.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let accept: Accept = serde_json::from_slice(&body).map_err(|e| {
+    let decide: Decide = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
-            "the body is not an acceptance ({e}); send {{\"fingerprint\": \"…\"}} with the fingerprint GET /v1/tool-changes gives"
+            "the body is not a decision ({e}); send {{\"fingerprint\": \"…\"}} with the fingerprint GET /v1/tool-changes gives, and `\"decision\": \"refuse\"` (with a `reason`) to refuse it"
         ))
     })?;
-    state
-        .catalog()
-        .mcp()
-        .accept_change(&server, &tool, &accept.fingerprint)
-        .map_err(not_accepted)?;
     let by = caller.key_name().unwrap_or_default();
+    let catalog = state.catalog();
+    let mcp = catalog.mcp();
+    if decide.decision == Decision::Refuse {
+        let refusal = Refusal {
+            by: by.clone(),
+            reason: decide.reason.filter(|r| !r.trim().is_empty()),
+        };
+        mcp.refuse_change(&server, &tool, &decide.fingerprint, refusal.clone())
+            .map_err(not_accepted)?;
+        tracing::info!(mcp_server = %server, tool, by, "a changed tool definition is refused through the API");
+        return Ok(Json(json!({
+            "server": server,
+            "tool": tool,
+            "fingerprint": decide.fingerprint,
+            "status": "refused",
+            "refused": refusal,
+        })));
+    }
+    mcp.accept_change(&server, &tool, &decide.fingerprint)
+        .map_err(not_accepted)?;
     tracing::info!(mcp_server = %server, tool, by, "a changed tool definition is accepted through the API");
     Ok(Json(json!({
         "server": server,
         "tool": tool,
-        "fingerprint": accept.fingerprint,
+        "fingerprint": decide.fingerprint,
+        "status": "accepted",
         "accepted_by": by,
     })))
 }

@@ -138,10 +138,15 @@ pub async fn decide(
 #[derive(Debug, Deserialize)]
 pub struct AcceptForm {
     fingerprint: String,
+    /// `refuse`, or (the default) `accept`.
+    #[serde(default)]
+    decision: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
-/// `POST /console/ui/changes/{server}/{tool}`: accepts a held change
-/// (operators only), then the page.
+/// `POST /console/ui/changes/{server}/{tool}`: accepts (or refuses) a
+/// held change (operators only), then the page.
 pub async fn accept(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -157,14 +162,28 @@ pub async fn accept(
             "accepting a changed tool needs a key with `console: all`",
         ));
     }
-    state
-        .catalog()
-        .mcp()
-        .accept_change(&server, &tool, &form.fingerprint)
-        .map_err(crate::faces::tool_changes::not_accepted)?;
-    let notice = format!(
-        "Accepted the new definition of `{tool}` of MCP server `{server}`; the gateway lists the server's tools again and serves it."
-    );
+    let catalog = state.catalog();
+    let notice = if form.decision.as_deref() == Some("refuse") {
+        let refusal = toolgate_engine::tools::tool::mcp::session::Refusal {
+            by: caller.key_name().unwrap_or_default(),
+            reason: form.reason.filter(|r| !r.trim().is_empty()),
+        };
+        catalog
+            .mcp()
+            .refuse_change(&server, &tool, &form.fingerprint, refusal)
+            .map_err(crate::faces::tool_changes::not_accepted)?;
+        format!(
+            "Refused the new definition of `{tool}` of MCP server `{server}`; what the gateway serves stays as it was."
+        )
+    } else {
+        catalog
+            .mcp()
+            .accept_change(&server, &tool, &form.fingerprint)
+            .map_err(crate::faces::tool_changes::not_accepted)?;
+        format!(
+            "Accepted the new definition of `{tool}` of MCP server `{server}`; the gateway lists the server's tools again and serves it."
+        )
+    };
     review(&state, &caller, access.operator, Some(notice)).await
 }
 
