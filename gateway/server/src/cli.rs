@@ -271,6 +271,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => serve_mcp_stdio(dir, tool_set, discovery).await,
         Command::Serve { listen } => {
             let catalog = load(dir)?;
+            // What loading built and dropped goes back to the system: the
+            // thread that loaded may stay idle for long.
+            toolgate_alloc::release_free_memory();
             let addr = match listen {
                 Some(a) => a,
                 None => catalog

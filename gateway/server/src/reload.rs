@@ -256,7 +256,9 @@ impl Reloader {
         let loaded = tokio::task::spawn_blocking(move || {
             let digest = fingerprint(&dir);
             let unchanged = trigger == Trigger::Watch && digest == in_service;
-            (digest, (!unchanged).then(|| loader(&dir)))
+            let loaded = (!unchanged).then(|| loader(&dir));
+            toolgate_alloc::release_free_memory();
+            (digest, loaded)
         })
         .await;
         let (digest, result) = match loaded {
