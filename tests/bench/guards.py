@@ -233,6 +233,8 @@ def main():
             with urllib.request.urlopen(req, timeout=30) as r:
                 result = json.loads(r.read())
             assert result.get("success"), result
+            if "[redacted: " in json.dumps(result.get("data")):
+                redacted.add(i)
             return bool(result.get("guard_notes"))
 
         def measure(first, benign, injected):
@@ -245,8 +247,17 @@ def main():
                 by_group[group][1] += 1
             return false_positives, by_group
 
+        redacted = set()
         try:
-            return measure(0, benign, injected), measure(len(benign) + len(injected), benign2, injected2)
+            first = measure(0, benign, injected)
+            second = measure(len(benign) + len(injected), benign2, injected2)
+            # The secrets guard on the same texts: benign ones redacted.
+            start2 = len(benign) + len(injected)
+            print(
+                f"secrets guard: {sum(i < len(benign) for i in redacted)} of {len(benign)} AgentDojo benign texts "
+                f"and {sum(start2 <= i < start2 + len(benign2) for i in redacted)} of {len(benign2)} of the second set's had something redacted"
+            )
+            return first, second
         finally:
             proc.terminate()
             proc.wait(timeout=10)

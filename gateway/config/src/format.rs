@@ -707,9 +707,9 @@ impl Default for ApprovalsDecl {
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct GuardsDecl {
-    /// Secrets in a result (API keys and tokens of the common formats:
-    /// AWS, GitHub, Slack, OpenAI, Anthropic, Google, Stripe, private
-    /// keys): `redact` by default.
+    /// Secrets in a result (API keys, tokens, passwords and private keys:
+    /// the common token formats and Betterleaks' rules of some 460 kinds
+    /// of secret): `redact` by default.
     pub secrets: GuardAction,
     /// Secrets in a call's arguments, going out to an API or server: `log`
     /// by default (an agent sending the user's own token is often the

@@ -32,6 +32,7 @@ mod parser_bfcl;
 mod routing;
 mod scale;
 mod search_public;
+mod secrets_public;
 mod serve;
 mod spend;
 mod structured;

@@ -145,6 +145,55 @@ fn redact(detectors: &[Detector], v: &mut Value) {
     });
 }
 
+/// What a guard looks for.
+#[derive(Clone, Copy)]
+enum Guard {
+    /// The token formats of [`SECRETS`], then Betterleaks' rules
+    /// ([`super::secret_rules`]).
+    Secrets,
+    /// [`INJECTION`].
+    Injection,
+}
+
+impl Guard {
+    /// The kinds found in `v`'s strings, each once, in order.
+    fn found(self, v: &Value) -> Vec<&'static str> {
+        match self {
+            Guard::Injection => found(&INJECTION, v),
+            Guard::Secrets => {
+                let mut kinds = found(&SECRETS, v);
+                if let Some(rules) = super::secret_rules::RULES.as_ref() {
+                    each_str(v, &mut |s| {
+                        for f in rules.find(s) {
+                            if !kinds.contains(&f.rule) {
+                                kinds.push(f.rule);
+                            }
+                        }
+                    });
+                }
+                kinds
+            }
+        }
+    }
+
+    /// `v` with every finding replaced by `[redacted: kind]`.
+    fn redact(self, v: &mut Value) {
+        match self {
+            Guard::Injection => redact(&INJECTION, v),
+            Guard::Secrets => {
+                redact(&SECRETS, v);
+                if let Some(rules) = super::secret_rules::RULES.as_ref() {
+                    each_string(v, &mut |s| {
+                        if let Some(out) = rules.redact(s) {
+                            *s = out;
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// A result's data and (for an MCP tool) its raw result, checked: redacted
 /// in place, or `Err` when a guard blocks it. Returns the notes the model
 /// reads before the result.
@@ -157,11 +206,11 @@ pub fn check_result(
     let mut notes = Vec::new();
     // Each guard: its action, its patterns, its setting, and whether the
     // injection model reads the result too.
-    for (action, detectors, setting, model) in [
-        (guards.secrets, &*SECRETS, "guards.secrets", false),
+    for (action, guard, setting, model) in [
+        (guards.secrets, Guard::Secrets, "guards.secrets", false),
         (
             guards.injection,
-            &*INJECTION,
+            Guard::Injection,
             "guards.injection",
             guards.injection_model,
         ),
@@ -169,9 +218,9 @@ pub fn check_result(
         if action == GuardAction::Off {
             continue;
         }
-        let mut kinds = found(detectors, data);
+        let mut kinds = guard.found(data);
         if let Some(raw) = raw.as_deref() {
-            for k in found(detectors, raw) {
+            for k in guard.found(raw) {
                 if !kinds.contains(&k) {
                     kinds.push(k);
                 }
@@ -199,10 +248,10 @@ pub fn check_result(
                 )));
             }
             GuardAction::Redact => {
-                redact(detectors, data);
+                guard.redact(data);
                 if let Some(arc) = raw {
                     let mut copy = (**arc).clone();
-                    redact(detectors, &mut copy);
+                    guard.redact(&mut copy);
                     *arc = Arc::new(copy);
                 }
                 tracing::info!(tool, found = %what, "{setting}: redacted");
@@ -232,7 +281,7 @@ pub fn check_arguments(
     if action == GuardAction::Off {
         return Ok(());
     }
-    let kinds = found(&SECRETS, arguments);
+    let kinds = Guard::Secrets.found(arguments);
     if kinds.is_empty() {
         return Ok(());
     }
@@ -245,7 +294,7 @@ pub fn check_arguments(
             "the arguments of `{tool}` hold {what}, and guards.secrets_in_arguments blocks sending secrets: the call was not made"
         ))),
         GuardAction::Redact => {
-            redact(&SECRETS, arguments);
+            Guard::Secrets.redact(arguments);
             tracing::info!(tool, found = %what, "guards.secrets_in_arguments: redacted");
             Ok(())
         }

@@ -10,4 +10,5 @@ pub mod injection_model;
 pub mod limits;
 pub mod pins;
 pub mod policy;
+pub mod secret_rules;
 pub mod spend;
