@@ -256,8 +256,11 @@ impl Reloader {
         let loaded = tokio::task::spawn_blocking(move || {
             let digest = fingerprint(&dir);
             let unchanged = trigger == Trigger::Watch && digest == in_service;
-            let loaded = (!unchanged).then(|| loader(&dir));
-            toolgate_alloc::release_free_memory();
+            let loaded = (!unchanged).then(|| {
+                let loaded = loader(&dir);
+                toolgate_alloc::release_free_memory();
+                loaded
+            });
             (digest, loaded)
         })
         .await;

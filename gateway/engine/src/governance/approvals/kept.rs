@@ -60,8 +60,17 @@ impl File {
     /// Writes `requests` over the file; a failure is said in the log (the
     /// requests stay in memory, and the next change writes them all).
     pub fn write(&self, requests: impl Iterator<Item = Kept>) {
-        let requests: Vec<Kept> = requests.collect();
-        let written = serde_json::to_vec(&requests)
+        let mut requests: Vec<Kept> = requests.collect();
+        let mut bytes = serde_json::to_vec(&requests);
+        // Too large to be read back: the arguments (shown to approvers,
+        // not needed to decide or to run) are left out.
+        if bytes.as_ref().is_ok_and(|b| b.len() as u64 > MAX_FILE) {
+            for k in &mut requests {
+                k.request.arguments = None;
+            }
+            bytes = serde_json::to_vec(&requests);
+        }
+        let written = bytes
             .map_err(std::io::Error::other)
             .and_then(|bytes| toolgate_mcp_client::oauth::write_private(&self.path, &bytes));
         if let Err(e) = written {

@@ -163,7 +163,16 @@ pub async fn accept(
         ));
     }
     let catalog = state.catalog();
-    let notice = if form.decision.as_deref() == Some("refuse") {
+    let refuse = match form.decision.as_deref() {
+        None | Some("accept") => false,
+        Some("refuse") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "`decision` is `{other}`; send `accept` or `refuse`"
+            )));
+        }
+    };
+    let notice = if refuse {
         let refusal = toolgate_engine::tools::tool::mcp::session::Refusal {
             by: caller.key_name().unwrap_or_default(),
             reason: form.reason.filter(|r| !r.trim().is_empty()),
