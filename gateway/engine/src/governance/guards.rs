@@ -123,13 +123,24 @@ fn found(detectors: &[Detector], v: &Value) -> Vec<&'static str> {
 /// What the injection model finds.
 const MODELED: &str = "text the injection model reads as instructions to the model";
 
+/// The placeholder the secrets guard leaves: the gateway's own words,
+/// which the injection model does not read.
+static PLACEHOLDER: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"\[redacted: [^\]\n]{1,100}\]").ok());
+
 /// Whether the injection model flags a string of `v`.
 fn modeled(v: &Value) -> bool {
     let Some(model) = super::injection_model::MODEL.as_ref() else {
         return false;
     };
     let mut flagged = false;
-    each_str(v, &mut |s| flagged = flagged || model.flags(s));
+    each_str(v, &mut |s| {
+        flagged = flagged
+            || match PLACEHOLDER.as_ref() {
+                Some(p) if s.contains("[redacted: ") => model.flags(&p.replace_all(s, "")),
+                _ => model.flags(s),
+            };
+    });
     flagged
 }
 
@@ -492,6 +503,19 @@ mod tests {
                 .collect::<Vec<_>>();
             assert!(found.is_empty(), "{said}: {found:?}");
         }
+        // What the secrets guard leaves is not read by the injection model.
+        let redacted = "[redacted: jwt] [redacted: generic-password] [redacted: AWS access key id]";
+        assert_eq!(
+            PLACEHOLDER
+                .as_ref()
+                .unwrap()
+                .replace_all(redacted, "")
+                .trim(),
+            ""
+        );
+        assert!(!modeled(&json!(format!(
+            "Session token for the test account: {redacted}"
+        ))));
     }
     use super::*;
     use serde_json::json;
