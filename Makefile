@@ -210,6 +210,7 @@ bench: DEB_PACKAGES += valgrind
 bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) $(OHA) deb
 	$(CARGO) build --release -p toolgate-server --bin toolgate -p toolgate-tests --bins
 	target/release/bench-catalog
+	tests/bench/catalog-rss.sh
 	target/release/bench-parser
 	target/release/bench-mcp
 	target/release/bench-mcp-face
