@@ -33,8 +33,9 @@ const REGEX_SIZE_LIMIT: usize = 32 * 1024 * 1024;
 /// it, the regex runs on its slower engines, still in linear time.
 const DFA_SIZE_LIMIT: usize = 256 * 1024;
 /// The most findings of one rule in one text run through its filter; past
-/// them, the rule's matches are redacted unfiltered (a result made of
-/// thousands of candidate secrets costs no more than this many filters).
+/// them, a finding is undecided (a vendor's rule redacts it, a generic rule
+/// does not), so a result made of thousands of candidate secrets costs no
+/// more than this many filters.
 const MAX_FILTERED: usize = 1000;
 
 #[derive(Deserialize)]
@@ -694,14 +695,19 @@ impl Rules {
                     whole: whole.range(),
                     secret: secret.range(),
                 };
-                let discarded = n < MAX_FILTERED
-                    && [filter.as_ref(), self.global.as_ref()]
+                // Past the bound, a finding is one the gateway does not
+                // decide.
+                let discarded = if n < MAX_FILTERED {
+                    [filter.as_ref(), self.global.as_ref()]
                         .into_iter()
                         .flatten()
                         .any(|f| match eval(f, &finding, &mut Vec::new()) {
                             Val::Bool(held) => held,
                             _ => rule.decl.unknown_discards,
-                        });
+                        })
+                } else {
+                    rule.decl.unknown_discards
+                };
                 if !discarded && !secret.is_empty() {
                     found.push(Found {
                         start: floor_char(text, secret.start()),
@@ -812,13 +818,22 @@ mod tests {
 
     #[test]
     fn many_candidates_cost_a_bounded_number_of_filters() {
-        // Thousands of `password = "…"` lines: each is redacted, the first
-        // ones through the filter, the rest without it.
+        // Thousands of candidates: the first ones go through the filter;
+        // past them, a vendor's token is redacted and a generic rule's
+        // finding is not.
         let text: String = (0..3000)
             .map(|i| format!("password = \"Zq{i}x9Lm2Pw7Rt\"\n"))
             .collect();
         let out = rules().redact(&text).unwrap();
-        assert_eq!(out.matches("[redacted: generic-password]").count(), 3000);
+        assert_eq!(
+            out.matches("[redacted: generic-password]").count(),
+            MAX_FILTERED
+        );
+        let text: String = (0..3000)
+            .map(|i| format!("AIKIDO_TOKEN=AIK_CI_a1B2c3D4e5F6g7H8i9J0k{i:04}\n"))
+            .collect();
+        let out = rules().redact(&text).unwrap();
+        assert_eq!(out.matches("[redacted: aikido-ci-token]").count(), 3000);
     }
 
     #[test]
