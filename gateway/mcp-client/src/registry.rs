@@ -1283,12 +1283,7 @@ impl<T: Offer> McpRegistry<T> {
         tool: &str,
         fingerprint: &str,
     ) -> Result<(), session::AcceptError> {
-        self.inner
-            .servers
-            .iter()
-            .find(|s| s.spec.name == server)
-            .ok_or_else(|| session::AcceptError::NoServer(server.to_owned()))?
-            .accept_change(tool, fingerprint)
+        self.named(server)?.accept_change(tool, fingerprint)
     }
 
     /// Refuses the held change of `server`'s `tool` to the definition
@@ -1301,12 +1296,17 @@ impl<T: Offer> McpRegistry<T> {
         fingerprint: &str,
         refusal: session::Refusal,
     ) -> Result<(), session::AcceptError> {
+        self.named(server)?
+            .refuse_change(tool, fingerprint, refusal)
+    }
+
+    /// The server named `server`, for a decision on its held changes.
+    fn named(&self, server: &str) -> Result<&Arc<Server<T>>, session::AcceptError> {
         self.inner
             .servers
             .iter()
             .find(|s| s.spec.name == server)
-            .ok_or_else(|| session::AcceptError::NoServer(server.to_owned()))?
-            .refuse_change(tool, fingerprint, refusal)
+            .ok_or_else(|| session::AcceptError::NoServer(server.to_owned()))
     }
 }
 

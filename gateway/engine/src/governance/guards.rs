@@ -144,11 +144,15 @@ fn modeled(v: &Value) -> bool {
     flagged
 }
 
-/// `v` with every finding of `detectors` replaced by `[redacted: kind]`.
-fn redact(detectors: &[Detector], v: &mut Value) {
+/// `v` with every finding of `detectors` replaced by `[redacted: kind]`;
+/// the kinds replaced, each once, in order, added to `kinds`.
+fn redact(detectors: &[Detector], v: &mut Value, kinds: &mut Vec<&'static str>) {
     each_string(v, &mut |s| {
         for d in detectors {
             if d.re.is_match(s) {
+                if !kinds.contains(&d.kind) {
+                    kinds.push(d.kind);
+                }
                 let placeholder = format!("[redacted: {}]", d.kind);
                 *s = d.re.replace_all(s, placeholder.as_str()).into_owned();
             }
@@ -187,21 +191,31 @@ impl Guard {
         }
     }
 
-    /// `v` with every finding replaced by `[redacted: kind]`.
-    fn redact(self, v: &mut Value) {
+    /// `v` with every finding replaced by `[redacted: kind]`; the kinds
+    /// found, each once, in order (what [`Guard::found`] gives, in the same
+    /// pass).
+    fn redact(self, v: &mut Value) -> Vec<&'static str> {
+        let mut kinds = Vec::new();
         match self {
-            Guard::Injection => redact(&INJECTION, v),
+            Guard::Injection => redact(&INJECTION, v, &mut kinds),
             Guard::Secrets => {
-                redact(&SECRETS, v);
+                redact(&SECRETS, v, &mut kinds);
                 if let Some(rules) = super::secret_rules::RULES.as_ref() {
                     each_string(v, &mut |s| {
-                        if let Some(out) = rules.redact(s) {
-                            *s = out;
+                        let found = rules.find(s);
+                        for f in &found {
+                            if !kinds.contains(&f.rule) {
+                                kinds.push(f.rule);
+                            }
+                        }
+                        if !found.is_empty() {
+                            *s = super::secret_rules::replaced(s, &found);
                         }
                     });
                 }
             }
         }
+        kinds
     }
 }
 
@@ -229,12 +243,18 @@ pub fn check_result(
         if action == GuardAction::Off {
             continue;
         }
-        let mut kinds = guard.found(data);
-        if let Some(raw) = raw.as_deref() {
-            for k in guard.found(raw) {
-                if !kinds.contains(&k) {
-                    kinds.push(k);
-                }
+        // Redacting, the data is redacted as it is read (one pass); the
+        // raw result is copied and redacted only when it holds a finding.
+        let redacting = action == GuardAction::Redact;
+        let mut kinds = if redacting {
+            guard.redact(data)
+        } else {
+            guard.found(data)
+        };
+        let raw_kinds = raw.as_deref().map(|r| guard.found(r)).unwrap_or_default();
+        for k in &raw_kinds {
+            if !kinds.contains(k) {
+                kinds.push(k);
             }
         }
         if model && kinds.is_empty() && (modeled(data) || raw.as_deref().is_some_and(modeled)) {
@@ -259,8 +279,7 @@ pub fn check_result(
                 )));
             }
             GuardAction::Redact => {
-                guard.redact(data);
-                if let Some(arc) = raw {
+                if let Some(arc) = raw.as_mut().filter(|_| !raw_kinds.is_empty()) {
                     let mut copy = (**arc).clone();
                     guard.redact(&mut copy);
                     *arc = Arc::new(copy);
@@ -292,7 +311,11 @@ pub fn check_arguments(
     if action == GuardAction::Off {
         return Ok(());
     }
-    let kinds = Guard::Secrets.found(arguments);
+    let kinds = if action == GuardAction::Redact {
+        Guard::Secrets.redact(arguments)
+    } else {
+        Guard::Secrets.found(arguments)
+    };
     if kinds.is_empty() {
         return Ok(());
     }
@@ -305,7 +328,6 @@ pub fn check_arguments(
             "the arguments of `{tool}` hold {what}, and guards.secrets_in_arguments blocks sending secrets: the call was not made"
         ))),
         GuardAction::Redact => {
-            Guard::Secrets.redact(arguments);
             tracing::info!(tool, found = %what, "guards.secrets_in_arguments: redacted");
             Ok(())
         }

@@ -732,21 +732,24 @@ impl Rules {
     /// holds one.
     pub fn redact(&'static self, text: &str) -> Option<String> {
         let found = self.find(text);
-        if found.is_empty() {
-            return None;
-        }
-        let mut out = String::with_capacity(text.len());
-        let mut at = 0;
-        for f in found {
-            out.push_str(&text[at..f.start]);
-            out.push_str("[redacted: ");
-            out.push_str(f.rule);
-            out.push(']');
-            at = f.end;
-        }
-        out.push_str(&text[at..]);
-        Some(out)
+        (!found.is_empty()).then(|| replaced(text, &found))
     }
+}
+
+/// `text` with each of `found` (from [`Rules::find`] on it) replaced by
+/// `[redacted: rule]`.
+pub fn replaced(text: &str, found: &[Found]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for f in found {
+        out.push_str(&text[at..f.start]);
+        out.push_str("[redacted: ");
+        out.push_str(f.rule);
+        out.push(']');
+        at = f.end;
+    }
+    out.push_str(&text[at..]);
+    out
 }
 
 fn floor_char(text: &str, mut i: usize) -> usize {
