@@ -14,18 +14,20 @@ id (so a test can kill it mid-call), a tool list that grows at run time
 `subscriptions/listen` streams), a tool whose definition changes after
 it was listed (`rug_pull` rewrites `echo`'s description), and one that
 asks its client's person in its answer (`ask`, 2026-07-28's
-`input_required`), and one that logs while it works (`chatty`).
+`input_required`), and one that logs while it works (`chatty`); and a
+prompt, a resource template and completions that echo what they are given.
 """
 
 import os
 import socket
 import sys
+import urllib.parse
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
-from mcp_types import EmbeddedResource, InputRequiredResult, TextResourceContents, ToolAnnotations
+from mcp_types import Completion, EmbeddedResource, InputRequiredResult, TextResourceContents, ToolAnnotations
 
 server = MCPServer("toolgate-test-server", log_level="WARNING")
 stats = {"cancelled": 0, "calls": 0}
@@ -66,6 +68,22 @@ def asked_resource(topic: str, ctx: Context):
             {"inputRequests": {"who": {"method": "elicitation/create", "params": {"message": "Who reads?", "requestedSchema": schema}}}}
         )
     return f"{answer['content']['name']} reads about {topic}."
+
+
+@server.prompt(name="echo_prompt", description="A prompt that says `text`.")
+def echo_prompt(text: str) -> str:
+    return f"Please consider: {text}"
+
+
+@server.resource("echo://{text}", name="echo", description="A resource that holds `text`.", mime_type="text/plain")
+def echo_resource(text: str) -> str:
+    return f"The note says: {urllib.parse.unquote(text)}"
+
+
+@server.completion()
+async def complete(ref, argument, context):
+    # Suggests the value typed so far, then the same with a suffix.
+    return Completion(values=[argument.value, argument.value + " more"])
 
 
 @server.tool(description="Logs at debug, info and warning while it works, then answers.", structured_output=False)

@@ -1,6 +1,6 @@
 //! One call run: the tool looked up and its arguments checked, the cache
 //! asked, the tool invoked by its kind under its timeout with panics
-//! caught, and its answer classified by the guards.
+//! caught, and its answer checked (`output`).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -117,9 +117,11 @@ impl Executor {
         if let (Some(cache), Some(key)) = (&tool.cache, &cache_key)
             && let Some(output) = self.cached(&tool, cache, key).await
         {
-            let mut result = self.finish_output(&call.name, Ok(output), catalog, started);
+            let mut result = self
+                .finish_output(&call.name, Ok(output), catalog, started)
+                .await;
             result.cached = true;
-            return self.classified(catalog, &call.name, result, started).await;
+            return result;
         }
 
         let timeout = tool
@@ -161,40 +163,8 @@ impl Executor {
                 },
             );
         }
-        let result = self.finish_output(&call.name, outcome, catalog, started);
-        self.classified(catalog, &call.name, result, started).await
-    }
-
-    /// `result`, when it succeeded, checked by `guards.classifier` (if
-    /// set): marked, or replaced by the failure that blocks it.
-    pub(super) async fn classified(
-        &self,
-        catalog: &Catalog,
-        tool: &str,
-        mut result: ToolResult,
-        started: Instant,
-    ) -> ToolResult {
-        let Some(classifier) = &catalog.settings.guards.classifier else {
-            return result;
-        };
-        if !result.success {
-            return result;
-        }
-        let text = match &result.data {
-            Some(Value::String(s)) => s.clone(),
-            Some(v) => v.to_string(),
-            None => return result,
-        };
-        match crate::governance::guards::check_with_classifier(&self.http, classifier, tool, &text)
+        self.finish_output(&call.name, outcome, catalog, started)
             .await
-        {
-            Ok(None) => result,
-            Ok(Some(note)) => {
-                result.notes.push(note);
-                result
-            }
-            Err(e) => ToolResult::failure(e, started),
-        }
     }
 
     /// A cached result: this replica's, else the shared state's (not copied

@@ -13,10 +13,13 @@
 //!
 //! The stages, one file each: `authorize` (policies, approvals, the key's
 //! rate), `execute` (lookup, arguments, cache, the tool's kind under its
-//! timeout, guards), `output` (the result cut and scrubbed), `record`
+//! timeout), `output` (the result cut, then checked by the guards and the
+//! classifier: the one check every result goes through), `record`
 //! (metrics, audit, recent activity); `callers` runs MCP servers'
-//! listings and questions as each caller.
+//! listings and questions as each caller; `answers` checks, counts and
+//! audits what MCP servers answer besides tool results.
 
+mod answers;
 mod authorize;
 mod callers;
 mod error;
@@ -45,6 +48,7 @@ use crate::support::shared::Redis;
 use crate::tools::tool::context::CallContext;
 use crate::tools::tool::{Progress, ProgressSink};
 
+pub use answers::Answered;
 pub use error::CallError;
 
 /// Progress reports of one call waiting to be passed on; beyond, they are

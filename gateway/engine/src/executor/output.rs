@@ -1,19 +1,22 @@
 //! A call's outcome as a result: its data cut to the output cap with a
-//! visible marker, secrets scrubbed, its time.
+//! visible marker, checked by the guards, its time; and the one check every
+//! result goes through on its way out (`checked`).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
 
 use crate::catalog::Catalog;
-use crate::tools::tool::Output;
+use crate::tools::tool::{Output, ToolError};
 
 use super::{CallError, Executor, ToolResult, elapsed_ms};
 
 impl Executor {
-    /// The result of an outcome: output capped, duration measured. Public
-    /// for tools run outside the executor (sub-agents).
-    pub fn finish(
+    /// The result of an outcome: output capped, checked, duration
+    /// measured. Public for tools run outside the executor (sub-agents,
+    /// the search of a client's deferred tools).
+    pub async fn finish(
         &self,
         tool: &str,
         outcome: Result<Value, CallError>,
@@ -21,11 +24,12 @@ impl Executor {
         started: Instant,
     ) -> ToolResult {
         self.finish_output(tool, outcome.map(Output::from), catalog, started)
+            .await
     }
 
-    /// The result of `tool`'s outcome: output capped, guards applied,
-    /// duration measured.
-    pub(super) fn finish_output(
+    /// The result of `tool`'s outcome: output capped, then
+    /// [`checked`](Self::checked), duration measured.
+    pub(super) async fn finish_output(
         &self,
         tool: &str,
         outcome: Result<Output, CallError>,
@@ -39,12 +43,10 @@ impl Executor {
             }) => {
                 let (mut data, truncated) =
                     cap_output(data, catalog.settings.defaults.max_output_chars);
-                let notes = match crate::governance::guards::check_result(
-                    &catalog.settings.guards,
-                    tool,
-                    &mut data,
-                    &mut mcp_result,
-                ) {
+                let notes = match self
+                    .checked(catalog, tool, &mut data, &mut mcp_result)
+                    .await
+                {
                     Ok(notes) => notes,
                     Err(e) => return ToolResult::failure(e, started),
                 };
@@ -62,6 +64,37 @@ impl Executor {
             }
             Err(e) => ToolResult::failure(e, started),
         }
+    }
+
+    /// What comes back from a tool or an MCP server, on its way to a model
+    /// or a client — a tool's result (and an MCP tool's raw one), a prompt,
+    /// a resource, a completion, a task's result: the guards
+    /// (`guards.secrets`, `guards.injection`), then `guards.classifier`.
+    /// Redacted in place; the notes the reader reads first; `Err` when a
+    /// guard blocks it. Every path a result takes goes through here.
+    pub(super) async fn checked(
+        &self,
+        catalog: &Catalog,
+        what: &str,
+        data: &mut Value,
+        raw: &mut Option<Arc<Value>>,
+    ) -> Result<Vec<String>, ToolError> {
+        let guards = &catalog.settings.guards;
+        let mut notes = crate::governance::guards::check_result(guards, what, data, raw)?;
+        if let Some(classifier) = &guards.classifier {
+            let text = match data {
+                Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+                v => std::borrow::Cow::Owned(v.to_string()),
+            };
+            if let Some(note) = crate::governance::guards::check_with_classifier(
+                &self.http, classifier, what, &text,
+            )
+            .await?
+            {
+                notes.push(note);
+            }
+        }
+        Ok(notes)
     }
 }
 

@@ -46,13 +46,10 @@ impl Executor {
                 tokio::spawn(async move { spend.record_tool(&who, &tool, success).await });
             }
         }
-        if self.audit.is_none() && self.recent.is_none() {
+        if !self.keeps_calls() {
             return;
         }
-        let mut mode = self
-            .audit
-            .as_ref()
-            .map_or(AuditArguments::Redacted, AuditLog::arguments_mode);
+        let mut mode = self.arguments_mode();
         let caller = crate::governance::policy::Caller::of(ctx);
         if mode == AuditArguments::Redacted
             && crate::governance::policy::redacts(
@@ -91,6 +88,24 @@ impl Executor {
             cached: result.cached,
             truncated: result.truncated,
         };
+        self.keep(entry).await;
+    }
+
+    /// `true` when finished calls are written somewhere (an audit log, or
+    /// the console's recent activity).
+    pub(super) fn keeps_calls(&self) -> bool {
+        self.audit.is_some() || self.recent.is_some()
+    }
+
+    /// How the audit log writes arguments.
+    pub(super) fn arguments_mode(&self) -> AuditArguments {
+        self.audit
+            .as_ref()
+            .map_or(AuditArguments::Redacted, AuditLog::arguments_mode)
+    }
+
+    /// Writes `entry` to the console's recent activity and the audit log.
+    pub(super) async fn keep(&self, entry: AuditEntry) {
         if let Some(recent) = &self.recent {
             recent.push(entry.clone());
         }

@@ -298,6 +298,18 @@ pub fn check_result(
     Ok(notes)
 }
 
+/// `text` with every secret the secrets guard finds replaced by
+/// `[redacted: kind]`, whatever `guards.secrets` says: for what the gateway
+/// writes down itself (e.g. a resource's URI in the audit log).
+pub fn without_secrets(text: &str) -> String {
+    let mut v = Value::String(text.to_owned());
+    Guard::Secrets.redact(&mut v);
+    match v {
+        Value::String(s) => s,
+        _ => String::new(),
+    }
+}
+
 /// A call's arguments, checked for secrets going out: `Err` when
 /// `guards.secrets_in_arguments` blocks them, redacted in place when it
 /// redacts, else logged (`mark` logs: the arguments have no reader to

@@ -105,7 +105,7 @@ impl Run {
             batch.into_iter().partition(|c| c.name == subagent::SPAWN);
         let mut search_results = Vec::with_capacity(searches.len());
         for call in &searches {
-            let result = self.search_deferred(call);
+            let result = self.search_deferred(call).await;
             self.l
                 .executor
                 .record(&self.l.catalog, call, &self.l.context, &result)
@@ -182,7 +182,7 @@ impl Run {
 
     /// A search of the client's deferred tools: the best matches' names
     /// and descriptions (they are offered from the next model call on).
-    fn search_deferred(&self, call: &ToolCall) -> ToolResult {
+    async fn search_deferred(&self, call: &ToolCall) -> ToolResult {
         let started = Instant::now();
         let Some(deferred) = &self.l.deferred else {
             return ToolResult::failure(CallError::UnknownTool(call.name.clone()), started);
@@ -240,6 +240,7 @@ impl Run {
         self.l
             .executor
             .finish(&call.name, Ok(data), &self.l.catalog, started)
+            .await
     }
 
     /// After a search of the client's deferred tools: what it found is
@@ -346,7 +347,8 @@ impl Run {
             let result = self
                 .l
                 .executor
-                .finish(&call.name, outcome, &self.l.catalog, started);
+                .finish(&call.name, outcome, &self.l.catalog, started)
+                .await;
             self.l
                 .executor
                 .record(&self.l.catalog, call, &self.l.context, &result)

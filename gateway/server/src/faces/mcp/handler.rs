@@ -33,7 +33,7 @@ use toolgate::ClientLink;
 use toolgate_config::format::Discovery;
 use toolgate_config::format::SetMode;
 use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, Offers, ToolSet};
-use toolgate_engine::executor::{ToolCall, ToolResult};
+use toolgate_engine::executor::{Answered, ToolCall, ToolResult};
 use toolgate_engine::tools::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::tools::tool::context::CallContext;
 use toolgate_engine::tools::tool::mcp::relay::{HandBack, Handed, LogSink, Relay};
@@ -465,11 +465,27 @@ impl ToolSetServer {
         }
     }
 
-    /// A prompt or resource from upstream, refused when it is larger than
-    /// `limits.max_response_bytes`.
-    fn bounded(&self, result: &impl serde::Serialize) -> Result<(), McpError> {
-        let limit = self.state.catalog().settings.limits.max_response_bytes;
-        let size = serde_json::to_vec(result).map_or(usize::MAX, |b| b.len());
+    /// An upstream's answer other than a tool's result (a prompt, a
+    /// resource, a completion, a task's result): refused when it is larger
+    /// than `limits.max_response_bytes`, then checked, counted and audited
+    /// by the executor ([`Executor::answered`]); `note` puts the guards'
+    /// notes where the reader reads them first.
+    ///
+    /// [`Executor::answered`]: toolgate_engine::executor::Executor::answered
+    async fn checked<R: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        target: &Target,
+        asked: Answered<'_>,
+        answer: R,
+        started: std::time::Instant,
+        note: impl FnOnce(&mut Value, &[String]),
+    ) -> Result<R, McpError> {
+        let unreadable = |e: serde_json::Error| {
+            McpError::internal_error(format!("the upstream answer cannot be read: {e}"), None)
+        };
+        let catalog = self.state.catalog();
+        let limit = catalog.settings.limits.max_response_bytes;
+        let size = serde_json::to_vec(&answer).map_or(usize::MAX, |b| b.len());
         if size > limit {
             return Err(McpError::internal_error(
                 format!(
@@ -478,7 +494,18 @@ impl ToolSetServer {
                 None,
             ));
         }
-        Ok(())
+        let mut value = serde_json::to_value(answer).map_err(unreadable)?;
+        let notes = self
+            .state
+            .executor
+            .answered(&catalog, &call_context(target), asked, &mut value, started)
+            .await
+            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        if !notes.is_empty() {
+            let notes: Vec<String> = notes.iter().map(|n| format!("[{n}]")).collect();
+            note(&mut value, &notes);
+        }
+        serde_json::from_value(value).map_err(unreadable)
     }
 
     /// A digest of what a client of the set sees: its tools, prompts and
@@ -1034,6 +1061,7 @@ impl ServerHandler for ToolSetServer {
         mut request: rmcp::model::GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetPromptResponse, McpError> {
+        let started = std::time::Instant::now();
         let target = self.listed_target(&context.extensions).await?;
         let (asked, hand_back) = self.hand_back(
             &context,
@@ -1056,6 +1084,9 @@ impl ServerHandler for ToolSetServer {
         }
         let name = request.name.as_str();
         let arguments = request.arguments;
+        let audited = arguments
+            .as_ref()
+            .map_or(Value::Null, |a| Value::Object(a.clone()));
         let answer = self
             .ask_upstream(&target, Asked::Prompt(name), |caller| {
                 let (registry, arguments) = (registry.clone(), arguments.clone());
@@ -1073,8 +1104,22 @@ impl ServerHandler for ToolSetServer {
                 input::input_required(&self.states, &asked, questions)?,
             ));
         }
-        let mut result = answer?;
-        self.bounded(&result)?;
+        let asked = Answered {
+            method: "prompts/get",
+            about: name,
+            arguments: &audited,
+        };
+        // Notes come as the prompt's first messages.
+        let mut result = self
+            .checked(&target, asked, answer?, started, |prompt, notes| {
+                if let Some(messages) = prompt.get_mut("messages").and_then(Value::as_array_mut) {
+                    for (i, note) in notes.iter().enumerate() {
+                        let text = serde_json::json!({"type": "text", "text": note});
+                        messages.insert(i, serde_json::json!({"role": "user", "content": text}));
+                    }
+                }
+            })
+            .await?;
         // A server of an older revision leaves it out; rmcp clears it again
         // for clients of one.
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
@@ -1086,6 +1131,7 @@ impl ServerHandler for ToolSetServer {
         mut request: rmcp::model::ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, McpError> {
+        let started = std::time::Instant::now();
         let target = self.listed_target(&context.extensions).await?;
         let (asked, hand_back) = self.hand_back(
             &context,
@@ -1114,8 +1160,23 @@ impl ServerHandler for ToolSetServer {
                 input::input_required(&self.states, &asked, questions)?,
             ));
         }
-        let mut result = answer?;
-        self.bounded(&result)?;
+        let asked = Answered {
+            method: "resources/read",
+            about: uri,
+            arguments: &Value::Null,
+        };
+        // Notes come as the resource's first contents, of its URI.
+        let mut result = self
+            .checked(&target, asked, answer?, started, |resource, notes| {
+                if let Some(contents) = resource.get_mut("contents").and_then(Value::as_array_mut) {
+                    for (i, note) in notes.iter().enumerate() {
+                        let text =
+                            serde_json::json!({"uri": uri, "mimeType": "text/plain", "text": note});
+                        contents.insert(i, text);
+                    }
+                }
+            })
+            .await?;
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(rmcp::model::ReadResourceResponse::Complete(result))
     }
@@ -1182,6 +1243,7 @@ impl ServerHandler for ToolSetServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CompleteResult, McpError> {
         use rmcp::model::Reference;
+        let started = std::time::Instant::now();
         let target = self.listed_target(&context.extensions).await?;
         let (set, registry) = self.offers_to(&target)?;
         let offered = match &request.r#ref {
@@ -1201,7 +1263,7 @@ impl ServerHandler for ToolSetServer {
             Reference::Prompt(_) => Asked::Prompt(&what),
             _ => Asked::Template(&what),
         };
-        let mut result = self
+        let answer = self
             .ask_upstream(&target, asked, |caller| {
                 let (registry, request) = (registry.clone(), request.clone());
                 async move {
@@ -1209,6 +1271,20 @@ impl ServerHandler for ToolSetServer {
                     registry.complete(request, caller).await
                 }
             })
+            .await?;
+        let arguments = serde_json::json!({
+            "argument": request.argument,
+            "context": request.context,
+        });
+        let asked = Answered {
+            method: "completion/complete",
+            about: &what,
+            arguments: &arguments,
+        };
+        // Suggestions are for the person typing: a note has no place in
+        // them (the guard logs what it found; redactions and blocks hold).
+        let mut result = self
+            .checked(&target, asked, answer, started, |_, _| {})
             .await?;
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
         Ok(result)
@@ -1260,20 +1336,38 @@ impl ServerHandler for ToolSetServer {
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetTaskResult, McpError> {
         use rmcp::model::{ClientRequest, GetTaskParams, GetTaskRequest, ServerResult};
+        let started = std::time::Instant::now();
         let answer = self
             .ask_task(&context, &request.task_id, |task| {
                 ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(task)))
             })
             .await?;
-        let ServerResult::GetTaskResult(mut result) = answer else {
+        let ServerResult::GetTaskResult(result) = answer else {
             return Err(McpError::internal_error(
                 "the task's MCP server answered tasks/get with something else",
                 None,
             ));
         };
-        // A finished task inlines the tool's result: bounded like a
-        // prompt or a resource.
-        self.bounded(&result)?;
+        // A finished task inlines the tool's result: checked like a tool's
+        // result, the notes first in its content.
+        let target = self.target(&context.extensions)?;
+        let asked = Answered {
+            method: "tasks/get",
+            about: &request.task_id,
+            arguments: &Value::Null,
+        };
+        let mut result = self
+            .checked(&target, asked, result, started, |task, notes| {
+                if let Some(content) = task
+                    .pointer_mut("/result/content")
+                    .and_then(Value::as_array_mut)
+                {
+                    for (i, note) in notes.iter().enumerate() {
+                        content.insert(i, serde_json::json!({"type": "text", "text": note}));
+                    }
+                }
+            })
+            .await?;
         result.task.task.task_id = request.task_id;
         Ok(result)
     }
