@@ -49,7 +49,7 @@ open(f"{d}/toolgate.yaml", "w").write("defaults:\n  tool_set: all\n")
 PY
   "$TOOLGATE" serve --listen 127.0.0.1:0 --config "$dir" 2>"$dir/log" &
   local pid=$!
-  for _ in $(seq 200); do grep -q "listening on" "$dir/log" && break; sleep 0.1; done
+  for _ in $(seq 200); do grep -qs "listening on" "$dir/log" && break; sleep 0.1; done
   sleep 1.5
   local url loaded listed
   url=$(grep -o "http://[0-9.:]*" "$dir/log" | head -1)

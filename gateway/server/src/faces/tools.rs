@@ -9,14 +9,15 @@ use axum::response::IntoResponse;
 use axum::{Json, response::Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
 
 use super::common::call_context;
 use crate::http::{ApiError, AppState, Caller};
 use toolgate_engine::catalog::{CallRefused, CallScope, Catalog};
 use toolgate_engine::executor::CallError;
 use toolgate_engine::executor::ToolCall;
-use toolgate_engine::tools::tool::ToolError;
 use toolgate_engine::tools::tool::context::CallContext;
+use toolgate_engine::tools::tool::{Tool, ToolError};
 
 #[derive(Debug, Deserialize)]
 pub struct ToolsQuery {
@@ -24,24 +25,23 @@ pub struct ToolsQuery {
 }
 
 /// `GET /v1/tools[?tool_set=]`: tools in OpenAI's function format. With
-/// API keys, only what the caller's key may use.
+/// API keys, only what the caller's key may use. Each tool is described
+/// and written out in turn (a listing of a large catalog never holds every
+/// tool's description as a JSON value at once).
 pub async fn list_tools(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Query(q): Query<ToolsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let catalog = state.catalog();
     crate::faces::common::list_as(&state, &catalog, &caller).await;
     let who = caller.subject();
     let who = who.as_deref();
-    let (tools, unavailable): (Vec<Value>, Vec<Value>) = match &q.tool_set {
+    let (tools, unavailable): (Vec<Arc<Tool>>, Vec<Value>) = match &q.tool_set {
         Some(name) => {
             let set = catalog.usable_set(name, caller.key.as_deref())?;
             (
-                catalog
-                    .tools_in(set, who)
-                    .map(|t| describe_tool(&t))
-                    .collect(),
+                catalog.tools_in(set, who).collect(),
                 catalog
                     .unavailable_in(set, who)
                     .into_iter()
@@ -57,7 +57,7 @@ pub async fn list_tools(
             for set in catalog.sets().filter(|s| caller.may_use(&s.name)) {
                 for t in catalog.tools_in(set, who) {
                     if seen.insert(t.name.clone()) {
-                        tools.push(describe_tool(&t));
+                        tools.push(t);
                     }
                 }
                 for u in catalog.unavailable_in(set, who) {
@@ -69,22 +69,57 @@ pub async fn list_tools(
             (tools, unavailable)
         }
         None => (
-            catalog.tools().map(|t| describe_tool(&t)).collect(),
+            catalog.tools().collect(),
             catalog
                 .unavailable()
                 .map(|u| json!({"name": u.name, "reason": u.reason}))
                 .collect(),
         ),
     };
-    Ok(Json(json!({
-        "object": "list",
-        "tool_set": q.tool_set,
-        "data": tools,
-        "unavailable": unavailable,
-    })))
+    let listing = Listing {
+        object: "list",
+        tool_set: q.tool_set.as_deref(),
+        data: Described(&tools),
+        unavailable: &unavailable,
+    };
+    let body = serde_json::to_vec(&listing).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            format!("the tool listing cannot be written: {e}"),
+        )
+    })?;
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response())
 }
 
-fn describe_tool(tool: &toolgate_engine::tools::tool::Tool) -> Value {
+/// The body of `GET /v1/tools`.
+#[derive(serde::Serialize)]
+struct Listing<'a> {
+    object: &'static str,
+    tool_set: Option<&'a str>,
+    data: Described<'a>,
+    unavailable: &'a [Value],
+}
+
+/// Tools, each described ([`describe_tool`]) as it is written.
+struct Described<'a>(&'a [Arc<Tool>]);
+
+impl serde::Serialize for Described<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for tool in self.0 {
+            seq.serialize_element(&describe_tool(tool))?;
+        }
+        seq.end()
+    }
+}
+
+fn describe_tool(tool: &Tool) -> Value {
     let mut v = tool.to_openai();
     if let Some(obj) = v.as_object_mut() {
         obj.insert(
