@@ -553,8 +553,9 @@ pub struct KeyLimitsDecl {
     /// Requests per minute, to any endpoint; beyond it, 429 with `Retry-After`.
     #[serde(default)]
     pub requests_per_minute: Option<u32>,
-    /// Tool calls per minute (chat loops and `/v1/tools/{name}/invoke`);
-    /// beyond it a call fails with `rate_limited` (429 from the tool API).
+    /// Tool calls per minute (chat loops, `/v1/tools/{name}/invoke`, the
+    /// MCP face's calls, prompts and resources); beyond it a call fails with
+    /// `rate_limited` (429 from the tool API).
     #[serde(default)]
     pub tool_calls_per_minute: Option<u32>,
     /// Tool loops (chat requests with gateway tools, sub-agents included)

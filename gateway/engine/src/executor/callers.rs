@@ -52,9 +52,6 @@ impl Executor {
     /// resources to them, `ask` gets their subject and token and goes over
     /// their own session (the token renewed once when refused, like a
     /// call's); otherwise it gets `None` and goes over the gateway's.
-    /// A prompt, a resource or a completion spends one of the key's tool
-    /// calls per minute, as a call does (the polls of a task the client
-    /// follows do not: its call spent one).
     pub async fn ask_as_caller<R, F, Fut>(
         &self,
         catalog: &Catalog,
@@ -66,11 +63,6 @@ impl Executor {
         F: FnMut(Option<(String, String)>) -> Fut,
         Fut: std::future::Future<Output = Result<R, crate::tools::tool::mcp::AskError>>,
     {
-        if !matches!(what, crate::tools::tool::mcp::Asked::Server(_))
-            && let Err(e) = self.spend_tool_call(catalog, ctx).await
-        {
-            return Err(rmcp::ErrorData::invalid_request(e.to_string(), None));
-        }
         let own = match (ctx.subject.as_deref(), catalog.connections.as_deref()) {
             (Some(subject), Some(connections)) => catalog
                 .mcp()

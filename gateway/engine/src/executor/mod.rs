@@ -48,7 +48,7 @@ use crate::support::shared::Redis;
 use crate::tools::tool::context::CallContext;
 use crate::tools::tool::{Progress, ProgressSink};
 
-pub use answers::Answered;
+pub use answers::{Answered, Method};
 pub use error::CallError;
 
 /// Progress reports of one call waiting to be passed on; beyond, they are

@@ -2,6 +2,7 @@
 //! visible marker, checked by the guards, its time; and the one check every
 //! result goes through on its way out (`checked`).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -44,7 +45,7 @@ impl Executor {
                 let (mut data, truncated) =
                     cap_output(data, catalog.settings.defaults.max_output_chars);
                 let notes = match self
-                    .checked(catalog, tool, &mut data, &mut mcp_result)
+                    .checked(catalog, tool, &mut data, &mut mcp_result, Some(as_text))
                     .await
                 {
                     Ok(notes) => notes,
@@ -69,23 +70,22 @@ impl Executor {
     /// What comes back from a tool or an MCP server, on its way to a model
     /// or a client — a tool's result (and an MCP tool's raw one), a prompt,
     /// a resource, a completion, a task's result: the guards
-    /// (`guards.secrets`, `guards.injection`), then `guards.classifier`.
-    /// Redacted in place; the notes the reader reads first; `Err` when a
-    /// guard blocks it. Every path a result takes goes through here.
+    /// (`guards.secrets`, `guards.injection`), then `guards.classifier` on
+    /// the text `readable` gives (not classified without it). Redacted in
+    /// place; the notes the reader reads first; `Err` when a guard blocks
+    /// it. Every path a result takes goes through here.
     pub(super) async fn checked(
         &self,
         catalog: &Catalog,
         what: &str,
         data: &mut Value,
         raw: &mut Option<Arc<Value>>,
+        readable: Option<fn(&Value) -> Cow<'_, str>>,
     ) -> Result<Vec<String>, ToolError> {
         let guards = &catalog.settings.guards;
         let mut notes = crate::governance::guards::check_result(guards, what, data, raw)?;
-        if let Some(classifier) = &guards.classifier {
-            let text = match data {
-                Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
-                v => std::borrow::Cow::Owned(v.to_string()),
-            };
+        if let (Some(classifier), Some(readable)) = (&guards.classifier, readable) {
+            let text = readable(data);
             if let Some(note) = crate::governance::guards::check_with_classifier(
                 &self.http, classifier, what, &text,
             )
@@ -95,6 +95,14 @@ impl Executor {
             }
         }
         Ok(notes)
+    }
+}
+
+/// A tool's result as the classifier reads it: its text, or its JSON.
+fn as_text(data: &Value) -> Cow<'_, str> {
+    match data {
+        Value::String(s) => Cow::Borrowed(s.as_str()),
+        v => Cow::Owned(v.to_string()),
     }
 }
 

@@ -33,7 +33,7 @@ use toolgate::ClientLink;
 use toolgate_config::format::Discovery;
 use toolgate_config::format::SetMode;
 use toolgate_engine::catalog::{CallRefused, CallScope, Catalog, Offers, ToolSet};
-use toolgate_engine::executor::{Answered, ToolCall, ToolResult};
+use toolgate_engine::executor::{Answered, Method, ToolCall, ToolResult};
 use toolgate_engine::tools::discovery::{self as search, FIND_TOOLS};
 use toolgate_engine::tools::tool::context::CallContext;
 use toolgate_engine::tools::tool::mcp::relay::{HandBack, Handed, LogSink, Relay};
@@ -465,6 +465,36 @@ impl ToolSetServer {
         }
     }
 
+    /// An upstream's answer, refused when it is larger than
+    /// `limits.max_response_bytes`.
+    fn bounded(&self, answer: &impl serde::Serialize) -> Result<(), McpError> {
+        let limit = self.state.catalog().settings.limits.max_response_bytes;
+        let size = serde_json::to_vec(answer).map_or(usize::MAX, |b| b.len());
+        if size > limit {
+            return Err(McpError::internal_error(
+                format!(
+                    "the upstream answer is {size} bytes, more than limits.max_response_bytes ({limit})"
+                ),
+                None,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Spends one of the key's tool calls per minute for `method`, when it
+    /// spends one ([`Method::spends_a_tool_call`]).
+    async fn spend(&self, target: &Target, method: Method) -> Result<(), McpError> {
+        if !method.spends_a_tool_call() {
+            return Ok(());
+        }
+        let catalog = self.state.catalog();
+        self.state
+            .executor
+            .spend_tool_call(&catalog, &call_context(target))
+            .await
+            .map_err(refused)
+    }
+
     /// An upstream's answer other than a tool's result (a prompt, a
     /// resource, a completion, a task's result): refused when it is larger
     /// than `limits.max_response_bytes`, then checked, counted and audited
@@ -483,24 +513,15 @@ impl ToolSetServer {
         let unreadable = |e: serde_json::Error| {
             McpError::internal_error(format!("the upstream answer cannot be read: {e}"), None)
         };
+        self.bounded(&answer)?;
         let catalog = self.state.catalog();
-        let limit = catalog.settings.limits.max_response_bytes;
-        let size = serde_json::to_vec(&answer).map_or(usize::MAX, |b| b.len());
-        if size > limit {
-            return Err(McpError::internal_error(
-                format!(
-                    "the upstream answer is {size} bytes, more than limits.max_response_bytes ({limit})"
-                ),
-                None,
-            ));
-        }
         let mut value = serde_json::to_value(answer).map_err(unreadable)?;
         let notes = self
             .state
             .executor
             .answered(&catalog, &call_context(target), asked, &mut value, started)
             .await
-            .map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+            .map_err(refused)?;
         if !notes.is_empty() {
             let notes: Vec<String> = notes.iter().map(|n| format!("[{n}]")).collect();
             note(&mut value, &notes);
@@ -727,6 +748,18 @@ fn cache_scope(registry: &McpRegistry, caller: Option<&str>) -> CacheScope {
 
 /// The context of a call from `target` (audit line, rate limits, the
 /// project): the request's, in the target's set.
+/// What the gateway refused of a request other than a tool call (a guard
+/// blocked the answer, the key's rate is spent, a classifier could not be
+/// asked), as a JSON-RPC server error (-32000) whose data names why:
+/// `{"code": "refused" | "rate_limited" | …}`.
+fn refused(e: toolgate_engine::executor::CallError) -> McpError {
+    let mut data = serde_json::json!({"code": e.code()});
+    if let toolgate_engine::executor::CallError::RateLimited(wait) = &e {
+        data["retry_after_seconds"] = serde_json::json!(wait.as_secs_f64().ceil());
+    }
+    McpError::new(ErrorCode(-32000), e.to_string(), Some(data))
+}
+
 fn call_context(target: &Target) -> CallContext {
     target
         .context
@@ -1082,6 +1115,7 @@ impl ServerHandler for ToolSetServer {
                 Some(serde_json::json!({"name": request.name})),
             ));
         }
+        self.spend(&target, Method::PromptsGet).await?;
         let name = request.name.as_str();
         let arguments = request.arguments;
         let audited = arguments
@@ -1105,7 +1139,7 @@ impl ServerHandler for ToolSetServer {
             ));
         }
         let asked = Answered {
-            method: "prompts/get",
+            method: Method::PromptsGet,
             about: name,
             arguments: &audited,
         };
@@ -1143,6 +1177,7 @@ impl ServerHandler for ToolSetServer {
         )?;
         let hand_back = hand_back.hand_back;
         let registry = self.offering_uri(&target, &request.uri)?;
+        self.spend(&target, Method::ResourcesRead).await?;
         let uri = request.uri.as_str();
         let answer = self
             .ask_upstream(&target, Asked::Resource(uri), |caller| {
@@ -1161,7 +1196,7 @@ impl ServerHandler for ToolSetServer {
             ));
         }
         let asked = Answered {
-            method: "resources/read",
+            method: Method::ResourcesRead,
             about: uri,
             arguments: &Value::Null,
         };
@@ -1277,12 +1312,13 @@ impl ServerHandler for ToolSetServer {
             "context": request.context,
         });
         let asked = Answered {
-            method: "completion/complete",
+            method: Method::Completion,
             about: &what,
             arguments: &arguments,
         };
         // Suggestions are for the person typing: a note has no place in
         // them (the guard logs what it found; redactions and blocks hold).
+        // Neither audited nor classified: one comes per keystroke.
         let mut result = self
             .checked(&target, asked, answer, started, |_, _| {})
             .await?;
@@ -1342,32 +1378,52 @@ impl ServerHandler for ToolSetServer {
                 ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(task)))
             })
             .await?;
-        let ServerResult::GetTaskResult(result) = answer else {
+        let ServerResult::GetTaskResult(mut result) = answer else {
             return Err(McpError::internal_error(
                 "the task's MCP server answered tasks/get with something else",
                 None,
             ));
         };
         // A finished task inlines the tool's result: checked like a tool's
-        // result, the notes first in its content.
-        let target = self.target(&context.extensions)?;
-        let asked = Answered {
-            method: "tasks/get",
-            about: &request.task_id,
-            arguments: &Value::Null,
-        };
-        let mut result = self
-            .checked(&target, asked, result, started, |task, notes| {
-                if let Some(content) = task
-                    .pointer_mut("/result/content")
-                    .and_then(Value::as_array_mut)
-                {
-                    for (i, note) in notes.iter().enumerate() {
-                        content.insert(i, serde_json::json!({"type": "text", "text": note}));
+        // result, the notes first in its content; a result a guard blocks
+        // is given as the tool's error, as `tools/call` gives it. The polls
+        // of a running task carry no result and are not checked.
+        self.bounded(&result)?;
+        if let rmcp::model::TaskPayload::Completed { result: done } = &mut result.task.payload {
+            let target = self.target(&context.extensions)?;
+            let asked = Answered {
+                method: Method::TasksGet,
+                about: &request.task_id,
+                arguments: &Value::Null,
+            };
+            let catalog = self.state.catalog();
+            let mut value = Value::Object(std::mem::take(done));
+            let checked = self
+                .state
+                .executor
+                .answered(&catalog, &call_context(&target), asked, &mut value, started)
+                .await;
+            match checked {
+                Ok(notes) => {
+                    if let Some(content) = value.get_mut("content").and_then(Value::as_array_mut) {
+                        for (i, note) in notes.iter().enumerate() {
+                            let note =
+                                serde_json::json!({"type": "text", "text": format!("[{note}]")});
+                            content.insert(i, note);
+                        }
                     }
                 }
-            })
-            .await?;
+                Err(e) => {
+                    value = serde_json::json!({
+                        "content": [{"type": "text", "text": e.to_string()}],
+                        "isError": true,
+                    });
+                }
+            }
+            if let Value::Object(checked) = value {
+                *done = checked;
+            }
+        }
         result.task.task.task_id = request.task_id;
         Ok(result)
     }
