@@ -98,14 +98,16 @@ where
             Err(refused) => return refused,
         };
         match face {
-            Direct::Chat => chat::completions(
-                State(state.clone()),
-                Extension(caller),
-                parts.headers,
-                Ok(body),
-            )
-            .await
-            .into_response(),
+            Direct::Chat => {
+                // The rest of the request's head is not needed, and holds
+                // slices of the connection's read buffer (see
+                // `chat::completions`).
+                let headers = parts.headers;
+                drop((parts.uri, parts.extensions));
+                chat::completions(State(state.clone()), Extension(caller), headers, Ok(body))
+                    .await
+                    .into_response()
+            }
             Direct::Messages => {
                 messages::messages(
                     State(state.clone()),

@@ -55,6 +55,11 @@ pub async fn completions(
         }
         Plan::Loop(l) => *l,
     };
+    // The request's bytes and headers are slices of the connection's read
+    // buffer: held for the loop's whole answer, they would keep that
+    // buffer and make the connection read into a new one. The loop has
+    // what it needs of them.
+    drop((body, headers));
     let model = the_loop.request.model.clone();
     let mut chunks = encode::Chunks::new(&model, the_loop.request.include_usage);
     // Boxed: the loop's state is large, and a proxied request (the common
