@@ -29,7 +29,11 @@ pub async fn messages(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    handle(state, caller, &uri, headers, body)
+    // The URI, like the head and the body, is a slice of the connection's
+    // read buffer: not held for the answer (see `handle`).
+    let beta = beta(&uri, &headers);
+    drop(uri);
+    handle(state, caller, beta, headers, body)
         .await
         .unwrap_or_else(|e| e.into_shaped(ErrorShape::Anthropic))
 }
@@ -50,7 +54,7 @@ fn beta(uri: &axum::http::Uri, headers: &HeaderMap) -> bool {
 async fn handle(
     state: AppState,
     caller: Caller,
-    uri: &axum::http::Uri,
+    beta: bool,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -75,9 +79,13 @@ async fn handle(
             notices,
         } => (*the_loop, places, notices),
     };
+    // The request's bytes and headers are slices of the connection's read
+    // buffer: held for the loop's whole answer, they would keep that
+    // buffer and make the connection read into a new one.
+    drop((body, headers));
     let model = the_loop.request.model.clone();
     let shown = Shown {
-        calls: beta(uri, &headers),
+        calls: beta,
         search: the_loop.deferred.as_ref().map(|d| d.search.clone()),
         thinking: the_loop.resolved.upstream.protocol == Protocol::Anthropic,
     };
@@ -93,13 +101,15 @@ async fn handle(
 }
 
 /// The headers of Anthropic's API a client sent (`anthropic-version`,
-/// `anthropic-beta`): they go to an upstream of the same protocol.
+/// `anthropic-beta`): they go to an upstream of the same protocol. Copied:
+/// a value is a slice of the connection's read buffer, and the request
+/// lives as long as its answer.
 fn protocol_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
     ["anthropic-version", "anthropic-beta"]
         .iter()
         .filter_map(|name| {
-            let value = headers.get(*name)?;
-            Some((HeaderName::from_static(name), value.clone()))
+            let value = HeaderValue::from_bytes(headers.get(*name)?.as_bytes()).ok()?;
+            Some((HeaderName::from_static(name), value))
         })
         .collect()
 }
