@@ -746,8 +746,6 @@ fn cache_scope(registry: &McpRegistry, caller: Option<&str>) -> CacheScope {
     }
 }
 
-/// The context of a call from `target` (audit line, rate limits, the
-/// project): the request's, in the target's set.
 /// What the gateway refused of a request other than a tool call (a guard
 /// blocked the answer, the key's rate is spent, a classifier could not be
 /// asked), as a JSON-RPC server error (-32000) whose data names why:
@@ -760,6 +758,8 @@ fn refused(e: toolgate_engine::executor::CallError) -> McpError {
     McpError::new(ErrorCode(-32000), e.to_string(), Some(data))
 }
 
+/// The context of a call from `target` (audit line, rate limits, the
+/// project): the request's, in the target's set.
 fn call_context(target: &Target) -> CallContext {
     target
         .context
