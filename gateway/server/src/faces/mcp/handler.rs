@@ -522,10 +522,7 @@ impl ToolSetServer {
             .answered(&catalog, &call_context(target), asked, &mut value, started)
             .await
             .map_err(refused)?;
-        if !notes.is_empty() {
-            let notes: Vec<String> = notes.iter().map(|n| format!("[{n}]")).collect();
-            note(&mut value, &notes);
-        }
+        note(&mut value, &notes);
         serde_json::from_value(value).map_err(unreadable)
     }
 
@@ -743,6 +740,14 @@ fn cache_scope(registry: &McpRegistry, caller: Option<&str>) -> CacheScope {
         CacheScope::Private
     } else {
         CacheScope::Public
+    }
+}
+
+/// The guards' notes, each as `[note]`, put first in `answer`'s list
+/// `field`, each as `item` makes it: where the reader reads them first.
+fn notes_first(answer: &mut Value, field: &str, notes: &[String], item: impl Fn(String) -> Value) {
+    if let Some(list) = answer.get_mut(field).and_then(Value::as_array_mut) {
+        list.splice(0..0, notes.iter().map(|n| item(format!("[{n}]"))));
     }
 }
 
@@ -1146,12 +1151,9 @@ impl ServerHandler for ToolSetServer {
         // Notes come as the prompt's first messages.
         let mut result = self
             .checked(&target, asked, answer?, started, |prompt, notes| {
-                if let Some(messages) = prompt.get_mut("messages").and_then(Value::as_array_mut) {
-                    for (i, note) in notes.iter().enumerate() {
-                        let text = serde_json::json!({"type": "text", "text": note});
-                        messages.insert(i, serde_json::json!({"role": "user", "content": text}));
-                    }
-                }
+                notes_first(prompt, "messages", notes, |text| {
+                    serde_json::json!({"role": "user", "content": {"type": "text", "text": text}})
+                });
             })
             .await?;
         // A server of an older revision leaves it out; rmcp clears it again
@@ -1203,13 +1205,12 @@ impl ServerHandler for ToolSetServer {
         // Notes come as the resource's first contents, of its URI.
         let mut result = self
             .checked(&target, asked, answer?, started, |resource, notes| {
-                if let Some(contents) = resource.get_mut("contents").and_then(Value::as_array_mut) {
-                    for (i, note) in notes.iter().enumerate() {
-                        let text =
-                            serde_json::json!({"uri": uri, "mimeType": "text/plain", "text": note});
-                        contents.insert(i, text);
-                    }
-                }
+                notes_first(
+                    resource,
+                    "contents",
+                    notes,
+                    |text| serde_json::json!({"uri": uri, "mimeType": "text/plain", "text": text}),
+                );
             })
             .await?;
         result.result_type = Some(rmcp::model::ResultType::COMPLETE);
@@ -1404,15 +1405,12 @@ impl ServerHandler for ToolSetServer {
                 .answered(&catalog, &call_context(&target), asked, &mut value, started)
                 .await;
             match checked {
-                Ok(notes) => {
-                    if let Some(content) = value.get_mut("content").and_then(Value::as_array_mut) {
-                        for (i, note) in notes.iter().enumerate() {
-                            let note =
-                                serde_json::json!({"type": "text", "text": format!("[{note}]")});
-                            content.insert(i, note);
-                        }
-                    }
-                }
+                Ok(notes) => notes_first(
+                    &mut value,
+                    "content",
+                    &notes,
+                    |text| serde_json::json!({"type": "text", "text": text}),
+                ),
                 Err(e) => {
                     value = serde_json::json!({
                         "content": [{"type": "text", "text": e.to_string()}],
