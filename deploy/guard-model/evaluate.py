@@ -6,8 +6,10 @@ threshold, each text in pieces of 2000 characters as the gateway scores it.
 None of these sets is read by train.py. Then prints test vectors of the
 features and score for the Rust side (injection_model.rs).
 
-Usage: evaluate.py WHEELS_DIR MODEL_FILE
-(WHEELS_DIR: target/public-data/wheels, agentdojo, raginject, bastioncorpus.)
+Usage: evaluate.py WHEELS_DIR MODEL_FILE [CODE_ARCHIVE]
+(WHEELS_DIR: target/public-data/wheels, agentdojo, raginject, bastioncorpus;
+CODE_ARCHIVE: a wheel of source code and documents train.py never read,
+click's: the pieces of it the model flags, all ordinary.)
 """
 
 import collections
@@ -20,6 +22,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "bench"))
 from features import Model, features  # noqa: E402
 import guards  # noqa: E402
+import random  # noqa: E402
+import tool_outputs  # noqa: E402
 from guards import corpus, second_set  # noqa: E402
 
 VECTORS = [
@@ -50,6 +54,12 @@ def main():
     report(f"AgentDojo ({wheel_path.name}): {len(benign)} benign texts, {len(injected)} injected", model, benign, injected)
     benign2, injected2 = second_set(wheels)
     report(f"raginject + bastioncorpus: {len(benign2)} benign texts, {len(injected2)} injected", model, benign2, injected2)
+    if len(sys.argv) > 3:
+        pieces = tool_outputs.code_and_docs(sys.argv[3], random.Random(0), 10**9)
+        flagged = [t for _, t in pieces if model.flags(t)]
+        print(f"{os.path.basename(sys.argv[3])}: {len(flagged)} of {len(pieces)} pieces of code and documents flagged")
+        for t in flagged:
+            print(f"  flagged: {t[:100]!r}")
     print("test vectors (buckets sorted and distinct; z = bias + scale * sum of the i8 weights):")
     for text in VECTORS:
         f = features(text)

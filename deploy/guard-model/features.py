@@ -5,25 +5,26 @@ thing in Rust, byte for byte.
 A text's UTF-8 bytes are cut into tokens: a maximal run of word bytes (ASCII
 letters and digits, and every byte >= 0x80), ASCII-lowercased and cut to its
 first 32 bytes; every other byte but ASCII whitespace (space, \\t, \\n, \\r,
-0x0b, 0x0c) on its own. At most the first 4096 tokens. Its features are
-b"u" + token for each token and b"b" + a + b"\\0" + b for each adjacent pair,
-each hashed with 64-bit FNV-1a into one of 2^18 buckets (hash & (2^18 - 1)):
-the SET of buckets (presence, not counts). z = bias + sum of the buckets'
-weights, p = 1 / (1 + exp(-z)). A text longer than 2000 characters is
-scored in pieces of 2000 characters (Unicode scalar values), flagged when
-one piece is (p >= threshold)."""
+0x0b, 0x0c) on its own. The tokens are read in windows of 128 tokens, one
+starting every 64 (the last one ends at the last token; a text of at most
+128 tokens is one window). A window's features are b"u" + token for each
+token and b"b" + a + b"\\0" + b for each adjacent pair, each hashed with
+64-bit FNV-1a into one of 2^18 buckets (hash & (2^18 - 1)): the SET of
+buckets (presence, not counts). z = bias + sum of the buckets' weights,
+p = 1 / (1 + exp(-z)). A text is flagged when one of its windows is
+(p >= threshold); an injection is a local thing, and a window keeps a long
+ordinary text around it from drowning it out."""
 
-import itertools
 import math
 import re
 import struct
 
 N_BUCKETS = 1 << 18
 MASK = N_BUCKETS - 1
-MAX_TOKENS = 4096
 TOKEN_BYTES = 32
-PIECE_CHARS = 2000
-MAGIC = b"TGINJ01\0"
+WINDOW = 128
+STRIDE = 64
+MAGIC = b"TGINJ02\0"
 
 OFFSET = 0xCBF29CE484222325
 PRIME = 0x100000001B3
@@ -46,7 +47,25 @@ _pair_memo = {}  # (a, b) -> bigram bucket
 
 def tokens(data):
     """The tokens of `data` (bytes), lowercased and cut."""
-    return [m.group().lower()[:TOKEN_BYTES] for m in itertools.islice(TOKEN_RE.finditer(data), MAX_TOKENS)]
+    return [t for _, t in tokens_at(data)]
+
+
+def tokens_at(data):
+    """(byte offset, token) of each token of `data` (bytes)."""
+    return [(m.start(), m.group().lower()[:TOKEN_BYTES]) for m in TOKEN_RE.finditer(data)]
+
+
+def windows(n):
+    """The (start, end) token ranges of the windows of `n` tokens (none for 0)."""
+    if n <= WINDOW:
+        return [(0, n)] if n else []
+    out, lo = [], 0
+    while True:
+        hi = min(lo + WINDOW, n)
+        out.append((lo, hi))
+        if hi == n:
+            return out
+        lo += STRIDE
 
 
 def _token(t):
@@ -58,9 +77,14 @@ def _token(t):
 
 
 def features(text):
-    """The sorted, distinct buckets of `text` (str or bytes)."""
+    """The sorted, distinct buckets of `text` (str or bytes) read as one
+    window."""
     data = text.encode("utf-8") if isinstance(text, str) else text
-    toks = tokens(data)
+    return window_features(tokens(data))
+
+
+def window_features(toks):
+    """The sorted, distinct buckets of the tokens `toks`."""
     out = set()
     prev = None
     for t in toks:
@@ -75,11 +99,6 @@ def features(text):
             out.add(b)
         prev = t
     return sorted(out)
-
-
-def pieces(text):
-    """`text` in pieces of PIECE_CHARS characters (none for "")."""
-    return [text[i : i + PIECE_CHARS] for i in range(0, len(text), PIECE_CHARS)]
 
 
 def sigmoid(z):
@@ -118,12 +137,10 @@ class Model:
         w = self.w
         return self.bias + sum(w[b] for b in feats)
 
-    def piece_p(self, piece):
-        return sigmoid(self.z(features(piece)))
-
     def score(self, text):
-        """The highest probability of `text`'s pieces (0.0 for "")."""
-        return max((self.piece_p(p) for p in pieces(text)), default=0.0)
+        """The highest probability of `text`'s windows (0.0 for "")."""
+        toks = tokens(text.encode("utf-8"))
+        return max((sigmoid(self.z(window_features(toks[a:b]))) for a, b in windows(len(toks))), default=0.0)
 
     def flags(self, text):
         return self.score(text) >= self.threshold

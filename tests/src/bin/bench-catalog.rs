@@ -188,7 +188,50 @@ fn main() {
         rss_cached.saturating_sub(rss_plain) as f64 / 1024.0 / TOOLS as f64
     );
     policies(dir.path());
+    injection_model();
     github(load);
+}
+
+/// The built-in injection model's time per piece of 2,000 characters of
+/// ordinary prose (the project's own documents, so every window is read),
+/// p50 and p95 over every piece, each timed over 20 runs.
+fn injection_model() {
+    use toolgate_engine::governance::injection_model::MODEL;
+    let model = MODEL.as_ref().expect("the built-in injection model reads");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text: String = [
+        "README.md",
+        "ARCHITECTURE.md",
+        "SECURITY.md",
+        "docs/operations.md",
+    ]
+    .iter()
+    .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+    .collect();
+    let chars: Vec<char> = text.chars().collect();
+    let pieces: Vec<String> = chars
+        .chunks_exact(2000)
+        .map(|c| c.iter().collect())
+        .collect();
+    let mut each: Vec<Duration> = pieces
+        .iter()
+        .map(|p| {
+            let start = Instant::now();
+            for _ in 0..20 {
+                black_box(model.flags(black_box(p)));
+            }
+            start.elapsed() / 20
+        })
+        .collect();
+    each.sort();
+    let at = |q: f64| each[((each.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
+    println!(
+        "  injection model, per 2,000 characters:  {:>8.1} us p50, {:.1} us p95 ({} pieces of prose, {} of them flagged)",
+        at(0.5),
+        at(0.95),
+        pieces.len(),
+        pieces.iter().filter(|p| model.flags(p)).count()
+    );
 }
 
 /// The cost of `policies` per call: one and ten rules that do not match a
