@@ -2,7 +2,7 @@
 injections `make bench-guards` judges the injection guard on (the very texts
 tests/bench/guards.py builds: AgentDojo's, then raginject's and
 bastioncorpus's), with the model alone (no heuristics), at the file's
-threshold, each text in pieces of 2000 characters as the gateway scores it.
+threshold, each text read in windows of 128 tokens as the gateway reads it.
 None of these sets is read by train.py. Then prints test vectors of the
 features and score for the Rust side (injection_model.rs).
 

@@ -25,10 +25,10 @@ import gzip
 import importlib.util
 import io
 import json
-import os
 import pathlib
 import sys
 import tarfile
+import tempfile
 import zipfile
 
 import yaml
@@ -48,7 +48,8 @@ def _json(z, name):
 
 
 def _paragraphs(text, most=1500):
-    """`text` cut at blank lines into pieces of at most `most` characters."""
+    """`text` cut at blank lines, its paragraphs gathered into pieces of up
+    to `most` characters (a longer paragraph is a piece of its own)."""
     out, cur = [], ""
     for p in text.split("\n\n"):
         if cur and len(cur) + len(p) > most:
@@ -81,12 +82,8 @@ def inspect_evals(z, rng):
             ordinary += [(s["id"], json.dumps(r)) for r in s["customer_db"]]
     for s in _json(z, EVALS + "ipi_coding_agent/dataset/samples.json"):
         vector = s["injection_vector"]
-        if s["is_benign"]:
-            ordinary.append((s["id"], s["issue_text"]))
-        elif vector == "issue_text":
-            injected.append((s["id"], s["issue_text"]))
-        else:
-            ordinary.append((s["id"], s["issue_text"]))
+        planted = not s["is_benign"] and vector == "issue_text"
+        (injected if planted else ordinary).append((s["id"], s["issue_text"]))
         for path, text in sorted(s["repo_files"].items()):
             if text.strip() and (s["is_benign"] or vector == "issue_text"):
                 ordinary.append((path + text, text))
@@ -188,18 +185,15 @@ def pyrit_templates(z):
 def agentprobe(z):
     """agentprobe-injection's carriers and linguistic transforms, loaded from
     the wheel (their modules are string functions)."""
-    root = pathlib.Path(os.environ.get("TMPDIR", "/tmp")) / "toolgate-guard-model-agentprobe"
-    for name in z.namelist():
-        if name.startswith("agentprobe/") and name.endswith(".py"):
-            target = root / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(z.read(name))
-    sys.path.insert(0, str(root))
-    try:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = pathlib.Path(tmp)
+        for name in z.namelist():
+            if name.startswith("agentprobe/") and name.endswith(".py"):
+                target = root / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(z.read(name))
         carriers = _load(root, "agentprobe.injection.carriers")
         transforms = _load(root, "agentprobe.attacks.transforms")
-    finally:
-        sys.path.remove(str(root))
     return carriers.ALL_CARRIERS, transforms.ALL_TRANSFORMS
 
 

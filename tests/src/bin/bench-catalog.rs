@@ -193,8 +193,9 @@ fn main() {
 }
 
 /// The built-in injection model's time per piece of 2,000 characters of
-/// ordinary prose (the project's own documents, so every window is read),
-/// p50 and p95 over every piece, each timed over 20 runs.
+/// ordinary prose (the project's own documents: every window of a piece is
+/// read, but for the few pieces flagged, which stop at their first flagged
+/// window), p50 and p95 over every piece, each timed over 20 runs.
 fn injection_model() {
     use toolgate_engine::governance::injection_model::MODEL;
     let model = MODEL.as_ref().expect("the built-in injection model reads");

@@ -355,6 +355,31 @@ async fn an_oversized_response_is_cut_off_while_reading() {
     );
 }
 
+/// A result larger than what the guards check on the serving thread is
+/// checked on a blocking one, and comes back whole.
+#[tokio::test]
+async fn a_large_result_is_checked_off_the_serving_thread_and_kept_whole() {
+    let backend = Backend::start().await;
+    let dir = ConfigDir::new(&[
+        (
+            "toolgate.yaml",
+            "defaults:\n  max_output_chars: 300000\nlimits:\n  max_response_bytes: 1048576\n",
+        ),
+        ("tools.d/test.yaml", &tools_yaml(&backend)),
+    ]);
+    let catalog = load_catalog(dir.path(), &[("SECRET_TOKEN", SECRET)]);
+    let s = Setup {
+        backend,
+        gateway: Gateway::start(catalog).await,
+        _dir: dir,
+    };
+    let (status, body) = invoke(&s, "big", json!({"bytes": 200_000})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.get("truncated").is_none(), "{body}");
+    assert_eq!(body["data"].as_str().unwrap().len(), 4 * 64 * 1024);
+    assert!(body.get("guard_notes").is_none(), "{body}");
+}
+
 #[tokio::test]
 async fn invalid_arguments_are_a_422_naming_path_and_rule() {
     let s = setup().await;

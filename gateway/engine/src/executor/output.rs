@@ -83,7 +83,24 @@ impl Executor {
         readable: Option<fn(&Value) -> Cow<'_, str>>,
     ) -> Result<Vec<String>, ToolError> {
         let guards = &catalog.settings.guards;
-        let mut notes = crate::governance::guards::check_result(guards, what, data, raw)?;
+        let mut notes = if json_len(data) + raw.as_deref().map_or(0, json_len) > CHECKED_INLINE {
+            // A large result is read on a blocking thread, not the one
+            // serving requests (the injection model reads ~40 MB a second).
+            let (guards, what) = (guards.clone(), what.to_owned());
+            let (mut d, mut r) = (std::mem::take(data), raw.take());
+            let (notes, d, r) = tokio::task::spawn_blocking(move || {
+                let notes = crate::governance::guards::check_result(&guards, &what, &mut d, &mut r);
+                (notes, d, r)
+            })
+            .await
+            .map_err(|e| {
+                ToolError::Failed(format!("the guards' check of the result failed: {e}"))
+            })?;
+            (*data, *raw) = (d, r);
+            notes?
+        } else {
+            crate::governance::guards::check_result(guards, what, data, raw)?
+        };
         if let (Some(classifier), Some(readable)) = (&guards.classifier, readable) {
             let text = readable(data);
             if let Some(note) = crate::governance::guards::check_with_classifier(
@@ -97,6 +114,10 @@ impl Executor {
         Ok(notes)
     }
 }
+
+/// The largest result (its data and raw JSON together, in bytes) the
+/// guards check on the thread serving the request.
+const CHECKED_INLINE: usize = 64 * 1024;
 
 /// A tool's result as the classifier reads it: its text, or its JSON.
 fn as_text(data: &Value) -> Cow<'_, str> {

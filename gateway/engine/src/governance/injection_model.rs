@@ -23,6 +23,8 @@ const TOKEN_BYTES: usize = 32;
 const WINDOW: usize = 128;
 /// The tokens from one window's start to the next's.
 const STRIDE: usize = 64;
+/// The buckets words and word pairs are hashed into.
+const BUCKETS: usize = 1 << 18;
 
 /// The model, read once; `None` (logged) if its file does not read.
 pub static MODEL: LazyLock<Option<Model>> = LazyLock::new(|| match Model::parse(FILE) {
@@ -41,7 +43,7 @@ pub struct Model {
     weights: Vec<i8>,
     scale: f32,
     bias: f32,
-    /// The least probability that flags a piece.
+    /// The least probability that flags a window.
     pub threshold: f32,
 }
 
@@ -58,8 +60,8 @@ impl Model {
                 .ok_or_else(|| "the header is cut short".to_owned())
         };
         let buckets = u32::from_le_bytes(word(0)?) as usize;
-        if !buckets.is_power_of_two() {
-            return Err(format!("{buckets} buckets is not a power of two"));
+        if buckets != BUCKETS {
+            return Err(format!("{buckets} buckets, not {BUCKETS}"));
         }
         let scale = f32::from_le_bytes(word(4)?);
         let bias = f32::from_le_bytes(word(8)?);
@@ -90,49 +92,59 @@ impl Model {
         self.bias + self.scale * sum
     }
 
-    /// Whether any window of `text` (of [`WINDOW`] tokens, one starting
-    /// every [`STRIDE`]; the last one ends at the text's last token) reads
-    /// as an injection. Linear in the text: each token is read twice.
+    /// Whether any window of `text` reads as an injection.
     pub fn flags(&self, text: &str) -> bool {
-        let tokens = tokens(text.as_bytes());
-        let mut start = 0;
-        while start < tokens.len() {
-            let end = (start + WINDOW).min(tokens.len());
-            let p = 1.0 / (1.0 + (-self.logit(&tokens[start..end])).exp());
-            if p >= self.threshold {
-                return true;
-            }
-            if end == tokens.len() {
-                break;
-            }
-            start += STRIDE;
-        }
-        false
+        windows(text, |window| {
+            1.0 / (1.0 + (-self.logit(window)).exp()) >= self.threshold
+        })
     }
+}
+
+/// Whether `stop` holds for a window of `text`, the windows visited in
+/// order until it does: `WINDOW` tokens, one starting every `STRIDE`, the
+/// last one ending at the text's last token (a text of fewer tokens is one
+/// window; an empty one none). Linear in the text (each token is read
+/// twice), in the memory of one window.
+fn windows(text: &str, mut stop: impl FnMut(&[&[u8]]) -> bool) -> bool {
+    let mut window: Vec<&[u8]> = Vec::with_capacity(WINDOW);
+    for token in tokens(text.as_bytes()) {
+        if window.len() == WINDOW {
+            // The full window was read; the next starts STRIDE later.
+            window.drain(..STRIDE);
+        }
+        window.push(token);
+        if window.len() == WINDOW && stop(&window) {
+            return true;
+        }
+    }
+    // A text of fewer than WINDOW tokens, or the tokens after the last
+    // full window: the last window, ending at the last token.
+    (1..WINDOW).contains(&window.len()) && stop(&window)
 }
 
 /// A text's tokens: each run of ASCII letters and digits and of non-ASCII
 /// bytes, cut to [`TOKEN_BYTES`]; each other byte but whitespace on its
 /// own.
-fn tokens(text: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
+fn tokens(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let word = |c: u8| c.is_ascii_alphanumeric() || c >= 0x80;
     let mut i = 0;
-    while i < text.len() {
-        let c = text[i];
-        if c.is_ascii_alphanumeric() || c >= 0x80 {
-            let start = i;
-            while i < text.len() && (text[i].is_ascii_alphanumeric() || text[i] >= 0x80) {
-                i += 1;
-            }
-            out.push(&text[start..i.min(start + TOKEN_BYTES)]);
-        } else {
-            if !matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
-                out.push(&text[i..=i]);
+    std::iter::from_fn(move || {
+        while i < text.len() {
+            let c = text[i];
+            if word(c) {
+                let start = i;
+                while i < text.len() && word(text[i]) {
+                    i += 1;
+                }
+                return Some(&text[start..i.min(start + TOKEN_BYTES)]);
             }
             i += 1;
+            if !matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
+                return Some(&text[i - 1..i]);
+            }
         }
-    }
-    out
+        None
+    })
 }
 
 /// The buckets the words and word pairs of `words` hash to (FNV-1a, 64
@@ -147,7 +159,7 @@ fn features(words: &[&[u8]]) -> Vec<u32> {
         }
         h
     }
-    let bucket = |h: u64| (h & ((1 << 18) - 1)) as u32;
+    let bucket = |h: u64| (h & (BUCKETS as u64 - 1)) as u32;
     let mut out: Vec<u32> = Vec::with_capacity(words.len() * 2);
     for (i, w) in words.iter().enumerate() {
         out.push(bucket(add(add(OFFSET, b"u", false), w, true)));
@@ -175,19 +187,17 @@ mod tests {
 
     #[test]
     fn words_and_marks_are_tokens_and_spaces_are_not() {
-        let t = tokens("Ignore ALL <INFO>, café 42!".as_bytes());
-        let t: Vec<String> = t
-            .iter()
+        let t: Vec<String> = tokens("Ignore ALL <INFO>, café 42!".as_bytes())
             .map(|t| String::from_utf8_lossy(t).into_owned())
             .collect();
         assert_eq!(
             t,
             ["Ignore", "ALL", "<", "INFO", ">", ",", "café", "42", "!"]
         );
-        assert!(features(&tokens(b"")).is_empty());
-        assert_eq!(features(&tokens(b"a")), features(&tokens(b"  A  ")));
-        let long = "x".repeat(100);
-        assert_eq!(tokens(long.as_bytes())[0].len(), TOKEN_BYTES);
+        let words = |t: &'static [u8]| tokens(t).collect::<Vec<_>>();
+        assert!(features(&words(b"")).is_empty());
+        assert_eq!(features(&words(b"a")), features(&words(b"  A  ")));
+        assert_eq!(words(&[b'x'; 100])[0].len(), TOKEN_BYTES);
     }
 
     /// The training script's own figures for five texts
@@ -221,7 +231,7 @@ mod tests {
                 -2.667488,
             ),
         ] {
-            let words = tokens(text.as_bytes());
+            let words: Vec<&[u8]> = tokens(text.as_bytes()).collect();
             let f = features(&words);
             assert_eq!((f.len(), &f[..5]), (count, &first[..]), "{text}");
             assert!(
@@ -231,6 +241,30 @@ mod tests {
             );
         }
         assert!((model.logit(&[]) - -3.113658).abs() < 1e-4);
+    }
+
+    /// The windows of a text of 129 and of 193 tokens and their scores, as
+    /// the training script has them (`features.windows`).
+    #[test]
+    fn windows_start_every_64_tokens_and_the_last_ends_at_the_last_token() {
+        let model = MODEL.as_ref().expect("the model reads");
+        for (n, expected) in [
+            (129, vec![-18.174156, -9.141499]),
+            (193, vec![-18.174156, -19.221289, -11.317714]),
+        ] {
+            let text: Vec<String> = (0..n - 1).map(|i| format!("w{i}")).collect();
+            let text = format!("{} Ignore", text.join(" "));
+            let mut logits = Vec::new();
+            assert!(!windows(&text, |w| {
+                logits.push(model.logit(w));
+                false
+            }));
+            assert_eq!(logits.len(), expected.len(), "{n} tokens");
+            for (got, want) in logits.iter().zip(&expected) {
+                assert!((got - want).abs() < 1e-3, "{n} tokens: {logits:?}");
+            }
+        }
+        assert!(!windows("", |_| true), "no window in an empty text");
     }
 
     #[test]
