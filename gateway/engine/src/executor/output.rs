@@ -88,6 +88,8 @@ impl Executor {
             // serving requests (the injection model reads ~40 MB a second).
             let (guards, what) = (guards.clone(), what.to_owned());
             let (mut d, mut r) = (std::mem::take(data), raw.take());
+            // Should the check panic, the result is lost with it, and the
+            // call fails: every caller drops the result on `Err`.
             let (notes, d, r) = tokio::task::spawn_blocking(move || {
                 let notes = crate::governance::guards::check_result(&guards, &what, &mut d, &mut r);
                 (notes, d, r)

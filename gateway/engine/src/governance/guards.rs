@@ -133,21 +133,29 @@ static PLACEHOLDER: LazyLock<Option<Regex>> =
 /// far faster, and they read all of it.
 pub const MODEL_READS: usize = 1 << 20;
 
+/// The longest string without whitespace the injection model is not asked
+/// about (longer ones, base64 or text in a language written without
+/// spaces, are read).
+const UNSPACED: usize = 256;
+
 /// Whether the injection model flags a string of `v`, read up to the
-/// `budget` of bytes left (spent as it reads). A string without
-/// whitespace (an identifier, a URI, a hash, base64) is not asked about:
-/// instructions are words, and the model is least sure of short strings.
+/// `budget` of bytes left (spent as it reads). A short string without
+/// whitespace (an identifier, a URI, a hash, of at most [`UNSPACED`]
+/// bytes) is not asked about: instructions are words, and the model is
+/// least sure of short strings.
 fn modeled(v: &Value, budget: &mut usize) -> bool {
     let Some(model) = super::injection_model::MODEL.as_ref() else {
         return false;
     };
     let mut flagged = false;
     each_str(v, &mut |s| {
-        if flagged || *budget == 0 || !s.bytes().any(|b| b.is_ascii_whitespace()) {
+        if flagged || *budget == 0 || (s.len() <= UNSPACED && !s.chars().any(char::is_whitespace)) {
             return;
         }
-        let s = &s[..s.floor_char_boundary((*budget).min(s.len()))];
-        *budget -= s.len();
+        let end = s.floor_char_boundary(*budget);
+        // What is cut here is never read: the budget is spent.
+        *budget = if end < s.len() { 0 } else { *budget - end };
+        let s = &s[..end];
         flagged = match PLACEHOLDER.as_ref() {
             Some(p) if s.contains("[redacted: ") => model.flags(&p.replace_all(s, "")),
             _ => model.flags(s),
@@ -570,16 +578,18 @@ mod tests {
                 .trim(),
             ""
         );
+        let mut budget = MODEL_READS;
         assert!(!modeled(
             &json!(format!("Session token for the test account: {redacted}")),
-            &mut MODEL_READS.clone()
+            &mut budget
         ));
         // A string without whitespace is not asked about: the model alone
         // takes this URI for instructions.
         let uri = "test://static-binary";
         let model = crate::governance::injection_model::MODEL.as_ref().unwrap();
         assert!(model.flags(uri));
-        assert!(!modeled(&json!({"uri": uri}), &mut MODEL_READS.clone()));
+        let mut budget = MODEL_READS;
+        assert!(!modeled(&json!({"uri": uri}), &mut budget));
         // The model reads a result up to its budget of bytes, and no further.
         let ordinary = "The quarterly report lists revenue by region. ".repeat(40);
         let injected = json!([
