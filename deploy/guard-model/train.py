@@ -58,11 +58,13 @@ GARAK_PER_PROBE = 400
 SPIKEE_POSITIVES = 3000
 PYRIT_POSITIVES = 2000
 AGENTPROBE_POSITIVES = 1500
-# Source files and documents (ordinary): Python, YAML documentation, Rust.
+# Source files and documents (ordinary): Python (rich, kubernetes, Pygments)
+# and Rust (pydantic-core's sdist).
 CODE_AND_DOCS = ["rich", "kubernetes", "pygments", "pydantic_core"]
 CODE_PIECES = 3000
 # Learning rate, L2 and epochs were picked on the held-out split (never on
-# the judged sets); 0.2 gave 92.8% held-out detection, 0.05 97.2%.
+# the judged sets); 0.2 gave 92.8% held-out detection, 0.05 97.2% (the
+# earlier data); with this data, 10 epochs gave 95.2% against 6's 94.9%.
 EPOCHS = 6
 LEARNING_RATE = 0.05
 L2 = 1e-4

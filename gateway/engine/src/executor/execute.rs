@@ -15,7 +15,7 @@ use crate::support::shared;
 use crate::tools::tool::context::{CallContext, ToolContext};
 use crate::tools::tool::{Output, ProgressSink, ResultCache, Tool, ToolError, ToolKind};
 
-use super::output::{json_len, panic_message};
+use super::output::{json_len, json_len_upto, panic_message};
 use super::{CallError, Executor, ToolCall, ToolResult, sampling_by_model};
 
 impl Executor {
@@ -135,10 +135,10 @@ impl Executor {
             Ok(Ok(outcome)) => outcome,
         };
         if let Ok(output) = &mut outcome
-            && output
-                .mcp_result
-                .as_ref()
-                .is_some_and(|c| json_len(c) > catalog.settings.limits.max_response_bytes)
+            && output.mcp_result.as_ref().is_some_and(|c| {
+                let limit = catalog.settings.limits.max_response_bytes;
+                json_len_upto(c, limit) > limit
+            })
         {
             output.mcp_result = None;
         }

@@ -83,7 +83,11 @@ impl Executor {
         readable: Option<fn(&Value) -> Cow<'_, str>>,
     ) -> Result<Vec<String>, ToolError> {
         let guards = &catalog.settings.guards;
-        let mut notes = if json_len(data) + raw.as_deref().map_or(0, json_len) > CHECKED_INLINE {
+        let size = json_len_upto(data, CHECKED_INLINE)
+            + raw
+                .as_deref()
+                .map_or(0, |r| json_len_upto(r, CHECKED_INLINE));
+        let mut notes = if size > CHECKED_INLINE {
             // A large result is read on a blocking thread, not the one
             // serving requests (the injection model reads ~40 MB a second).
             let (guards, what) = (guards.clone(), what.to_owned());
@@ -131,19 +135,29 @@ fn as_text(data: &Value) -> Cow<'_, str> {
 
 /// The length of a value's JSON text, without building it.
 pub(super) fn json_len(v: &Value) -> usize {
-    struct Count(usize);
+    json_len_upto(v, usize::MAX)
+}
+
+/// The length of a value's JSON text, counted no further than `limit + 1`
+/// bytes: enough to tell whether it is larger than `limit` without writing
+/// all of a large value.
+pub(super) fn json_len_upto(v: &Value, limit: usize) -> usize {
+    struct Count(usize, usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
+            self.0 = self.0.saturating_add(buf.len());
+            if self.0 > self.1 {
+                return Err(std::io::ErrorKind::FileTooLarge.into());
+            }
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
-    let mut c = Count(0);
+    let mut c = Count(0, limit);
     let _ = serde_json::to_writer(&mut c, v);
-    c.0
+    c.0.min(limit.saturating_add(1))
 }
 
 /// Cuts output longer than `max` characters. Strings are cut in place;
@@ -192,5 +206,13 @@ mod tests {
         let (v, t) = cap_output(json!({"a": 1}), 100);
         assert!(!t);
         assert_eq!(v, json!({"a": 1}));
+    }
+
+    #[test]
+    fn a_json_length_is_counted_up_to_one_past_its_limit() {
+        let v = json!({"a": "x".repeat(1000)});
+        assert_eq!(json_len(&v), v.to_string().len());
+        assert_eq!(json_len_upto(&v, 10_000), v.to_string().len());
+        assert_eq!(json_len_upto(&v, 100), 101);
     }
 }
