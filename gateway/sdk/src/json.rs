@@ -3,24 +3,13 @@
 use serde_json::Value;
 
 /// JSON with object keys sorted, so equal values have equal text.
+///
+/// serde_json's maps are sorted maps (its `preserve_order` feature is off
+/// in this workspace, and `canonical_json_sorts_keys` fails if it is
+/// turned on), so a value's text is already canonical: no sorted copy is
+/// made.
 pub fn canonical_json(value: &Value) -> String {
-    fn sorted(v: &Value) -> Value {
-        match v {
-            Value::Object(map) => {
-                let mut entries: Vec<_> = map.iter().collect();
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-                Value::Object(
-                    entries
-                        .into_iter()
-                        .map(|(k, v)| (k.clone(), sorted(v)))
-                        .collect(),
-                )
-            }
-            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    sorted(value).to_string()
+    value.to_string()
 }
 
 /// The first `max` characters of `s`, with a marker when cut.
@@ -45,6 +34,14 @@ mod tests {
         assert_eq!(
             canonical_json(&json!({"b": 1, "a": {"d": 2, "c": [ {"y":1,"x":2} ]}})),
             r#"{"a":{"c":[{"x":2,"y":1}],"d":2},"b":1}"#
+        );
+        // Built in another order, a map still writes its keys sorted.
+        let mut map = serde_json::Map::new();
+        map.insert("z".into(), json!(1));
+        map.insert("m".into(), json!({"q": 1, "p": 2}));
+        assert_eq!(
+            canonical_json(&Value::Object(map)),
+            r#"{"m":{"p":2,"q":1},"z":1}"#
         );
     }
 

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use crate::conversation::FinishReason;
-use crate::conversation::{Call, Native, Notices, Opaque, Reasoning, Usage};
+use crate::conversation::{Call, Notices, Opaque, Reasoning, Usage};
 use crate::executor::CallError;
 pub use crate::executor::CallProgress;
 use crate::executor::ToolResult;
@@ -43,8 +43,9 @@ pub enum Event {
 pub struct Answer {
     /// The upstream's last answer as it sent it (ids, times, fingerprints
     /// around its turn), for a face of the same protocol to keep what it
-    /// shares with it.
-    pub envelope: Option<Native>,
+    /// shares with it; read only by a face that shows it (see
+    /// [`Envelope::read`](crate::model::protocol::Envelope::read)).
+    pub envelope: Option<crate::model::protocol::Envelope>,
     pub content: Option<String>,
     pub reasoning: Option<String>,
     /// The reasoning as the model gave it, with its opaque state.

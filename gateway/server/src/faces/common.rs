@@ -440,24 +440,18 @@ pub async fn respond(
     the_loop: Loop,
     places: Places,
     notices: Notices,
-    whole: impl FnOnce(Answer) -> Value,
+    whole: impl FnOnce(Answer) -> Response,
     mut events: impl FnMut(Event) -> Vec<SseEvent> + Send + 'static,
 ) -> Result<Response, ApiError> {
-    respond_with(
-        the_loop,
-        places,
-        notices,
-        |answer| axum::Json(whole(answer)).into_response(),
-        move |stream, places| {
-            let sse = futures::StreamExt::flat_map(stream, move |e| {
-                let _held = &places;
-                futures::stream::iter(events(e).into_iter().map(Ok::<_, Infallible>))
-            });
-            Sse::new(sse)
-                .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
-                .into_response()
-        },
-    )
+    respond_with(the_loop, places, notices, whole, move |stream, places| {
+        let sse = futures::StreamExt::flat_map(stream, move |e| {
+            let _held = &places;
+            futures::stream::iter(events(e).into_iter().map(Ok::<_, Infallible>))
+        });
+        Sse::new(sse)
+            .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
+            .into_response()
+    })
     .await
 }
 

@@ -330,7 +330,7 @@ impl Loop {
             }
             let notices = std::mem::take(&mut run.notices);
             return Ok(Answer {
-                envelope: decoded.envelope.read(),
+                envelope: Some(decoded.envelope),
                 content: said.content,
                 reasoning: said.reasoning,
                 reasoning_items: said.reasoning_items,

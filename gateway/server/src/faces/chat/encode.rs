@@ -1,17 +1,23 @@
 //! The loop's answer as a chat completion, and its events as
 //! `chat.completion.chunk`s.
 
+use std::collections::BTreeMap;
+
 use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use toolgate_engine::chat::{Answer, ChatError, Event, FinishReason, Summary};
 use toolgate_engine::conversation::{Protocol, Usage};
+use toolgate_engine::model::protocol::Envelope;
 use toolgate_engine::model::protocol::openai_chat::call_json;
 
 use super::super::common;
 
 /// A whole answer as a chat completion: the upstream's last completion
 /// with the loop's message, finish reason, summed usage and report.
-pub fn completion(answer: Answer, model: &str) -> Value {
+pub fn completion(answer: Answer, model: &str) -> Response {
     let Answer {
         envelope,
         content,
@@ -20,6 +26,39 @@ pub fn completion(answer: Answer, model: &str) -> Value {
         summary,
         ..
     } = answer;
+    let mut message = json!({"role": "assistant", "content": content});
+    if !client_calls.is_empty() {
+        message["tool_calls"] = Value::Array(client_calls.iter().map(call_json).collect());
+    }
+    if let Some(r) = reasoning {
+        message["reasoning_content"] = json!(r);
+    }
+    let ours = Ours {
+        message,
+        finish_reason: wire_finish(&summary.finish),
+        model,
+        report: common::report(&summary),
+        usage: usage(&summary.usage),
+    };
+    let envelope = match envelope {
+        // The model's own completion, as it wrote it: its fields are
+        // copied, not read, but for those the gateway replaces.
+        Some(Envelope::Body {
+            protocol: Protocol::OpenaiChat,
+            body,
+            what,
+        }) => match over_raw(&body, &ours) {
+            Some(bytes) => return json_response(bytes),
+            // Not the plain shape (a key written with escapes): read it.
+            None => Envelope::Body {
+                protocol: Protocol::OpenaiChat,
+                body,
+                what,
+            }
+            .read(),
+        },
+        other => other.and_then(Envelope::read),
+    };
     // The model's own completion when it speaks chat completions (its id,
     // times, fingerprint), else one of the gateway's.
     let mut completion = match envelope {
@@ -31,24 +70,86 @@ pub fn completion(answer: Answer, model: &str) -> Value {
             "choices": [{"index": 0, "logprobs": null}],
         }),
     };
-    let mut message = json!({"role": "assistant", "content": content});
-    if !client_calls.is_empty() {
-        message["tool_calls"] = Value::Array(client_calls.iter().map(call_json).collect());
-    }
-    if let Some(r) = reasoning {
-        message["reasoning_content"] = json!(r);
-    }
     // The engine checked that `choices[0].message` exists.
     if let Some(choice) = completion.get_mut("choices").and_then(|c| c.get_mut(0)) {
-        choice["message"] = message;
-        choice["finish_reason"] = json!(wire_finish(&summary.finish));
+        choice["message"] = ours.message;
+        choice["finish_reason"] = json!(ours.finish_reason);
     }
     completion["model"] = json!(model);
-    completion["toolgate"] = common::report(&summary);
-    if let Some(usage) = usage(&summary.usage) {
+    completion["toolgate"] = ours.report;
+    if let Some(usage) = ours.usage {
         completion["usage"] = usage;
     }
-    completion
+    axum::Json(completion).into_response()
+}
+
+/// What the gateway writes over the upstream's completion.
+struct Ours<'a> {
+    message: Value,
+    finish_reason: &'a str,
+    model: &'a str,
+    report: Value,
+    usage: Option<Value>,
+}
+
+/// An object's fields as written, by key (sorted, as `Value` writes them).
+type RawObject<'a> = BTreeMap<&'a str, &'a RawValue>;
+
+/// A field of the completion as written: the upstream's, copied, or the
+/// gateway's.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Field<'a> {
+    Raw(&'a RawValue),
+    Value(&'a Value),
+    Str(&'a str),
+    Choices(Vec<BTreeMap<&'a str, Field<'a>>>),
+}
+
+/// The upstream's completion `body` with the gateway's fields written
+/// over it, without reading the rest into values; `None` when it is not
+/// an object of plain keys whose `choices` is an array of such objects.
+fn over_raw(body: &[u8], ours: &Ours<'_>) -> Option<Vec<u8>> {
+    let top: RawObject<'_> = serde_json::from_slice(body).ok()?;
+    let choices: Vec<RawObject<'_>> = match top.get("choices") {
+        Some(raw) => serde_json::from_str(raw.get()).ok()?,
+        None => Vec::new(),
+    };
+    let mut out: BTreeMap<&str, Field<'_>> = top.iter().map(|(k, v)| (*k, Field::Raw(v))).collect();
+    if top.contains_key("choices") {
+        let choices = choices
+            .iter()
+            .enumerate()
+            .map(|(i, choice)| {
+                let mut choice: BTreeMap<&str, Field<'_>> =
+                    choice.iter().map(|(k, v)| (*k, Field::Raw(v))).collect();
+                if i == 0 {
+                    choice.insert("message", Field::Value(&ours.message));
+                    choice.insert("finish_reason", Field::Str(ours.finish_reason));
+                }
+                choice
+            })
+            .collect();
+        out.insert("choices", Field::Choices(choices));
+    }
+    out.insert("model", Field::Str(ours.model));
+    out.insert("toolgate", Field::Value(&ours.report));
+    if let Some(usage) = &ours.usage {
+        out.insert("usage", Field::Value(usage));
+    }
+    serde_json::to_vec(&out).ok()
+}
+
+/// JSON bytes as a response, as `axum::Json` answers.
+fn json_response(bytes: Vec<u8>) -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response()
 }
 
 /// Usage as chat completions writes it: the model's own when every call
@@ -202,4 +303,112 @@ fn progress_comment(p: &toolgate_engine::executor::CallProgress) -> SseEvent {
 fn error_event(e: &ChatError) -> SseEvent {
     tracing::warn!("stream failed: {e}");
     data_event(&json!({"error": {"message": e.to_string(), "type": "api_error", "code": e.code()}}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolgate_engine::chat::{Report, Summary};
+    use toolgate_engine::conversation::{Native, Notices};
+
+    fn answer(envelope: Envelope) -> Answer {
+        Answer {
+            envelope: Some(envelope),
+            content: Some("the answer".into()),
+            reasoning: None,
+            reasoning_items: Vec::new(),
+            client_calls: Vec::new(),
+            notices: Notices::default(),
+            summary: Summary {
+                finish: FinishReason::Stop,
+                report: Report::default(),
+                usage: Usage {
+                    input: 10,
+                    output: 5,
+                    calls: 2,
+                    ..Default::default()
+                },
+            },
+        }
+    }
+
+    async fn written(response: Response) -> (String, Value) {
+        let kind = response.headers()[axum::http::header::CONTENT_TYPE].clone();
+        assert_eq!(kind, "application/json");
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        let value = serde_json::from_str(&text).unwrap();
+        (text, value)
+    }
+
+    /// The upstream's completion as sent (pretty, with fields the gateway
+    /// does not know, two choices) is copied where the gateway does not
+    /// write over it, and says what reading it as a value says.
+    #[tokio::test]
+    async fn a_chat_model_s_completion_is_copied_where_the_gateway_does_not_write() {
+        let body = r#"{
+  "id": "chatcmpl-9",
+  "object": "chat.completion",
+  "created": 1700000001,
+  "model": "gpt-x-2026",
+  "system_fingerprint": "fp_1",
+  "service_tier": {"tier": "default", "nested": [1, 2.5e3]},
+  "choices": [
+    {"index": 0, "message": {"role": "assistant", "content": "model's"}, "logprobs": null, "finish_reason": "tool_calls"},
+    {"index": 1, "message": {"role": "assistant", "content": "second"}, "logprobs": {"content": []}, "finish_reason": "stop"}
+  ],
+  "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+}"#;
+        let raw = completion(
+            answer(Envelope::Body {
+                protocol: Protocol::OpenaiChat,
+                what: "chat completion",
+                body: bytes::Bytes::from(body),
+            }),
+            "alias",
+        );
+        let read = completion(
+            answer(Envelope::Read(Native {
+                protocol: Protocol::OpenaiChat,
+                what: "chat completion".into(),
+                value: serde_json::from_str(body).unwrap(),
+            })),
+            "alias",
+        );
+        let (text, raw) = written(raw).await;
+        let (_, read) = written(read).await;
+        assert_eq!(raw, read);
+        assert_eq!(raw["choices"][0]["message"]["content"], "the answer");
+        assert_eq!(raw["choices"][0]["finish_reason"], "stop");
+        assert_eq!(raw["choices"][1]["message"]["content"], "second");
+        assert_eq!(raw["model"], "alias");
+        assert_eq!(raw["usage"]["total_tokens"], 15);
+        assert_eq!(raw["system_fingerprint"], "fp_1");
+        // Copied as written, not read and written again.
+        assert!(
+            text.contains(r#"{"tier": "default", "nested": [1, 2.5e3]}"#),
+            "{text}"
+        );
+    }
+
+    /// A key written with escapes cannot be borrowed: the completion is
+    /// read as a value instead, and nothing is lost.
+    #[tokio::test]
+    async fn a_completion_with_an_escaped_key_is_read_and_kept_whole() {
+        let body = r#"{"id":"c","x\u0041":1,"choices":[{"index":0,"message":{}}]}"#;
+        let (_, v) = written(completion(
+            answer(Envelope::Body {
+                protocol: Protocol::OpenaiChat,
+                what: "chat completion",
+                body: bytes::Bytes::from(body),
+            }),
+            "m",
+        ))
+        .await;
+        assert_eq!(v["xA"], 1);
+        assert_eq!(v["id"], "c");
+        assert_eq!(v["choices"][0]["message"]["content"], "the answer");
+    }
 }

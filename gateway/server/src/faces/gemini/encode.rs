@@ -13,6 +13,7 @@ use toolgate_engine::conversation::{Call, Protocol, Reasoning, Usage};
 
 use super::super::common;
 use crate::http::ApiError;
+use toolgate_engine::model::protocol::Envelope;
 use toolgate_engine::model::protocol::gemini::MADE_ID;
 
 /// What the client asked to see, and the names of its answer.
@@ -165,9 +166,9 @@ fn upstream_parts(envelope: &Value, client_calls: &[Call], shown: &Shown) -> Opt
 }
 
 /// A whole answer as a `GenerateContentResponse`.
-pub fn whole(answer: Answer, shown: &Shown) -> Value {
-    let from_upstream = answer
-        .envelope
+pub fn whole(mut answer: Answer, shown: &Shown) -> Value {
+    let envelope = answer.envelope.take().and_then(Envelope::read);
+    let from_upstream = envelope
         .as_ref()
         .filter(|e| e.protocol == Protocol::Gemini)
         .and_then(|e| upstream_parts(&e.value, &answer.client_calls, shown));
@@ -266,10 +267,12 @@ mod tests {
 
     fn answer(envelope: Option<Value>, calls: Vec<Call>) -> Answer {
         Answer {
-            envelope: envelope.map(|value| Native {
-                protocol: Protocol::Gemini,
-                what: "response".into(),
-                value,
+            envelope: envelope.map(|value| {
+                Envelope::Read(Native {
+                    protocol: Protocol::Gemini,
+                    what: "response".into(),
+                    value,
+                })
             }),
             content: Some("hi".into()),
             reasoning: None,

@@ -94,7 +94,7 @@ async fn handle(
         the_loop,
         places,
         notices,
-        |answer| encode::message(answer, &model, &shown),
+        |answer| axum::Json(encode::message(answer, &model, &shown)).into_response(),
         move |e| encoder.encode(e),
     )
     .await

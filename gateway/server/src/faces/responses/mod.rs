@@ -59,7 +59,7 @@ pub async fn responses(
         the_loop,
         places,
         notices,
-        |answer| skeleton.complete(answer),
+        |answer| axum::Json(skeleton.complete(answer)).into_response(),
         move |e| stream.encode(e).into_iter().map(sse).collect(),
     )
     .await
