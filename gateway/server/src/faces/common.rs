@@ -553,6 +553,21 @@ pub fn report(summary: &Summary) -> Value {
     report
 }
 
+/// [`report`] written as JSON text straight from the summary, without
+/// building it as a value first (its fields in the report's order).
+pub fn report_raw(summary: &Summary) -> Box<serde_json::value::RawValue> {
+    #[derive(serde::Serialize)]
+    struct Written<'a> {
+        #[serde(flatten)]
+        report: &'a chat::Report,
+        finish_reason: &'a str,
+    }
+    toolgate_engine::conversation::raw(&Written {
+        report: &summary.report,
+        finish_reason: summary.finish.as_str(),
+    })
+}
+
 /// The start of a request of `face`: its body as an object and the
 /// engine's request for its `model`, with the fields every face shares.
 pub fn request_of(

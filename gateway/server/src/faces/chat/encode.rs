@@ -37,7 +37,7 @@ pub fn completion(answer: Answer, model: &str) -> Response {
         message,
         finish_reason: wire_finish(&summary.finish),
         model,
-        report: common::report(&summary),
+        report: common::report_raw(&summary),
         usage: usage(&summary.usage),
     };
     let envelope = match envelope {
@@ -76,7 +76,7 @@ pub fn completion(answer: Answer, model: &str) -> Response {
         choice["finish_reason"] = json!(ours.finish_reason);
     }
     completion["model"] = json!(model);
-    completion["toolgate"] = ours.report;
+    completion["toolgate"] = serde_json::from_str(ours.report.get()).unwrap_or(Value::Null);
     if let Some(usage) = ours.usage {
         completion["usage"] = usage;
     }
@@ -88,7 +88,7 @@ struct Ours<'a> {
     message: Value,
     finish_reason: &'a str,
     model: &'a str,
-    report: Value,
+    report: Box<RawValue>,
     usage: Option<Value>,
 }
 
@@ -133,7 +133,7 @@ fn over_raw(body: &[u8], ours: &Ours<'_>) -> Option<Vec<u8>> {
         out.insert("choices", Field::Choices(choices));
     }
     out.insert("model", Field::Str(ours.model));
-    out.insert("toolgate", Field::Value(&ours.report));
+    out.insert("toolgate", Field::Raw(&ours.report));
     if let Some(usage) = &ours.usage {
         out.insert("usage", Field::Value(usage));
     }
@@ -391,6 +391,46 @@ mod tests {
             text.contains(r#"{"tier": "default", "nested": [1, 2.5e3]}"#),
             "{text}"
         );
+    }
+
+    /// The report written straight from the summary says what the report
+    /// built as a value says.
+    #[test]
+    fn the_report_written_as_text_is_the_report_as_a_value() {
+        use toolgate_engine::chat::{CallFunction, CallRecord, Cost};
+        let summary = Summary {
+            finish: FinishReason::MaxToolIterations,
+            report: Report {
+                tool_set: Some("calc".into()),
+                formatter: "function_calling",
+                upstream: "mock".into(),
+                iterations: 2,
+                tool_calls: vec![CallRecord {
+                    id: "call_1".into(),
+                    function: CallFunction {
+                        name: "calculator".into(),
+                        arguments: r#"{"expression":"6*7"}"#.into(),
+                    },
+                    result: json!({"b": [1, "two"], "a": null}),
+                    success: true,
+                    skipped: false,
+                    cached: false,
+                    execution_time: 0.25,
+                    error: None,
+                    iteration: 1,
+                }],
+                attempts: Vec::new(),
+                cost: Cost {
+                    usd: Some(0.5),
+                    unpriced_calls: 1,
+                    budget_warnings: vec!["day".into()],
+                },
+            },
+            usage: Usage::default(),
+        };
+        let text: Value = serde_json::from_str(common::report_raw(&summary).get()).unwrap();
+        assert_eq!(text, common::report(&summary));
+        assert_eq!(text["finish_reason"], "max_tool_iterations");
     }
 
     /// A key written with escapes cannot be borrowed: the completion is
