@@ -4,12 +4,37 @@ use serde_json::Value;
 
 /// JSON with object keys sorted, so equal values have equal text.
 ///
-/// serde_json's maps are sorted maps (its `preserve_order` feature is off
-/// in this workspace, and `canonical_json_sorts_keys` fails if it is
-/// turned on), so a value's text is already canonical: no sorted copy is
-/// made.
+/// serde_json's maps are sorted maps unless its `preserve_order` feature
+/// is on (it is off in this workspace; a crate built elsewhere may turn it
+/// on): while they are, a value's text is already canonical and no sorted
+/// copy is made.
 pub fn canonical_json(value: &Value) -> String {
-    value.to_string()
+    static SORTED_MAPS: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+        let mut map = serde_json::Map::new();
+        map.insert("b".into(), Value::Null);
+        map.insert("a".into(), Value::Null);
+        map.keys().next().is_some_and(|k| k == "a")
+    });
+    if *SORTED_MAPS {
+        return value.to_string();
+    }
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                Value::Object(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), sorted(v)))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(value).to_string()
 }
 
 /// The first `max` characters of `s`, with a marker when cut.

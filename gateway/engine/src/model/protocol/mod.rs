@@ -182,8 +182,8 @@ pub struct Decoded {
 }
 
 /// A whole answer's envelope (the fields its deltas do not hold): read
-/// as a value, or kept as the body and read only for the loop's last
-/// answer, the one a face shows.
+/// as a value, or kept as the body for the face that shows the loop's
+/// last answer to copy or read ([`Envelope::read`]).
 #[derive(Debug)]
 pub enum Envelope {
     Read(Native),

@@ -62,7 +62,9 @@ pub fn completion(answer: Answer, model: &str) -> Response {
     // The model's own completion when it speaks chat completions (its id,
     // times, fingerprint), else one of the gateway's.
     let mut completion = match envelope {
-        Some(e) if e.protocol == Protocol::OpenaiChat => e.value,
+        // (An answer that is not an object, which the deltas' reader lets
+        // through, has nothing to keep.)
+        Some(e) if e.protocol == Protocol::OpenaiChat && e.value.is_object() => e.value,
         _ => json!({
             "id": format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
             "object": "chat.completion",
@@ -109,6 +111,9 @@ enum Field<'a> {
 /// The upstream's completion `body` with the gateway's fields written
 /// over it, without reading the rest into values; `None` when it is not
 /// an object of plain keys whose `choices` is an array of such objects.
+/// What it copies is copied as written: a number beyond `f64` or a lone
+/// surrogate's escape in a field the gateway does not read passes as the
+/// model wrote it.
 fn over_raw(body: &[u8], ours: &Ours<'_>) -> Option<Vec<u8>> {
     let top: RawObject<'_> = serde_json::from_slice(body).ok()?;
     let choices: Vec<RawObject<'_>> = match top.get("choices") {
@@ -428,9 +433,46 @@ mod tests {
             },
             usage: Usage::default(),
         };
+        // Flattened beside the report's own fields, `finish_reason` would be
+        // written twice were the report to gain one.
+        assert!(json!(summary.report).get("finish_reason").is_none());
         let text: Value = serde_json::from_str(common::report_raw(&summary).get()).unwrap();
         assert_eq!(text, common::report(&summary));
         assert_eq!(text["finish_reason"], "max_tool_iterations");
+    }
+
+    /// An answer that is not an object (the deltas' reader lets an array
+    /// through) gives the gateway's own completion, not a panic.
+    #[tokio::test]
+    async fn an_answer_that_is_not_an_object_gives_the_gateway_s_completion() {
+        let body = r#"[[{"message":{"content":"x"}}]]"#;
+        let (_, v) = written(completion(
+            answer(Envelope::Body {
+                protocol: Protocol::OpenaiChat,
+                what: "chat completion",
+                body: bytes::Bytes::from(body),
+            }),
+            "m",
+        ))
+        .await;
+        assert_eq!(v["object"], "chat.completion");
+        assert_eq!(v["model"], "m");
+        assert_eq!(v["choices"][0]["message"]["content"], "the answer");
+    }
+
+    /// Without usage of the gateway's, the upstream's is kept as written.
+    #[tokio::test]
+    async fn without_counted_usage_the_upstream_s_is_kept() {
+        let body = r#"{"id":"c","choices":[{"index":0,"message":{}}],"usage":{"total_tokens": 7}}"#;
+        let mut a = answer(Envelope::Body {
+            protocol: Protocol::OpenaiChat,
+            what: "chat completion",
+            body: bytes::Bytes::from(body),
+        });
+        a.summary.usage = Usage::default();
+        let (text, v) = written(completion(a, "m")).await;
+        assert_eq!(v["usage"]["total_tokens"], 7);
+        assert!(text.contains(r#"{"total_tokens": 7}"#), "{text}");
     }
 
     /// A key written with escapes cannot be borrowed: the completion is
