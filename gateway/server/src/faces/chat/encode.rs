@@ -40,25 +40,19 @@ pub fn completion(answer: Answer, model: &str) -> Response {
         report: common::report_raw(&summary),
         usage: usage(&summary.usage),
     };
-    let envelope = match envelope {
-        // The model's own completion, as it wrote it: its fields are
-        // copied, not read, but for those the gateway replaces.
-        Some(Envelope::Body {
-            protocol: Protocol::OpenaiChat,
-            body,
-            what,
-        }) => match over_raw(&body, &ours) {
-            Some(bytes) => return json_response(bytes),
-            // Not the plain shape (a key written with escapes): read it.
-            None => Envelope::Body {
-                protocol: Protocol::OpenaiChat,
-                body,
-                what,
-            }
-            .read(),
-        },
-        other => other.and_then(Envelope::read),
-    };
+    // The model's own completion, as it wrote it: its fields are copied,
+    // not read, but for those the gateway replaces. Not the plain shape (a
+    // key written with escapes), it is read below.
+    if let Some(Envelope::Body {
+        protocol: Protocol::OpenaiChat,
+        body,
+        ..
+    }) = &envelope
+        && let Some(bytes) = over_raw(body, &ours)
+    {
+        return json_response(bytes);
+    }
+    let envelope = envelope.and_then(Envelope::read);
     // The model's own completion when it speaks chat completions (its id,
     // times, fingerprint), else one of the gateway's.
     let mut completion = match envelope {
@@ -337,6 +331,15 @@ mod tests {
         }
     }
 
+    /// A chat model's completion as the loop keeps it: its bytes.
+    fn chat_body(body: &str) -> Envelope {
+        Envelope::Body {
+            protocol: Protocol::OpenaiChat,
+            what: "chat completion",
+            body: bytes::Bytes::from(body.to_owned()),
+        }
+    }
+
     async fn written(response: Response) -> (String, Value) {
         let kind = response.headers()[axum::http::header::CONTENT_TYPE].clone();
         assert_eq!(kind, "application/json");
@@ -366,14 +369,7 @@ mod tests {
   ],
   "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
 }"#;
-        let raw = completion(
-            answer(Envelope::Body {
-                protocol: Protocol::OpenaiChat,
-                what: "chat completion",
-                body: bytes::Bytes::from(body),
-            }),
-            "alias",
-        );
+        let raw = completion(answer(chat_body(body)), "alias");
         let read = completion(
             answer(Envelope::Read(Native {
                 protocol: Protocol::OpenaiChat,
@@ -446,15 +442,7 @@ mod tests {
     #[tokio::test]
     async fn an_answer_that_is_not_an_object_gives_the_gateway_s_completion() {
         let body = r#"[[{"message":{"content":"x"}}]]"#;
-        let (_, v) = written(completion(
-            answer(Envelope::Body {
-                protocol: Protocol::OpenaiChat,
-                what: "chat completion",
-                body: bytes::Bytes::from(body),
-            }),
-            "m",
-        ))
-        .await;
+        let (_, v) = written(completion(answer(chat_body(body)), "m")).await;
         assert_eq!(v["object"], "chat.completion");
         assert_eq!(v["model"], "m");
         assert_eq!(v["choices"][0]["message"]["content"], "the answer");
@@ -464,11 +452,7 @@ mod tests {
     #[tokio::test]
     async fn without_counted_usage_the_upstream_s_is_kept() {
         let body = r#"{"id":"c","choices":[{"index":0,"message":{}}],"usage":{"total_tokens": 7}}"#;
-        let mut a = answer(Envelope::Body {
-            protocol: Protocol::OpenaiChat,
-            what: "chat completion",
-            body: bytes::Bytes::from(body),
-        });
+        let mut a = answer(chat_body(body));
         a.summary.usage = Usage::default();
         let (text, v) = written(completion(a, "m")).await;
         assert_eq!(v["usage"]["total_tokens"], 7);
@@ -480,15 +464,7 @@ mod tests {
     #[tokio::test]
     async fn a_completion_with_an_escaped_key_is_read_and_kept_whole() {
         let body = r#"{"id":"c","x\u0041":1,"choices":[{"index":0,"message":{}}]}"#;
-        let (_, v) = written(completion(
-            answer(Envelope::Body {
-                protocol: Protocol::OpenaiChat,
-                what: "chat completion",
-                body: bytes::Bytes::from(body),
-            }),
-            "m",
-        ))
-        .await;
+        let (_, v) = written(completion(answer(chat_body(body)), "m")).await;
         assert_eq!(v["xA"], 1);
         assert_eq!(v["id"], "c");
         assert_eq!(v["choices"][0]["message"]["content"], "the answer");
