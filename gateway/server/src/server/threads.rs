@@ -31,6 +31,28 @@ use tokio_util::sync::CancellationToken;
 /// it started (a tool stuck in a system call) before leaving it behind.
 const END_WAIT: Duration = Duration::from_secs(1);
 
+/// The period of each thread's tick (see [`until_ended`]).
+const TICK: Duration = Duration::from_secs(1);
+
+/// What each thread's runtime runs until `ended`: a timer that fires every
+/// [`TICK`]. tokio's timer writes to its runtime's wake-up descriptor
+/// whenever a timer is armed sooner than the earliest one it knew of when
+/// it last slept, even on its own thread, where nothing sleeps to be woken.
+/// Every exchange arms timers seconds away (the connection's idle bound,
+/// hyper's header timeout, the upstream's deadline), and with no timer
+/// sooner each cost a system call; with the tick one second away at most,
+/// they cost none.
+async fn until_ended(ended: CancellationToken) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = ended.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+    }
+}
+
 /// The connection threads of one listener.
 #[derive(Debug)]
 pub(super) struct Threads {
@@ -54,7 +76,7 @@ impl Threads {
             let started = std::thread::Builder::new()
                 .name(format!("toolgate-conn-{i}"))
                 .spawn(move || {
-                    runtime.block_on(ended.cancelled());
+                    runtime.block_on(until_ended(ended));
                     runtime.shutdown_timeout(END_WAIT);
                 });
             if let Err(e) = started {
