@@ -18,18 +18,13 @@ cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-8}
 DURATION=${DURATION:-3}
 CONNECTIONS=${CONNECTIONS:-16}
-for tool in nginx wrk; do
-  command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || { echo "$tool is missing: run \`make deb\`" >&2; exit 1; }
-done
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-
 # shellcheck source=tests/bench/common.sh
 . tests/bench/common.sh
+need nginx wrk
 
 UP=127.0.0.1:$(port)
 GA=127.0.0.1:$(port)
 GB=127.0.0.1:$(port)
-COMPLETION='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}'
 mkdir -p "$work/up"
 cat > "$work/up/nginx.conf" <<CONF
 worker_processes 1;

@@ -11,11 +11,25 @@
 #                  last, so more upstreams may be appended
 #   LOOP_BODY      a chat request the scripted model answers by calling the
 #                  builtin calculator (tool set `calc`), then with its result
+#   need TOOL...   exits, saying how to install it, when a tool is missing
+#   NGINX          nginx's path
+#   COMPLETION     the fixed chat completion the benchmarks' upstream answers
 
 work=$(mktemp -d)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
+
+need() {
+  local tool
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || { echo "$tool is missing: run \`make deb\`" >&2; exit 1; }
+  done
+}
+# shellcheck disable=SC2034 # used by the scripts that source this one
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+# shellcheck disable=SC2034
+COMPLETION='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}'
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

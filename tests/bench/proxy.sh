@@ -38,13 +38,9 @@ CONNECTIONS=${CONNECTIONS:-16}
 BIN=target/release
 # Another toolgate binary to measure (e.g. a build of an earlier commit).
 TOOLGATE=${TOOLGATE:-$BIN/toolgate}
-for tool in nginx wrk; do
-  command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] || { echo "$tool is missing: run \`make deb\`" >&2; exit 1; }
-done
-NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-
 # shellcheck source=tests/bench/common.sh
 . tests/bench/common.sh
+need nginx wrk
 
 UP=127.0.0.1:$(port)
 NGX=127.0.0.1:$(port)
@@ -53,7 +49,6 @@ MOCK=127.0.0.1:$(port)
 LOOP=127.0.0.1:$(port)
 HYPER=127.0.0.1:$(port)
 
-COMPLETION='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}'
 
 nginx_conf() { # name workers server-block
   mkdir -p "$work/$1"
