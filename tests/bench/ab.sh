@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two toolgate binaries side by side: both proxy the same fixed upstream
 # (nginx answering one completion), and wrk loads each in turn, ROUNDS
-# times, so that both see the same machine. Prints, per binary, the CPU
+# times (in turns), so that both see the same machine. Prints, per binary, the CPU
 # time (user + system, from /proc) it spent per proxied request and its
 # throughput, each round's and their medians. On a shared machine, where
 # one run of proxy.sh moves by more than a change is worth, the paired
@@ -11,6 +11,7 @@
 #   ROUNDS (8), DURATION seconds per run (3), CONNECTIONS (16)
 # Needs nginx and wrk (`make deb` installs them).
 set -euo pipefail
+shopt -s inherit_errexit
 [ $# = 2 ] || { echo "usage: $0 BINARY_A BINARY_B" >&2; exit 2; }
 A=$(realpath "$1")
 B=$(realpath "$2")
@@ -48,6 +49,7 @@ http {
 CONF
 "$NGINX" -c "$work/up/nginx.conf" -e "$work/up/error.log" &
 pids+=($!)
+for _ in $(seq 50); do curl -sf -X POST "http://$UP/" >/dev/null && break; sleep 0.1; done
 
 for g in a b; do
   mkdir -p "$work/$g/tools.d" "$work/$g/tool-sets"
@@ -69,8 +71,10 @@ for addr in "$GA" "$GB"; do
 done
 wrk_post plain "$BODY"
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-# run ADDR PID -> "cpu_us_per_request req_per_s"
+# user + system clock ticks of a process (fields 14 and 15 of its stat,
+# counted after its name, which may hold spaces)
+ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+# run ADDR PID -> "cpu_us_per_request req_per_s"; exits on a failed run
 run() {
   local before after out n rps
   before=$(ticks "$2")
@@ -84,9 +88,18 @@ run() {
 run "$GA" "$PA" >/dev/null
 run "$GB" "$PB" >/dev/null
 : > "$work/rounds"
-for _ in $(seq "$ROUNDS"); do
-  echo "a $(run "$GA" "$PA")" >> "$work/rounds"
-  echo "b $(run "$GB" "$PB")" >> "$work/rounds"
+# Each round runs both, in turns (a b, then b a), so that neither always
+# runs second.
+for round in $(seq "$ROUNDS"); do
+  order="a b"
+  [ $((round % 2)) = 1 ] || order="b a"
+  for k in $order; do
+    case $k in
+      a) r=$(run "$GA" "$PA") || exit 1 ;;
+      b) r=$(run "$GB" "$PB") || exit 1 ;;
+    esac
+    echo "$k $r" >> "$work/rounds"
+  done
 done
 python3 - "$work/rounds" "$A" "$B" <<'PY'
 import statistics, sys

@@ -41,7 +41,8 @@ const TICK: Duration = Duration::from_secs(1);
 /// Every exchange arms timers seconds away (the connection's idle bound,
 /// hyper's header timeout, the upstream's deadline), and with no timer
 /// sooner each cost a system call; with the tick one second away at most,
-/// they cost none.
+/// those due after it cost none. An idle gateway's thread wakes once a
+/// second for it.
 async fn until_ended(ended: CancellationToken) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
