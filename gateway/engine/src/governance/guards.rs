@@ -111,7 +111,7 @@ fn each_str<'a>(v: &'a Value, f: &mut impl FnMut(&'a str)) {
 /// form (an MCP server's whole answer) holds again. A check gives the same
 /// answer for the same string, so the raw form's copies are passed over.
 #[derive(Default)]
-struct Seen<'a>(Option<std::collections::HashSet<&'a str, foldhash::fast::RandomState>>);
+struct Seen<'a>(std::collections::HashSet<&'a str, foldhash::fast::RandomState>);
 
 impl<'a> Seen<'a> {
     /// Every string of `v` but those redaction changed: a string was
@@ -119,18 +119,17 @@ impl<'a> Seen<'a> {
     /// leave a finding the string did not hold as it was checked (a `\b`
     /// after the placeholder's `]`).
     fn of(v: &'a Value) -> Seen<'a> {
-        let mut set =
-            std::collections::HashSet::with_hasher(foldhash::fast::RandomState::default());
+        let mut seen = Seen::default();
         each_str(v, &mut |s| {
             if !s.contains("[redacted: ") {
-                set.insert(s);
+                seen.0.insert(s);
             }
         });
-        Seen(Some(set))
+        seen
     }
 
     fn has(&self, s: &str) -> bool {
-        self.0.as_ref().is_some_and(|set| set.contains(s))
+        self.0.contains(s)
     }
 }
 
