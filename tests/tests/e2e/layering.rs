@@ -56,6 +56,9 @@ struct Graph {
     packages: HashMap<String, (String, Option<String>)>,
     /// Package id → ids of its normal and build dependencies.
     deps: HashMap<String, Vec<String>>,
+    /// Ids of the workspace's own crates (not the patched dependencies
+    /// under `vendor/`).
+    members: Vec<String>,
     workspace_rust_version: String,
 }
 
@@ -118,9 +121,16 @@ fn graph() -> Graph {
         .find(|(name, _)| name == "toolgate-engine")
         .and_then(|(_, v)| v.clone())
         .expect("the workspace declares rust-version");
+    let members = meta["workspace_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_owned())
+        .collect();
     Graph {
         packages,
         deps,
+        members,
         workspace_rust_version,
     }
 }
@@ -176,11 +186,7 @@ fn each_crate_depends_only_on_lower_layers() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
     // Every crate of the workspace has its layer.
-    for id in g
-        .packages
-        .keys()
-        .filter(|id| id.starts_with("path+file://"))
-    {
+    for id in &g.members {
         let name = g.name(id);
         assert!(layer_of(name).is_some(), "{name} has no layer in LAYERS");
     }
