@@ -3,9 +3,11 @@
 //! model, on 127.0.0.1. Each request runs a tool loop (`calculator`, then
 //! the answer), and the model takes `--latency-ms` per call, so every
 //! request is open at the same time. Reports failures (any is an error
-//! exit), the most streams the gateway had open at once (from its own
-//! `/metrics`), and the gateway's resident memory idle and at the peak,
-//! per open connection.
+//! exit), whether `/healthz` answered throughout (a new connection every
+//! 50 ms, within 2 s, as a load balancer checks), the most streams the
+//! gateway had open at once (from its own `/metrics`), and the gateway's
+//! resident memory idle and at the peak, per open connection. The
+//! gateway's caps (connections, loops, streams) are raised to N.
 //!
 //! Run with `make bench` (release mode, nothing else running), or
 //! `target/release/bench-load [--connections N] [--latency-ms MS]`. It
@@ -49,6 +51,18 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// An error with its causes, as `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
 /// One streaming request; `Ok` when it ends with the expected answer.
 async fn one(client: &reqwest::Client, url: &str, latency: u64, i: u64) -> Result<(), String> {
     let body = json!({
@@ -61,7 +75,7 @@ async fn one(client: &reqwest::Client, url: &str, latency: u64, i: u64) -> Resul
         .json(&body)
         .send()
         .await
-        .map_err(|e| format!("request: {e}"))?;
+        .map_err(|e| format!("request: {}", chain(&e)))?;
     let status = resp.status();
     let text = resp.text().await.map_err(|e| format!("body: {e}"))?;
     if status != 200 {
@@ -124,6 +138,7 @@ async fn main() {
     read_timeout: 120s
     retries: {{ max_attempts: 1 }}
 limits:
+  max_connections: {cap}
   max_concurrent_loops: {cap}
   max_concurrent_streams: {cap}
 reload: {{ watch: false }}
@@ -177,9 +192,27 @@ builtins:
             Arc::clone(&sampling),
         );
         let metrics = format!("http://{addr}/metrics");
+        let healthz = format!("http://{addr}/healthz");
         tokio::spawn(async move {
             let c = reqwest::Client::new();
+            // A health check as a load balancer makes it: a new connection
+            // each time, and an answer wanted within two seconds.
+            let probe = reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .timeout(Duration::from_secs(2))
+                .build()
+                .unwrap();
+            let (mut asked, mut answered) = (0u64, 0u64);
             while sampling.load(Ordering::SeqCst) {
+                asked += 1;
+                if probe
+                    .get(&healthz)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+                {
+                    answered += 1;
+                }
                 peak_rss.fetch_max(rss_kib(pid), Ordering::SeqCst);
                 if let Ok(r) = c.get(&metrics).send().await
                     && let Ok(page) = r.text().await
@@ -189,6 +222,7 @@ builtins:
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            (asked, answered)
         })
     };
 
@@ -208,8 +242,8 @@ builtins:
         .expect("the load test did not finish in time");
     let wall = started.elapsed();
     sampling.store(false, Ordering::SeqCst);
-    let _ = sampler.await;
-    let failures: Vec<String> = results
+    let (asked, answered) = sampler.await.unwrap();
+    let mut failures: Vec<String> = results
         .into_iter()
         .filter_map(|r| match r {
             Ok(Ok(())) => None,
@@ -223,6 +257,12 @@ builtins:
     let streams = peak_streams.load(Ordering::SeqCst);
 
     println!("  requests:            {n} ({} failed)", failures.len());
+    if answered < asked {
+        failures.push(format!(
+            "/healthz answered {answered} of {asked} checks within 2 s"
+        ));
+    }
+    println!("  /healthz under load: {answered} of {asked} answered within 2 s");
     println!("  wall time:           {:.2} s", wall.as_secs_f64());
     println!("  peak open streams:   {streams} (toolgate_active_streams)");
     println!("  gateway RSS idle:    {:.1} MiB", idle as f64 / 1024.0);
