@@ -7,7 +7,7 @@
 //! 50 ms, within 2 s, as a load balancer checks), the most streams the
 //! gateway had open at once (from its own `/metrics`), and the gateway's
 //! resident memory idle and at the peak, per open connection. The
-//! gateway's caps (connections, loops, streams) are raised to N.
+//! gateway's caps (connections, loops, streams) are raised to N + 100.
 //!
 //! Run with `make bench` (release mode, nothing else running), or
 //! `target/release/bench-load [--connections N] [--latency-ms MS]`. It
@@ -192,11 +192,27 @@ builtins:
             Arc::clone(&sampling),
         );
         let metrics = format!("http://{addr}/metrics");
-        let healthz = format!("http://{addr}/healthz");
         tokio::spawn(async move {
             let c = reqwest::Client::new();
-            // A health check as a load balancer makes it: a new connection
-            // each time, and an answer wanted within two seconds.
+            while sampling.load(Ordering::SeqCst) {
+                peak_rss.fetch_max(rss_kib(pid), Ordering::SeqCst);
+                if let Ok(r) = c.get(&metrics).send().await
+                    && let Ok(page) = r.text().await
+                {
+                    peak_streams
+                        .fetch_max(gauge(&page, "toolgate_active_streams"), Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    // A health check as a load balancer makes it: a new connection each
+    // time, and an answer wanted within two seconds. A task of its own, so
+    // that a slow answer does not space out the memory samples.
+    let checker = {
+        let sampling = Arc::clone(&sampling);
+        let healthz = format!("http://{addr}/healthz");
+        tokio::spawn(async move {
             let probe = reqwest::Client::builder()
                 .pool_max_idle_per_host(0)
                 .timeout(Duration::from_secs(2))
@@ -212,13 +228,6 @@ builtins:
                     .is_ok_and(|r| r.status().is_success())
                 {
                     answered += 1;
-                }
-                peak_rss.fetch_max(rss_kib(pid), Ordering::SeqCst);
-                if let Ok(r) = c.get(&metrics).send().await
-                    && let Ok(page) = r.text().await
-                {
-                    peak_streams
-                        .fetch_max(gauge(&page, "toolgate_active_streams"), Ordering::SeqCst);
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -242,7 +251,8 @@ builtins:
         .expect("the load test did not finish in time");
     let wall = started.elapsed();
     sampling.store(false, Ordering::SeqCst);
-    let (asked, answered) = sampler.await.unwrap();
+    sampler.await.unwrap();
+    let (asked, answered) = checker.await.unwrap();
     let mut failures: Vec<String> = results
         .into_iter()
         .filter_map(|r| match r {

@@ -190,10 +190,9 @@ impl<T, U> Receiver<T, U> {
         match Pin::new(&mut self.inner).poll_next(cx) {
             Poll::Ready(item) => {
                 // A want signaled after finding the queue empty can land after
-                // the Sender's `give()` for the message taken here, as can one
-                // signaled on a coop-budget Pending with a message queued.
-                // Withdraw it, or the Sender reports this connection as ready
-                // while it is still serving this message.
+                // the Sender's `give()` for the message taken here. Withdraw
+                // it, or the Sender reports this connection as ready while it
+                // is still serving this message.
                 self.taker.unwant();
                 Poll::Ready(item.map(|mut env| env.0.take().expect("envelope not dropped")))
             }
