@@ -26,29 +26,10 @@ need nginx wrk
 UP=127.0.0.1:$(port)
 GA=127.0.0.1:$(port)
 GB=127.0.0.1:$(port)
-mkdir -p "$work/up"
-cat > "$work/up/nginx.conf" <<CONF
-worker_processes 1;
-daemon off;
-pid $work/up/nginx.pid;
-error_log $work/up/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work/up;
-  proxy_temp_path $work/up;
-  fastcgi_temp_path $work/up;
-  uwsgi_temp_path $work/up;
-  scgi_temp_path $work/up;
-  keepalive_requests 1000000;
-  server {
+nginx_conf up 1 "server {
     listen $UP;
     location / { default_type application/json; return 200 '$COMPLETION'; }
-  }
-}
-CONF
-"$NGINX" -c "$work/up/nginx.conf" -e "$work/up/error.log" &
-pids+=($!)
+  }"
 for _ in $(seq 50); do curl -sf -X POST "http://$UP/" >/dev/null && break; sleep 0.1; done
 
 for g in a b; do

@@ -14,6 +14,9 @@
 #   need TOOL...   exits, saying how to install it, when a tool is missing
 #   NGINX          nginx's path
 #   COMPLETION     the fixed chat completion the benchmarks' upstream answers
+#   nginx_conf NAME WORKERS SERVER-BLOCK
+#                  starts an nginx of its own configuration in $work/NAME,
+#                  its master's pid in $last_nginx
 
 work=$(mktemp -d)
 pids=()
@@ -30,6 +33,30 @@ need() {
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 # shellcheck disable=SC2034
 COMPLETION='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help you today?"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":9,"total_tokens":18}}'
+
+nginx_conf() { # name workers server-block
+  mkdir -p "$work/$1"
+  cat > "$work/$1/nginx.conf" <<CONF
+worker_processes $2;
+daemon off;
+pid $work/$1/nginx.pid;
+error_log $work/$1/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/$1;
+  proxy_temp_path $work/$1;
+  fastcgi_temp_path $work/$1;
+  uwsgi_temp_path $work/$1;
+  scgi_temp_path $work/$1;
+  keepalive_requests 1000000;
+  $3
+}
+CONF
+  "$NGINX" -c "$work/$1/nginx.conf" -e "$work/$1/error.log" &
+  pids+=($!)
+  last_nginx=$!
+}
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

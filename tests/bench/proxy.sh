@@ -50,30 +50,6 @@ LOOP=127.0.0.1:$(port)
 HYPER=127.0.0.1:$(port)
 
 
-nginx_conf() { # name workers server-block
-  mkdir -p "$work/$1"
-  cat > "$work/$1/nginx.conf" <<CONF
-worker_processes $2;
-daemon off;
-pid $work/$1/nginx.pid;
-error_log $work/$1/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work/$1;
-  proxy_temp_path $work/$1;
-  fastcgi_temp_path $work/$1;
-  uwsgi_temp_path $work/$1;
-  scgi_temp_path $work/$1;
-  keepalive_requests 1000000;
-  $3
-}
-CONF
-  "$NGINX" -c "$work/$1/nginx.conf" -e "$work/$1/error.log" &
-  pids+=($!)
-  last_nginx=$!
-}
-
 nginx_conf upstream 1 "server {
     listen $UP;
     location / { default_type application/json; return 200 '$COMPLETION'; }
