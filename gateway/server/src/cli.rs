@@ -577,6 +577,24 @@ fn list_tools(catalog: &Catalog, set: Option<&str>) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
+/// Connections the kernel queues for the gateway before it accepts them.
+/// tokio's default (1,024) drops the tail of a burst — thousands of agents
+/// reconnecting at once after a deploy — where they would have waited a
+/// moment; Linux clamps this to `net.core.somaxconn` (4,096 by default).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listening socket on `addr` (address reuse on, as `bind` sets it) with
+/// [`LISTEN_BACKLOG`].
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Serves the HTTP API until SIGINT/SIGTERM, reloading the configuration
 /// folder `dir` when it changes (and on SIGHUP); see [`crate::server`].
 ///
@@ -585,9 +603,7 @@ fn list_tools(catalog: &Catalog, set: Option<&str>) -> anyhow::Result<ExitCode> 
 /// already see their tools; a server that fails keeps being retried in the
 /// background. They are stopped after the server.
 pub async fn serve(catalog: Catalog, addr: SocketAddr, dir: &Path) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let listener = listen(addr).with_context(|| format!("cannot listen on {addr}"))?;
     let loader: crate::reload::Loader = Arc::new(|dir: &Path| load_catalog(dir));
     let running = crate::server::start(
         catalog,

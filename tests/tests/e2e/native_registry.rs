@@ -172,7 +172,7 @@ async fn every_builtin_is_valid_strict_or_explained_and_runs() {
                 "cached": tool.cache.is_some(),
                 "parameters": tool.parameters,
                 "strict": match &tool.strict {
-                    Ok(s) => s.clone(),
+                    Ok(s) => Value::clone(s),
                     Err(e) => json!(format!("not strict: {e}")),
                 },
             }),

@@ -241,7 +241,7 @@ pub struct ToolDef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// The JSON Schema of its arguments.
-    pub parameters: Value,
+    pub parameters: Schema,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
     /// The tool as the client's protocol wrote it (with what the typed
@@ -253,6 +253,44 @@ pub struct ToolDef {
     /// by every copy of its spec).
     #[serde(skip)]
     pub json: ToolJson,
+}
+
+/// A JSON Schema, shared by its copies: a gateway tool's is copied into
+/// every loop that offers it, and a copy costs a count, not every node of
+/// the schema again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schema(std::sync::Arc<Value>);
+
+impl std::ops::Deref for Schema {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.0
+    }
+}
+
+impl From<Value> for Schema {
+    fn from(v: Value) -> Schema {
+        Schema(std::sync::Arc::new(v))
+    }
+}
+
+impl PartialEq<Value> for Schema {
+    fn eq(&self, other: &Value) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl Serialize for Schema {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Schema {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Schema, D::Error> {
+        Value::deserialize(d).map(Schema::from)
+    }
 }
 
 /// A tool's JSON in each model protocol, written on first use and shared
@@ -320,5 +358,25 @@ impl ToolChoice {
     /// Whether it forces a call.
     pub fn forces(&self) -> bool {
         matches!(self, ToolChoice::Required | ToolChoice::Tool { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_schema_is_shared_by_its_copies_and_written_as_its_json() {
+        let schema =
+            Schema::from(json!({"type": "object", "properties": {"q": {"type": "string"}}}));
+        let copy = schema.clone();
+        assert!(std::sync::Arc::ptr_eq(&schema.0, &copy.0));
+        let written = serde_json::to_value(&copy).unwrap();
+        assert_eq!(written, *schema);
+        let read: Schema = serde_json::from_value(written).unwrap();
+        assert_eq!(read, schema);
+        assert!(read == json!({"type": "object", "properties": {"q": {"type": "string"}}}));
     }
 }

@@ -23,7 +23,7 @@ mod usage;
 
 pub use finish::FinishReason;
 pub use items::{Call, CallResult, Media, MediaKind, Native, Opaque, Reasoning, Role, Source};
-pub use items::{Item, ToolChoice, ToolDef, ToolJson};
+pub use items::{Item, Schema, ToolChoice, ToolDef, ToolJson};
 pub use notices::Notices;
 pub use request::{DecodeRest, DeferredTools, Hosted, RawFields, Request, RequestError, raw};
 pub use usage::{Usage, add_json};

@@ -57,7 +57,7 @@ impl Executor {
                     .map_or(AuditArguments::Redacted, AuditLog::arguments_mode);
                 crate::governance::audit::render_arguments(
                     mode,
-                    tool.map(|t| &t.parameters),
+                    tool.map(|t| &*t.parameters),
                     arguments,
                 )
                 .0

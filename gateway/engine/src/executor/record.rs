@@ -63,7 +63,7 @@ impl Executor {
         }
         let (arguments, arguments_sha256) = crate::governance::audit::render_arguments(
             mode,
-            tool.as_ref().map(|t| &t.parameters),
+            tool.as_ref().map(|t| &*t.parameters),
             &call.arguments,
         );
         let bytes = match (&result.data, &result.error) {

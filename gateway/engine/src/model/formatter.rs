@@ -27,7 +27,7 @@ pub fn offered(tools: &[ToolDef]) -> Vec<OfferedTool> {
         .iter()
         .map(|t| OfferedTool {
             name: t.name.clone(),
-            parameters: t.parameters.clone(),
+            parameters: Value::clone(&t.parameters),
         })
         .collect()
 }
@@ -332,7 +332,7 @@ mod tests {
             json: Default::default(),
             name: name.into(),
             description: Some("Does things.".into()),
-            parameters: json!({"type": "object", "properties": {"x": {"type": "integer"}}}),
+            parameters: json!({"type": "object", "properties": {"x": {"type": "integer"}}}).into(),
             strict: None,
             native: None,
         }

@@ -93,7 +93,7 @@ pub fn offer(tools: &[Arc<Tool>], search: bool) -> crate::conversation::ToolDef 
             },
             "required": ["code"],
             "additionalProperties": false
-        }),
+        }).into(),
         strict: None,
         native: None,
     }

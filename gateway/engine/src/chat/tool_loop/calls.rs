@@ -379,7 +379,7 @@ pub(super) fn deferred_search_tool(name: &str) -> ToolDef {
                           "description": format!("How many tools to return (default {DEFAULT_RESULTS}).")}
             },
             "required": ["query"]
-        }),
+        }).into(),
         strict: None,
         native: None,
     }

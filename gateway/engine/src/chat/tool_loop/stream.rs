@@ -14,6 +14,9 @@ use crate::model::protocol::{Assembly, Delta, StreamDecoder};
 use crate::model::upstream::Reply;
 
 impl Run {
+    /// The model calls, the tools and the spend are awaited in boxes: each
+    /// future is large, and the stream, which lives as long as the answer,
+    /// would otherwise be sized for the largest of them.
     pub(super) fn stream(mut self, first: Reply) -> impl Stream<Item = Event> + Send {
         async_stream::stream! {
             let mut pending = Some(first);
@@ -22,7 +25,7 @@ impl Run {
                 self.iterations = iteration;
                 let next = match pending.take() {
                     Some(r) => Ok(r),
-                    None => self.call(iteration, true).await,
+                    None => Box::pin(self.call(iteration, true)).await,
                 };
                 let resp = match next {
                     Ok(r) => r,
@@ -103,8 +106,8 @@ impl Run {
                     }
                     None => self.said(assembly),
                 };
-                self.count_spend(!said.calls.is_empty()).await;
-                self.remember(&said).await;
+                Box::pin(self.count_spend(!said.calls.is_empty())).await;
+                Box::pin(self.remember(&said)).await;
                 if let Err(e) = self.check_call_count(said.calls.len()) {
                     yield Event::Failed(e);
                     return;
@@ -119,8 +122,7 @@ impl Run {
                         // The tools' progress reports go out as they come.
                         let (tx, mut rx) = tokio::sync::mpsc::channel::<CallProgress>(PROGRESS_BACKLOG);
                         {
-                            let running = self.run_calls(&said, &calls, iteration, Some(&tx));
-                            tokio::pin!(running);
+                            let mut running = Box::pin(self.run_calls(&said, &calls, iteration, Some(&tx)));
                             loop {
                                 let report = tokio::select! {
                                     biased;

@@ -205,7 +205,7 @@ pub fn tool(spec: &ToolDef) -> Value {
     if let Some(d) = spec.description.as_ref().filter(|d| !d.is_empty()) {
         t.insert("description".into(), json!(d));
     }
-    t.insert("input_schema".into(), spec.parameters.clone());
+    t.insert("input_schema".into(), Value::clone(&spec.parameters));
     Value::Object(t)
 }
 
@@ -769,7 +769,7 @@ mod tests {
             json: Default::default(),
             name: "t".into(),
             description: Some("d".into()),
-            parameters: json!({"type": "object"}),
+            parameters: json!({"type": "object"}).into(),
             strict: None,
             native: None,
         }];

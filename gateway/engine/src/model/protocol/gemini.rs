@@ -138,7 +138,10 @@ pub fn declaration(spec: &ToolDef) -> Value {
     if let Some(desc) = spec.description.as_ref().filter(|d| !d.is_empty()) {
         d.insert("description".into(), json!(desc));
     }
-    d.insert("parametersJsonSchema".into(), spec.parameters.clone());
+    d.insert(
+        "parametersJsonSchema".into(),
+        Value::clone(&spec.parameters),
+    );
     Value::Object(d)
 }
 
@@ -741,7 +744,7 @@ mod tests {
             json: Default::default(),
             name: "t".into(),
             description: Some("d".into()),
-            parameters: json!({"type": "object"}),
+            parameters: json!({"type": "object"}).into(),
             strict: None,
             native: None,
         }];

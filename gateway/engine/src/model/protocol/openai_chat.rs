@@ -127,7 +127,7 @@ pub fn tool(spec: &ToolDef) -> Value {
     if let Some(d) = &spec.description {
         f.insert("description".into(), Value::String(d.clone()));
     }
-    f.insert("parameters".into(), spec.parameters.clone());
+    f.insert("parameters".into(), Value::clone(&spec.parameters));
     if let Some(s) = spec.strict {
         f.insert("strict".into(), Value::Bool(s));
     }
@@ -680,7 +680,7 @@ mod tests {
             json: Default::default(),
             name: "t".into(),
             description: Some("d".into()),
-            parameters: json!({"type": "object"}),
+            parameters: json!({"type": "object"}).into(),
             strict: None,
             native: None,
         }];

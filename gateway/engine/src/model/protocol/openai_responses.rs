@@ -148,7 +148,7 @@ pub fn tool(spec: &ToolDef) -> Value {
     if let Some(d) = &spec.description {
         t.insert("description".into(), json!(d));
     }
-    t.insert("parameters".into(), spec.parameters.clone());
+    t.insert("parameters".into(), Value::clone(&spec.parameters));
     t.insert("strict".into(), json!(spec.strict.unwrap_or(false)));
     Value::Object(t)
 }

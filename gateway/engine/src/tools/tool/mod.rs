@@ -14,6 +14,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::conversation::Schema;
+
 /// A tool in the catalog.
 #[derive(Debug)]
 pub struct Tool {
@@ -21,9 +23,9 @@ pub struct Tool {
     pub description: String,
     pub category: Option<String>,
     /// The canonical JSON Schema of the arguments (`type: object`).
-    pub parameters: Value,
+    pub parameters: Schema,
     /// OpenAI's strict rendering of `parameters`, or why there is none.
-    pub strict: Result<Value, strict::NotStrict>,
+    pub strict: Result<Schema, strict::NotStrict>,
     /// The arguments' validator, compiled on the tool's first call (the
     /// schema was compiled once as the tool was loaded, to refuse an
     /// unusable one; most tools of a large catalog are never called).
@@ -222,8 +224,8 @@ impl Tool {
             name: spec.name,
             description: spec.description,
             category: spec.category,
-            strict: strict::to_strict(&spec.parameters),
-            parameters: spec.parameters,
+            strict: strict::to_strict(&spec.parameters).map(Schema::from),
+            parameters: spec.parameters.into(),
             validator: std::sync::OnceLock::new(),
             timeout: spec.timeout,
             cache,
@@ -311,11 +313,11 @@ impl Tool {
         );
         match &self.strict {
             Ok(strict) => {
-                function.insert("parameters".into(), strict.clone());
+                function.insert("parameters".into(), Value::clone(strict));
                 function.insert("strict".into(), Value::Bool(true));
             }
             Err(_) => {
-                function.insert("parameters".into(), self.parameters.clone());
+                function.insert("parameters".into(), Value::clone(&self.parameters));
             }
         }
         let mut tool = serde_json::Map::new();

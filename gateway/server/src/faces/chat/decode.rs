@@ -225,7 +225,8 @@ fn tool(t: Value) -> ToolDef {
         parameters: f
             .get("parameters")
             .cloned()
-            .unwrap_or_else(|| json!({"type": "object"})),
+            .unwrap_or_else(|| json!({"type": "object"}))
+            .into(),
         strict: f["strict"].as_bool(),
         native: Some(Native {
             protocol: PROTOCOL,

@@ -408,7 +408,7 @@ fn tools(req: &Value, request: &mut Request, notices: &mut Notices) -> Result<()
                 json: Default::default(),
                 name: name.to_owned(),
                 description: d["description"].as_str().map(str::to_owned),
-                parameters,
+                parameters: parameters.into(),
                 strict: None,
                 native: Some(Native {
                     protocol: PROTOCOL,

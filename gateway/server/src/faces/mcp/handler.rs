@@ -1535,7 +1535,9 @@ impl ToolSetServer {
             // An MCP client calls what it found through `call_tool` (or by
             // name): it needs each tool's input schema.
             wire::add_input_schemas(&mut result, |name| {
-                catalog.tool_as(name, who).map(|t| t.parameters.clone())
+                catalog
+                    .tool_as(name, who)
+                    .map(|t| Value::clone(&t.parameters))
             });
         }
         encode(&result)

@@ -245,7 +245,8 @@ pub fn decode(req: &Value) -> Result<Translated, ApiError> {
             parameters: t
                 .get("input_schema")
                 .cloned()
-                .unwrap_or(json!({"type": "object"})),
+                .unwrap_or(json!({"type": "object"}))
+                .into(),
             strict: None,
             native: Some(Native {
                 protocol: PROTOCOL,

@@ -154,7 +154,8 @@ fn function_tool(t: &Value, name: &str) -> ToolDef {
         parameters: t
             .get("parameters")
             .cloned()
-            .unwrap_or(json!({"type": "object"})),
+            .unwrap_or(json!({"type": "object"}))
+            .into(),
         strict: t.get("strict").and_then(Value::as_bool),
         // The tool as it came, for a Responses model (a namespaced one is
         // flattened for every model).
@@ -372,7 +373,8 @@ fn translate_tools(
                     .cloned()
                     .unwrap_or(
                         json!({"type": "object", "properties": {"query": {"type": "string"}}}),
-                    ),
+                    )
+                    .into(),
                 strict: None,
                 native: None,
             });

@@ -15,6 +15,8 @@ use crate::common::buf::BufList;
 pub(crate) const INIT_BUFFER_SIZE: usize = 8192;
 /// What a head is first written into.
 const HEAD_BUFFER_SIZE: usize = 1024;
+/// What a connection without a read buffer first reads into.
+const FIRST_READ_SIZE: usize = 2048;
 
 /// The minimum value that can be set to max buffer size.
 pub(crate) const MINIMUM_MAX_BUFFER_SIZE: usize = INIT_BUFFER_SIZE;
@@ -246,7 +248,12 @@ where
                 .max()
                 .saturating_sub(self.read_buf.len()),
         );
-        if self.read_buf_remaining_mut() < next {
+        if self.read_buf.capacity() == 0 {
+            // No buffer (a new connection, or one that waited): a small
+            // one first. Most messages and chunks fit in it; a larger one
+            // takes the full size on its next read.
+            self.read_buf.reserve(cmp::min(next, FIRST_READ_SIZE));
+        } else if self.read_buf_remaining_mut() < next {
             self.read_buf.reserve(next);
         }
 
