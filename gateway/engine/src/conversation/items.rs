@@ -317,6 +317,14 @@ impl ToolJson {
         ToolJson(Some(std::sync::Arc::default()))
     }
 
+    /// Keeps the JSON once written from now on (a client's tool, for the
+    /// rest of its loop), unless it is kept already.
+    pub fn share(&mut self) {
+        if self.0.is_none() {
+            *self = ToolJson::shared();
+        }
+    }
+
     /// The tool's JSON in `protocol`, written by `write` unless it was.
     pub fn written(
         &self,

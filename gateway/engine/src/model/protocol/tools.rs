@@ -1,8 +1,8 @@
-//! The tools a loop offers on every model call, each protocol's form
-//! written once for the whole loop rather than on every call.
+//! The tools a loop offers on every model call, each tool's form in each
+//! protocol written once for the whole loop (a gateway tool's once for
+//! every loop) rather than on every call.
 
 use std::borrow::Cow;
-use std::sync::OnceLock;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -11,38 +11,29 @@ use crate::conversation::{Protocol, ToolDef, raw};
 
 /// The tools a loop offers the model: as specs (read by the structured
 /// prompt, the searches and the sub-agents) and as the JSON array a
-/// protocol writes into each model call's body, made on first use.
+/// protocol writes into each model call's body. Each spec keeps its JSON
+/// once written; the array is put together for each call, so that a loop
+/// does not hold a copy of what its gateway tools already keep.
 #[derive(Debug)]
 pub struct OfferedTools {
     specs: Vec<ToolDef>,
-    json: OnceLock<(Protocol, Box<RawValue>)>,
 }
 
 impl OfferedTools {
-    pub fn new(specs: Vec<ToolDef>) -> OfferedTools {
-        OfferedTools {
-            specs,
-            json: OnceLock::new(),
+    pub fn new(mut specs: Vec<ToolDef>) -> OfferedTools {
+        for spec in &mut specs {
+            spec.json.share();
         }
+        OfferedTools { specs }
     }
 
     pub fn specs(&self) -> &[ToolDef] {
         &self.specs
     }
 
-    /// The tools as `protocol` writes them (`write`: one spec as its JSON),
-    /// made once per loop.
+    /// The tools as `protocol` writes them (`write`: one spec as its JSON).
     pub fn json(&self, protocol: Protocol, write: fn(&ToolDef) -> Value) -> Cow<'_, RawValue> {
-        match self.json.get() {
-            Some((p, json)) if *p == protocol => Cow::Borrowed(json),
-            Some(_) => Cow::Owned(write_all(&self.specs, protocol, write)),
-            None => Cow::Borrowed(
-                &self
-                    .json
-                    .get_or_init(|| (protocol, write_all(&self.specs, protocol, write)))
-                    .1,
-            ),
-        }
+        Cow::Owned(write_all(&self.specs, protocol, write))
     }
 }
 
