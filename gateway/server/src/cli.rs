@@ -578,18 +578,20 @@ fn list_tools(catalog: &Catalog, set: Option<&str>) -> anyhow::Result<ExitCode> 
 }
 
 /// Connections the kernel queues for the gateway before it accepts them.
-/// tokio's default (1,024) drops the tail of a burst — thousands of agents
-/// reconnecting at once after a deploy — where they would have waited a
-/// moment; Linux clamps this to `net.core.somaxconn` (4,096 by default).
+/// `TcpListener::bind`'s (128, the standard library's) drops the tail of a
+/// burst — thousands of agents reconnecting at once after a deploy — where
+/// they would have waited a moment; Linux clamps this to
+/// `net.core.somaxconn` (4,096 by default).
 const LISTEN_BACKLOG: u32 = 4096;
 
-/// A listening socket on `addr` (address reuse on, as `bind` sets it) with
-/// [`LISTEN_BACKLOG`].
+/// A listening socket on `addr` with [`LISTEN_BACKLOG`] (and, but on
+/// Windows, address reuse, as `bind` sets it).
 fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     let socket = match addr {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
         SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
     };
+    #[cfg(not(windows))]
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)

@@ -295,8 +295,8 @@ impl<'de> Deserialize<'de> for Schema {
 
 /// A tool's JSON in each model protocol, written on first use and shared
 /// by the copies of its spec: a gateway tool's spec is copied into every
-/// loop that offers it, its JSON written once. A client's tool has none
-/// (its JSON is written for its request).
+/// loop that offers it, its JSON written once. A client's tool gets one
+/// for its loop (`OfferedTools::new`); one outside a loop has none.
 #[derive(Debug, Clone, Default)]
 pub struct ToolJson(Option<std::sync::Arc<[std::sync::OnceLock<Box<RawValue>>; 4]>>);
 

@@ -251,8 +251,8 @@ impl Loop {
 
     /// The tools a model call offers: with a search, `find_tools` and the
     /// tools `found` before the client's; with deferred client tools, their
-    /// search and the ones `loaded` after the client's. Borrowed only when
-    /// they are the planned tools, whose forms `OfferedTools` keeps.
+    /// search and the ones `loaded` after the client's. Borrowed when they
+    /// are the planned tools.
     fn offered_tools(&self, found: &[Arc<Tool>], loaded: &[ToolDef]) -> Cow<'_, [ToolDef]> {
         if self.search.is_none() && self.deferred.is_none() {
             return Cow::Borrowed(self.tools.specs());
@@ -548,8 +548,8 @@ impl Run {
         } else {
             self.l.offered_tools(&self.found, &self.loaded)
         };
-        // Borrowed only when they are the loop's planned tools, written
-        // once for every call.
+        // Borrowed when they are the loop's planned tools (each keeps its
+        // JSON once written, see `OfferedTools`).
         let planned = !self.last_call && matches!(tools, Cow::Borrowed(_));
         let mut notices = Notices::default();
         // On a target the conversation's opaque state does not belong to,

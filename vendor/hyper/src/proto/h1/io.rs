@@ -39,6 +39,10 @@ pub(crate) struct Buffered<T, B> {
     partial_len: Option<usize>,
     read_blocked: bool,
     read_buf: BytesMut,
+    /// The connection holds no read buffer: it has not read yet, or gave
+    /// its buffer back while it waited (not one that a read filled and
+    /// the message took whole).
+    read_buf_released: bool,
     read_buf_strategy: ReadStrategy,
     write_buf: WriteBuf<B>,
 }
@@ -73,6 +77,7 @@ where
             partial_len: None,
             read_blocked: false,
             read_buf: BytesMut::with_capacity(0),
+            read_buf_released: true,
             read_buf_strategy: ReadStrategy::default(),
             write_buf,
         }
@@ -248,7 +253,9 @@ where
                 .max()
                 .saturating_sub(self.read_buf.len()),
         );
-        if self.read_buf.capacity() == 0 {
+        if std::mem::take(&mut self.read_buf_released)
+            && matches!(self.read_buf_strategy, ReadStrategy::Adaptive { .. })
+        {
             // No buffer (a new connection, or one that waited): a small
             // one first. Most messages and chunks fit in it; a larger one
             // takes the full size on its next read.
@@ -282,6 +289,7 @@ where
                 // bytes arrive.
                 if self.read_buf.is_empty() {
                     self.read_buf = BytesMut::new();
+                    self.read_buf_released = true;
                 }
                 Poll::Pending
             }
