@@ -437,7 +437,7 @@ impl<B: http_body::Body + Unpin> http_body::Body for Held<B> {
 /// `notices` (what the face left out) and what the model protocol could
 /// not carry are said in the response's header.
 pub async fn respond(
-    the_loop: Loop,
+    the_loop: Box<Loop>,
     places: Places,
     notices: Notices,
     whole: impl FnOnce(Answer) -> Response,
@@ -462,14 +462,14 @@ pub type Events = std::pin::Pin<Box<dyn futures::Stream<Item = Event> + Send>>;
 /// answer, `stream` a stream of events (holding the places it is given
 /// until it ends).
 pub async fn respond_with(
-    the_loop: Loop,
+    the_loop: Box<Loop>,
     places: Places,
     mut notices: Notices,
     whole: impl FnOnce(Answer) -> Response,
     stream: impl FnOnce(Events, Places) -> Response,
 ) -> Result<Response, ApiError> {
     if places.stream.is_none() {
-        let mut answer = the_loop.run().await?;
+        let mut answer = Box::pin(the_loop.run()).await?;
         drop(places);
         notices.extend(std::mem::take(&mut answer.notices));
         let attempts = answer.summary.report.attempts.clone();

@@ -104,18 +104,26 @@ where
                 // `chat::completions`).
                 let headers = parts.headers;
                 drop((parts.uri, parts.extensions));
-                chat::completions(State(state.clone()), Extension(caller), headers, Ok(body))
-                    .await
-                    .into_response()
+                // Each face's handler boxed: this future lives as long as
+                // the request, and would otherwise be sized for the larger
+                // of the two.
+                Box::pin(chat::completions(
+                    State(state.clone()),
+                    Extension(caller),
+                    headers,
+                    Ok(body),
+                ))
+                .await
+                .into_response()
             }
             Direct::Messages => {
-                messages::messages(
+                Box::pin(messages::messages(
                     State(state.clone()),
                     Extension(caller),
                     parts.uri,
                     parts.headers,
                     Ok(body),
-                )
+                ))
                 .await
             }
         }

@@ -346,27 +346,37 @@ impl Loop {
     /// what the model protocol could not carry is known).
     /// Dropping the stream (the client went away) cancels the model call
     /// and the tools in progress.
-    pub async fn start_stream(
+    ///
+    /// Not an `async fn`, and its steps boxed: the future, which lives
+    /// while the model takes to answer, holds the run and the model call,
+    /// not also the loop it was made from and the largest step's state.
+    pub fn start_stream(
         self,
-    ) -> Result<(Started, impl Stream<Item = Event> + Send), ChatError> {
-        let mut run = self.start().await?;
-        run.iterations = 1;
-        let first = run.call(1, true).await?;
-        let is_sse = first
-            .response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.contains("text/event-stream"));
-        if !is_sse {
-            return Err(run.invalid("asked to stream, it answered without an event stream".into()));
+    ) -> impl Future<Output = Result<(Started, impl Stream<Item = Event> + Send), ChatError>> + Send
+    {
+        let start = Box::pin(self.start());
+        async move {
+            let mut run = start.await?;
+            run.iterations = 1;
+            let first = Box::pin(run.call(1, true)).await?;
+            let is_sse = first
+                .response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|ct| ct.contains("text/event-stream"));
+            if !is_sse {
+                return Err(
+                    run.invalid("asked to stream, it answered without an event stream".into())
+                );
+            }
+            let started = Started {
+                notices: std::mem::take(&mut run.notices),
+                attempts: run.attempts.clone(),
+                budget_warnings: run.budget_warnings.clone(),
+            };
+            Ok((started, run.stream(first)))
         }
-        let started = Started {
-            notices: std::mem::take(&mut run.notices),
-            attempts: run.attempts.clone(),
-            budget_warnings: run.budget_warnings.clone(),
-        };
-        Ok((started, run.stream(first)))
     }
 }
 

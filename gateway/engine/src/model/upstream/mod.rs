@@ -436,13 +436,16 @@ impl Upstream {
     }
 
     /// One exchange: the response head within the read timeout (and by
-    /// `deadline`).
-    async fn send(
+    /// `deadline`). Not an `async fn`: its future holds the request once,
+    /// inside the exchange, not also as an argument (a model call's future
+    /// lives as long as the model takes to answer).
+    fn send(
         &self,
         req: Request<Full<Bytes>>,
         deadline: tokio::time::Instant,
-    ) -> Result<(http::Response<Incoming>, Option<pool::Lease>), UpstreamError> {
-        let exchange = async {
+    ) -> impl Future<Output = Result<(http::Response<Incoming>, Option<pool::Lease>), UpstreamError>> + '_
+    {
+        let exchange = async move {
             match &self.transport {
                 Transport::Cleartext(pool) => pool
                     .send(req)
@@ -457,18 +460,41 @@ impl Upstream {
                     .map_err(|e| describe(&e)),
             }
         };
-        match tokio::time::timeout_at(self.read_by(deadline), exchange).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(message)) => Err(UpstreamError::Unreachable {
-                upstream: self.name.clone(),
-                message,
-            }),
-            // A timed-out request may have been processed: retrying could
-            // run it twice, and would double the wait.
-            Err(_) => Err(UpstreamError::Timeout {
-                upstream: self.name.clone(),
-            }),
+        let timed = tokio::time::timeout_at(self.read_by(deadline), exchange);
+        async move {
+            match timed.await {
+                Ok(Ok(answer)) => Ok(answer),
+                Ok(Err(message)) => Err(UpstreamError::Unreachable {
+                    upstream: self.name.clone(),
+                    message,
+                }),
+                // A timed-out request may have been processed: retrying could
+                // run it twice, and would double the wait.
+                Err(_) => Err(UpstreamError::Timeout {
+                    upstream: self.name.clone(),
+                }),
+            }
         }
+    }
+
+    /// A model call's request, as each attempt sends it.
+    fn call_request(
+        &self,
+        call: &ModelCall<'_>,
+        uri: &Uri,
+        request_id: Option<&HeaderValue>,
+    ) -> Request<Full<Bytes>> {
+        let mut req = self.request(Method::POST, uri, call.body.clone());
+        req.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        for (name, value) in call.headers {
+            req.headers_mut().insert(name, value.clone());
+        }
+        if let Some(id) = request_id {
+            req.headers_mut().insert("x-request-id", id.clone());
+        }
+        crate::support::telemetry::inject(req.headers_mut());
+        req
     }
 
     async fn call_attempts(
@@ -482,16 +508,7 @@ impl Upstream {
         let uri = self.call_uri(call.model, call.stream)?;
         let mut attempt = 1;
         loop {
-            let mut req = self.request(Method::POST, &uri, call.body.clone());
-            req.headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            for (name, value) in call.headers {
-                req.headers_mut().insert(name, value.clone());
-            }
-            if let Some(id) = &request_id {
-                req.headers_mut().insert("x-request-id", id.clone());
-            }
-            crate::support::telemetry::inject(req.headers_mut());
+            let req = self.call_request(call, &uri, request_id.as_ref());
             let (error, retry_after) = match self.send(req, deadline).await {
                 Ok((resp, lease)) if resp.status().is_success() => return Ok((resp, lease)),
                 // The connection closes with the error body (not worth

@@ -159,10 +159,10 @@ impl Pool {
     /// connection, or on a new one. A request an idle connection could not
     /// take because it had just closed is sent on the next one: it was not
     /// written, so it cannot run twice.
-    pub async fn send(
+    pub fn send(
         self: &Arc<Self>,
         mut req: Request<Full<Bytes>>,
-    ) -> Result<(Response<Incoming>, Lease), PoolError> {
+    ) -> impl Future<Output = Result<(Response<Incoming>, Lease), PoolError>> + '_ {
         // HTTP/1 wants the origin form and a `Host` header.
         let origin = req
             .uri()
@@ -171,32 +171,36 @@ impl Pool {
             .map_or_else(|| Uri::from_static("/"), Uri::from);
         *req.uri_mut() = origin;
         req.headers_mut().insert(HOST, self.host.clone());
-        loop {
-            let (mut conn, reused) = match self.take() {
-                Some(conn) => (conn, true),
-                None => {
-                    self.sweep_idle();
-                    (self.connect().await?, false)
+        // Not an `async fn`: the future holds the request once, not also
+        // as an argument.
+        async move {
+            loop {
+                let (mut conn, reused) = match self.take() {
+                    Some(conn) => (conn, true),
+                    None => {
+                        self.sweep_idle();
+                        (self.connect().await?, false)
+                    }
+                };
+                if let Err(e) = conn.sender.ready().await {
+                    if reused {
+                        continue;
+                    }
+                    return Err(e.into());
                 }
-            };
-            if let Err(e) = conn.sender.ready().await {
-                if reused {
-                    continue;
+                match conn.sender.try_send_request(req).await {
+                    Ok(response) => {
+                        let lease = Lease {
+                            conn,
+                            pool: Arc::clone(self),
+                        };
+                        return Ok((response, lease));
+                    }
+                    Err(mut e) => match e.take_message() {
+                        Some(unsent) if reused => req = unsent,
+                        _ => return Err(e.into_error().into()),
+                    },
                 }
-                return Err(e.into());
-            }
-            match conn.sender.try_send_request(req).await {
-                Ok(response) => {
-                    let lease = Lease {
-                        conn,
-                        pool: Arc::clone(self),
-                    };
-                    return Ok((response, lease));
-                }
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) if reused => req = unsent,
-                    _ => return Err(e.into_error().into()),
-                },
             }
         }
     }

@@ -26,13 +26,15 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let request = decode::decode(&body)?;
-    let Admitted { plan, places } = common::plan_request(
+    // Boxed, as each step below: this future lives as long as the
+    // answer, and would otherwise be sized for its largest step.
+    let Admitted { plan, places } = Box::pin(common::plan_request(
         &state,
         &caller,
         &headers,
         request,
         chat::Passthrough::Allowed,
-    )
+    ))
     .await?;
     let the_loop = match plan {
         Plan::Proxy {
@@ -53,7 +55,7 @@ pub async fn completions(
             // holds this one would carry it (and copy it as it moves).
             return Box::pin(passed.send(&state, &caller, body, places.stream)).await;
         }
-        Plan::Loop(l) => *l,
+        Plan::Loop(l) => l,
     };
     // The request's bytes and headers are slices of the connection's read
     // buffer: held for the loop's whole answer, they would keep that

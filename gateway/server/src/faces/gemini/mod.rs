@@ -138,7 +138,7 @@ async fn handle(
             the_loop,
             places,
             notices,
-        } => (*the_loop, places, notices),
+        } => (the_loop, places, notices),
     };
     let shown = encode::Shown::new(&model, thoughts);
     let mut encoder = encode::StreamEncoder::new(shown.clone());

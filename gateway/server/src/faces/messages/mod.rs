@@ -60,16 +60,21 @@ async fn handle(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(body_error)?;
     let sent = protocol_headers(&headers);
-    let mut translated = decode::decode_body(&body)?;
-    translated.request.headers = sent;
-    let planned = common::plan_translated(
+    let translated = {
+        let mut translated = decode::decode_body(&body)?;
+        translated.request.headers = sent;
+        translated
+    };
+    // Boxed, as the answer below: this future lives as long as the answer,
+    // and would otherwise be sized for its largest step.
+    let planned = Box::pin(common::plan_translated(
         &state,
         &caller,
         &headers,
         &body,
         Passthrough::Allowed,
         translated,
-    )
+    ))
     .await?;
     let (the_loop, places, notices) = match planned {
         Planned::Proxied(response) => return Ok(response),
@@ -77,7 +82,7 @@ async fn handle(
             the_loop,
             places,
             notices,
-        } => (*the_loop, places, notices),
+        } => (the_loop, places, notices),
     };
     // The request's bytes and headers are slices of the connection's read
     // buffer: held for the loop's whole answer, they would keep that
@@ -90,13 +95,13 @@ async fn handle(
         thinking: the_loop.resolved.upstream.protocol == Protocol::Anthropic,
     };
     let mut encoder = StreamEncoder::new(&model, shown.clone());
-    common::respond(
+    Box::pin(common::respond(
         the_loop,
         places,
         notices,
         |answer| axum::Json(encode::message(answer, &model, &shown)).into_response(),
         move |e| encoder.encode(e),
-    )
+    ))
     .await
 }
 

@@ -80,7 +80,7 @@ enum Ready {
 
 /// A request planned and ready to run, with the response it will fill.
 struct Prepared {
-    the_loop: toolgate_engine::chat::Loop,
+    the_loop: Box<toolgate_engine::chat::Loop>,
     places: common::Places,
     notices: Notices,
     skeleton: Skeleton,
@@ -160,7 +160,7 @@ async fn prepare(
             the_loop,
             places,
             notices,
-        } => (*the_loop, places, notices),
+        } => (the_loop, places, notices),
         Planned::Proxied(response) => return Ok(Ready::Proxied(response)),
     };
     let echo = Echo::of(&original);
