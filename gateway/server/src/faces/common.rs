@@ -469,7 +469,13 @@ pub async fn respond_with(
     stream: impl FnOnce(Events, Places) -> Response,
 ) -> Result<Response, ApiError> {
     if places.stream.is_none() {
-        let mut answer = Box::pin(the_loop.run()).await?;
+        // The box moves into the block, so it is freed as the loop moves
+        // out of it, not when this function ends.
+        let mut answer = {
+            let the_loop = the_loop;
+            the_loop.run()
+        }
+        .await?;
         drop(places);
         notices.extend(std::mem::take(&mut answer.notices));
         let attempts = answer.summary.report.attempts.clone();
@@ -477,9 +483,13 @@ pub async fn respond_with(
         let response = with_cost(&cost, attach(&notices, whole(answer)));
         return Ok(with_attempts(&attempts, response));
     }
-    // Boxed: the first model call's state is large, and a whole answer's
-    // loop (the common case) should not carry it.
-    let (started, events) = Box::pin(the_loop.start_stream()).await?;
+    // Boxed: the run is large, and a whole answer's loop (the common case)
+    // should not carry it. The loop's box is freed as the loop moves out.
+    let starting = {
+        let the_loop = the_loop;
+        Box::pin(the_loop.start_stream())
+    };
+    let (started, events) = starting.await?;
     notices.extend(started.notices);
     let response = stream(Box::pin(in_request_span(events)), places);
     let response = with_budget_warnings(&started.budget_warnings, response);
