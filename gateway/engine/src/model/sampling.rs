@@ -70,7 +70,7 @@ async fn answer(
         request: &request,
         model: &resolved.model,
         turns: &turns,
-        tools: Tools::List(&[]),
+        tools: Tools(&[]),
         tool_choice: None,
         stream: false,
     };
@@ -206,7 +206,7 @@ mod tests {
             request: &request,
             model,
             turns: &turns,
-            tools: Tools::List(&[]),
+            tools: Tools(&[]),
             tool_choice: None,
             stream: false,
         };

@@ -469,13 +469,7 @@ pub async fn respond_with(
     stream: impl FnOnce(Events, Places) -> Response,
 ) -> Result<Response, ApiError> {
     if places.stream.is_none() {
-        // The box moves into the block, so it is freed as the loop moves
-        // out of it, not when this function ends.
-        let mut answer = {
-            let the_loop = the_loop;
-            the_loop.run()
-        }
-        .await?;
+        let mut answer = the_loop.run().await?;
         drop(places);
         notices.extend(std::mem::take(&mut answer.notices));
         let attempts = answer.summary.report.attempts.clone();
@@ -484,12 +478,8 @@ pub async fn respond_with(
         return Ok(with_attempts(&attempts, response));
     }
     // Boxed: the run is large, and a whole answer's loop (the common case)
-    // should not carry it. The loop's box is freed as the loop moves out.
-    let starting = {
-        let the_loop = the_loop;
-        Box::pin(the_loop.start_stream())
-    };
-    let (started, events) = starting.await?;
+    // should not carry it.
+    let (started, events) = Box::pin(the_loop.start_stream()).await?;
     notices.extend(started.notices);
     let response = stream(Box::pin(in_request_span(events)), places);
     let response = with_budget_warnings(&started.budget_warnings, response);
@@ -533,7 +523,7 @@ pub fn estimate_tokens(request: &Request) -> usize {
         request,
         model: &request.model,
         turns: request.turns(),
-        tools: Tools::List(&request.tools),
+        tools: Tools(&request.tools),
         tool_choice: None,
         stream: false,
     };

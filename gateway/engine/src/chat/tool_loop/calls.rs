@@ -334,7 +334,7 @@ impl Run {
                     .collect()
             })
             .unwrap_or_default();
-        Ok(subagent::run(&self.l, tasks, |child: Loop| child.run()).await?)
+        Ok(subagent::run(&self.l, tasks, |child: Loop| Box::new(child).run()).await?)
     }
 
     /// Runs `spawn` calls: validated like any call, then each call's tasks

@@ -279,9 +279,10 @@ impl Loop {
     }
 
     /// Runs the loop to its answer. (Boxed: a loop may run sub-agents,
-    /// which are loops.)
-    pub fn run(self) -> futures::future::BoxFuture<'static, Result<Answer, ChatError>> {
-        Box::pin(self.run_to_end())
+    /// which are loops. Taken boxed, as a plan gives it: the box is freed
+    /// as the loop moves into its run, not kept by the caller.)
+    pub fn run(self: Box<Self>) -> futures::future::BoxFuture<'static, Result<Answer, ChatError>> {
+        Box::pin((*self).run_to_end())
     }
 
     async fn run_to_end(self) -> Result<Answer, ChatError> {
@@ -350,11 +351,12 @@ impl Loop {
     /// Not an `async fn`, and its steps boxed: the future, which lives
     /// while the model takes to answer, holds the run and the model call,
     /// not also the loop it was made from and the largest step's state.
+    /// The loop is taken boxed, as a plan gives it, and its box freed here.
     pub fn start_stream(
-        self,
+        self: Box<Self>,
     ) -> impl Future<Output = Result<(Started, impl Stream<Item = Event> + Send), ChatError>> + Send
     {
-        let start = Box::pin(self.start());
+        let start = Box::pin((*self).start());
         async move {
             let mut run = start.await?;
             run.iterations = 1;
@@ -558,9 +560,6 @@ impl Run {
         } else {
             self.l.offered_tools(&self.found, &self.loaded)
         };
-        // Borrowed when they are the loop's planned tools (each keeps its
-        // JSON once written, see `OfferedTools`).
-        let planned = !self.last_call && matches!(tools, Cow::Borrowed(_));
         let mut notices = Notices::default();
         // On a target the conversation's opaque state does not belong to,
         // without that state.
@@ -578,10 +577,7 @@ impl Run {
         };
         let body = match &self.mode {
             Mode::FunctionCalling { .. } => {
-                let offered = match planned {
-                    true => Tools::Planned(&self.l.tools),
-                    false => Tools::List(&tools),
-                };
+                let offered = Tools(&tools);
                 let call = Outgoing {
                     request: req,
                     model,
@@ -605,7 +601,7 @@ impl Run {
                     request: req,
                     model,
                     turns: &plain,
-                    tools: Tools::List(&[]),
+                    tools: Tools(&[]),
                     tool_choice: None,
                     stream,
                 };

@@ -777,7 +777,7 @@ mod tests {
             request: &req,
             model: "real",
             turns: &turns,
-            tools: Tools::List(&tools),
+            tools: Tools(&tools),
             tool_choice: None,
             stream: true,
         };
@@ -825,7 +825,7 @@ mod tests {
             request: &req,
             model: "m",
             turns: &turns,
-            tools: Tools::List(&[]),
+            tools: Tools(&[]),
             tool_choice: None,
             stream: false,
         };

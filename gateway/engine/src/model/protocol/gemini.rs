@@ -752,7 +752,7 @@ mod tests {
             request: &req,
             model: "gemini-x",
             turns: &turns,
-            tools: Tools::List(&tools),
+            tools: Tools(&tools),
             tool_choice: None,
             stream: true,
         };
@@ -795,7 +795,7 @@ mod tests {
             request: &req,
             model: "m",
             turns: &turns,
-            tools: Tools::List(&[]),
+            tools: Tools(&[]),
             tool_choice: None,
             stream: false,
         };

@@ -41,20 +41,14 @@ pub struct Outgoing<'a> {
     pub stream: bool,
 }
 
-/// The tools a call offers.
+/// The tools a call offers (each keeps its JSON once written, where its
+/// spec has a place for it: see `OfferedTools`).
 #[derive(Debug, Clone, Copy)]
-pub enum Tools<'a> {
-    /// The loop's planned tools, each protocol's form written once.
-    Planned(&'a OfferedTools),
-    List(&'a [ToolDef]),
-}
+pub struct Tools<'a>(pub &'a [ToolDef]);
 
 impl Tools<'_> {
     pub fn specs(&self) -> &[ToolDef] {
-        match self {
-            Tools::Planned(t) => t.specs(),
-            Tools::List(l) => l,
-        }
+        self.0
     }
 
     pub fn is_empty(&self) -> bool {
@@ -68,10 +62,7 @@ impl Tools<'_> {
         protocol: Protocol,
         write: fn(&ToolDef) -> serde_json::Value,
     ) -> std::borrow::Cow<'_, RawValue> {
-        match self {
-            Tools::Planned(t) => t.json(protocol, write),
-            Tools::List(l) => std::borrow::Cow::Owned(tools::write_all(l, protocol, write)),
-        }
+        std::borrow::Cow::Owned(tools::write_all(self.0, protocol, write))
     }
 }
 

@@ -688,7 +688,7 @@ mod tests {
             request: &req,
             model: "real",
             turns: &turns,
-            tools: Tools::List(&tools),
+            tools: Tools(&tools),
             tool_choice: Some(ToolChoice::Auto),
             stream: false,
         };
@@ -699,7 +699,7 @@ mod tests {
         );
         // Without tools, the tool fields go; streaming adds its options.
         let call = Outgoing {
-            tools: Tools::List(&[]),
+            tools: Tools(&[]),
             stream: true,
             ..call
         };
@@ -740,7 +740,7 @@ mod tests {
             request: &req,
             model: "m",
             turns: &turns,
-            tools: Tools::List(&[]),
+            tools: Tools(&[]),
             tool_choice: None,
             stream: false,
         };

@@ -634,7 +634,7 @@ mod tests {
             request: &req,
             model: "real",
             turns: &turns,
-            tools: Tools::List(&[]),
+            tools: Tools(&[]),
             tool_choice: None,
             stream: true,
         };

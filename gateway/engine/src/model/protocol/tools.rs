@@ -30,11 +30,6 @@ impl OfferedTools {
     pub fn specs(&self) -> &[ToolDef] {
         &self.specs
     }
-
-    /// The tools as `protocol` writes them (`write`: one spec as its JSON).
-    pub fn json(&self, protocol: Protocol, write: fn(&ToolDef) -> Value) -> Cow<'_, RawValue> {
-        Cow::Owned(write_all(&self.specs, protocol, write))
-    }
 }
 
 /// The tools as one JSON array in `protocol` (`write`: one spec as its

@@ -95,12 +95,7 @@ pub async fn play(
         ));
     };
     let tool_set = the_loop.tool_set.clone();
-    // The loop's box is freed as the loop moves out of it.
-    let starting = {
-        let the_loop = the_loop;
-        the_loop.start_stream()
-    };
-    let (_, stream) = starting.await?;
+    let (_, stream) = the_loop.start_stream().await?;
     let stream = crate::faces::common::in_request_span(stream);
     let mut page = Transcript::new(asked.turn, tool_set);
     let lines = futures::StreamExt::map(stream, move |event| {

@@ -278,12 +278,7 @@ pub async fn compact(
         Ready::Loop(prepared) => *prepared,
         Ready::Proxied(response) => return Ok(response),
     };
-    // The loop's box is freed as the loop moves out of it.
-    let answer = {
-        let the_loop = the_loop;
-        the_loop.run()
-    }
-    .await?;
+    let answer = the_loop.run().await?;
     drop(places);
     let summary = answer.content.unwrap_or_default();
     let encoded = base64::engine::general_purpose::STANDARD
@@ -472,13 +467,7 @@ async fn websocket_turn(
         skeleton,
         ..
     } = prepared;
-    // The loop's box is freed as the loop moves out of it, not when the
-    // turn ends.
-    let starting = {
-        let the_loop = the_loop;
-        the_loop.start_stream()
-    };
-    let events = match starting.await {
+    let events = match the_loop.start_stream().await {
         Ok((_, events)) => events,
         Err(e) => {
             forget().await;
