@@ -64,7 +64,7 @@ pub(crate) struct Sender<T, U> {
     /// for more.
     giver: want::Giver,
     /// Actually bounded by the Giver, plus `buffered_once`.
-    inner: mpsc::UnboundedSender<Envelope<T, U>>,
+    inner: mpsc::UnboundedSender<Box<Envelope<T, U>>>,
 }
 
 /// An unbounded version.
@@ -75,7 +75,7 @@ pub(crate) struct Sender<T, U> {
 pub(crate) struct UnboundedSender<T, U> {
     /// Only used for `is_closed`, since `mpsc::UnboundedSender` cannot be checked.
     giver: want::SharedGiver,
-    inner: mpsc::UnboundedSender<Envelope<T, U>>,
+    inner: mpsc::UnboundedSender<Box<Envelope<T, U>>>,
 }
 
 impl<T, U> Sender<T, U> {
@@ -117,7 +117,7 @@ impl<T, U> Sender<T, U> {
         }
         let (tx, rx) = oneshot::channel();
         self.inner
-            .unbounded_send(Envelope(Some((val, Callback::Retry(Some(tx))))))
+            .unbounded_send(Box::new(Envelope(Some((val, Callback::Retry(Some(tx)))))))
             .map(move |()| rx)
             .map_err(|e| e.into_inner().0.take().expect("envelope not dropped").0)
     }
@@ -129,7 +129,7 @@ impl<T, U> Sender<T, U> {
         }
         let (tx, rx) = oneshot::channel();
         self.inner
-            .unbounded_send(Envelope(Some((val, Callback::NoRetry(Some(tx))))))
+            .unbounded_send(Box::new(Envelope(Some((val, Callback::NoRetry(Some(tx)))))))
             .map(move |()| rx)
             .map_err(|e| e.into_inner().0.take().expect("envelope not dropped").0)
     }
@@ -156,7 +156,7 @@ impl<T, U> UnboundedSender<T, U> {
     pub(crate) fn try_send(&mut self, val: T) -> Result<RetryPromise<T, U>, T> {
         let (tx, rx) = oneshot::channel();
         self.inner
-            .unbounded_send(Envelope(Some((val, Callback::Retry(Some(tx))))))
+            .unbounded_send(Box::new(Envelope(Some((val, Callback::Retry(Some(tx)))))))
             .map(move |()| rx)
             .map_err(|e| e.into_inner().0.take().expect("envelope not dropped").0)
     }
@@ -164,7 +164,7 @@ impl<T, U> UnboundedSender<T, U> {
     pub(crate) fn send(&mut self, val: T) -> Result<Promise<U>, T> {
         let (tx, rx) = oneshot::channel();
         self.inner
-            .unbounded_send(Envelope(Some((val, Callback::NoRetry(Some(tx))))))
+            .unbounded_send(Box::new(Envelope(Some((val, Callback::NoRetry(Some(tx)))))))
             .map(move |()| rx)
             .map_err(|e| e.into_inner().0.take().expect("envelope not dropped").0)
     }
@@ -181,7 +181,7 @@ impl<T, U> Clone for UnboundedSender<T, U> {
 }
 
 pub(crate) struct Receiver<T, U> {
-    inner: mpsc::UnboundedReceiver<Envelope<T, U>>,
+    inner: mpsc::UnboundedReceiver<Box<Envelope<T, U>>>,
     taker: want::Taker,
 }
 
@@ -226,6 +226,8 @@ impl<T, U> Drop for Receiver<T, U> {
     }
 }
 
+/// A request in the queue, boxed: the queue keeps its last node for the
+/// connection's life, and a node holds a message's size.
 struct Envelope<T, U>(Option<(T, Callback<T, U>)>);
 
 impl<T, U> Drop for Envelope<T, U> {

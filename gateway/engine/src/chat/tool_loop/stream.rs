@@ -14,12 +14,15 @@ use crate::model::protocol::{Assembly, Delta, StreamDecoder};
 use crate::model::upstream::Reply;
 
 impl Run {
-    /// The model calls, the tools and the spend are awaited in boxes: each
-    /// future is large, and the stream, which lives as long as the answer,
+    /// The model calls, the tools and the spend are awaited in boxes, and
+    /// each answer is read by a boxed stream of its own ([`Run::read`]):
+    /// each is large, and the stream, which lives as long as the answer,
     /// would otherwise be sized for the largest of them.
     pub(super) fn stream(mut self, first: Reply) -> impl Stream<Item = Event> + Send {
+        // Taken by the first iteration; captured as it is, not moved into
+        // a local beside the capture.
+        let mut pending = Some(first);
         async_stream::stream! {
-            let mut pending = Some(first);
             let mut iteration = 1;
             loop {
                 self.iterations = iteration;
@@ -34,78 +37,18 @@ impl Run {
                         return;
                     }
                 };
-                // The target that answered (on a route of several, any).
-                let protocol = self.l.resolved.upstream.protocol;
-                let mut parser = match &self.mode {
-                    Mode::Structured { offered, .. } => Some(StreamParser::with_options(offered.clone(), PARSE)),
-                    Mode::FunctionCalling { .. } => None,
-                };
-                let mut parsed = Said::default();
-                let mut assembly = Assembly::default();
-                let mut decoder = StreamDecoder::new(protocol);
-                let limit = self.limits().max_upstream_response_bytes;
-                let max_calls = self.limits().max_tool_calls_per_turn;
-                let mut events = Box::pin(self.l.resolved.upstream.body_stream(resp, limit).eventsource());
-                let mut done = false;
-                while let Some(ev) = events.next().await {
-                    let ev = match ev {
-                        Ok(ev) => ev,
-                        // Over the byte cap or past the deadline.
-                        Err(eventsource_stream::EventStreamError::Transport(e)) => {
-                            yield Event::Failed(e.into());
-                            return;
+                let mut said = None;
+                {
+                    let mut reading = Box::pin(self.read(resp));
+                    while let Some(read) = reading.next().await {
+                        match read {
+                            Read::Event(e) => yield e,
+                            Read::Said(s) => said = Some(s),
                         }
-                        Err(e) => {
-                            yield Event::Failed(self.invalid(format!("the stream broke: {e}")));
-                            return;
-                        }
-                    };
-                    let step = match decoder.event(&ev.event, &ev.data) {
-                        Ok(step) => step,
-                        Err(e) => {
-                            yield Event::Failed(self.invalid(e));
-                            return;
-                        }
-                    };
-                    for delta in step.deltas {
-                        match (&delta, &mut parser) {
-                            (Delta::Text(t), Some(p)) => {
-                                for e in apply_events(p.push(t), &mut parsed) {
-                                    yield e;
-                                }
-                            }
-                            (Delta::Text(t), None) => yield Event::Content(t.clone()),
-                            (Delta::Reasoning(t), None) => yield Event::Reasoning(t.clone()),
-                            (Delta::ReasoningOpaque(o), None) => yield Event::ReasoningOpaque(o.clone()),
-                            _ => {}
-                        }
-                        if let Err(e) = assembly.push(delta, max_calls) {
-                            yield Event::Failed(self.invalid(e));
-                            return;
-                        }
-                    }
-                    if step.done {
-                        done = true;
-                        break;
                     }
                 }
-                // The answer is read: its connection can go back to the
-                // pool before the tools run.
-                drop(events);
-                if !done && !decoder.complete() {
-                    yield Event::Failed(self.invalid("the stream ended before the answer was complete".into()));
-                    return;
-                }
-                let said = match parser.take() {
-                    Some(p) => {
-                        for e in apply_events(p.finish(), &mut parsed) {
-                            yield e;
-                        }
-                        self.count_usage(&assembly.usage);
-                        Said { finish: assembly.finish, ..parsed }
-                    }
-                    None => self.said(assembly),
-                };
+                // A failure was the last event.
+                let Some(said) = said else { return };
                 Box::pin(self.count_spend(!said.calls.is_empty())).await;
                 Box::pin(self.remember(&said)).await;
                 if let Err(e) = self.check_call_count(said.calls.len()) {
@@ -161,6 +104,93 @@ impl Run {
             }
         }
     }
+
+    /// One answer's stream read: its text and reasoning passed on as they
+    /// come, its calls assembled, then what it said (none after a
+    /// failure, which is the last event).
+    fn read(&mut self, resp: Reply) -> impl Stream<Item = Read> + Send + '_ {
+        async_stream::stream! {
+            // The target that answered (on a route of several, any).
+            let protocol = self.l.resolved.upstream.protocol;
+            let mut parser = match &self.mode {
+                Mode::Structured { offered, .. } => Some(StreamParser::with_options(offered.clone(), PARSE)),
+                Mode::FunctionCalling { .. } => None,
+            };
+            let mut parsed = Said::default();
+            let mut assembly = Assembly::default();
+            let mut decoder = StreamDecoder::new(protocol);
+            let limit = self.limits().max_upstream_response_bytes;
+            let max_calls = self.limits().max_tool_calls_per_turn;
+            let mut events = Box::pin(self.l.resolved.upstream.body_stream(resp, limit).eventsource());
+            let mut done = false;
+            while let Some(ev) = events.next().await {
+                let ev = match ev {
+                    Ok(ev) => ev,
+                    // Over the byte cap or past the deadline.
+                    Err(eventsource_stream::EventStreamError::Transport(e)) => {
+                        yield Read::Event(Event::Failed(e.into()));
+                        return;
+                    }
+                    Err(e) => {
+                        yield Read::Event(Event::Failed(self.invalid(format!("the stream broke: {e}"))));
+                        return;
+                    }
+                };
+                let step = match decoder.event(&ev.event, &ev.data) {
+                    Ok(step) => step,
+                    Err(e) => {
+                        yield Read::Event(Event::Failed(self.invalid(e)));
+                        return;
+                    }
+                };
+                for delta in step.deltas {
+                    match (&delta, &mut parser) {
+                        (Delta::Text(t), Some(p)) => {
+                            for e in apply_events(p.push(t), &mut parsed) {
+                                yield Read::Event(e);
+                            }
+                        }
+                        (Delta::Text(t), None) => yield Read::Event(Event::Content(t.clone())),
+                        (Delta::Reasoning(t), None) => yield Read::Event(Event::Reasoning(t.clone())),
+                        (Delta::ReasoningOpaque(o), None) => yield Read::Event(Event::ReasoningOpaque(o.clone())),
+                        _ => {}
+                    }
+                    if let Err(e) = assembly.push(delta, max_calls) {
+                        yield Read::Event(Event::Failed(self.invalid(e)));
+                        return;
+                    }
+                }
+                if step.done {
+                    done = true;
+                    break;
+                }
+            }
+            // The answer is read: its connection can go back to the
+            // pool before the tools run.
+            drop(events);
+            if !done && !decoder.complete() {
+                yield Read::Event(Event::Failed(self.invalid("the stream ended before the answer was complete".into())));
+                return;
+            }
+            let said = match parser.take() {
+                Some(p) => {
+                    for e in apply_events(p.finish(), &mut parsed) {
+                        yield Read::Event(e);
+                    }
+                    self.count_usage(&assembly.usage);
+                    Said { finish: assembly.finish, ..parsed }
+                }
+                None => self.said(assembly),
+            };
+            yield Read::Said(said);
+        }
+    }
+}
+
+/// What reading an answer gives: an event to pass on, then what it said.
+enum Read {
+    Event(Event),
+    Said(Said),
 }
 
 /// Folds parser events into what the turn said; returns the events to

@@ -128,7 +128,7 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
         body.shift_remove("stream");
     }
     let bytes = serde_json::to_vec(&body).unwrap_or_default();
-    Bytes::from(cap_cache_markers(bytes, notices))
+    super::body(cap_cache_markers(bytes, notices))
 }
 
 /// The body with at most [`MAX_CACHE_MARKERS`] `cache_control` markers:

@@ -116,7 +116,7 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
             body.insert("toolConfig", Part::Value(tool_config(choice)));
         }
     }
-    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    super::body(serde_json::to_vec(&body).unwrap_or_default())
 }
 
 /// A reasoning effort as Gemini 3's thinking level (`low` or `high`, the

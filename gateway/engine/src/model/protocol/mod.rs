@@ -88,6 +88,13 @@ pub fn encode(protocol: Protocol, call: &Outgoing<'_>, notices: &mut Notices) ->
     }
 }
 
+/// A written request body as it is sent, without the spare capacity its
+/// writing left: the body is held until the answer's head arrives (a
+/// retry sends it again), which for a slow model is most of a call.
+fn body(written: Vec<u8>) -> Bytes {
+    Bytes::from(written.into_boxed_slice())
+}
+
 /// The turns with each result that answers no call of the assistant turn
 /// right before it (a history cut short, a client's own record) as the
 /// user's words: Anthropic, Gemini and Responses refuse a result without

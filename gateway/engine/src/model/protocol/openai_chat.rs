@@ -74,7 +74,7 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
         parts.shift_remove("stream");
         parts.shift_remove("stream_options");
     }
-    Bytes::from(serde_json::to_vec(&parts).unwrap_or_default())
+    super::body(serde_json::to_vec(&parts).unwrap_or_default())
 }
 
 /// The typed sampling fields, as chat completions names them.

@@ -92,7 +92,7 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
         body.shift_remove("stream");
         body.shift_remove("stream_options");
     }
-    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    super::body(serde_json::to_vec(&body).unwrap_or_default())
 }
 
 /// The typed sampling fields, as Responses names them.

@@ -436,45 +436,43 @@ impl Upstream {
     }
 
     /// One exchange: the response head within the read timeout (and by
-    /// `deadline`). Not an `async fn`: its future holds the request once,
-    /// inside the exchange, not also as an argument (a model call's future
-    /// lives as long as the model takes to answer).
+    /// `deadline`). No `async` block: a model call's future lives as long
+    /// as the model takes to answer, and a block holds what it awaits
+    /// twice (the request as its capture and inside the exchange, the
+    /// timed exchange as its capture and as what it awaits); the
+    /// combinators hold each once.
     fn send(
         &self,
         req: Request<Full<Bytes>>,
         deadline: tokio::time::Instant,
     ) -> impl Future<Output = Result<(http::Response<Incoming>, Option<pool::Lease>), UpstreamError>> + '_
     {
-        let exchange = async move {
-            match &self.transport {
-                Transport::Cleartext(pool) => pool
-                    .send(req)
-                    .await
-                    .map(|(resp, lease)| (resp, Some(lease)))
-                    .map_err(|e| describe(&e)),
-                // Boxed: the TLS client's exchange is large, and every
-                // cleartext call's future would carry (and copy) its size.
-                Transport::Tls(client) => Box::pin(client.request(req))
-                    .await
-                    .map(|resp| (resp, None))
-                    .map_err(|e| describe(&e)),
-            }
+        use futures::FutureExt;
+        use futures::future::Either;
+        let exchange = match &self.transport {
+            Transport::Cleartext(pool) => Either::Left(pool.send(req).map(|sent| {
+                sent.map(|(resp, lease)| (resp, Some(lease)))
+                    .map_err(|e| describe(&e))
+            })),
+            // Boxed: the TLS client's exchange is large, and every
+            // cleartext call's future would carry (and copy) its size.
+            Transport::Tls(client) => Either::Right(
+                Box::pin(client.request(req))
+                    .map(|sent| sent.map(|resp| (resp, None)).map_err(|e| describe(&e))),
+            ),
         };
-        let timed = tokio::time::timeout_at(self.read_by(deadline), exchange);
-        async move {
-            match timed.await {
-                Ok(Ok(answer)) => Ok(answer),
-                Ok(Err(message)) => Err(UpstreamError::Unreachable {
-                    upstream: self.name.clone(),
-                    message,
-                }),
-                // A timed-out request may have been processed: retrying could
-                // run it twice, and would double the wait.
-                Err(_) => Err(UpstreamError::Timeout {
-                    upstream: self.name.clone(),
-                }),
-            }
-        }
+        tokio::time::timeout_at(self.read_by(deadline), exchange).map(move |timed| match timed {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(message)) => Err(UpstreamError::Unreachable {
+                upstream: self.name.clone(),
+                message,
+            }),
+            // A timed-out request may have been processed: retrying could
+            // run it twice, and would double the wait.
+            Err(_) => Err(UpstreamError::Timeout {
+                upstream: self.name.clone(),
+            }),
+        })
     }
 
     /// A model call's request, as each attempt sends it.

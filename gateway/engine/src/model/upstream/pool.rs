@@ -262,11 +262,13 @@ impl Pool {
             .await
             .map_err(|e| PoolError::Connect(e.into()))?;
         let (sender, conn) = http1::handshake(io).await?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
+        // Mapped, not awaited in an `async` block, which would hold the
+        // connection twice (as its capture and as what it awaits).
+        tokio::spawn(futures::FutureExt::map(conn, |ended| {
+            if let Err(e) = ended {
                 tracing::debug!("an upstream connection ended: {e}");
             }
-        });
+        }));
         Ok(Conn {
             sender,
             home: std::thread::current().id(),

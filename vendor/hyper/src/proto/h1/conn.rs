@@ -650,7 +650,10 @@ where
             Ok(encoder) => {
                 debug_assert!(self.state.cached_headers.is_none());
                 debug_assert!(head.headers.is_empty());
-                self.state.cached_headers = Some(head.headers);
+                // The written head's map is not kept for the next head
+                // read: its table would be held for as long as the
+                // connection waits (a streamed answer, a slow upstream).
+                drop(head.headers);
 
                 #[cfg(feature = "client")]
                 {
