@@ -756,18 +756,23 @@ async fn serve_connection(
                 }
             };
             set_idle(true);
-            let woke = tokio::select! {
-                ready = first_bytes => ready.ok(),
-                () = tokio::time::sleep(builders.idle) => None,
-                // At the cap: a connection that waits for a request (its
-                // first, or its next) is closed for a new one.
-                () = shed.cancelled() => {
-                    tracing::debug!("a connection waiting for a request was closed to make room");
-                    None
+            // Boxed: the wait's futures (some 500 bytes) would otherwise
+            // size the connection's task, a streamed answer's included.
+            let woke = Box::pin(async {
+                tokio::select! {
+                    ready = first_bytes => ready.ok(),
+                    () = tokio::time::sleep(builders.idle) => None,
+                    // At the cap: a connection that waits for a request (its
+                    // first, or its next) is closed for a new one.
+                    () = shed.cancelled() => {
+                        tracing::debug!("a connection waiting for a request was closed to make room");
+                        None
+                    }
+                    // Draining: an idle connection closes at once.
+                    () = stop.cancelled(), if had_one => None,
                 }
-                // Draining: an idle connection closes at once.
-                () = stop.cancelled(), if had_one => None,
-            };
+            })
+            .await;
             let Some(peeked) = woke else {
                 return;
             };

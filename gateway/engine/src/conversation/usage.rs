@@ -2,8 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use super::{Native, Protocol};
+use super::Protocol;
 
 /// What model calls cost in tokens. `input` counts every input token,
 /// cached ones included (`cache_read` and `cache_write` say how many of
@@ -22,7 +23,7 @@ pub struct Usage {
     /// call spoke one protocol (a face of that protocol shows it as the
     /// model sent it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub native: Option<Native>,
+    pub native: Option<NativeUsage>,
     /// Calls of several protocols were summed: `native` is gone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mixed: bool,
@@ -49,7 +50,7 @@ impl Usage {
         match (&mut self.native, &other.native) {
             _ if self.mixed => {}
             (None, Some(n)) if self.calls == other.calls => self.native = Some(n.clone()),
-            (Some(a), Some(b)) if a.protocol == b.protocol => add_json(&mut a.value, &b.value),
+            (Some(a), Some(b)) if a.protocol == b.protocol => a.add(b),
             (_, None) if other.calls == 0 => {}
             _ => {
                 self.native = None;
@@ -59,11 +60,48 @@ impl Usage {
     }
 
     /// The native usage of `protocol`, when every call spoke it.
-    pub fn native_of(&self, protocol: Protocol) -> Option<&Value> {
+    pub fn native_of(&self, protocol: Protocol) -> Option<Value> {
         self.native
             .as_ref()
             .filter(|n| n.protocol == protocol)
-            .map(|n| &n.value)
+            .map(NativeUsage::value)
+    }
+}
+
+/// A model's own usage object, in its protocol. Kept as its JSON text: a
+/// loop holds it for its whole life, and each object of a parsed value
+/// takes a map node of some 600 bytes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NativeUsage {
+    pub protocol: Protocol,
+    value: Box<RawValue>,
+}
+
+impl NativeUsage {
+    pub fn new(protocol: Protocol, value: &Value) -> NativeUsage {
+        NativeUsage {
+            protocol,
+            value: serde_json::value::to_raw_value(value)
+                .unwrap_or_else(|_| RawValue::NULL.to_owned()),
+        }
+    }
+
+    /// The object, read.
+    pub fn value(&self) -> Value {
+        serde_json::from_str(self.value.get()).unwrap_or(Value::Null)
+    }
+
+    /// Adds `other`'s counts into these, field by field.
+    fn add(&mut self, other: &NativeUsage) {
+        let mut sum = self.value();
+        add_json(&mut sum, &other.value());
+        *self = NativeUsage::new(self.protocol, &sum);
+    }
+}
+
+impl PartialEq for NativeUsage {
+    fn eq(&self, other: &NativeUsage) -> bool {
+        self.protocol == other.protocol && self.value.get() == other.value.get()
     }
 }
 
@@ -100,11 +138,10 @@ mod tests {
             input: prompt,
             output: completion,
             calls: 1,
-            native: Some(Native {
-                protocol: Protocol::OpenaiChat,
-                what: "usage".into(),
-                value: json!({"prompt_tokens": prompt, "completion_tokens": completion, "completion_tokens_details": {"reasoning_tokens": 1}}),
-            }),
+            native: Some(NativeUsage::new(
+                Protocol::OpenaiChat,
+                &json!({"prompt_tokens": prompt, "completion_tokens": completion, "completion_tokens_details": {"reasoning_tokens": 1}}),
+            )),
             ..Usage::default()
         }
     }
@@ -118,7 +155,7 @@ mod tests {
         assert_eq!(
             u.native_of(Protocol::OpenaiChat),
             Some(
-                &json!({"prompt_tokens": 13, "completion_tokens": 5, "completion_tokens_details": {"reasoning_tokens": 2}})
+                json!({"prompt_tokens": 13, "completion_tokens": 5, "completion_tokens_details": {"reasoning_tokens": 2}})
             )
         );
         // Another protocol's call: the typed counts go on, the native goes.
