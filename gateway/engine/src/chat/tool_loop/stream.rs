@@ -20,15 +20,16 @@ impl Run {
     /// would otherwise be sized for the largest of them.
     pub(super) fn stream(mut self, first: Reply) -> impl Stream<Item = Event> + Send {
         // Taken by the first iteration; captured as it is, not moved into
-        // a local beside the capture.
-        let mut pending = Some(first);
+        // a local beside the capture. Answers are boxed until read: the
+        // stream holds each in a slot of its own.
+        let mut pending = Some(Box::new(first));
         async_stream::stream! {
             let mut iteration = 1;
             loop {
                 self.iterations = iteration;
                 let next = match pending.take() {
                     Some(r) => Ok(r),
-                    None => Box::pin(self.call(iteration, true)).await,
+                    None => Box::pin(self.call(iteration, true)).await.map(Box::new),
                 };
                 let resp = match next {
                     Ok(r) => r,
@@ -39,7 +40,7 @@ impl Run {
                 };
                 let mut said = None;
                 {
-                    let mut reading = Box::pin(self.read(resp));
+                    let mut reading = Box::pin(self.read(*resp));
                     while let Some(read) = reading.next().await {
                         match read {
                             Read::Event(e) => yield e,
@@ -182,15 +183,16 @@ impl Run {
                 }
                 None => self.said(assembly),
             };
-            yield Read::Said(said);
+            yield Read::Said(Box::new(said));
         }
     }
 }
 
-/// What reading an answer gives: an event to pass on, then what it said.
+/// What reading an answer gives: an event to pass on, then what it said
+/// (boxed: the stream holds a slot of this size while it waits).
 enum Read {
     Event(Event),
-    Said(Said),
+    Said(Box<Said>),
 }
 
 /// Folds parser events into what the turn said; returns the events to

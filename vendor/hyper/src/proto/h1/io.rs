@@ -667,6 +667,11 @@ impl<B: Buf> Buf for WriteBuf<B> {
                 let qcnt = cnt - hrem;
                 self.headers.reset();
                 self.queue.advance(qcnt);
+                // An empty queue gives its slots back: a streamed answer's
+                // connection would hold them between its chunks.
+                if self.queue.bufs_cnt() == 0 {
+                    self.queue = BufList::new();
+                }
             }
         }
     }
