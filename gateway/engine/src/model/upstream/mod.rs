@@ -506,8 +506,10 @@ impl Upstream {
         let uri = self.call_uri(call.model, call.stream)?;
         let mut attempt = 1;
         loop {
-            let req = self.call_request(call, &uri, request_id.as_ref());
-            let (error, retry_after) = match self.send(req, deadline).await {
+            // The exchange takes the request before the wait: the wait's
+            // state holds no slot of a request's size.
+            let sending = self.send(self.call_request(call, &uri, request_id.as_ref()), deadline);
+            let (error, retry_after) = match sending.await {
                 Ok((resp, lease)) if resp.status().is_success() => return Ok((resp, lease)),
                 // The connection closes with the error body (not worth
                 // reading to its end to keep it).

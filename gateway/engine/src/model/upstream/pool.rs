@@ -171,8 +171,10 @@ impl Pool {
             .map_or_else(|| Uri::from_static("/"), Uri::from);
         *req.uri_mut() = origin;
         req.headers_mut().insert(HOST, self.host.clone());
-        // Not an `async fn`: the future holds the request once, not also
-        // as an argument.
+        // Not an `async fn`, and the request boxed until it is sent: the
+        // future, which lives until the answer's head arrives, holds no
+        // slot of a request's size.
+        let mut req = Box::new(req);
         async move {
             loop {
                 let (mut conn, reused) = match self.take() {
@@ -188,7 +190,8 @@ impl Pool {
                     }
                     return Err(e.into());
                 }
-                match conn.sender.try_send_request(req).await {
+                let sending = conn.sender.try_send_request(unbox(req));
+                match sending.await {
                     Ok(response) => {
                         let lease = Lease {
                             conn,
@@ -197,7 +200,7 @@ impl Pool {
                         return Ok((response, lease));
                     }
                     Err(mut e) => match e.take_message() {
-                        Some(unsent) if reused => req = unsent,
+                        Some(unsent) if reused => req = Box::new(unsent),
                         _ => return Err(e.into_error().into()),
                     },
                 }
@@ -274,6 +277,12 @@ impl Pool {
             home: std::thread::current().id(),
         })
     }
+}
+
+/// The value out of its box, the box freed at once (not when the moved-out
+/// box's variable ends).
+fn unbox<T>(boxed: Box<T>) -> T {
+    *boxed
 }
 
 /// Drops the connections idle longer than [`IDLE_TIMEOUT`] (the oldest

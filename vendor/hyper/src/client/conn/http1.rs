@@ -262,7 +262,9 @@ where
         &mut self,
         req: Request<B>,
     ) -> impl Future<Output = Result<Response<IncomingBody>, TrySendError<Request<B>>>> {
-        let sent = self.dispatch.try_send(req);
+        // An unsent request is boxed: the future waits for the response
+        // with what it holds, and would otherwise keep a request's size.
+        let sent = self.dispatch.try_send(req).map_err(Box::new);
         async move {
             match sent {
                 Ok(rx) => match rx.await {
@@ -276,7 +278,7 @@ where
                     let error = crate::Error::new_canceled().with("connection was not ready");
                     Err(TrySendError {
                         error,
-                        message: Some(req),
+                        message: Some(*req),
                     })
                 }
             }
