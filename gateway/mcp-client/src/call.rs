@@ -117,7 +117,9 @@ impl<T: Offer> McpTool<T> {
         };
         let peer = match caller {
             None => server.peer().map_err(ToolError::Backend)?,
-            Some((subject, token)) => match server.user_peer(subject, token).await {
+            // Boxed: opening a caller's session is a large future, and
+            // every call's would carry its size.
+            Some((subject, token)) => match Box::pin(server.user_peer(subject, token)).await {
                 Ok(peer) => peer,
                 Err((why, true)) => {
                     return Err(ToolError::NotConnected(format!(

@@ -26,7 +26,7 @@ pub use items::{Call, CallResult, Media, MediaKind, Native, Opaque, Reasoning, R
 pub use items::{Item, Schema, ToolChoice, ToolDef, ToolJson};
 pub use notices::Notices;
 pub use request::{DecodeRest, DeferredTools, Hosted, RawFields, Request, RequestError, raw};
-pub use usage::{NativeUsage, Usage, add_json};
+pub use usage::{Usage, add_json};
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

@@ -2,9 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
-use super::Protocol;
+use super::{Native, Protocol};
 
 /// What model calls cost in tokens. `input` counts every input token,
 /// cached ones included (`cache_read` and `cache_write` say how many of
@@ -23,7 +22,7 @@ pub struct Usage {
     /// call spoke one protocol (a face of that protocol shows it as the
     /// model sent it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub native: Option<NativeUsage>,
+    pub native: Option<Native>,
     /// Calls of several protocols were summed: `native` is gone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mixed: bool,
@@ -39,18 +38,19 @@ impl Usage {
         self.input + self.output
     }
 
-    /// Adds one call's usage.
-    pub fn add(&mut self, other: &Usage) {
+    /// Adds one call's usage (its native object moved in, not copied,
+    /// where this one has none yet).
+    pub fn add(&mut self, other: Usage) {
         self.input += other.input;
         self.output += other.output;
         self.cache_read += other.cache_read;
         self.cache_write += other.cache_write;
         self.reasoning += other.reasoning;
         self.calls += other.calls;
-        match (&mut self.native, &other.native) {
+        match (&mut self.native, other.native) {
             _ if self.mixed => {}
-            (None, Some(n)) if self.calls == other.calls => self.native = Some(n.clone()),
-            (Some(a), Some(b)) if a.protocol == b.protocol => a.add(b),
+            (None, Some(n)) if self.calls == other.calls => self.native = Some(n),
+            (Some(a), Some(b)) if a.protocol == b.protocol => add_json(&mut a.value, &b.value),
             (_, None) if other.calls == 0 => {}
             _ => {
                 self.native = None;
@@ -59,49 +59,20 @@ impl Usage {
         }
     }
 
-    /// The native usage of `protocol`, when every call spoke it.
-    pub fn native_of(&self, protocol: Protocol) -> Option<Value> {
-        self.native
-            .as_ref()
-            .filter(|n| n.protocol == protocol)
-            .map(NativeUsage::value)
-    }
-}
-
-/// A model's own usage object, in its protocol. Kept as its JSON text: a
-/// loop holds it for its whole life, and each object of a parsed value
-/// takes a map node of some 600 bytes.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NativeUsage {
-    pub protocol: Protocol,
-    value: Box<RawValue>,
-}
-
-impl NativeUsage {
-    pub fn new(protocol: Protocol, value: &Value) -> NativeUsage {
-        NativeUsage {
-            protocol,
-            value: serde_json::value::to_raw_value(value)
-                .unwrap_or_else(|_| RawValue::NULL.to_owned()),
+    /// The counts alone, without the native object.
+    pub fn counts(&self) -> Usage {
+        Usage {
+            native: None,
+            ..*self
         }
     }
 
-    /// The object, read.
-    pub fn value(&self) -> Value {
-        serde_json::from_str(self.value.get()).unwrap_or(Value::Null)
-    }
-
-    /// Adds `other`'s counts into these, field by field.
-    fn add(&mut self, other: &NativeUsage) {
-        let mut sum = self.value();
-        add_json(&mut sum, &other.value());
-        *self = NativeUsage::new(self.protocol, &sum);
-    }
-}
-
-impl PartialEq for NativeUsage {
-    fn eq(&self, other: &NativeUsage) -> bool {
-        self.protocol == other.protocol && self.value.get() == other.value.get()
+    /// The native usage of `protocol`, when every call spoke it.
+    pub fn native_of(&self, protocol: Protocol) -> Option<&Value> {
+        self.native
+            .as_ref()
+            .filter(|n| n.protocol == protocol)
+            .map(|n| &n.value)
     }
 }
 
@@ -138,10 +109,11 @@ mod tests {
             input: prompt,
             output: completion,
             calls: 1,
-            native: Some(NativeUsage::new(
-                Protocol::OpenaiChat,
-                &json!({"prompt_tokens": prompt, "completion_tokens": completion, "completion_tokens_details": {"reasoning_tokens": 1}}),
-            )),
+            native: Some(Native {
+                protocol: Protocol::OpenaiChat,
+                what: "usage".into(),
+                value: json!({"prompt_tokens": prompt, "completion_tokens": completion, "completion_tokens_details": {"reasoning_tokens": 1}}),
+            }),
             ..Usage::default()
         }
     }
@@ -149,32 +121,32 @@ mod tests {
     #[test]
     fn usage_adds_up_typed_and_native() {
         let mut u = Usage::default();
-        u.add(&chat(3, 4));
-        u.add(&chat(10, 1));
+        u.add(chat(3, 4));
+        u.add(chat(10, 1));
         assert_eq!((u.input, u.output, u.calls), (13, 5, 2));
         assert_eq!(
             u.native_of(Protocol::OpenaiChat),
             Some(
-                json!({"prompt_tokens": 13, "completion_tokens": 5, "completion_tokens_details": {"reasoning_tokens": 2}})
+                &json!({"prompt_tokens": 13, "completion_tokens": 5, "completion_tokens_details": {"reasoning_tokens": 2}})
             )
         );
         // Another protocol's call: the typed counts go on, the native goes.
         let mut other = chat(1, 1);
         other.native.as_mut().unwrap().protocol = Protocol::Anthropic;
-        u.add(&other);
+        u.add(other);
         assert_eq!(u.input, 14);
         assert!(u.native.is_none() && u.mixed);
-        u.add(&chat(1, 1));
+        u.add(chat(1, 1));
         assert!(u.native.is_none());
     }
 
     #[test]
     fn a_call_that_told_nothing_changes_nothing() {
         let mut u = Usage::default();
-        u.add(&Usage::default());
+        u.add(Usage::default());
         assert!(u.is_empty());
-        u.add(&chat(1, 2));
-        u.add(&Usage::default());
+        u.add(chat(1, 2));
+        u.add(Usage::default());
         assert!(u.native.is_some());
     }
 }

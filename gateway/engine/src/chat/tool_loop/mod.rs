@@ -428,12 +428,18 @@ impl Run {
 
     /// One model call's usage: summed, and recorded on its span
     /// (OpenTelemetry's GenAI names), whole or streamed alike.
-    fn count_usage(&mut self, usage: &Usage) {
+    fn count_usage(&mut self, usage: Usage) {
         if usage.is_empty() {
             return;
         }
-        self.last_usage = usage.clone();
+        // The spend reads the counts alone.
+        self.last_usage = usage.counts();
+        self.record_usage(&self.last_usage);
         self.usage.add(usage);
+    }
+
+    /// The call's token counts, on its span.
+    fn record_usage(&self, usage: &Usage) {
         self.model_span
             .record("gen_ai.usage.input_tokens", usage.input);
         self.model_span
@@ -755,8 +761,8 @@ impl Run {
     }
 
     /// What a whole answer says, read by the formatter in force.
-    fn said(&mut self, assembly: Assembly) -> Said {
-        self.count_usage(&assembly.usage);
+    fn said(&mut self, mut assembly: Assembly) -> Said {
+        self.count_usage(std::mem::take(&mut assembly.usage));
         match &self.mode {
             Mode::FunctionCalling { .. } => Said {
                 reasoning: assembly.reasoning_text(),

@@ -178,7 +178,7 @@ impl Run {
                     for e in apply_events(p.finish(), &mut parsed) {
                         yield Read::Event(e);
                     }
-                    self.count_usage(&assembly.usage);
+                    self.count_usage(std::mem::take(&mut assembly.usage));
                     Said { finish: assembly.finish, ..parsed }
                 }
                 None => self.said(assembly),

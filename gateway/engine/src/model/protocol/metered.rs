@@ -96,7 +96,7 @@ impl UsageReader {
             {
                 for d in step.deltas {
                     if let Delta::Usage(u) = d {
-                        self.usage.add(&u);
+                        self.usage.add(u);
                     }
                 }
             }

@@ -365,7 +365,7 @@ impl Assembly {
                     call.opaque = opaque;
                 }
             }
-            Delta::Usage(u) => self.usage.add(&u),
+            Delta::Usage(u) => self.usage.add(u),
             Delta::Finish(f) => self.finish = Some(f),
             Delta::Native(n) => self.natives.push(n),
             Delta::Replay(r) => self.replay = Some(r),

@@ -9,7 +9,7 @@ use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::lenient::Lenient;
-use crate::conversation::{NativeUsage, Protocol, Usage};
+use crate::conversation::{Native, Protocol, Usage};
 
 /// The usage object's counts, of whichever protocol.
 #[derive(Debug, Default, Deserialize)]
@@ -106,7 +106,11 @@ impl Counts {
 pub fn of_value(protocol: Protocol, u: Value) -> Usage {
     let counts = Lenient::<Counts>::deserialize(&u).unwrap_or_default().0;
     Usage {
-        native: Some(NativeUsage::new(protocol, &u)),
+        native: Some(Native {
+            protocol,
+            what: "usage".into(),
+            value: u,
+        }),
         ..counts.usage(protocol)
     }
 }
@@ -410,7 +414,7 @@ mod tests {
             ),
             (7, 3, 4, 0, 2, 1)
         );
-        assert_eq!(u.native.map(|n| n.value()), Some(chat));
+        assert_eq!(u.native.map(|n| n.value), Some(chat));
         let anthropic = json!({"input_tokens": 5, "output_tokens": 9, "cache_read_input_tokens": 100,
             "cache_creation_input_tokens": 20, "output_tokens_details": {"thinking_tokens": 6}});
         let u = of_value(Protocol::Anthropic, anthropic);

@@ -158,7 +158,7 @@ pub fn usage(usage: &Usage) -> Option<Value> {
         return None;
     }
     if let Some(native) = usage.native_of(Protocol::OpenaiChat) {
-        return Some(native);
+        return Some(native.clone());
     }
     let mut u = json!({
         "prompt_tokens": usage.input,

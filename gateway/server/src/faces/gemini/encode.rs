@@ -65,7 +65,7 @@ fn finish_reason(finish: &FinishReason) -> &str {
 /// Gemini, else from the counts (candidates without the thoughts).
 pub fn usage(usage: &Usage) -> Value {
     if let Some(native) = usage.native_of(Protocol::Gemini) {
-        return native;
+        return native.clone();
     }
     let candidates = usage.output.saturating_sub(usage.reasoning);
     let mut u = json!({

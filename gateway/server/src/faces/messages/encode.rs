@@ -27,7 +27,7 @@ fn stop_reason(finish: &FinishReason) -> &str {
 /// read from or written to the cache).
 fn usage(usage: &Usage) -> Value {
     if let Some(native) = usage.native_of(Protocol::Anthropic) {
-        return native;
+        return native.clone();
     }
     let mut u = json!({
         "input_tokens": usage.input.saturating_sub(usage.cache_read + usage.cache_write),

@@ -650,10 +650,13 @@ where
             Ok(encoder) => {
                 debug_assert!(self.state.cached_headers.is_none());
                 debug_assert!(head.headers.is_empty());
-                // The written head's map is not kept for the next head
-                // read: its table would be held for as long as the
-                // connection waits (a streamed answer, a slow upstream).
-                drop(head.headers);
+                // The written head's map is kept for the next head read
+                // only by a server whose answer has a known length: a
+                // streamed answer's connection, and a client's waiting
+                // for its answer, would hold its table while they wait.
+                if T::is_server() && !encoder.is_chunked() && !encoder.is_close_delimited() {
+                    self.state.cached_headers = Some(head.headers);
+                }
 
                 #[cfg(feature = "client")]
                 {
