@@ -200,6 +200,9 @@ impl Pool {
                         return Ok((response, lease));
                     }
                     Err(mut e) => match e.take_message() {
+                        // `req` was moved out whole: boxed again, not
+                        // written into.
+                        #[allow(clippy::replace_box)]
                         Some(unsent) if reused => req = Box::new(unsent),
                         _ => return Err(e.into_error().into()),
                     },
@@ -281,6 +284,7 @@ impl Pool {
 
 /// The value out of its box, the box freed at once (not when the moved-out
 /// box's variable ends).
+#[allow(clippy::boxed_local)]
 fn unbox<T>(boxed: Box<T>) -> T {
     *boxed
 }
