@@ -144,7 +144,8 @@ struct Run {
     who: Who,
     /// The next model call's admission by the caller's budgets.
     admission: Option<Admission>,
-    /// The latest model call's usage, until its spend is counted.
+    /// The latest model call's counts (without its native object), until
+    /// its spend is counted.
     last_usage: Usage,
     /// What the model calls cost so far, in nano-dollars, and how many
     /// had no known price.

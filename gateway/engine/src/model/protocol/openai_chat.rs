@@ -571,11 +571,16 @@ impl Stream {
                 done: true,
             });
         }
-        let chunk: Value =
+        let mut chunk: Value =
             serde_json::from_str(data).map_err(|_| "a stream chunk is not JSON".to_owned())?;
         let mut deltas = Vec::new();
-        if let Some(u) = chunk.get("usage").filter(|u| !u.is_null()) {
-            deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u.clone())));
+        // Taken, not copied: nothing below reads it.
+        if let Some(u) = chunk
+            .get_mut("usage")
+            .map(Value::take)
+            .filter(|u| !u.is_null())
+        {
+            deltas.push(Delta::Usage(super::usage::of_value(PROTOCOL, u)));
         }
         if let Some(e) = chunk.get("error") {
             return Err(format!("it reported an error mid-stream: {e}"));
