@@ -192,11 +192,21 @@ impl<T: Offer> McpTool<T> {
             params.request_state.clone_from(&resume.state);
         }
         let mut rounds = 0;
+        // The rarer steps (progress reported as it comes, a server asking
+        // for input) are boxed: the call's future, which the executor boxes
+        // (a copy of all of it on every call), would carry their size.
         let response = loop {
             let response = match progress {
                 None => call_once(peer, params.clone(), meta.clone()).await,
                 Some(sink) => {
-                    call_reporting(server, peer, params.clone(), meta.clone(), sink).await
+                    Box::pin(call_reporting(
+                        server,
+                        peer,
+                        params.clone(),
+                        meta.clone(),
+                        sink,
+                    ))
+                    .await
                 }
             };
             // A 2026-07-28 server asking for input (SEP-2322): handed back
@@ -214,17 +224,19 @@ impl<T: Offer> McpTool<T> {
             }
             let relay = relay.clone().unwrap_or_default();
             let asked = match &hand_back {
-                Some(hand_back) => match hand_back_to(name, asked, hand_back, &relay).await? {
-                    Some(asked) => asked,
-                    None => {
-                        return Err(NoAnswer::HandedToClient(format!(
-                            "MCP server `{name}` asked the client for input; the question was handed to it"
-                        )));
+                Some(hand_back) => {
+                    match Box::pin(hand_back_to(name, asked, hand_back, &relay)).await? {
+                        Some(asked) => asked,
+                        None => {
+                            return Err(NoAnswer::HandedToClient(format!(
+                                "MCP server `{name}` asked the client for input; the question was handed to it"
+                            )));
+                        }
                     }
-                },
+                }
                 None => asked,
             };
-            let (responses, state) = answer_input_requests(name, asked, &relay).await?;
+            let (responses, state) = Box::pin(answer_input_requests(name, asked, &relay)).await?;
             if responses.is_none() {
                 // Only state to carry: the server is working; ask again
                 // after a pause that grows.
