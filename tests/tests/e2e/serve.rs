@@ -106,6 +106,28 @@ async fn a_broken_change_is_logged_with_its_position_and_the_old_tools_keep_work
     assert_eq!(server.version().await, 1);
 }
 
+/// The `THP_enabled` line of a process's status: whether the kernel may
+/// back its memory with transparent huge pages.
+fn huge_pages_allowed(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .expect("the kernel reports THP_enabled");
+    line.trim() == "1"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_runs_without_huge_pages_unless_the_allocator_is_told_otherwise() {
+    let dir = ConfigDir::new(&[("toolgate.yaml", "reload: { watch: false }\n")]);
+    // This process may have them: the switch is the server's own.
+    assert!(huge_pages_allowed(std::process::id()));
+    let server = Server::start(dir.path(), &[]).await;
+    assert!(!huge_pages_allowed(server.child.id()));
+    let asked = Server::start(dir.path(), &[("MIMALLOC_ALLOW_THP", "1")]).await;
+    assert!(huge_pages_allowed(asked.child.id()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_reloads_the_configuration() {
     let backend = Backend::start().await;

@@ -394,7 +394,7 @@ impl Upstream {
         let deadline = tokio::time::Instant::now() + self.timeout;
         // Every wait inside is bounded by the deadline (one timer at a time).
         let result = self
-            .call_attempts(&call, deadline)
+            .call_attempts(call, deadline)
             .await
             .map(|(response, lease)| Reply {
                 response,
@@ -475,14 +475,15 @@ impl Upstream {
         })
     }
 
-    /// A model call's request, as each attempt sends it.
+    /// A model call's request of `body`, as each attempt sends it.
     fn call_request(
         &self,
         call: &ModelCall<'_>,
+        body: Bytes,
         uri: &Uri,
         request_id: Option<&HeaderValue>,
     ) -> Request<Full<Bytes>> {
-        let mut req = self.request(Method::POST, uri, call.body.clone());
+        let mut req = self.request(Method::POST, uri, body);
         req.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in call.headers {
@@ -497,7 +498,7 @@ impl Upstream {
 
     async fn call_attempts(
         &self,
-        call: &ModelCall<'_>,
+        mut call: ModelCall<'_>,
         deadline: tokio::time::Instant,
     ) -> Result<(http::Response<Incoming>, Option<pool::Lease>), UpstreamError> {
         let request_id = call
@@ -506,9 +507,17 @@ impl Upstream {
         let uri = self.call_uri(call.model, call.stream)?;
         let mut attempt = 1;
         loop {
-            // The exchange takes the request before the wait: the wait's
-            // state holds no slot of a request's size.
-            let sending = self.send(self.call_request(call, &uri, request_id.as_ref()), deadline);
+            // The last attempt takes the body: none is kept while the model
+            // answers. The exchange takes the request before the wait: the
+            // wait's state holds no slot of a request's size.
+            let last = call.single_attempt || attempt >= self.retry.max_attempts;
+            let body = if last {
+                std::mem::take(&mut call.body)
+            } else {
+                call.body.clone()
+            };
+            let request = self.call_request(&call, body, &uri, request_id.as_ref());
+            let sending = self.send(request, deadline);
             let (error, retry_after) = match sending.await {
                 Ok((resp, lease)) if resp.status().is_success() => return Ok((resp, lease)),
                 // The connection closes with the error body (not worth
@@ -535,7 +544,7 @@ impl Upstream {
                 Err(e @ UpstreamError::Timeout { .. }) => return Err(e),
                 Err(e) => (e, None),
             };
-            if call.single_attempt || attempt >= self.retry.max_attempts {
+            if last {
                 return Err(error);
             }
             let backoff = self
