@@ -24,7 +24,7 @@ pub enum Event {
     /// signature), which only the model's protocol can read.
     ReasoningOpaque(Opaque),
     /// The gateway starts running a tool call the model made.
-    ToolCallStarted(Call),
+    ToolCallStarted(Box<Call>),
     /// A running gateway tool call reported progress (MCP tools that send
     /// `notifications/progress`).
     ToolProgress(Box<CallProgress>),
@@ -35,7 +35,7 @@ pub enum Event {
     /// The loop is over.
     Done(Box<Summary>),
     /// The loop failed part-way; what was sent stays sent.
-    Failed(ChatError),
+    Failed(Box<ChatError>),
 }
 
 /// A whole (non-streamed) loop's result.

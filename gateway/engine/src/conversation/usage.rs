@@ -21,8 +21,10 @@ pub struct Usage {
     /// The upstream's own usage object, summed field by field while every
     /// call spoke one protocol (a face of that protocol shows it as the
     /// model sent it).
+    /// Boxed: most loops keep two counts, and a face of another protocol
+    /// never reads it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub native: Option<Native>,
+    pub native: Option<Box<Native>>,
     /// Calls of several protocols were summed: `native` is gone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mixed: bool,
@@ -109,11 +111,11 @@ mod tests {
             input: prompt,
             output: completion,
             calls: 1,
-            native: Some(Native {
+            native: Some(Box::new(Native {
                 protocol: Protocol::OpenaiChat,
                 what: "usage".into(),
                 value: json!({"prompt_tokens": prompt, "completion_tokens": completion, "completion_tokens_details": {"reasoning_tokens": 1}}),
-            }),
+            })),
             ..Usage::default()
         }
     }

@@ -142,8 +142,9 @@ struct Run {
     attempts: Vec<Attempt>,
     /// Whose budgets the model calls count against.
     who: Who,
-    /// The next model call's admission by the caller's budgets.
-    admission: Option<Admission>,
+    /// The next model call's admission by the caller's budgets (boxed, as
+    /// the rarer fields are: the run lives as long as its stream).
+    admission: Option<Box<Admission>>,
     /// The latest model call's counts (without its native object), until
     /// its spend is counted.
     last_usage: Usage,
@@ -153,7 +154,7 @@ struct Run {
     /// Budgets of the caller past their warning share.
     budget_warnings: Vec<String>,
     /// A budget the calls spent: the loop runs no more tools.
-    budget_spent: Option<Exceeded>,
+    budget_spent: Option<Box<Exceeded>>,
     /// When the latest model call began.
     call_began: std::time::Instant,
 }
@@ -474,7 +475,7 @@ impl Run {
             .await?;
         self.budget_warnings
             .extend(admission.warnings.iter().cloned());
-        self.admission = Some(admission);
+        self.admission = Some(Box::new(admission));
         Ok(())
     }
 
@@ -503,13 +504,13 @@ impl Run {
         };
         let cost = match self.admission.take() {
             Some(admission) => {
-                let settled = self.l.spend.settle(admission, &self.who, call).await;
+                let settled = self.l.spend.settle(*admission, &self.who, call).await;
                 for w in &settled.warnings {
                     tracing::info!("{w}");
                 }
                 self.budget_warnings.extend(settled.warnings);
-                if settled.exceeded.is_some() {
-                    self.budget_spent = settled.exceeded;
+                if let Some(e) = settled.exceeded {
+                    self.budget_spent = Some(Box::new(e));
                 }
                 settled.cost
             }
@@ -538,8 +539,8 @@ impl Run {
                 .admit(&self.l.catalog.spend, &self.who, &guess, price)
                 .await
             {
-                Ok(admission) => self.admission = Some(admission),
-                Err(SpendError::Exceeded(e)) => self.budget_spent = Some(e),
+                Ok(admission) => self.admission = Some(Box::new(admission)),
+                Err(SpendError::Exceeded(e)) => self.budget_spent = Some(Box::new(e)),
                 Err(SpendError::Unavailable) => {}
             }
         }
@@ -865,12 +866,15 @@ impl Run {
     /// a protocol whose opaque state must go back verbatim) the turn as
     /// the model wrote it, marked with the upstream that made it.
     fn model_turn(&self, said: &Said, calls: &[Call]) -> Turn {
-        let mut items: Vec<Item> = said
-            .reasoning_items
-            .iter()
-            .cloned()
-            .map(Item::Reasoning)
-            .collect();
+        // Sized at once: the turn is kept for the rest of the loop, and a
+        // vector grown item by item keeps room for four.
+        let mut items: Vec<Item> = Vec::with_capacity(
+            said.reasoning_items.len()
+                + usize::from(said.content.is_some())
+                + calls.len()
+                + said.natives.len(),
+        );
+        items.extend(said.reasoning_items.iter().cloned().map(Item::Reasoning));
         if let Some(c) = &said.content {
             items.push(Item::text(c.clone()));
         }

@@ -27,25 +27,32 @@ impl Run {
             let mut iteration = 1;
             loop {
                 self.iterations = iteration;
-                let next = match pending.take() {
-                    Some(r) => Ok(r),
-                    None => Box::pin(self.call(iteration, true)).await.map(Box::new),
-                };
-                let resp = match next {
-                    Ok(r) => r,
-                    Err(e) => {
-                        yield Event::Failed(e);
-                        return;
-                    }
+                // No local holds a call's outcome or a read item across a
+                // yield: each would take its size in the stream's state
+                // for the stream's whole life.
+                let resp = match pending.take() {
+                    Some(r) => r,
+                    None => match Box::pin(self.call(iteration, true)).await {
+                        Ok(r) => Box::new(r),
+                        Err(e) => {
+                            yield Event::Failed(Box::new(e));
+                            return;
+                        }
+                    },
                 };
                 let mut said = None;
                 {
                     let mut reading = Box::pin(self.read(*resp));
-                    while let Some(read) = reading.next().await {
-                        match read {
-                            Read::Event(e) => yield e,
-                            Read::Said(s) => said = Some(s),
-                        }
+                    loop {
+                        let event = match reading.next().await {
+                            Some(Read::Event(e)) => e,
+                            Some(Read::Said(s)) => {
+                                said = Some(s);
+                                continue;
+                            }
+                            None => break,
+                        };
+                        yield event;
                     }
                 }
                 // A failure was the last event.
@@ -53,14 +60,14 @@ impl Run {
                 Box::pin(self.count_spend(!said.calls.is_empty())).await;
                 Box::pin(self.remember(&said)).await;
                 if let Err(e) = self.check_call_count(said.calls.len()) {
-                    yield Event::Failed(e);
+                    yield Event::Failed(Box::new(e));
                     return;
                 }
                 let (next, finish) = self.decide(&said, iteration);
                 match next {
                     Next::Run(calls) => {
                         for c in &calls {
-                            yield Event::ToolCallStarted(c.clone());
+                            yield Event::ToolCallStarted(Box::new(c.clone()));
                         }
                         let before = self.calls.len();
                         // The tools' progress reports go out as they come.
@@ -129,18 +136,18 @@ impl Run {
                     Ok(ev) => ev,
                     // Over the byte cap or past the deadline.
                     Err(eventsource_stream::EventStreamError::Transport(e)) => {
-                        yield Read::Event(Event::Failed(e.into()));
+                        yield Read::Event(Event::Failed(Box::new(e.into())));
                         return;
                     }
                     Err(e) => {
-                        yield Read::Event(Event::Failed(self.invalid(format!("the stream broke: {e}"))));
+                        yield Read::Event(Event::Failed(Box::new(self.invalid(format!("the stream broke: {e}")))));
                         return;
                     }
                 };
                 let step = match decoder.event(&ev.event, &ev.data) {
                     Ok(step) => step,
                     Err(e) => {
-                        yield Read::Event(Event::Failed(self.invalid(e)));
+                        yield Read::Event(Event::Failed(Box::new(self.invalid(e))));
                         return;
                     }
                 };
@@ -157,7 +164,7 @@ impl Run {
                         _ => {}
                     }
                     if let Err(e) = assembly.push(delta, max_calls) {
-                        yield Read::Event(Event::Failed(self.invalid(e)));
+                        yield Read::Event(Event::Failed(Box::new(self.invalid(e))));
                         return;
                     }
                 }
@@ -170,7 +177,7 @@ impl Run {
             // pool before the tools run.
             drop(events);
             if !done && !decoder.complete() {
-                yield Read::Event(Event::Failed(self.invalid("the stream ended before the answer was complete".into())));
+                yield Read::Event(Event::Failed(Box::new(self.invalid("the stream ended before the answer was complete".into()))));
                 return;
             }
             let said = match parser.take() {

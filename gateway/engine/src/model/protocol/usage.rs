@@ -106,11 +106,11 @@ impl Counts {
 pub fn of_value(protocol: Protocol, u: Value) -> Usage {
     let counts = Lenient::<Counts>::deserialize(&u).unwrap_or_default().0;
     Usage {
-        native: Some(Native {
+        native: Some(Box::new(Native {
             protocol,
             what: "usage".into(),
             value: u,
-        }),
+        })),
         ..counts.usage(protocol)
     }
 }

@@ -234,7 +234,7 @@ impl Transcript {
                 ]
             }
             Event::Failed(error) => {
-                let error = ApiError::from(error);
+                let error = ApiError::from(*error);
                 let html = self.html(
                     "summary.html",
                     json!({"failed": true, "code": error.code, "message": error.message,
@@ -334,11 +334,11 @@ mod tests {
         let mut page = Transcript::new(2, Some("default".into()));
         let events = vec![
             Event::Reasoning("thinking".into()),
-            Event::ToolCallStarted(Call::new(
+            Event::ToolCallStarted(Box::new(Call::new(
                 "call_a",
                 "calculator",
                 r#"{"expression":"<b>6*7</b>"}"#,
-            )),
+            ))),
             Event::ToolProgress(Box::new(CallProgress {
                 call_id: "call_a".into(),
                 tool: "calculator".into(),
@@ -352,8 +352,8 @@ mod tests {
             Event::ToolCallDone(Box::new(record("call_b", false))),
             // A model that gives every call the same (empty) id: each call
             // still has its own card, finished in order.
-            Event::ToolCallStarted(Call::new("", "calculator", "{}")),
-            Event::ToolCallStarted(Call::new("", "calculator", "{}")),
+            Event::ToolCallStarted(Box::new(Call::new("", "calculator", "{}"))),
+            Event::ToolCallStarted(Box::new(Call::new("", "calculator", "{}"))),
             Event::ToolCallDone(Box::new(record("", true))),
             Event::ToolCallDone(Box::new(record("", true))),
             Event::Content("<script>alert(1)</script>".into()),
