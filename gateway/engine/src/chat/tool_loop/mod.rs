@@ -457,11 +457,8 @@ impl Run {
     }
 
     /// Admits the next model call (a body of `bytes`) by the caller's
-    /// budgets, unless it was admitted already.
+    /// budgets (the caller checks there are budgets and no admission yet).
     async fn admit(&mut self, bytes: usize) -> Result<(), ChatError> {
-        if self.admission.is_some() || self.l.catalog.spend.budgets.is_empty() {
-            return Ok(());
-        }
         // Its input, guessed at a token per four bytes.
         let guess = Usage {
             input: (bytes / 4) as u64,
@@ -625,11 +622,17 @@ impl Run {
     async fn call(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         self.last_usage = Usage::default();
         self.call_began = std::time::Instant::now();
-        let span =
-            crate::model::upstream::chat_span(&self.l.resolved.upstream, &self.l.resolved.model);
-        span.record("iteration", iteration);
-        self.model_span = span.clone();
-        self.call_upstream(iteration, stream).instrument(span).await
+        // The span moved into the call, not also kept beside it.
+        let call = {
+            let span = crate::model::upstream::chat_span(
+                &self.l.resolved.upstream,
+                &self.l.resolved.model,
+            );
+            span.record("iteration", iteration);
+            self.model_span = span.clone();
+            self.call_upstream(iteration, stream).instrument(span)
+        };
+        call.await
     }
 
     /// Calls the model: on a route of several targets, each in the
@@ -637,9 +640,17 @@ impl Run {
     /// too (an answer begun is never tried again elsewhere: this returns
     /// at its head).
     async fn call_upstream(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
-        if !self.l.resolved.several() {
-            return self.call_target(iteration, stream).await;
+        if self.l.resolved.several() {
+            // Boxed: a route's own state is no part of a single target's
+            // call, which lives as long as the model takes to answer.
+            Box::pin(self.call_route(iteration, stream)).await
+        } else {
+            self.call_target(iteration, stream).await
         }
+    }
+
+    /// [`Run::call_upstream`] on a route of several targets.
+    async fn call_route(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         let router = Arc::clone(&self.l.router);
         let order = router
             .order(&self.l.resolved, self.affinity.as_deref())
@@ -717,33 +728,50 @@ impl Run {
     /// Calls the target in use; in `auto` mode, falls back to the
     /// structured prompt (and remembers it) when the upstream rejects
     /// `tools`.
+    ///
+    /// A model call's future lives as long as the model takes to answer
+    /// its head, so the rarer steps are awaited in boxes (a budget's
+    /// admission, the fallback) and no outcome is held across a wait: the
+    /// future is sized to the call alone.
     async fn call_target(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
         let body = self.body(iteration, stream)?;
-        self.admit(body.len()).await?;
-        match upstream.call(self.model_call(body, stream)).await {
-            Ok(r) => Ok(r),
-            Err(e)
-                if matches!(self.mode, Mode::FunctionCalling { fallback: true })
-                    && e.rejects_tools() =>
-            {
-                tracing::warn!(
-                    upstream = %upstream.name,
-                    model = %self.l.resolved.model,
-                    "the upstream rejects tools ({e}); using the structured prompt for this model from now on"
-                );
-                self.l
-                    .learned
-                    .remember_structured(&upstream.name, &self.l.resolved.model)
-                    .await;
-                self.mode = self
-                    .l
-                    .structured(&self.l.offered_tools(&self.found, &self.loaded))?;
-                let body = self.body(iteration, stream)?;
-                Ok(upstream.call(self.model_call(body, stream)).await?)
-            }
-            Err(e) => Err(e.into()),
+        if self.admission.is_none() && !self.l.catalog.spend.budgets.is_empty() {
+            Box::pin(self.admit(body.len())).await?;
         }
+        let e = match upstream.call(self.model_call(body, stream)).await {
+            Ok(r) => return Ok(r),
+            Err(e) => e,
+        };
+        if matches!(self.mode, Mode::FunctionCalling { fallback: true }) && e.rejects_tools() {
+            return Box::pin(self.fall_back(iteration, stream, e)).await;
+        }
+        Err(e.into())
+    }
+
+    /// The upstream rejected `tools` (`e`): the structured prompt from now
+    /// on for this model, and the call made again with it.
+    async fn fall_back(
+        &mut self,
+        iteration: u32,
+        stream: bool,
+        e: UpstreamError,
+    ) -> Result<Reply, ChatError> {
+        let upstream = Arc::clone(&self.l.resolved.upstream);
+        tracing::warn!(
+            upstream = %upstream.name,
+            model = %self.l.resolved.model,
+            "the upstream rejects tools ({e}); using the structured prompt for this model from now on"
+        );
+        self.l
+            .learned
+            .remember_structured(&upstream.name, &self.l.resolved.model)
+            .await;
+        self.mode = self
+            .l
+            .structured(&self.l.offered_tools(&self.found, &self.loaded))?;
+        let body = self.body(iteration, stream)?;
+        Ok(upstream.call(self.model_call(body, stream)).await?)
     }
 
     /// A model call of `body`: the client's protocol headers go along when

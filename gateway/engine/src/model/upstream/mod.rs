@@ -389,28 +389,41 @@ impl Upstream {
     /// response head in the metrics. The whole call, retries included, has
     /// the upstream's total deadline; the [`Reply`] carries what is left of
     /// it for the body.
-    pub async fn call(&self, call: ModelCall<'_>) -> Result<Reply, UpstreamError> {
-        let began = std::time::Instant::now();
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        // Every wait inside is bounded by the deadline (one timer at a time).
-        let result = self
-            .call_attempts(call, deadline)
-            .await
-            .map(|(response, lease)| Reply {
-                response,
-                deadline,
-                lease,
+    ///
+    /// Not an `async fn`, whose argument would take a second slot in the
+    /// future beside the one the future is made with.
+    #[allow(clippy::manual_async_fn)]
+    pub fn call<'a>(
+        &'a self,
+        mut call: ModelCall<'a>,
+    ) -> impl Future<Output = Result<Reply, UpstreamError>> + Send + 'a {
+        async move {
+            let began = std::time::Instant::now();
+            let deadline = tokio::time::Instant::now() + self.timeout;
+            // Every wait inside is bounded by the deadline (one timer at a time).
+            let result = self
+                .call_attempts(&mut call, deadline)
+                .await
+                .map(|(response, lease)| Reply {
+                    response,
+                    deadline,
+                    lease,
+                });
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(UpstreamError::Status { status, .. }) if status.is_client_error() => {
+                    "client_error"
+                }
+                Err(UpstreamError::Status { .. }) => "server_error",
+                Err(UpstreamError::Timeout { .. }) => "timeout",
+                Err(UpstreamError::Unreachable { .. }) => "unreachable",
+                Err(UpstreamError::Invalid { .. } | UpstreamError::TooLarge { .. }) => "invalid",
+            };
+            crate::support::metrics::record(|m| {
+                m.upstream_call(&self.name, outcome, began.elapsed())
             });
-        let outcome = match &result {
-            Ok(_) => "ok",
-            Err(UpstreamError::Status { status, .. }) if status.is_client_error() => "client_error",
-            Err(UpstreamError::Status { .. }) => "server_error",
-            Err(UpstreamError::Timeout { .. }) => "timeout",
-            Err(UpstreamError::Unreachable { .. }) => "unreachable",
-            Err(UpstreamError::Invalid { .. } | UpstreamError::TooLarge { .. }) => "invalid",
-        };
-        crate::support::metrics::record(|m| m.upstream_call(&self.name, outcome, began.elapsed()));
-        result
+            result
+        }
     }
 
     /// A request to `uri` with the gateway's headers and, when it has one,
@@ -475,36 +488,35 @@ impl Upstream {
         })
     }
 
-    /// A model call's request of `body`, as each attempt sends it.
+    /// A model call's request of `body`, as each attempt sends it (made
+    /// whole each time: nothing of it is kept while the model answers).
     fn call_request(
         &self,
         call: &ModelCall<'_>,
         body: Bytes,
-        uri: &Uri,
-        request_id: Option<&HeaderValue>,
-    ) -> Request<Full<Bytes>> {
-        let mut req = self.request(Method::POST, uri, body);
+    ) -> Result<Request<Full<Bytes>>, UpstreamError> {
+        let uri = self.call_uri(call.model, call.stream)?;
+        let mut req = self.request(Method::POST, &uri, body);
         req.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in call.headers {
             req.headers_mut().insert(name, value.clone());
         }
-        if let Some(id) = request_id {
-            req.headers_mut().insert("x-request-id", id.clone());
+        if let Some(id) = call
+            .request_id
+            .and_then(|id| HeaderValue::from_str(id).ok())
+        {
+            req.headers_mut().insert("x-request-id", id);
         }
         crate::support::telemetry::inject(req.headers_mut());
-        req
+        Ok(req)
     }
 
     async fn call_attempts(
         &self,
-        mut call: ModelCall<'_>,
+        call: &mut ModelCall<'_>,
         deadline: tokio::time::Instant,
     ) -> Result<(http::Response<Incoming>, Option<pool::Lease>), UpstreamError> {
-        let request_id = call
-            .request_id
-            .and_then(|id| HeaderValue::from_str(id).ok());
-        let uri = self.call_uri(call.model, call.stream)?;
         let mut attempt = 1;
         loop {
             // The last attempt takes the body: none is kept while the model
@@ -516,7 +528,7 @@ impl Upstream {
             } else {
                 call.body.clone()
             };
-            let request = self.call_request(&call, body, &uri, request_id.as_ref());
+            let request = self.call_request(call, body)?;
             let sending = self.send(request, deadline);
             let (error, retry_after) = match sending.await {
                 Ok((resp, lease)) if resp.status().is_success() => return Ok((resp, lease)),
@@ -525,10 +537,13 @@ impl Upstream {
                 Ok((resp, _)) => {
                     let status = resp.status();
                     let retry_after = parse_retry_after(resp.headers().get(RETRY_AFTER));
-                    let text =
-                        tokio::time::timeout_at(self.read_by(deadline), read_error_body(resp))
-                            .await
-                            .unwrap_or_default();
+                    // Boxed: the call's future is not sized for a failure.
+                    let text = Box::pin(tokio::time::timeout_at(
+                        self.read_by(deadline),
+                        read_error_body(resp),
+                    ))
+                    .await
+                    .unwrap_or_default();
                     let err = UpstreamError::Status {
                         upstream: self.name.clone(),
                         status,

@@ -270,14 +270,14 @@ fn turns(messages: &RawValue) -> Result<Vec<Turn>, RequestError> {
     let messages: Vec<Box<RawValue>> = serde_json::from_str(messages.get()).map_err(|e| {
         RequestError::new(format!("`messages` is malformed: {e}")).param("messages")
     })?;
-    messages
-        .into_iter()
-        .map(|raw| {
-            let m: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
-            let (role, items) = message(&m);
-            Ok(Turn::decoded(role, items, PROTOCOL, Slot::Message, raw))
-        })
-        .collect()
+    // Sized at once (a collected `Result` starts with room for four).
+    let mut turns = Vec::with_capacity(messages.len());
+    for raw in messages {
+        let m: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+        let (role, items) = message(&m);
+        turns.push(Turn::decoded(role, items, PROTOCOL, Slot::Message, raw));
+    }
+    Ok(turns)
 }
 
 /// A message's text content (strings, or the text parts of an array).

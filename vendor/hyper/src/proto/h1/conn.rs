@@ -311,6 +311,7 @@ where
                 debug!("ignoring expect-continue since body is empty");
             }
             self.state.reading = Reading::KeepAlive;
+            self.io.release_empty_read_buf();
             if !T::should_read_first() {
                 self.try_keep_alive(cx);
             }
@@ -424,6 +425,12 @@ where
         };
 
         self.state.reading = reading;
+        if !matches!(self.state.reading, Reading::Body(..)) {
+            // The message is read: its bytes were handed out as slices of
+            // the read buffer, and the buffer's spare room would keep
+            // their allocation for as long as the connection waits.
+            self.io.release_empty_read_buf();
+        }
         self.try_keep_alive(cx);
         ret
     }

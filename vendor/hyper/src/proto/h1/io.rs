@@ -243,6 +243,16 @@ where
         }
     }
 
+    /// Gives the read buffer back when nothing is left in it (a message
+    /// read whole): what was read lives on in the slices handed out, and
+    /// the next read takes a buffer of its own.
+    pub(crate) fn release_empty_read_buf(&mut self) {
+        if self.read_buf.is_empty() && self.read_buf.capacity() > 0 {
+            self.read_buf = BytesMut::new();
+            self.read_buf_released = true;
+        }
+    }
+
     pub(crate) fn poll_read_from_io(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         self.read_blocked = false;
         // Get the next amount to allocate, but make sure we don't go over
