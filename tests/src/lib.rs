@@ -621,6 +621,8 @@ impl Server {
 
     async fn spawn(mut command: Command, env: &[(&str, &str)]) -> Server {
         let mut child = command
+            // The allocator's switch for huge pages is the test's to set.
+            .env_remove("MIMALLOC_ALLOW_THP")
             .envs(env.iter().copied())
             .env("TOOLGATE_LOG", "info")
             .env("NO_COLOR", "1")

@@ -120,7 +120,9 @@ fn huge_pages_allowed(pid: u32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_runs_without_huge_pages_unless_the_allocator_is_told_otherwise() {
     let dir = ConfigDir::new(&[("toolgate.yaml", "reload: { watch: false }\n")]);
-    // This process may have them: the switch is the server's own.
+    // The switch is inherited: this process allows them, so that what the
+    // server says is the server's own doing.
+    nix::sys::prctl::set_thp_disable(false).unwrap();
     assert!(huge_pages_allowed(std::process::id()));
     let server = Server::start(dir.path(), &[]).await;
     assert!(!huge_pages_allowed(server.child.id()));

@@ -40,8 +40,8 @@ pub(crate) struct Buffered<T, B> {
     read_blocked: bool,
     read_buf: BytesMut,
     /// The connection holds no read buffer: it has not read yet, or gave
-    /// its buffer back while it waited (not one that a read filled and
-    /// the message took whole).
+    /// its empty buffer back, while it waited or once a message was read
+    /// whole.
     read_buf_released: bool,
     read_buf_strategy: ReadStrategy,
     write_buf: WriteBuf<B>,
