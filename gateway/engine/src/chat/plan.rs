@@ -150,7 +150,7 @@ pub fn plan(
         return Ok(Plan::Proxy {
             upstream: Arc::clone(&resolved.upstream),
             who: crate::governance::spend::Who::of(&context),
-            price: resolved.price,
+            price: resolved.terms.price,
             model: resolved.model,
             request: Box::new(request),
         });

@@ -177,9 +177,10 @@ pub struct Params {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
     /// Structured output: a JSON Schema the answer follows (`name`,
-    /// `schema`, `strict`), or JSON of any shape (`schema` null).
+    /// `schema`, `strict`), or JSON of any shape (`schema` null). Boxed:
+    /// rare, and the parameters live as long as a request's stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub response_format: Option<ResponseFormat>,
+    pub response_format: Option<Box<ResponseFormat>>,
     /// How hard a reasoning model thinks (`low`, `medium`, `high`…).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,

@@ -193,6 +193,7 @@ fn sampling_spend(
     let who = crate::governance::spend::Who::of(ctx);
     let price = catalog.spend.price(
         resolved
+            .terms
             .price
             .map(crate::governance::spend::prices::Price::from),
         &resolved.model,

@@ -140,8 +140,9 @@ struct Run {
     affinity: Option<String>,
     /// On a route of several targets: every target tried, in order.
     attempts: Vec<Attempt>,
-    /// Whose budgets the model calls count against.
-    who: Who,
+    /// Whose budgets the model calls count against (boxed: the run lives
+    /// as long as its stream).
+    who: Box<Who>,
     /// The next model call's admission by the caller's budgets (boxed, as
     /// the rarer fields are: the run lives as long as its stream).
     admission: Option<Box<Admission>>,
@@ -195,7 +196,7 @@ impl Loop {
             model_span: tracing::Span::none(),
             affinity,
             attempts: Vec::new(),
-            who: Who::of(&self.context),
+            who: Box::new(Who::of(&self.context)),
             admission: None,
             last_usage: Usage::default(),
             cost: (0, 0),
@@ -482,7 +483,7 @@ impl Run {
         self.l
             .catalog
             .spend
-            .price(resolved.price.map(Price::from), &resolved.model)
+            .price(resolved.terms.price.map(Price::from), &resolved.model)
     }
 
     /// The latest model call's spend: counted against the caller's budgets
@@ -684,7 +685,7 @@ impl Run {
                     };
                     router
                         .health
-                        .failed(&key, retry_after, &self.l.resolved.cooldown)
+                        .failed(&key, retry_after, &self.l.resolved.terms.cooldown)
                         .await;
                     tracing::warn!(target = %key, "model target failed ({e}); trying the next");
                     last = Some(e);

@@ -120,8 +120,10 @@ impl Run {
         async_stream::stream! {
             // The target that answered (on a route of several, any).
             let protocol = self.l.resolved.upstream.protocol;
+            // Boxed, as only a structured-mode answer has one: the stream
+            // holds its state for as long as the answer takes.
             let mut parser = match &self.mode {
-                Mode::Structured { offered, .. } => Some(StreamParser::with_options(offered.clone(), PARSE)),
+                Mode::Structured { offered, .. } => Some(Box::new(StreamParser::with_options(offered.clone(), PARSE))),
                 Mode::FunctionCalling { .. } => None,
             };
             let mut parsed = Said::default();
@@ -180,9 +182,12 @@ impl Run {
                 yield Read::Event(Event::Failed(Box::new(self.invalid("the stream ended before the answer was complete".into()))));
                 return;
             }
-            let said = match parser.take() {
-                Some(p) => {
-                    for e in apply_events(p.finish(), &mut parsed) {
+            // Finished before the match: a scrutinee lives as long as its
+            // match, across every yield in it.
+            let finished = parser.take().map(|p| p.finish());
+            let said = match finished {
+                Some(finished) => {
+                    for e in apply_events(finished, &mut parsed) {
                         yield Read::Event(e);
                     }
                     self.count_usage(std::mem::take(&mut assembly.usage));

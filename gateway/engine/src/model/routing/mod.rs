@@ -62,11 +62,19 @@ pub struct Resolved {
     pub template: Option<Arc<PromptTemplate>>,
     /// Every target of the route, in the order declared.
     pub targets: Arc<[Target]>,
+    /// The route's cooldown and prices, shared with the route.
+    pub terms: Arc<Terms>,
+    /// The model name the client asked for.
+    asked: String,
+}
+
+/// What a route declares beside its targets: shared by every request the
+/// route serves (a request's state lives as long as its stream).
+#[derive(Debug, Clone, Default)]
+pub struct Terms {
     pub cooldown: CooldownDecl,
     /// The route's own prices (else the shipped table's for the model).
     pub price: Option<PriceDecl>,
-    /// The model name the client asked for.
-    asked: String,
 }
 
 impl Resolved {
@@ -126,10 +134,9 @@ struct Route {
     pattern: String,
     glob: Option<Matcher>,
     targets: Arc<[Target]>,
-    cooldown: CooldownDecl,
+    terms: Arc<Terms>,
     formatter: FormatterKind,
     template: Option<Arc<PromptTemplate>>,
-    price: Option<PriceDecl>,
 }
 
 /// Every upstream and the model routes, first match wins.
@@ -189,10 +196,9 @@ impl Upstreams {
             pattern: pattern.to_owned(),
             glob,
             targets: targets.into(),
-            cooldown,
+            terms: Arc::new(Terms { cooldown, price }),
             formatter,
             template,
-            price,
         });
         Ok(())
     }
@@ -211,8 +217,7 @@ impl Upstreams {
             formatter: r.formatter,
             template: r.template.clone(),
             targets: Arc::clone(&r.targets),
-            cooldown: r.cooldown.clone(),
-            price: r.price,
+            terms: Arc::clone(&r.terms),
             asked: model.to_owned(),
         })
     }

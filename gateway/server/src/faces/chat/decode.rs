@@ -178,16 +178,16 @@ fn rest(request: &mut Request) -> Result<(), RequestError> {
 fn params(raw: &RawFields) -> Params {
     let get = |name: &str| field::<Value>(raw, name).ok().flatten();
     let response_format = get("response_format").and_then(|f| match f["type"].as_str() {
-        Some("json_schema") => Some(ResponseFormat {
+        Some("json_schema") => Some(Box::new(ResponseFormat {
             name: f["json_schema"]["name"].as_str().map(str::to_owned),
             schema: Some(f["json_schema"]["schema"].clone()),
             strict: f["json_schema"]["strict"].as_bool(),
-        }),
-        Some("json_object") => Some(ResponseFormat {
+        })),
+        Some("json_object") => Some(Box::new(ResponseFormat {
             name: None,
             schema: None,
             strict: None,
-        }),
+        })),
         _ => None,
     });
     Params {

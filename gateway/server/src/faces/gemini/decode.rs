@@ -569,11 +569,11 @@ fn generation_config(config: &Value, request: &mut Request) -> Result<(), ApiErr
         .cloned()
         .or_else(|| field(config, "responseSchema").map(|s| json_schema(s, 0)));
     if json_out || schema.is_some() {
-        p.response_format = Some(ResponseFormat {
+        p.response_format = Some(Box::new(ResponseFormat {
             name: None,
             schema,
             strict: None,
-        });
+        }));
     }
     if let Some(t) = field(config, "thinkingConfig") {
         p.reasoning_effort = match field(t, "thinkingLevel").and_then(Value::as_str) {

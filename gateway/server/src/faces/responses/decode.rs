@@ -230,16 +230,16 @@ pub fn decode(
         .map(str::to_owned);
     if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
         request.params.response_format = match format["type"].as_str() {
-            Some("json_schema") => Some(ResponseFormat {
+            Some("json_schema") => Some(Box::new(ResponseFormat {
                 name: format["name"].as_str().map(str::to_owned),
                 schema: Some(format["schema"].clone()),
                 strict: format["strict"].as_bool(),
-            }),
-            Some("json_object") => Some(ResponseFormat {
+            })),
+            Some("json_object") => Some(Box::new(ResponseFormat {
                 name: None,
                 schema: None,
                 strict: None,
-            }),
+            })),
             _ => None,
         };
     }
