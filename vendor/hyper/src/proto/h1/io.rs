@@ -263,12 +263,15 @@ where
                 .max()
                 .saturating_sub(self.read_buf.len()),
         );
+        if self.read_buf_released
+            && self.read_buf.capacity() == 0
+            && matches!(self.read_buf_strategy, ReadStrategy::Adaptive { .. })
+        {
+            return self.poll_read_unbuffered(cx, cmp::min(next, FIRST_READ_SIZE));
+        }
         if std::mem::take(&mut self.read_buf_released)
             && matches!(self.read_buf_strategy, ReadStrategy::Adaptive { .. })
         {
-            // No buffer (a new connection, or one that waited): a small
-            // one first. Most messages and chunks fit in it; a larger one
-            // takes the full size on its next read.
             self.read_buf.reserve(cmp::min(next, FIRST_READ_SIZE));
         } else if self.read_buf_remaining_mut() < next {
             self.read_buf.reserve(next);
@@ -301,6 +304,40 @@ where
                     self.read_buf = BytesMut::new();
                     self.read_buf_released = true;
                 }
+                Poll::Pending
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        }
+    }
+
+    /// A read without a buffer (a new connection, or one that waited):
+    /// into the stack first, so that a read that finds nothing (a
+    /// connection waiting for its next message, as most reads of a
+    /// kept-alive one do) takes and gives back no allocation; bytes that
+    /// arrive go into a small buffer (`size`: most messages and chunks fit
+    /// in it; a larger one takes the full size on its next read).
+    fn poll_read_unbuffered(
+        &mut self,
+        cx: &mut Context<'_>,
+        size: usize,
+    ) -> Poll<io::Result<usize>> {
+        let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); FIRST_READ_SIZE];
+        let mut buf = ReadBuf::uninit(&mut stack[..size]);
+        match Pin::new(&mut self.io).poll_read(cx, buf.unfilled()) {
+            Poll::Ready(Ok(())) => {
+                let filled = buf.filled();
+                let n = filled.len();
+                trace!("received {} bytes", n);
+                if n > 0 {
+                    self.read_buf.reserve(size);
+                    self.read_buf.extend_from_slice(filled);
+                    self.read_buf_released = false;
+                }
+                self.read_buf_strategy.record(n);
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending => {
+                self.read_blocked = true;
                 Poll::Pending
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
