@@ -157,6 +157,7 @@ pub fn plan(
     }
 
     request.decode_rest()?;
+    request.release_conversation_fields();
     // Tool mode: the set's tools, then the client's, with no name twice.
     // A set that searches offers `find_tools` (and, later, what it
     // found); every tool of the set may be called.

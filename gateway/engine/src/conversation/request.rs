@@ -171,6 +171,27 @@ impl Request {
         }
     }
 
+    /// Gives back the raw text of the fields the conversation was decoded
+    /// from (a chat request's `messages`, a Messages request's `system` and
+    /// `messages`, a Responses request's `instructions` and `input`, a
+    /// Gemini request's `systemInstruction` and `contents`), once its turns
+    /// are decoded: every protocol's encoder writes or removes these from
+    /// the turns, so a loop need not hold the conversation twice. Each
+    /// keeps its place among the fields, as `null`.
+    pub fn release_conversation_fields(&mut self) {
+        let names: &[&str] = match self.face {
+            super::Protocol::OpenaiChat => &["messages"],
+            super::Protocol::Anthropic => &["system", "messages"],
+            super::Protocol::OpenaiResponses => &["instructions", "input"],
+            super::Protocol::Gemini => &["systemInstruction", "contents"],
+        };
+        for name in names {
+            if let Some(v) = self.fields.get_mut(*name) {
+                *v = Box::default();
+            }
+        }
+    }
+
     /// The conversation (empty until decoded).
     pub fn turns(&self) -> &[Turn] {
         &self.turns

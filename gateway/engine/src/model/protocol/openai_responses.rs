@@ -638,7 +638,20 @@ mod tests {
             tool_choice: None,
             stream: true,
         };
-        let v: Value = serde_json::from_slice(&encode(&call, &mut Notices::default())).unwrap();
+        let encoded = encode(&call, &mut Notices::default());
+        // The conversation's raw fields given back, the body is the same:
+        // they are written from the turns, in place.
+        let mut released = Request::new(PROTOCOL, "m");
+        released.fields = req.fields.clone();
+        released.release_conversation_fields();
+        assert_eq!(released.fields["input"].get(), "null");
+        let again = Outgoing {
+            request: &released,
+            tool_choice: call.tool_choice.clone(),
+            ..call
+        };
+        assert_eq!(encode(&again, &mut Notices::default()), encoded);
+        let v: Value = serde_json::from_slice(&encoded).unwrap();
         assert_eq!(v["model"], "real");
         assert_eq!(v["prompt_cache_key"], "k");
         assert_eq!(v["include"], json!([ENCRYPTED_REASONING]));
