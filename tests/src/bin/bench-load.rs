@@ -10,7 +10,9 @@
 //! gateway's caps (connections, loops, streams) are raised to N + 100.
 //!
 //! Run with `make bench` (release mode, nothing else running), or
-//! `target/release/bench-load [--connections N] [--latency-ms MS]`. It
+//! `target/release/bench-load [--connections N] [--latency-ms MS]
+//! [--history-bytes B]` (B bytes of earlier conversation in each request,
+//! none by default). It
 //! raises its open-files limit itself (each request holds a client and an
 //! upstream socket in the gateway); when the hard limit is too low, raise
 //! it first (`ulimit -n 8192`).
@@ -64,11 +66,29 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// One streaming request; `Ok` when it ends with the expected answer.
-async fn one(client: &reqwest::Client, url: &str, latency: u64, i: u64) -> Result<(), String> {
+/// `history` bytes of earlier conversation come first (a system message),
+/// as an agent's long conversation does.
+async fn one(
+    client: &reqwest::Client,
+    url: &str,
+    latency: u64,
+    history: usize,
+    i: u64,
+) -> Result<(), String> {
+    let ask = json!({"role": "user", "content": format!("call calculator {{\"expression\": \"{i} + 1\"}} [[mock:latency={latency}]]")});
+    let messages = if history == 0 {
+        vec![ask]
+    } else {
+        let earlier = "Earlier in this conversation. ".repeat(history / 30 + 1);
+        vec![
+            json!({"role": "system", "content": &earlier[..history]}),
+            ask,
+        ]
+    };
     let body = json!({
         "model": "mock-model",
         "stream": true,
-        "messages": [{"role": "user", "content": format!("call calculator {{\"expression\": \"{i} + 1\"}} [[mock:latency={latency}]]")}],
+        "messages": messages,
     });
     let resp = client
         .post(url)
@@ -118,6 +138,7 @@ fn gauge(page: &str, name: &str) -> u64 {
 async fn main() {
     let n = arg("--connections", 1000);
     let latency = arg("--latency-ms", 2000);
+    let history = usize::try_from(arg("--history-bytes", 0)).unwrap_or(0);
     // Per request: the client's socket and the mock's (this process); the
     // accepted socket and the upstream socket (the gateway, which inherits
     // this limit).
@@ -177,7 +198,9 @@ builtins:
 
     // Warm up (allocator, connection pools), then measure idle memory.
     for i in 0..20 {
-        one(&client, &url, 0, i).await.expect("warm-up request");
+        one(&client, &url, 0, history, i)
+            .await
+            .expect("warm-up request");
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kib(pid);
@@ -243,7 +266,7 @@ builtins:
         .map(|i| {
             let client = client.clone();
             let url = url.clone();
-            tokio::spawn(async move { one(&client, &url, latency, 1000 + i).await })
+            tokio::spawn(async move { one(&client, &url, latency, history, 1000 + i).await })
         })
         .collect();
     let results = tokio::time::timeout(TIME_BOUND, futures::future::join_all(tasks))
