@@ -54,7 +54,9 @@ pub struct Request {
     /// and in order, for a model of the face's protocol (the typed fields
     /// are among them when that model takes them as they are). Empty
     /// until [`Request::decode_rest`] when the face deferred them
-    /// ([`Request::defer_fields`]).
+    /// ([`Request::defer_fields`]); once a loop's turns are decoded, the
+    /// fields they came from are `null`
+    /// ([`Request::release_conversation_fields`]).
     pub fields: RawFields,
     /// Fields of the client's request a model of another protocol does
     /// not get (said in a notice when it happens).
@@ -183,7 +185,7 @@ impl Request {
             super::Protocol::OpenaiChat => &["messages"],
             super::Protocol::Anthropic => &["system", "messages"],
             super::Protocol::OpenaiResponses => &["instructions", "input"],
-            super::Protocol::Gemini => &["systemInstruction", "contents"],
+            super::Protocol::Gemini => &["systemInstruction", "system_instruction", "contents"],
         };
         for name in names {
             if let Some(v) = self.fields.get_mut(*name) {

@@ -785,16 +785,11 @@ mod tests {
         let encoded = encode(&call, &mut notices);
         // The conversation's raw fields given back, the body is the same:
         // `system` and `messages` are written from the turns, in place.
-        let mut released = messages_request(&body);
-        released.release_conversation_fields();
-        assert_eq!(released.fields["messages"].get(), "null");
-        assert_eq!(released.fields["system"].get(), "null");
-        let again = Outgoing {
-            request: &released,
-            tool_choice: call.tool_choice.clone(),
-            ..call
-        };
-        assert_eq!(encode(&again, &mut Notices::default()), encoded);
+        crate::model::protocol::assert_encodes_the_same_once_released(
+            &call,
+            encode,
+            &["system", "messages"],
+        );
         let v: Value = serde_json::from_slice(&encoded).unwrap();
         assert!(notices.is_empty(), "{notices:?}");
         assert_eq!(v["model"], "real");

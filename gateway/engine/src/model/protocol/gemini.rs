@@ -90,6 +90,9 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
         body.shift_remove(gateway_owned);
     }
     let (system, contents) = conversation(call.turns, notices);
+    // Google's Python SDK may spell the fields the gateway writes in
+    // snake_case: one spelling of each is sent.
+    body.shift_remove("system_instruction");
     match system {
         Some(s) => body.insert("systemInstruction", s),
         None => body.shift_remove("systemInstruction"),
@@ -104,6 +107,7 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
     if call.tools.is_empty() && hosted.is_empty() {
         body.shift_remove("tools");
         body.shift_remove("toolConfig");
+        body.shift_remove("tool_config");
     } else {
         let declarations = (!call.tools.is_empty()).then(|| call.tools.json(PROTOCOL, declaration));
         body.insert("tools", Part::Tools(declarations, hosted));
@@ -113,6 +117,7 @@ pub fn encode(call: &Outgoing<'_>, notices: &mut Notices) -> Bytes {
             (None, true) => None,
         };
         if let Some(choice) = choice {
+            body.shift_remove("tool_config");
             body.insert("toolConfig", Part::Value(tool_config(choice)));
         }
     }
@@ -702,11 +707,8 @@ mod tests {
     use crate::conversation::{Origin, Request};
     use crate::model::protocol::{Assembly, Tools};
 
-    #[test]
-    fn a_gemini_request_keeps_its_fields_and_the_model_s_signed_parts() {
-        let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
-            "generationConfig": {"thinkingConfig": {"includeThoughts": true}},
-            "safetySettings": [{"category": "HARM_CATEGORY_HATE_SPEECH", "threshold": "BLOCK_NONE"}]});
+    /// A Gemini request with `body`'s fields.
+    fn request_of(body: &Value) -> Request {
         let mut req = Request::new(PROTOCOL, "m");
         req.fields = body
             .as_object()
@@ -714,6 +716,68 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.clone(), raw(v)))
             .collect();
+        req
+    }
+
+    /// A tool `t` of any object.
+    fn tool() -> ToolDef {
+        ToolDef {
+            json: Default::default(),
+            name: "t".into(),
+            description: Some("d".into()),
+            parameters: json!({"type": "object"}).into(),
+            strict: None,
+            native: None,
+        }
+    }
+
+    #[test]
+    fn a_snake_case_system_instruction_or_tool_config_is_sent_once() {
+        // As Google's Python SDK may write them; the gateway writes its own
+        // in lowerCamelCase, from the turns and the tool choice.
+        let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "system_instruction": {"parts": [{"text": "be brief"}]},
+            "tool_config": {"function_calling_config": {"mode": "ANY"}}});
+        let req = request_of(&body);
+        let turns = [
+            Turn::new(Role::System, vec![Item::text("be brief")]),
+            Turn::new(Role::User, vec![Item::text("hi")]),
+        ];
+        let tools = [tool()];
+        let call = Outgoing {
+            request: &req,
+            model: "gemini-x",
+            turns: &turns,
+            tools: Tools(&tools),
+            tool_choice: Some(ToolChoice::Required),
+            stream: false,
+        };
+        let v: Value = serde_json::from_slice(&encode(&call, &mut Notices::default())).unwrap();
+        assert_eq!(v.get("system_instruction"), None);
+        assert_eq!(v.get("tool_config"), None);
+        assert_eq!(v["systemInstruction"]["parts"][0]["text"], "be brief");
+        assert_eq!(v["toolConfig"]["functionCallingConfig"]["mode"], "ANY");
+        // Without tools, neither spelling of the tool choice is sent.
+        let call = Outgoing {
+            tools: Tools(&[]),
+            ..call
+        };
+        let v: Value = serde_json::from_slice(&encode(&call, &mut Notices::default())).unwrap();
+        assert_eq!(v.get("tool_config"), None);
+        assert_eq!(v.get("toolConfig"), None);
+        crate::model::protocol::assert_encodes_the_same_once_released(
+            &call,
+            encode,
+            &["system_instruction", "contents"],
+        );
+    }
+
+    #[test]
+    fn a_gemini_request_keeps_its_fields_and_the_model_s_signed_parts() {
+        let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": {"thinkingConfig": {"includeThoughts": true}},
+            "safetySettings": [{"category": "HARM_CATEGORY_HATE_SPEECH", "threshold": "BLOCK_NONE"}]});
+        let req = request_of(&body);
         let turns = [
             Turn::decoded(
                 Role::User,
@@ -740,14 +804,7 @@ mod tests {
                 vec![Item::Result(CallResult::text("gemini_call_0", "42"))],
             ),
         ];
-        let tools = [ToolDef {
-            json: Default::default(),
-            name: "t".into(),
-            description: Some("d".into()),
-            parameters: json!({"type": "object"}).into(),
-            strict: None,
-            native: None,
-        }];
+        let tools = [tool()];
         let call = Outgoing {
             request: &req,
             model: "gemini-x",
@@ -759,16 +816,7 @@ mod tests {
         let encoded = encode(&call, &mut Notices::default());
         // The conversation's raw fields given back, the body is the same:
         // they are written from the turns, in place.
-        let mut released = Request::new(PROTOCOL, "m");
-        released.fields = req.fields.clone();
-        released.release_conversation_fields();
-        assert_eq!(released.fields["contents"].get(), "null");
-        let again = Outgoing {
-            request: &released,
-            tool_choice: call.tool_choice.clone(),
-            ..call
-        };
-        assert_eq!(encode(&again, &mut Notices::default()), encoded);
+        crate::model::protocol::assert_encodes_the_same_once_released(&call, encode, &["contents"]);
         let v: Value = serde_json::from_slice(&encoded).unwrap();
         assert_eq!(v["generationConfig"], body["generationConfig"]);
         assert_eq!(v["safetySettings"], body["safetySettings"]);

@@ -26,6 +26,33 @@ use crate::conversation::{
     ToolChoice, ToolDef, Turn, Usage,
 };
 
+/// A test's check: the body `encode` writes for `call` is the same from a
+/// request whose conversation fields were given back
+/// ([`Request::release_conversation_fields`]), and `released` are `null`
+/// in it.
+#[cfg(test)]
+pub(crate) fn assert_encodes_the_same_once_released(
+    call: &Outgoing<'_>,
+    encode: fn(&Outgoing<'_>, &mut Notices) -> Bytes,
+    released: &[&str],
+) {
+    let mut request = Request::new(call.request.face, call.request.model.clone());
+    request.fields = call.request.fields.clone();
+    request.release_conversation_fields();
+    for name in released {
+        assert_eq!(request.fields[*name].get(), "null", "{name}");
+    }
+    let again = Outgoing {
+        request: &request,
+        tool_choice: call.tool_choice.clone(),
+        ..*call
+    };
+    assert_eq!(
+        encode(&again, &mut Notices::default()),
+        encode(call, &mut Notices::default())
+    );
+}
+
 /// One model call, as a protocol encodes it.
 #[derive(Debug)]
 pub struct Outgoing<'a> {

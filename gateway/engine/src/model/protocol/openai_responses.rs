@@ -641,16 +641,7 @@ mod tests {
         let encoded = encode(&call, &mut Notices::default());
         // The conversation's raw fields given back, the body is the same:
         // they are written from the turns, in place.
-        let mut released = Request::new(PROTOCOL, "m");
-        released.fields = req.fields.clone();
-        released.release_conversation_fields();
-        assert_eq!(released.fields["input"].get(), "null");
-        let again = Outgoing {
-            request: &released,
-            tool_choice: call.tool_choice.clone(),
-            ..call
-        };
-        assert_eq!(encode(&again, &mut Notices::default()), encoded);
+        crate::model::protocol::assert_encodes_the_same_once_released(&call, encode, &["input"]);
         let v: Value = serde_json::from_slice(&encoded).unwrap();
         assert_eq!(v["model"], "real");
         assert_eq!(v["prompt_cache_key"], "k");
