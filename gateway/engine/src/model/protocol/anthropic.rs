@@ -765,14 +765,7 @@ mod tests {
                 vec![Item::Result(CallResult::text("tu1", "42"))],
             ),
         ];
-        let tools = [ToolDef {
-            json: Default::default(),
-            name: "t".into(),
-            description: Some("d".into()),
-            parameters: json!({"type": "object"}).into(),
-            strict: None,
-            native: None,
-        }];
+        let tools = [crate::model::protocol::test_tool()];
         let call = Outgoing {
             request: &req,
             model: "real",

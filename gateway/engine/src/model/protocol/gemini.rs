@@ -719,18 +719,6 @@ mod tests {
         req
     }
 
-    /// A tool `t` of any object.
-    fn tool() -> ToolDef {
-        ToolDef {
-            json: Default::default(),
-            name: "t".into(),
-            description: Some("d".into()),
-            parameters: json!({"type": "object"}).into(),
-            strict: None,
-            native: None,
-        }
-    }
-
     #[test]
     fn a_snake_case_system_instruction_or_tool_config_is_sent_once() {
         // As Google's Python SDK may write them; the gateway writes its own
@@ -743,7 +731,7 @@ mod tests {
             Turn::new(Role::System, vec![Item::text("be brief")]),
             Turn::new(Role::User, vec![Item::text("hi")]),
         ];
-        let tools = [tool()];
+        let tools = [crate::model::protocol::test_tool()];
         let call = Outgoing {
             request: &req,
             model: "gemini-x",
@@ -804,7 +792,7 @@ mod tests {
                 vec![Item::Result(CallResult::text("gemini_call_0", "42"))],
             ),
         ];
-        let tools = [tool()];
+        let tools = [crate::model::protocol::test_tool()];
         let call = Outgoing {
             request: &req,
             model: "gemini-x",

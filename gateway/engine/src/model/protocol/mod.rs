@@ -26,6 +26,19 @@ use crate::conversation::{
     ToolChoice, ToolDef, Turn, Usage,
 };
 
+/// A test's tool: `t`, described `d`, of any object.
+#[cfg(test)]
+pub(crate) fn test_tool() -> ToolDef {
+    ToolDef {
+        json: Default::default(),
+        name: "t".into(),
+        description: Some("d".into()),
+        parameters: serde_json::json!({"type": "object"}).into(),
+        strict: None,
+        native: None,
+    }
+}
+
 /// A test's check: the body `encode` writes for `call` is the same from a
 /// request whose conversation fields were given back
 /// ([`Request::release_conversation_fields`]), and `released` are `null`

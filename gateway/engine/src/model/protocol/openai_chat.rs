@@ -681,14 +681,7 @@ mod tests {
             Slot::Message,
             RawValue::from_string(r#"{"role":"user","content":"hi"}"#.into()).unwrap(),
         )];
-        let tools = [ToolDef {
-            json: Default::default(),
-            name: "t".into(),
-            description: Some("d".into()),
-            parameters: json!({"type": "object"}).into(),
-            strict: None,
-            native: None,
-        }];
+        let tools = [crate::model::protocol::test_tool()];
         let call = Outgoing {
             request: &req,
             model: "real",

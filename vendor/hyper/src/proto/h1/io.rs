@@ -269,11 +269,7 @@ where
         {
             return self.poll_read_unbuffered(cx, cmp::min(next, FIRST_READ_SIZE));
         }
-        if std::mem::take(&mut self.read_buf_released)
-            && matches!(self.read_buf_strategy, ReadStrategy::Adaptive { .. })
-        {
-            self.read_buf.reserve(cmp::min(next, FIRST_READ_SIZE));
-        } else if self.read_buf_remaining_mut() < next {
+        if self.read_buf_remaining_mut() < next {
             self.read_buf.reserve(next);
         }
 
