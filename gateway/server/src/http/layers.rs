@@ -376,7 +376,9 @@ pub async fn identify(
             {
                 // A token of the OAuth authorization server acts as the key
                 // its claim names.
-                Some(jwt) => match jwt.verify(token).await {
+                // Boxed: a rare step, whose future would size every
+                // request's.
+                Some(jwt) => match Box::pin(jwt.verify(token)).await {
                     Ok(verified) => match keys.by_name(&verified.key) {
                         Some(key) => {
                             verified_token = Some(Arc::new(verified));
@@ -469,12 +471,15 @@ fn strip_credentials(headers: &mut axum::http::HeaderMap) -> bool {
 /// Spends one of `key`'s requests per minute (`limits.requests_per_minute`):
 /// every HTTP request does, and every `response.create` of a WebSocket.
 pub async fn spend_request(state: &AppState, key: &ApiKey) -> Result<(), ApiError> {
+    // The check boxed: it may ask Redis, and its future would size every
+    // request's, with a rate or without.
     if let Some(per_minute) = key.requests_per_minute
-        && let Err(refused) = state
-            .guards
-            .rates
-            .check(&key.name, Rate::Requests, per_minute)
-            .await
+        && let Err(refused) = Box::pin(state.guards.rates.check(
+            &key.name,
+            Rate::Requests,
+            per_minute,
+        ))
+        .await
     {
         let mut err = match refused {
             Refused::Limited(wait) => {
@@ -702,7 +707,10 @@ where
     if let std::task::Poll::Ready(read) = futures::poll!(&mut read) {
         return read.map_err(|e| e.into_shaped(shape));
     }
-    match tokio::time::timeout(timeout, read).await {
+    // The timer boxed: only a body still on its way takes one, and it
+    // would size the read of every request (held, on the direct route,
+    // as long as the request).
+    match Box::pin(tokio::time::timeout(timeout, read)).await {
         Err(_) => {
             toolgate_engine::support::metrics::record(|m| m.reject("body_timeout"));
             Err(ApiError::new(

@@ -68,7 +68,10 @@ where
             _ => None,
         };
         match direct.filter(|_| req.method() == Method::POST) {
-            Some(face) => Box::pin(serve(self.state.clone(), req, face)),
+            Some(face) => {
+                let (parts, body) = req.into_parts();
+                Box::pin(serve(self.state.clone(), parts, body, face))
+            }
             None => Box::pin(hyper::service::Service::call(&self.router, req)),
         }
     }
@@ -76,59 +79,115 @@ where
 
 /// A request to a face served directly: observed, admitted and read as
 /// the layers do, then the router's own handler.
-async fn serve<B>(state: AppState, req: Request<B>, face: Direct) -> Result<Response, Infallible>
+///
+/// Its future lives (boxed) for as long as the handler runs, which for a
+/// streamed answer is the whole wait for the model's first answer. So it
+/// holds the request's head once, lends it to [`answer`], and awaits
+/// nothing large inline: admission (identifying the caller, reading the
+/// body) and each face's handler are boxed.
+async fn serve<B>(
+    state: AppState,
+    mut parts: axum::http::request::Parts,
+    body: B,
+    face: Direct,
+) -> Result<Response, Infallible>
 where
     B: http_body::Body<Data = bytes::Bytes>,
     B::Error: std::fmt::Display,
 {
-    let (mut parts, body) = req.into_parts();
-    let (path, shape) = match face {
-        Direct::Chat => (CHAT, ErrorShape::OpenAi),
-        Direct::Messages => (MESSAGES, ErrorShape::Anthropic),
+    let path = match face {
+        Direct::Chat => CHAT,
+        Direct::Messages => MESSAGES,
     };
     let observed = Observed::begin(&parts, Route::Direct(path));
     let request_id = observed.id.clone();
-    let answer = async {
-        let caller = match identify(&state, &mut parts, request_id, PATHS).await {
-            Ok(caller) => caller,
-            Err(refused) => return refused,
-        };
-        let body = match read_body(&state, body, shape).await {
-            Ok(body) => body,
-            Err(refused) => return refused,
-        };
-        match face {
-            Direct::Chat => {
-                // The rest of the request's head is not needed, and holds
-                // slices of the connection's read buffer (see
-                // `chat::completions`).
-                let headers = parts.headers;
-                drop((parts.uri, parts.extensions));
-                // Each face's handler boxed: this future lives as long as
-                // the request, and would otherwise be sized for the larger
-                // of the two.
-                Box::pin(chat::completions(
-                    State(state.clone()),
-                    Extension(caller),
-                    headers,
-                    Ok(body),
-                ))
-                .await
-                .into_response()
-            }
-            Direct::Messages => {
-                Box::pin(messages::messages(
-                    State(state.clone()),
-                    Extension(caller),
-                    parts.uri,
-                    parts.headers,
-                    Ok(body),
-                ))
-                .await
-            }
+    let answer = answer(&state, &mut parts, body, face, request_id)
+        .instrument(observed.span.clone())
+        .await;
+    Ok(observed.finish(&state, answer))
+}
+
+/// The caller identified, the body read, the face's handler run.
+async fn answer<B>(
+    state: &AppState,
+    parts: &mut axum::http::request::Parts,
+    body: B,
+    face: Direct,
+    request_id: String,
+) -> Response
+where
+    B: http_body::Body<Data = bytes::Bytes>,
+    B::Error: std::fmt::Display,
+{
+    let shape = match face {
+        Direct::Chat => ErrorShape::OpenAi,
+        Direct::Messages => ErrorShape::Anthropic,
+    };
+    // Admission boxed, once, for both its steps: it is over before the
+    // handler runs, and inline it would size the future the handler's
+    // whole run is awaited in.
+    let admitted = Box::pin(async {
+        let caller = identify(state, parts, request_id, PATHS).await?;
+        Ok::<_, Response>((caller, read_body(state, body, shape).await?))
+    })
+    .await;
+    let (caller, body) = match admitted {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused,
+    };
+    let headers = std::mem::take(&mut parts.headers);
+    match face {
+        Direct::Chat => {
+            // The rest of the request's head is not needed, and holds
+            // slices of the connection's read buffer (see
+            // `chat::completions`).
+            drop((
+                std::mem::take(&mut parts.uri),
+                std::mem::take(&mut parts.extensions),
+            ));
+            // Each face's handler boxed: this future lives as long as
+            // the request, and would otherwise be sized for the larger
+            // of the two.
+            Box::pin(chat::completions(
+                State(state.clone()),
+                Extension(caller),
+                headers,
+                Ok(body),
+            ))
+            .await
+            .into_response()
+        }
+        Direct::Messages => {
+            Box::pin(messages::messages(
+                State(state.clone()),
+                Extension(caller),
+                std::mem::take(&mut parts.uri),
+                headers,
+                Ok(body),
+            ))
+            .await
         }
     }
-    .instrument(observed.span.clone())
-    .await;
-    Ok(observed.finish(&state, answer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn size_of_future<B, F>(_: impl FnOnce(AppState, axum::http::request::Parts, B) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// A streamed answer's request holds this future (boxed) until the
+    /// model's first answer arrives: at 10,000 open streams each byte is
+    /// 10 KB. Admission (a JWT's verification, a shared rate check, the
+    /// body's read and its timer) and each face's handler are boxed; inline,
+    /// they made it 2,352 bytes.
+    #[test]
+    fn a_direct_request_s_future_is_small() {
+        let size = size_of_future(|state, parts, body: hyper::body::Incoming| {
+            serve(state, parts, body, Direct::Chat)
+        });
+        assert!(size <= 1024, "a direct request's future is {size} bytes");
+    }
 }
