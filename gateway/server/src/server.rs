@@ -924,6 +924,17 @@ fn spawn_signal_handlers(
 mod tests {
     use super::*;
 
+    /// A streamed answer's request holds its future (boxed) until the
+    /// model's first answer arrives: at 10,000 open streams each byte is
+    /// 10 KB. Admission (a JWT's verification, a shared rate check, the
+    /// body's read and its timer) and each face's handler are boxed;
+    /// inline, they made it 2,352 bytes.
+    #[test]
+    fn a_direct_request_s_future_is_small() {
+        let size = crate::router::direct_future_size::<idle::Tracked<hyper::body::Incoming>>();
+        assert!(size <= 1024, "a direct request's future is {size} bytes");
+    }
+
     #[test]
     fn the_connection_cap_fits_the_files_and_memory_the_process_has() {
         // Plenty of both: the configured cap.

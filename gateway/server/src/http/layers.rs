@@ -707,9 +707,9 @@ where
     if let std::task::Poll::Ready(read) = futures::poll!(&mut read) {
         return read.map_err(|e| e.into_shaped(shape));
     }
-    // The timer boxed: only a body still on its way takes one, and it
-    // would size the read of every request (held, on the direct route,
-    // as long as the request).
+    // The timer boxed: only a body still on its way takes one, and inline
+    // it would size every request's read (and with it the router's body
+    // layer, which holds the read's future for the whole request).
     match Box::pin(tokio::time::timeout(timeout, read)).await {
         Err(_) => {
             toolgate_engine::support::metrics::record(|m| m.reject("body_timeout"));

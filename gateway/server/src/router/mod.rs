@@ -13,6 +13,8 @@ use axum::response::Response;
 use axum::routing::{any, get, post};
 
 pub use direct::Gateway;
+#[cfg(test)]
+pub(crate) use direct::future_size as direct_future_size;
 
 use crate::faces::{
     approvals, chat, connections, console, gemini, mcp, messages, models, responses, spend,
