@@ -11,8 +11,10 @@
 //!
 //! Run with `make bench` (release mode, nothing else running), or
 //! `target/release/bench-load [--connections N] [--latency-ms MS]
-//! [--history-bytes B]` (B bytes of earlier conversation in each request,
-//! none by default). It
+//! [--history-bytes B] [--set-tools T]` (B bytes of earlier conversation
+//! in each request, none by default; T HTTP tools in the tool set beside
+//! the calculator, each with a description of about 300 characters and a
+//! schema of three parameters, never called; none by default). It
 //! raises its open-files limit itself (each request holds a client and an
 //! upstream socket in the gateway); when the hard limit is too low, raise
 //! it first (`ulimit -n 8192`).
@@ -139,6 +141,7 @@ async fn main() {
     let n = arg("--connections", 1000);
     let latency = arg("--latency-ms", 2000);
     let history = usize::try_from(arg("--history-bytes", 0)).unwrap_or(0);
+    let set_tools = arg("--set-tools", 0);
     // Per request: the client's socket and the mock's (this process); the
     // accepted socket and the upstream socket (the gateway, which inherits
     // this limit).
@@ -169,12 +172,38 @@ builtins:
         model.base_url(),
         cap = n + 100
     );
+    // The tool set's other tools: declared, offered, never called.
+    let mut extra = String::from(if set_tools == 0 {
+        "tools: []\n"
+    } else {
+        "tools:\n"
+    });
+    let mut names = vec!["calculator".to_string()];
+    for t in 0..set_tools {
+        extra.push_str(&format!(
+            "  - name: lookup_{t}
+    description: >-
+      Look up record {t} of the inventory by its identifier and return its
+      fields: the name, the owner, the place it is kept, when it was last
+      checked and by whom, and any notes written about it since. Use it
+      when the user names a record or asks where something is kept.
+    parameters:
+      type: object
+      properties:
+        id: {{ type: string, description: The record's identifier. }}
+        fields: {{ type: array, items: {{ type: string }}, description: Which fields to return. }}
+        verbose: {{ type: boolean, description: Include the notes. }}
+      required: [id]
+    http: {{ method: GET, url: 'http://127.0.0.1:9/records/{{{{ args.id }}}}' }}
+"
+        ));
+        names.push(format!("lookup_{t}"));
+    }
+    let tool_set = format!("name: default\ntools: [{}]\n", names.join(", "));
     let dir = ConfigDir::new(&[
         ("toolgate.yaml", &gateway_yaml),
-        (
-            "tool-sets/default.yaml",
-            "name: default\ntools: [calculator]\n",
-        ),
+        ("tools.d/extra.yaml", &extra),
+        ("tool-sets/default.yaml", &tool_set),
     ]);
     let mut child = Command::new(toolgate_tests::toolgate_beside_this_binary())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
@@ -259,7 +288,8 @@ builtins:
     };
 
     println!(
-        "bench-load: {n} concurrent streaming tool-loop requests, model latency {latency} ms per call"
+        "bench-load: {n} concurrent streaming tool-loop requests, model latency {latency} ms per call, {} tools in the tool set",
+        1 + set_tools
     );
     let started = Instant::now();
     let tasks: Vec<_> = (0..n)
