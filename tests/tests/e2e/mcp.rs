@@ -63,7 +63,7 @@ async fn everything_tools_are_listed_with_their_schemas_and_called() {
     let echo = catalog.tool("everything_echo").unwrap();
     assert!(matches!(echo.kind, ToolKind::Mcp(_)));
     assert_eq!(echo.kind.label(), "mcp");
-    assert_eq!(echo.description, "Echoes back the input string");
+    assert_eq!(&*echo.description, "Echoes back the input string");
     assert_eq!(echo.parameters["properties"]["message"]["type"], "string");
     assert_eq!(echo.parameters["required"], json!(["message"]));
 

@@ -538,7 +538,7 @@ async fn an_openapi_source_may_be_a_url_fetched_at_load() {
     .await
     .unwrap();
     let tool = catalog.tool("web_list_items").unwrap();
-    assert_eq!(tool.description, "List the items");
+    assert_eq!(&*tool.description, "List the items");
 
     let errors = load(format!("openapi:\n  - spec: http://{addr}/missing.json\n"))
         .await

@@ -238,8 +238,10 @@ impl Opaque {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolDef {
     pub name: String,
+    /// Shared by its copies: a gateway tool's is copied into every loop
+    /// that offers it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
+    pub description: Option<std::sync::Arc<str>>,
     /// The JSON Schema of its arguments.
     pub parameters: Schema,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -248,7 +250,7 @@ pub struct ToolDef {
     /// view does not hold: `cache_control`, `defer_loading`…), for that
     /// protocol.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub native: Option<Native>,
+    pub native: Option<Box<Native>>,
     /// Its JSON in each protocol, once written (a gateway tool's: shared
     /// by every copy of its spec).
     #[serde(skip)]

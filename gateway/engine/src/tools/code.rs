@@ -82,7 +82,7 @@ pub fn offer(tools: &[Arc<Tool>], search: bool) -> crate::conversation::ToolDef 
     crate::conversation::ToolDef {
         json: Default::default(),
         name: RUN_CODE.to_owned(),
-        description: Some(description(tools, search)),
+        description: Some(description(tools, search).into()),
         parameters: json!({
             "type": "object",
             "properties": {

@@ -369,7 +369,7 @@ pub(super) fn deferred_search_tool(name: &str) -> ToolDef {
             Say in plain words what you want to do (\"create an issue in a repository\"); you get \
             the matching tools' names and descriptions, and can call them from then on. Search \
             again with other words when none fits."
-                .to_owned(),
+                .into(),
         ),
         parameters: json!({
             "type": "object",

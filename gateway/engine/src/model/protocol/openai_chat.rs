@@ -125,7 +125,7 @@ pub fn tool(spec: &ToolDef) -> Value {
     let mut f = Map::new();
     f.insert("name".into(), Value::String(spec.name.clone()));
     if let Some(d) = &spec.description {
-        f.insert("description".into(), Value::String(d.clone()));
+        f.insert("description".into(), Value::String(d.to_string()));
     }
     f.insert("parameters".into(), Value::clone(&spec.parameters));
     if let Some(s) = spec.strict {

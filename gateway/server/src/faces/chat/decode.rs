@@ -221,18 +221,18 @@ fn tool(t: Value) -> ToolDef {
     ToolDef {
         json: Default::default(),
         name: f["name"].as_str().unwrap_or_default().to_owned(),
-        description: f["description"].as_str().map(str::to_owned),
+        description: f["description"].as_str().map(Into::into),
         parameters: f
             .get("parameters")
             .cloned()
             .unwrap_or_else(|| json!({"type": "object"}))
             .into(),
         strict: f["strict"].as_bool(),
-        native: Some(Native {
+        native: Some(Box::new(Native {
             protocol: PROTOCOL,
             what: "tools".into(),
             value: t,
-        }),
+        })),
     }
 }
 

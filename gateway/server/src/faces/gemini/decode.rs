@@ -407,14 +407,14 @@ fn tools(req: &Value, request: &mut Request, notices: &mut Notices) -> Result<()
             request.tools.push(ToolDef {
                 json: Default::default(),
                 name: name.to_owned(),
-                description: d["description"].as_str().map(str::to_owned),
+                description: d["description"].as_str().map(Into::into),
                 parameters: parameters.into(),
                 strict: None,
-                native: Some(Native {
+                native: Some(Box::new(Native {
                     protocol: PROTOCOL,
                     what: "function declarations".into(),
                     value: d.clone(),
-                }),
+                })),
             });
         }
         if field(t, "codeExecution").is_some() {

@@ -241,18 +241,18 @@ pub fn decode(req: &Value) -> Result<Translated, ApiError> {
         let tool = ToolDef {
             json: Default::default(),
             name: t["name"].as_str().unwrap_or_default().to_owned(),
-            description: Some(t["description"].as_str().unwrap_or_default().to_owned()),
+            description: Some(t["description"].as_str().unwrap_or_default().into()),
             parameters: t
                 .get("input_schema")
                 .cloned()
                 .unwrap_or(json!({"type": "object"}))
                 .into(),
             strict: None,
-            native: Some(Native {
+            native: Some(Box::new(Native {
                 protocol: PROTOCOL,
                 what: "tools".into(),
                 value: t.clone(),
-            }),
+            })),
         };
         // A deferred tool is offered once a `tool_reference` (or a call of
         // it) loaded it; until then a search finds it.

@@ -147,10 +147,7 @@ fn function_tool(t: &Value, name: &str) -> ToolDef {
     ToolDef {
         json: Default::default(),
         name: name.to_owned(),
-        description: t
-            .get("description")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
+        description: t.get("description").and_then(Value::as_str).map(Into::into),
         parameters: t
             .get("parameters")
             .cloned()
@@ -159,10 +156,12 @@ fn function_tool(t: &Value, name: &str) -> ToolDef {
         strict: t.get("strict").and_then(Value::as_bool),
         // The tool as it came, for a Responses model (a namespaced one is
         // flattened for every model).
-        native: own.then(|| Native {
-            protocol: PROTOCOL,
-            what: "tools".into(),
-            value: t.clone(),
+        native: own.then(|| {
+            Box::new(Native {
+                protocol: PROTOCOL,
+                what: "tools".into(),
+                value: t.clone(),
+            })
         }),
     }
 }
@@ -363,10 +362,7 @@ fn translate_tools(
             functions.push(ToolDef {
                 json: Default::default(),
                 name: TOOL_SEARCH.to_owned(),
-                description: t
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
+                description: t.get("description").and_then(Value::as_str).map(Into::into),
                 parameters: t
                     .get("parameters")
                     .filter(|p| !p.is_null())
