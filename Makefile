@@ -221,6 +221,9 @@ bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) $(OHA) deb
 	# The row of 10,000 streams, as many as an open-files hard limit of
 	# 20,000 allows (the load test's process holds both ends of each).
 	target/release/bench-load --connections 9700
+	# What a stream holds of a long conversation, and of a larger tool set.
+	target/release/bench-load --history-bytes 32768
+	target/release/bench-load --set-tools 50
 	$(MAKE) bench-guards
 
 ## bench-guards: the injection guard on two public sets of indirect injections
