@@ -222,11 +222,8 @@ bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) $(OHA) deb
 	# 20,000 allows (the load test's process holds both ends of each).
 	target/release/bench-load --connections 9700
 	# What a stream holds of a long conversation, and of a larger tool set.
-	# Under these larger bodies the scripted model (in the load test's own
-	# process) resets a few of its connections in some runs: the failures
-	# are printed, and the run goes on.
-	-target/release/bench-load --history-bytes 32768
-	-target/release/bench-load --set-tools 50
+	target/release/bench-load --history-bytes 32768
+	target/release/bench-load --set-tools 50
 	$(MAKE) bench-guards
 
 ## bench-guards: the injection guard on two public sets of indirect injections

@@ -76,7 +76,12 @@ pub struct MockLlm {
 
 impl MockLlm {
     pub async fn start() -> MockLlm {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // A backlog the size of the kernel's largest default: a load test
+        // opens a thousand upstream connections at once, and a full
+        // accept queue resets some of them.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(4096).unwrap();
         Self::serve_on(listener).await
     }
 

@@ -2,7 +2,6 @@
 //! request passed to the upstream untouched (no tools at all), or a tool
 //! loop with the set's tools and the client's.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::catalog::{Catalog, SetError};
@@ -164,7 +163,7 @@ pub fn plan(
     let gateway: Vec<Arc<crate::tools::tool::Tool>> = set
         .map(|s| catalog.tools_in(s, context.subject.as_deref()).collect())
         .unwrap_or_default();
-    let mut gateway_tools: HashSet<String> = gateway.iter().map(|t| t.name.clone()).collect();
+    let mut own: Vec<&'static str> = Vec::new();
     // Code mode: the model gets `run_code` (and `find_tools` to find the
     // functions when the set searches), never the tools themselves.
     let code = set.is_some_and(|s| {
@@ -184,11 +183,21 @@ pub fn plan(
     let code_searches =
         code && set.is_some_and(|s| matches!(s.discovery, Discovery::Search { .. }));
     if search.is_some() || code_searches {
-        gateway_tools.insert(FIND_TOOLS.to_owned());
+        own.push(FIND_TOOLS);
     }
     if code {
-        gateway_tools.insert(crate::tools::code::RUN_CODE.to_owned());
+        own.push(crate::tools::code::RUN_CODE);
     }
+    let offered: Vec<Arc<ToolDef>> = match (&search, set) {
+        (_, Some(s)) if code => {
+            std::iter::once(Arc::new(crate::tools::code::offer(&gateway, code_searches)))
+                .chain(code_searches.then(|| s.search_tool.spec()))
+                .collect()
+        }
+        (Some(_), _) => Vec::new(),
+        (None, _) => gateway.iter().map(|t| t.spec()).collect(),
+    };
+    let gateway_tools = GatewayTools::new(gateway, own);
     // A hosted tool a gateway tool of its name serves is that tool.
     request.hosted.retain(|h| !gateway_tools.contains(&h.name));
     let deferred = request.deferred.take();
@@ -211,15 +220,7 @@ pub fn plan(
     if request.choices.is_some_and(|n| n > 1) {
         return Err(PlanError::ManyChoices);
     }
-    let mut tools: Vec<ToolDef> = match (&search, set) {
-        (_, Some(s)) if code => std::iter::once(crate::tools::code::offer(&gateway, code_searches))
-            .chain(code_searches.then(|| s.search_tool.spec()))
-            .collect(),
-        (Some(_), _) => Vec::new(),
-        (None, _) => gateway.iter().map(|t| t.spec()).collect(),
-    };
-    tools.extend(request.tools.iter().cloned());
-    let tools = OfferedTools::new(tools);
+    let tools = OfferedTools::new(offered, &request.tools);
     let settings = &catalog.settings;
     let max_iterations = request
         .max_tool_iterations
@@ -245,6 +246,44 @@ pub fn plan(
         key,
     })))
 }
+/// The tools a loop's gateway runs, known by name: the set's tools, held
+/// by a count each (their names are the tools' own, not copies), and the
+/// gateway's own tools the loop offers (`find_tools`, `run_code`).
+#[derive(Debug, Clone, Default)]
+pub struct GatewayTools {
+    /// Sorted by name.
+    set: Vec<Arc<Tool>>,
+    own: Vec<&'static str>,
+}
+
+impl GatewayTools {
+    pub fn new(mut set: Vec<Arc<Tool>>, own: Vec<&'static str>) -> GatewayTools {
+        set.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        GatewayTools { set, own }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.own.contains(&name)
+            || self
+                .set
+                .binary_search_by(|t| t.name.as_str().cmp(name))
+                .is_ok()
+    }
+
+    /// The same tools but `name`.
+    pub fn without(&self, name: &str) -> GatewayTools {
+        GatewayTools {
+            set: self
+                .set
+                .iter()
+                .filter(|t| t.name != name)
+                .cloned()
+                .collect(),
+            own: self.own.iter().copied().filter(|n| *n != name).collect(),
+        }
+    }
+}
+
 /// Everything one loop needs.
 #[derive(Debug)]
 pub struct Loop {
@@ -257,9 +296,9 @@ pub struct Loop {
     /// Tools offered to the model: the set's (none when it searches, see
     /// `search`), then the client's.
     pub tools: OfferedTools,
-    /// Names of the set's tools (run by the gateway), `find_tools` among
-    /// them when the set searches.
-    pub gateway_tools: HashSet<String>,
+    /// The tools the gateway runs: the set's, `find_tools` among them
+    /// when the set searches.
+    pub gateway_tools: GatewayTools,
     /// The set's tool search, when it searches (`discovery: search`).
     pub search: Option<Search>,
     /// The client's deferred tools and the search over them the loop runs

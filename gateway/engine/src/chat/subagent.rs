@@ -129,22 +129,21 @@ fn child_loop(parent: &Loop, task: &str) -> Loop {
         Turn::new(Role::System, vec![Item::text(SYSTEM)]),
         Turn::new(Role::User, vec![Item::text(task)]),
     ];
-    let tools: Vec<ToolDef> = parent
+    let tools: Vec<Arc<ToolDef>> = parent
         .tools
         .specs()
         .iter()
         .filter(|t| t.name != SPAWN && parent.gateway_tools.contains(&t.name))
         .cloned()
         .collect();
-    let mut gateway_tools = parent.gateway_tools.clone();
-    gateway_tools.remove(SPAWN);
+    let gateway_tools = parent.gateway_tools.without(SPAWN);
     Loop {
         catalog: Arc::clone(&parent.catalog),
         executor: parent.executor.clone(),
         resolved: parent.resolved.clone(),
         request: parent.request.derived(turns),
         tool_set: parent.tool_set.clone(),
-        tools: crate::model::protocol::OfferedTools::new(tools),
+        tools: crate::model::protocol::OfferedTools::new(tools, &[]),
         gateway_tools,
         search: parent.search.clone(),
         deferred: None,

@@ -22,7 +22,7 @@ use crate::conversation::{Call, CallResult, Item, Role, ToolDef, Turn};
 pub use crate::model::prompt::{DEFAULT_TEMPLATE, PromptTemplate};
 
 /// The tools offered in a request, as the parser wants them.
-pub fn offered(tools: &[ToolDef]) -> Vec<OfferedTool> {
+pub fn offered(tools: &[Arc<ToolDef>]) -> Vec<OfferedTool> {
     tools
         .iter()
         .map(|t| OfferedTool {
@@ -76,7 +76,7 @@ pub fn result_text(r: &CallResult) -> String {
 pub fn to_plain(
     template: &PromptTemplate,
     turns: &[Turn],
-    tools: &[ToolDef],
+    tools: &[Arc<ToolDef>],
     tool_choice: &Value,
 ) -> Result<Vec<Turn>, String> {
     let mut out = Vec::with_capacity(turns.len() + 1);
@@ -327,15 +327,15 @@ mod tests {
         PromptTemplate::default_template().unwrap()
     }
 
-    fn tool(name: &str) -> ToolDef {
-        ToolDef {
+    fn tool(name: &str) -> Arc<ToolDef> {
+        Arc::new(ToolDef {
             json: Default::default(),
             name: name.into(),
             description: Some("Does things.".into()),
             parameters: json!({"type": "object", "properties": {"x": {"type": "integer"}}}).into(),
             strict: None,
             native: None,
-        }
+        })
     }
 
     fn text(role: Role, t: &str) -> Turn {

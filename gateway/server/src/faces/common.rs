@@ -519,11 +519,12 @@ fn overloaded(full: toolgate_engine::governance::limits::Full) -> ApiError {
 pub fn estimate_tokens(request: &Request) -> usize {
     use toolgate_engine::conversation::Protocol;
     use toolgate_engine::model::protocol::{self, Outgoing, Tools};
+    let tools: Vec<std::sync::Arc<_>> = request.tools.iter().cloned().map(Into::into).collect();
     let call = Outgoing {
         request,
         model: &request.model,
         turns: request.turns(),
-        tools: Tools(&request.tools),
+        tools: Tools(&tools),
         tool_choice: None,
         stream: false,
     };

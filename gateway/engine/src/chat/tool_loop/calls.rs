@@ -258,7 +258,9 @@ impl Run {
                 continue;
             }
             if let Some(tool) = deferred.tools.iter().find(|t| t.name == name) {
-                self.loaded.push(tool.clone());
+                let mut tool = tool.clone();
+                tool.json.share();
+                self.loaded.push(Arc::new(tool));
             }
         }
     }

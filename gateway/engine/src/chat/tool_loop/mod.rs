@@ -131,7 +131,7 @@ struct Run {
     found: Vec<Arc<Tool>>,
     /// With deferred client tools: those a search of them found, in the
     /// order found (offered from then on).
-    loaded: Vec<ToolDef>,
+    loaded: Vec<Arc<ToolDef>>,
     /// The span of the latest model call (its token usage is recorded on
     /// it once read).
     model_span: tracing::Span,
@@ -241,7 +241,7 @@ impl Loop {
         found
     }
 
-    fn structured(&self, tools: &[ToolDef]) -> Result<Mode, ChatError> {
+    fn structured(&self, tools: &[Arc<ToolDef>]) -> Result<Mode, ChatError> {
         let template = match &self.resolved.template {
             Some(t) => Arc::clone(t),
             None => PromptTemplate::default_template().map_err(ChatError::Internal)?,
@@ -256,29 +256,33 @@ impl Loop {
     /// tools `found` before the client's; with deferred client tools, their
     /// search and the ones `loaded` after the client's. Borrowed when they
     /// are the planned tools.
-    fn offered_tools(&self, found: &[Arc<Tool>], loaded: &[ToolDef]) -> Cow<'_, [ToolDef]> {
+    fn offered_tools(
+        &self,
+        found: &[Arc<Tool>],
+        loaded: &[Arc<ToolDef>],
+    ) -> Cow<'_, [Arc<ToolDef>]> {
         if self.search.is_none() && self.deferred.is_none() {
             return Cow::Borrowed(self.tools.specs());
         }
-        let mut tools: Vec<ToolDef> = Vec::new();
+        let mut tools: Vec<Arc<ToolDef>> = Vec::new();
         if let Some(search) = &self.search {
             tools.push(search.tool.spec());
             tools.extend(found.iter().map(|t| t.spec()));
         }
         tools.extend(self.tools.specs().iter().cloned());
         if let Some(deferred) = &self.deferred {
-            tools.push(deferred_search_tool(&deferred.search));
+            tools.push(Arc::new(deferred_search_tool(&deferred.search)));
             tools.extend(loaded.iter().cloned());
         }
         Cow::Owned(tools)
     }
 
     /// The client's tools a last call offers: its own and those it loaded.
-    fn client_tools(&self, loaded: &[ToolDef]) -> Cow<'_, [ToolDef]> {
+    fn client_tools(&self, loaded: &[Arc<ToolDef>]) -> Cow<'_, [Arc<ToolDef>]> {
         if loaded.is_empty() {
-            return Cow::Borrowed(&self.request.tools);
+            return Cow::Borrowed(self.tools.client());
         }
-        Cow::Owned(self.request.tools.iter().chain(loaded).cloned().collect())
+        Cow::Owned(self.tools.client().iter().chain(loaded).cloned().collect())
     }
 
     /// Runs the loop to its answer. (Boxed: a loop may run sub-agents,

@@ -765,7 +765,7 @@ mod tests {
                 vec![Item::Result(CallResult::text("tu1", "42"))],
             ),
         ];
-        let tools = [crate::model::protocol::test_tool()];
+        let tools = [std::sync::Arc::new(crate::model::protocol::test_tool())];
         let call = Outgoing {
             request: &req,
             model: "real",

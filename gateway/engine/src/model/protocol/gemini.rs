@@ -731,7 +731,7 @@ mod tests {
             Turn::new(Role::System, vec![Item::text("be brief")]),
             Turn::new(Role::User, vec![Item::text("hi")]),
         ];
-        let tools = [crate::model::protocol::test_tool()];
+        let tools = [std::sync::Arc::new(crate::model::protocol::test_tool())];
         let call = Outgoing {
             request: &req,
             model: "gemini-x",
@@ -792,7 +792,7 @@ mod tests {
                 vec![Item::Result(CallResult::text("gemini_call_0", "42"))],
             ),
         ];
-        let tools = [crate::model::protocol::test_tool()];
+        let tools = [std::sync::Arc::new(crate::model::protocol::test_tool())];
         let call = Outgoing {
             request: &req,
             model: "gemini-x",

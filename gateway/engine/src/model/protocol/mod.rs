@@ -84,10 +84,10 @@ pub struct Outgoing<'a> {
 /// The tools a call offers (each keeps its JSON once written, where its
 /// spec has a place for it: see `OfferedTools`).
 #[derive(Debug, Clone, Copy)]
-pub struct Tools<'a>(pub &'a [ToolDef]);
+pub struct Tools<'a>(pub &'a [std::sync::Arc<ToolDef>]);
 
 impl Tools<'_> {
-    pub fn specs(&self) -> &[ToolDef] {
+    pub fn specs(&self) -> &[std::sync::Arc<ToolDef>] {
         self.0
     }
 

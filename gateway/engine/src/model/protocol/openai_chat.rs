@@ -681,7 +681,7 @@ mod tests {
             Slot::Message,
             RawValue::from_string(r#"{"role":"user","content":"hi"}"#.into()).unwrap(),
         )];
-        let tools = [crate::model::protocol::test_tool()];
+        let tools = [std::sync::Arc::new(crate::model::protocol::test_tool())];
         let call = Outgoing {
             request: &req,
             model: "real",

@@ -3,6 +3,7 @@
 //! every loop) rather than on every call.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -11,31 +12,48 @@ use crate::conversation::{Protocol, ToolDef, raw};
 
 /// The tools a loop offers the model: as specs (read by the structured
 /// prompt, the searches and the sub-agents) and as the JSON array a
-/// protocol writes into each model call's body. Each spec keeps its JSON
-/// once written; the array is put together for each call, so that a loop
-/// does not hold a copy of what its gateway tools already keep.
+/// protocol writes into each model call's body. A gateway tool's spec is
+/// the tool's own, held by a count, with its JSON once written in each
+/// protocol; the client's tools, after them, keep theirs for the loop. The
+/// array is put together for each call, so that a loop holds no copy of
+/// what its gateway tools keep.
 #[derive(Debug)]
 pub struct OfferedTools {
-    specs: Vec<ToolDef>,
+    specs: Vec<Arc<ToolDef>>,
+    /// Where the client's tools begin.
+    client: usize,
 }
 
 impl OfferedTools {
-    pub fn new(mut specs: Vec<ToolDef>) -> OfferedTools {
-        for spec in &mut specs {
+    /// The gateway's tools (as their tools hold them), then the client's.
+    pub fn new(gateway: Vec<Arc<ToolDef>>, client: &[ToolDef]) -> OfferedTools {
+        let mut specs = gateway;
+        let start = specs.len();
+        specs.extend(client.iter().map(|spec| {
+            let mut spec = spec.clone();
             spec.json.share();
+            Arc::new(spec)
+        }));
+        OfferedTools {
+            specs,
+            client: start,
         }
-        OfferedTools { specs }
     }
 
-    pub fn specs(&self) -> &[ToolDef] {
+    pub fn specs(&self) -> &[Arc<ToolDef>] {
         &self.specs
+    }
+
+    /// The client's tools among them.
+    pub fn client(&self) -> &[Arc<ToolDef>] {
+        self.specs.get(self.client..).unwrap_or_default()
     }
 }
 
 /// The tools as one JSON array in `protocol` (`write`: one spec as its
 /// JSON), each tool's JSON written once per tool where its spec keeps it.
 pub fn write_all(
-    specs: &[ToolDef],
+    specs: &[Arc<ToolDef>],
     protocol: Protocol,
     write: fn(&ToolDef) -> Value,
 ) -> Box<RawValue> {

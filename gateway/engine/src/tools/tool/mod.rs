@@ -44,8 +44,10 @@ pub struct Tool {
     pub output_schema: Option<Value>,
     /// Where it was declared, e.g. `tools.d/weather.yaml:3`.
     pub origin: String,
-    /// Its spec's JSON in each model protocol, written once.
-    json: crate::conversation::ToolJson,
+    /// The tool as a model is offered it, built once: every loop that
+    /// offers the tool holds it by a count (its JSON in each model
+    /// protocol, once written, kept with it).
+    offered: Arc<crate::conversation::ToolDef>,
 }
 
 /// Hints about what a tool does, in MCP's terms (`readOnlyHint`...). Hints,
@@ -221,12 +223,26 @@ impl Tool {
     /// checked to be of `type: object`).
     pub fn checked(spec: ToolSpec, kind: ToolKind) -> Tool {
         let cache = spec.cache_ttl.map(ResultCache::new);
+        let description: Arc<str> = spec.description.into();
+        let parameters: Schema = spec.parameters.into();
+        let strict = strict::to_strict(&parameters).map(Schema::from);
+        let offered = Arc::new(crate::conversation::ToolDef {
+            name: spec.name.clone(),
+            description: Some(Arc::clone(&description)),
+            parameters: match &strict {
+                Ok(strict) => strict.clone(),
+                Err(_) => parameters.clone(),
+            },
+            strict: strict.is_ok().then_some(true),
+            native: None,
+            json: crate::conversation::ToolJson::shared(),
+        });
         Tool {
             name: spec.name,
-            description: spec.description.into(),
+            description,
             category: spec.category,
-            strict: strict::to_strict(&spec.parameters).map(Schema::from),
-            parameters: spec.parameters.into(),
+            strict,
+            parameters,
             validator: std::sync::OnceLock::new(),
             timeout: spec.timeout,
             cache,
@@ -234,7 +250,7 @@ impl Tool {
             annotations: spec.annotations,
             output_schema: spec.output_schema,
             origin: spec.origin,
-            json: crate::conversation::ToolJson::shared(),
+            offered,
         }
     }
 
@@ -285,20 +301,10 @@ impl Tool {
     }
 
     /// The tool as a model is offered it: its strict schema when it has
-    /// one (then marked `strict`), else its own.
-    pub fn spec(&self) -> crate::conversation::ToolDef {
-        let (parameters, strict) = match &self.strict {
-            Ok(strict) => (strict.clone(), Some(true)),
-            Err(_) => (self.parameters.clone(), None),
-        };
-        crate::conversation::ToolDef {
-            name: self.name.clone(),
-            description: Some(Arc::clone(&self.description)),
-            parameters,
-            strict,
-            native: None,
-            json: self.json.clone(),
-        }
+    /// one (then marked `strict`), else its own. Shared by every loop that
+    /// offers the tool.
+    pub fn spec(&self) -> Arc<crate::conversation::ToolDef> {
+        Arc::clone(&self.offered)
     }
 
     pub fn to_openai(&self) -> Value {
@@ -375,22 +381,23 @@ mod tests {
         test_tool("lookup", "Looks \"it\" up.", parameters)
     }
 
-    /// Every loop that offers a tool holds a copy of its spec: the copies
-    /// share the description and the schema, and the spec itself is small
-    /// (a tool set of 50 tools cost each stream 23 KB before).
+    /// Every loop that offers a tool holds its spec by a count, not a copy
+    /// (a tool set of 50 tools cost each stream 23 KB when each loop copied
+    /// its specs), and the spec shares the tool's description and schema.
     #[test]
-    fn a_tool_s_specs_share_what_is_large() {
-        let t = tool(serde_json::json!({"type": "object"}));
+    fn a_tool_s_spec_is_shared_not_copied() {
+        let t = tool(serde_json::json!({
+            "type": "object",
+            "properties": {"q": {"type": "string"}},
+            "required": ["q"],
+            "additionalProperties": false
+        }));
         let (a, b) = (t.spec(), t.spec());
-        for spec in [&a, &b] {
-            assert!(Arc::ptr_eq(
-                spec.description.as_ref().unwrap(),
-                &t.description
-            ));
-        }
-        assert!(std::ptr::eq::<Value>(&*a.parameters, &*b.parameters));
-        let size = std::mem::size_of::<crate::conversation::ToolDef>();
-        assert!(size <= 72, "a spec is {size} bytes");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(Arc::ptr_eq(a.description.as_ref().unwrap(), &t.description));
+        let strict = t.strict.as_ref().unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(std::ptr::eq::<Value>(&*a.parameters, &**strict));
+        assert_eq!(a.strict, Some(true));
     }
 
     proptest! {
