@@ -3,6 +3,7 @@
 //! and the calls found.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -11,8 +12,9 @@ use serde_json::Value;
 pub struct OfferedTool {
     pub name: String,
     /// JSON Schema of the arguments (`"type": "object"`); used to coerce
-    /// values written as text or Python literals.
-    pub parameters: Value,
+    /// values written as text or Python literals. Shared, not copied, by
+    /// the copies of a tool (every stream a loop parses holds one).
+    pub parameters: Arc<Value>,
 }
 
 /// A tool call found in the text.
@@ -196,7 +198,7 @@ mod tests {
         });
         let t = Tools::new(&[OfferedTool {
             name: "f".into(),
-            parameters: schema,
+            parameters: (schema).into(),
         }]);
         let s = t.schema("f").cloned().unwrap_or_default();
         assert_eq!(s["properties"]["loc"]["type"], json!("object"));

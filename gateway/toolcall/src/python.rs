@@ -240,11 +240,11 @@ mod tests {
         let tools = super::super::offered::Tools::new(&[
             OfferedTool {
                 name: "f".into(),
-                parameters: json!({"type": "object"}),
+                parameters: (json!({"type": "object"})).into(),
             },
             OfferedTool {
                 name: "a.b".into(),
-                parameters: json!({"type": "object"}),
+                parameters: (json!({"type": "object"})).into(),
             },
         ]);
         let src = Input::new("[f(x=1, y='z'), a.b()] tail", true, &tools);

@@ -8,7 +8,7 @@ use super::*;
 pub(super) fn tool(name: &str) -> OfferedTool {
     OfferedTool {
         name: name.to_string(),
-        parameters: json!({"type": "object"}),
+        parameters: (json!({"type": "object"})).into(),
     }
 }
 
@@ -230,7 +230,8 @@ fn qwen3_coder_xml_with_coercion() {
             "exact": {"type": "boolean"},
             "tags": {"type": "array"},
             "note": {}
-        }}),
+        }})
+        .into(),
     }];
     let text = "Sure.<tool_call>\n<function=area>\n<parameter=shape>\n42\n</parameter>\n<parameter=dims>\n{\"w\": 10,\n \"h\": 2}\n</parameter>\n<parameter=precision>\n3\n</parameter>\n<parameter=exact>\ntrue\n</parameter>\n<parameter=tags>\n[\"a\"]\n</parameter>\n<parameter=note>\n7\n</parameter>\n</function>\n</tool_call>";
     let p = check(text, &t);
@@ -269,7 +270,7 @@ fn pythonic_calls() {
         tool("get_weather"),
         OfferedTool {
             name: "add".into(),
-            parameters: json!({"type": "object", "properties": {"a": {"type": "integer"}, "s": {"type": "string"}}}),
+            parameters: (json!({"type": "object", "properties": {"a": {"type": "integer"}, "s": {"type": "string"}}})).into(),
         },
     ];
     let p = check(

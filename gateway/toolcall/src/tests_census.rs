@@ -14,7 +14,7 @@ fn call(name: &str, args: Value) -> ParsedCall {
 fn typed(name: &str, properties: Value) -> OfferedTool {
     OfferedTool {
         name: name.to_string(),
-        parameters: json!({"type": "object", "properties": properties}),
+        parameters: (json!({"type": "object", "properties": properties})).into(),
     }
 }
 
@@ -697,7 +697,7 @@ fn cases_from_serving_engines_issue_trackers() {
 fn tool_json(name: &str, schema: &str) -> OfferedTool {
     OfferedTool {
         name: name.to_string(),
-        parameters: serde_json::from_str(schema).unwrap_or(Value::Null),
+        parameters: (serde_json::from_str(schema).unwrap_or(Value::Null)).into(),
     }
 }
 

@@ -163,7 +163,7 @@ fn offered(s: &Sample) -> Vec<OfferedTool> {
         .into_iter()
         .map(|name| OfferedTool {
             name,
-            parameters: json!({"type": "object"}),
+            parameters: (json!({"type": "object"})).into(),
         })
         .collect()
 }
@@ -193,7 +193,7 @@ fn typed_offered(s: &Sample) -> Vec<OfferedTool> {
         .into_iter()
         .map(|(name, props)| OfferedTool {
             name,
-            parameters: json!({"type": "object", "properties": props}),
+            parameters: (json!({"type": "object", "properties": props})).into(),
         })
         .collect()
 }

@@ -306,7 +306,7 @@ proptest! {
         text in fragment_text(),
     ) {
         // Circular and exploding `$ref`s: the tools are built and used.
-        let t = vec![OfferedTool { name: "f".to_string(), parameters: schema }];
+        let t = vec![OfferedTool { name: "f".to_string(), parameters: schema.into() }];
         let whole = parse(&text, &t);
         prop_assert_eq!(stream(&split(&text, &[3, 7]), &t), whole);
     }

@@ -16,7 +16,7 @@ fn tools() -> Vec<OfferedTool> {
         .iter()
         .map(|n| OfferedTool {
             name: n.to_string(),
-            parameters: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+            parameters: json!({"type": "object", "properties": {"n": {"type": "integer"}}}).into(),
         })
         .collect()
 }

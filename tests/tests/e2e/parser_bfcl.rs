@@ -120,7 +120,7 @@ fn offered(functions: &Value) -> Vec<OfferedTool> {
         .iter()
         .map(|f| OfferedTool {
             name: tool_name(f["name"].as_str().unwrap()),
-            parameters: schema(&f["parameters"]),
+            parameters: schema(&f["parameters"]).into(),
         })
         .collect()
 }

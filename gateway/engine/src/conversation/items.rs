@@ -271,6 +271,13 @@ impl std::ops::Deref for Schema {
     }
 }
 
+impl Schema {
+    /// The schema itself, shared.
+    pub fn shared(&self) -> std::sync::Arc<Value> {
+        std::sync::Arc::clone(&self.0)
+    }
+}
+
 impl From<Value> for Schema {
     fn from(v: Value) -> Schema {
         Schema(std::sync::Arc::new(v))

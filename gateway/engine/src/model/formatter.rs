@@ -27,7 +27,7 @@ pub fn offered(tools: &[Arc<ToolDef>]) -> Vec<OfferedTool> {
         .iter()
         .map(|t| OfferedTool {
             name: t.name.clone(),
-            parameters: Value::clone(&t.parameters),
+            parameters: t.parameters.shared(),
         })
         .collect()
 }
@@ -336,6 +336,20 @@ mod tests {
             strict: None,
             native: None,
         })
+    }
+
+    /// A structured loop's parser holds each offered tool's schema, and
+    /// so does each stream's parser: shared with the spec, not copied.
+    #[test]
+    fn the_parser_s_tools_share_their_schemas() {
+        let spec = tool("add");
+        let offered = offered(std::slice::from_ref(&spec));
+        assert!(Arc::ptr_eq(
+            &offered[0].parameters,
+            &spec.parameters.shared()
+        ));
+        let copy = offered.clone();
+        assert!(Arc::ptr_eq(&copy[0].parameters, &offered[0].parameters));
     }
 
     fn text(role: Role, t: &str) -> Turn {
