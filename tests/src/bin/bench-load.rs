@@ -160,7 +160,6 @@ async fn main() {
   - name: mock
     base_url: {}
     read_timeout: 120s
-    retries: {{ max_attempts: 1 }}
 limits:
   max_connections: {cap}
   max_concurrent_loops: {cap}

@@ -412,13 +412,20 @@ async fn upstream_faults_map_to_truthful_statuses() {
         let expected = if script.contains("=50") { 3 } else { 1 };
         assert_eq!(attempts, expected, "{script}: attempts");
     }
-    // Retries recover from passing failures, honouring Retry-After.
+    // Retries recover from passing failures, honouring Retry-After. Each
+    // attempt's body is written again from the conversation (none is kept
+    // while the model answers): the same request each time.
+    let before = s.model.requests().len();
     let (status, body) = post(
         &s,
         json!({"model": "mock-model", "messages": user("[[mock:fail-first=2:503]] hi")}),
     )
     .await;
     assert_eq!(status, 200, "{body}");
+    let attempts = s.model.requests()[before..].to_vec();
+    assert_eq!(attempts.len(), 3);
+    assert!(attempts.iter().all(|a| *a == attempts[0]), "{attempts:?}");
+    assert_eq!(attempts[0]["tools"].as_array().map(Vec::len), Some(2));
     let (status, _) = post(
         &s,
         json!({"model": "mock-model", "messages": user("[[mock:fail-first=1:429]] hi")}),

@@ -346,6 +346,7 @@ impl Passed {
             request_id: Some(&caller.request_id),
             headers: &self.request.headers,
             single_attempt: false,
+            deadline: None,
         };
         let reply = tracing::Instrument::instrument(self.upstream.call(call), span.clone()).await?;
         let status = reply.response.status();

@@ -734,34 +734,45 @@ impl Run {
     /// structured prompt (and remembers it) when the upstream rejects
     /// `tools`.
     ///
+    /// The attempts the upstream's `retries` allow are made here, each
+    /// with its body written again from the conversation: no copy of the
+    /// body is kept while the model answers. (On a route of several
+    /// targets, the route tries the next target instead.)
+    ///
     /// A model call's future lives as long as the model takes to answer
     /// its head, so the rarer steps are awaited in boxes (a budget's
-    /// admission, the fallback) and no outcome is held across a wait: the
-    /// future is sized to the call alone.
+    /// admission, the fallback, the wait between attempts) and no outcome
+    /// is held across a wait: the future is sized to the call alone.
     async fn call_target(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
-        let body = self.body(iteration, stream)?;
-        if self.admission.is_none() && !self.l.catalog.spend.budgets.is_empty() {
-            Box::pin(self.admit(body.len())).await?;
+        let deadline = upstream.deadline();
+        let mut attempt = 1;
+        loop {
+            let body = self.body(iteration, stream)?;
+            if self.admission.is_none() && !self.l.catalog.spend.budgets.is_empty() {
+                Box::pin(self.admit(body.len())).await?;
+            }
+            let e = match upstream.call(self.model_call(body, stream, deadline)).await {
+                Ok(r) => return Ok(r),
+                Err(e) => e,
+            };
+            if matches!(self.mode, Mode::FunctionCalling { fallback: true }) && e.rejects_tools() {
+                // The same attempt again, with the structured prompt.
+                Box::pin(self.fall_back(e)).await?;
+                continue;
+            }
+            if self.l.resolved.several() {
+                return Err(e.into());
+            }
+            let resume = upstream.next_attempt(attempt, e, deadline)?;
+            Box::pin(tokio::time::sleep_until(resume)).await;
+            attempt += 1;
         }
-        let e = match upstream.call(self.model_call(body, stream)).await {
-            Ok(r) => return Ok(r),
-            Err(e) => e,
-        };
-        if matches!(self.mode, Mode::FunctionCalling { fallback: true }) && e.rejects_tools() {
-            return Box::pin(self.fall_back(iteration, stream, e)).await;
-        }
-        Err(e.into())
     }
 
     /// The upstream rejected `tools` (`e`): the structured prompt from now
-    /// on for this model, and the call made again with it.
-    async fn fall_back(
-        &mut self,
-        iteration: u32,
-        stream: bool,
-        e: UpstreamError,
-    ) -> Result<Reply, ChatError> {
+    /// on for this model.
+    async fn fall_back(&mut self, e: UpstreamError) -> Result<(), ChatError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
         tracing::warn!(
             upstream = %upstream.name,
@@ -775,13 +786,17 @@ impl Run {
         self.mode = self
             .l
             .structured(&self.l.offered_tools(&self.found, &self.loaded))?;
-        let body = self.body(iteration, stream)?;
-        Ok(upstream.call(self.model_call(body, stream)).await?)
+        Ok(())
     }
 
     /// A model call of `body`: the client's protocol headers go along when
     /// the upstream speaks its protocol.
-    fn model_call(&self, body: bytes::Bytes, stream: bool) -> ModelCall<'_> {
+    fn model_call(
+        &self,
+        body: bytes::Bytes,
+        stream: bool,
+        deadline: tokio::time::Instant,
+    ) -> ModelCall<'_> {
         let same = self.l.resolved.upstream.protocol == self.l.request.face;
         ModelCall {
             body,
@@ -789,9 +804,9 @@ impl Run {
             stream,
             request_id: Some(&self.l.context.request_id),
             headers: if same { &self.l.request.headers } else { &[] },
-            // On a route of several, a failure goes to the next target
-            // rather than again to this one.
-            single_attempt: self.l.resolved.several(),
+            // Each attempt's body is written again (`call_target`).
+            single_attempt: true,
+            deadline: Some(deadline),
         }
     }
 

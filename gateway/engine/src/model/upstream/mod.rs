@@ -230,9 +230,15 @@ pub struct ModelCall<'a> {
     /// Headers of the client's protocol it sent (`anthropic-beta`…), for an
     /// upstream of the same protocol.
     pub headers: &'a [(HeaderName, HeaderValue)],
-    /// Tried once whatever the upstream's `retries` (a route of several
-    /// targets tries the next instead).
+    /// Tried once whatever the upstream's `retries`: the caller tries
+    /// again itself with a body it makes again (see
+    /// [`Upstream::next_attempt`]), or a route of several targets tries the
+    /// next instead. Otherwise each attempt but the last keeps the body for
+    /// the next while the model answers.
     pub single_attempt: bool,
+    /// The call's deadline, when the caller's attempts share one (else
+    /// the upstream's total deadline from now).
+    pub deadline: Option<tokio::time::Instant>,
 }
 
 impl Upstream {
@@ -381,6 +387,7 @@ impl Upstream {
             request_id,
             headers: &[],
             single_attempt: false,
+            deadline: None,
         })
         .await
     }
@@ -399,7 +406,7 @@ impl Upstream {
     ) -> impl Future<Output = Result<Reply, UpstreamError>> + Send + 'a {
         async move {
             let began = std::time::Instant::now();
-            let deadline = tokio::time::Instant::now() + self.timeout;
+            let deadline = call.deadline.unwrap_or_else(|| self.deadline());
             // Every wait inside is bounded by the deadline (one timer at a time).
             let result = self
                 .call_attempts(&mut call, deadline)
@@ -530,7 +537,7 @@ impl Upstream {
             };
             let request = self.call_request(call, body)?;
             let sending = self.send(request, deadline);
-            let (error, retry_after) = match sending.await {
+            let error = match sending.await {
                 Ok((resp, lease)) if resp.status().is_success() => return Ok((resp, lease)),
                 // The connection closes with the error body (not worth
                 // reading to its end to keep it).
@@ -544,46 +551,75 @@ impl Upstream {
                     ))
                     .await
                     .unwrap_or_default();
-                    let err = UpstreamError::Status {
+                    UpstreamError::Status {
                         upstream: self.name.clone(),
                         status,
                         message: self
                             .scrub(&crate::model::protocol::error_message(self.protocol, &text)),
                         retry_after,
-                    };
-                    if !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()) {
-                        return Err(err);
                     }
-                    (err, retry_after)
                 }
-                Err(e @ UpstreamError::Timeout { .. }) => return Err(e),
-                Err(e) => (e, None),
+                Err(e) => e,
             };
-            if last {
+            if call.single_attempt {
                 return Err(error);
             }
-            let backoff = self
-                .retry
-                .initial_backoff
-                .saturating_mul(2u32.saturating_pow(attempt - 1))
-                .min(self.retry.max_backoff);
-            let wait = match retry_after {
-                // The upstream asks for longer than we are willing to wait:
-                // give the client its answer instead.
-                Some(ra) if ra > self.retry.max_backoff => return Err(error),
-                Some(ra) => ra.max(backoff),
-                None => backoff,
-            };
-            tracing::warn!(upstream = %self.name, attempt, wait_ms = wait.as_millis() as u64, "retrying: {error}");
-            let resume = tokio::time::Instant::now() + wait;
-            if resume >= deadline {
-                return Err(UpstreamError::Timeout {
-                    upstream: self.name.clone(),
-                });
-            }
+            let resume = self.next_attempt(attempt, error, deadline)?;
             tokio::time::sleep_until(resume).await;
             attempt += 1;
         }
+    }
+
+    /// A call's total deadline (its attempts included), from now.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.timeout
+    }
+
+    /// After attempt number `attempt` of a call failed with `error`: when
+    /// to try again, per the upstream's `retries`; or the error to give
+    /// the caller, when it is not worth another attempt (a client error,
+    /// a timeout: the request may have been processed), the attempts are
+    /// spent, or the wait would pass `deadline`.
+    pub fn next_attempt(
+        &self,
+        attempt: u32,
+        error: UpstreamError,
+        deadline: tokio::time::Instant,
+    ) -> Result<tokio::time::Instant, UpstreamError> {
+        let retry_after = match &error {
+            UpstreamError::Status {
+                status,
+                retry_after,
+                ..
+            } if *status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() => {
+                *retry_after
+            }
+            UpstreamError::Unreachable { .. } => None,
+            _ => return Err(error),
+        };
+        if attempt >= self.retry.max_attempts {
+            return Err(error);
+        }
+        let backoff = self
+            .retry
+            .initial_backoff
+            .saturating_mul(2u32.saturating_pow(attempt - 1))
+            .min(self.retry.max_backoff);
+        let wait = match retry_after {
+            // The upstream asks for longer than we are willing to wait:
+            // give the client its answer instead.
+            Some(ra) if ra > self.retry.max_backoff => return Err(error),
+            Some(ra) => ra.max(backoff),
+            None => backoff,
+        };
+        tracing::warn!(upstream = %self.name, attempt, wait_ms = wait.as_millis() as u64, "retrying: {error}");
+        let resume = tokio::time::Instant::now() + wait;
+        if resume >= deadline {
+            return Err(UpstreamError::Timeout {
+                upstream: self.name.clone(),
+            });
+        }
+        Ok(resume)
     }
 
     /// `text` with the upstream's API key removed in every form the gateway
