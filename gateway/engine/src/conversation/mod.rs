@@ -76,13 +76,43 @@ pub enum Slot {
     System,
 }
 
+/// A turn's JSON as it came.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Raw {
+    /// Kept byte for byte.
+    Kept(Box<RawValue>),
+    /// A chat message of its role and text alone, written compactly
+    /// (`{"role":"user","content":"…"}`, or `content` first): written
+    /// again from the turn, byte for byte, rather than kept beside it (a
+    /// long conversation would be held twice). The decoder checks that it
+    /// comes out the same ([`crate::model::protocol::openai_chat::plain`]).
+    Plain { role_first: bool },
+}
+
+impl From<Box<RawValue>> for Raw {
+    fn from(raw: Box<RawValue>) -> Raw {
+        Raw::Kept(raw)
+    }
+}
+
+impl PartialEq for Raw {
+    fn eq(&self, other: &Raw) -> bool {
+        match (self, other) {
+            (Raw::Kept(a), Raw::Kept(b)) => a.get() == b.get(),
+            (Raw::Plain { role_first: a }, Raw::Plain { role_first: b }) => a == b,
+            _ => false,
+        }
+    }
+}
+
 /// The JSON a turn was decoded from, for the protocol that wrote it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Origin {
     pub protocol: Protocol,
     pub slot: Slot,
     /// The turn as it came, byte for byte.
-    pub raw: Box<RawValue>,
+    pub raw: Raw,
     /// What a translation of this turn to another protocol leaves out
     /// (field or block names, said in a notice when it happens).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -97,9 +127,19 @@ impl PartialEq for Origin {
     fn eq(&self, other: &Origin) -> bool {
         self.protocol == other.protocol
             && self.slot == other.slot
-            && self.raw.get() == other.raw.get()
+            && self.raw == other.raw
             && self.untyped == other.untyped
             && self.made_by == other.made_by
+    }
+}
+
+impl Origin {
+    /// The turn's JSON, when it is kept as it came.
+    pub fn kept(&self) -> Option<&RawValue> {
+        match &self.raw {
+            Raw::Kept(raw) => Some(raw),
+            Raw::Plain { .. } => None,
+        }
     }
 }
 
@@ -131,7 +171,7 @@ impl Turn {
         items: Vec<Item>,
         protocol: Protocol,
         slot: Slot,
-        raw: Box<RawValue>,
+        raw: impl Into<Raw>,
     ) -> Turn {
         Turn {
             role,
@@ -139,7 +179,7 @@ impl Turn {
             origin: Some(Origin {
                 protocol,
                 slot,
-                raw,
+                raw: raw.into(),
                 untyped: Vec::new(),
                 made_by: None,
             }),
@@ -149,6 +189,13 @@ impl Turn {
     /// The turn as it came, when it came in `protocol`.
     pub fn raw_for(&self, protocol: Protocol) -> Option<&Origin> {
         self.origin.as_ref().filter(|o| o.protocol == protocol)
+    }
+
+    /// The turn's JSON as it came, byte for byte, when it came in
+    /// `protocol` and is kept (see [`Raw`]).
+    pub fn kept_for(&self, protocol: Protocol) -> Option<(&Origin, &RawValue)> {
+        let origin = self.raw_for(protocol)?;
+        Some((origin, origin.kept()?))
     }
 
     /// Its text items, joined by newlines.

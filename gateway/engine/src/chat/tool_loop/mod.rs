@@ -934,7 +934,7 @@ impl Run {
             origin: said.replay.clone().map(|raw| Origin {
                 protocol: self.l.resolved.upstream.protocol,
                 slot: Slot::Message,
-                raw,
+                raw: raw.into(),
                 untyped: Vec::new(),
                 made_by: Some(self.l.resolved.key()),
             }),

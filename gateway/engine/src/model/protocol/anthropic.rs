@@ -250,15 +250,15 @@ fn conversation<'a>(
     let mut system_texts: Vec<Value> = Vec::new();
     let mut messages: Vec<Written<'a>> = Vec::with_capacity(turns.len());
     for turn in turns {
-        match turn.raw_for(PROTOCOL) {
-            Some(o)
+        match turn.kept_for(PROTOCOL) {
+            Some((o, raw))
                 if o.slot == Slot::System && system_raw.is_none() && system_texts.is_empty() =>
             {
-                system_raw = Some(&*o.raw);
+                system_raw = Some(raw);
                 continue;
             }
-            Some(o) if o.slot == Slot::Message => {
-                messages.push(Written::Raw(&o.raw));
+            Some((o, raw)) if o.slot == Slot::Message => {
+                messages.push(Written::Raw(raw));
                 continue;
             }
             _ => {}
@@ -755,7 +755,8 @@ mod tests {
                     slot: Slot::Message,
                     raw: raw(&json!({"role": "assistant", "content": [
                         {"type": "thinking", "thinking": "hm", "signature": "sig"},
-                        {"type": "tool_use", "id": "tu1", "name": "t", "input": {}}]})),
+                        {"type": "tool_use", "id": "tu1", "name": "t", "input": {}}]}))
+                    .into(),
                     untyped: Vec::new(),
                     made_by: Some("claude".into()),
                 }),

@@ -227,13 +227,13 @@ fn conversation<'a>(
         .unwrap_or(0);
     let mut unsigned = false;
     for (index, turn) in turns.iter().enumerate() {
-        match turn.raw_for(PROTOCOL) {
-            Some(o) if o.slot == Slot::System && system_raw.is_none() => {
-                system_raw = Some(&*o.raw);
+        match turn.kept_for(PROTOCOL) {
+            Some((o, raw)) if o.slot == Slot::System && system_raw.is_none() => {
+                system_raw = Some(raw);
                 continue;
             }
-            Some(o) if o.slot == Slot::Message => {
-                contents.push(Written::Raw(&o.raw));
+            Some((o, raw)) if o.slot == Slot::Message => {
+                contents.push(Written::Raw(raw));
                 continue;
             }
             _ => {}
@@ -782,7 +782,7 @@ mod tests {
                     slot: Slot::Message,
                     raw: raw(
                         &json!({"role": "model", "parts": [{"functionCall": {"name": "t", "args": {}}, "thoughtSignature": "c2ln"}]}),
-                    ),
+                    ).into(),
                     untyped: Vec::new(),
                     made_by: Some("g".into()),
                 }),

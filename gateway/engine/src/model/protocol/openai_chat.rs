@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use super::lenient::{First, Lenient, List, Text};
 use super::{Decoded, Delta, Outgoing, Step, foreign_note};
 use crate::conversation::{
-    Call, CallResult, FinishReason, Item, Media, MediaKind, Notices, Protocol, Role, Source,
+    Call, CallResult, FinishReason, Item, Media, MediaKind, Notices, Protocol, Raw, Role, Source,
     ToolChoice, ToolDef, Turn,
 };
 
@@ -172,6 +172,8 @@ impl Serialize for Part<'_> {
 enum Message<'a> {
     /// A chat client's message, as it came.
     Raw(&'a RawValue),
+    /// A chat client's plain message, written again as it came.
+    Plain(PlainMessage<'a>),
     /// An assistant message written from items.
     Assistant {
         content: Option<String>,
@@ -190,6 +192,7 @@ impl Serialize for Message<'_> {
         use serde::ser::SerializeMap;
         match self {
             Message::Raw(v) => v.serialize(s),
+            Message::Plain(m) => m.serialize(s),
             Message::Assistant { content, calls } => {
                 let n = if calls.is_empty() { 2 } else { 3 };
                 let mut m = s.serialize_map(Some(n))?;
@@ -214,6 +217,75 @@ impl Serialize for Message<'_> {
                 m.end()
             }
         }
+    }
+}
+
+/// A chat message of a role and a text alone, its two keys in the order
+/// the client wrote them: how a [`Raw::Plain`] turn is written again.
+struct PlainMessage<'a> {
+    role: &'static str,
+    text: &'a str,
+    role_first: bool,
+}
+
+impl Serialize for PlainMessage<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(2))?;
+        if self.role_first {
+            m.serialize_entry("role", self.role)?;
+            m.serialize_entry("content", self.text)?;
+        } else {
+            m.serialize_entry("content", self.text)?;
+            m.serialize_entry("role", self.role)?;
+        }
+        m.end()
+    }
+}
+
+/// The role a plain message of `role` names.
+fn plain_role(role: Role) -> &'static str {
+    match role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+    }
+}
+
+/// A plain message as the turn of `role` and `items` writes it again.
+fn plain_message(role: Role, items: &[Item], role_first: bool) -> Option<PlainMessage<'_>> {
+    match items {
+        [Item::Text { text }] => Some(PlainMessage {
+            role: plain_role(role),
+            text,
+            role_first,
+        }),
+        _ => None,
+    }
+}
+
+/// The shortest message held as [`Raw::Plain`]: a shorter one costs
+/// little to hold twice, and writing a text again (escaped, on every
+/// model call) costs more than copying it as it came.
+pub const PLAIN_AT_LEAST: usize = 512;
+
+/// How a chat client's message `raw`, decoded as `role` and `items`, is
+/// kept: as [`Raw::Plain`] when it is a plain message (a role and its
+/// text, compact, of [`PLAIN_AT_LEAST`] bytes or more) that the turn
+/// writes again byte for byte, so that its text is held once; else as it
+/// came.
+pub fn plain(role: Role, items: &[Item], raw: Box<RawValue>) -> Raw {
+    let text = raw.get();
+    if text.len() < PLAIN_AT_LEAST {
+        return Raw::Kept(raw);
+    }
+    let role_first = text.starts_with("{\"role\":");
+    if !(role_first || text.starts_with("{\"content\":")) {
+        return Raw::Kept(raw);
+    }
+    match plain_message(role, items, role_first).map(|m| serde_json::to_string(&m)) {
+        Some(Ok(written)) if written == text => Raw::Plain { role_first },
+        _ => Raw::Kept(raw),
     }
 }
 
@@ -258,8 +330,16 @@ fn messages<'a>(turns: &'a [Turn], notices: &mut Notices) -> Vec<Message<'a>> {
     let mut out = Vec::with_capacity(turns.len() + 1);
     for turn in turns {
         if let Some(origin) = turn.raw_for(PROTOCOL) {
-            out.push(Message::Raw(&origin.raw));
-            continue;
+            let message = match &origin.raw {
+                Raw::Kept(raw) => Some(Message::Raw(raw)),
+                Raw::Plain { role_first } => {
+                    plain_message(turn.role, &turn.items, *role_first).map(Message::Plain)
+                }
+            };
+            if let Some(message) = message {
+                out.push(message);
+                continue;
+            }
         }
         match turn.role {
             Role::System => system(turn, &mut out, notices),

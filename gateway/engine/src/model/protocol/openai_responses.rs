@@ -204,19 +204,19 @@ fn conversation<'a>(
     let mut instructions: Option<Part<'a>> = None;
     let mut input = Vec::with_capacity(turns.len());
     for (i, turn) in turns.iter().enumerate() {
-        if let Some(o) = turn.raw_for(PROTOCOL) {
+        if let Some((o, raw)) = turn.kept_for(PROTOCOL) {
             match o.slot {
-                Slot::System if instructions.is_none() => instructions = Some(Part::Raw(&o.raw)),
+                Slot::System if instructions.is_none() => instructions = Some(Part::Raw(raw)),
                 Slot::System => input.push(Entry::Built(
                     json!({"role": "developer", "content": turn.text()}),
                 )),
                 // The model's turn: its output items, one after another.
-                Slot::Message if o.raw.get().starts_with('[') => {
-                    if let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(o.raw.get()) {
+                Slot::Message if raw.get().starts_with('[') => {
+                    if let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(raw.get()) {
                         input.extend(items.into_iter().map(Entry::Raw));
                     }
                 }
-                Slot::Message => input.push(Entry::Raw(&o.raw)),
+                Slot::Message => input.push(Entry::Raw(raw)),
             }
             continue;
         }
@@ -623,7 +623,7 @@ mod tests {
                     slot: Slot::Message,
                     raw: raw(&json!([
                         {"type": "reasoning", "summary": [], "encrypted_content": "enc"},
-                        {"type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"}])),
+                        {"type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"}])).into(),
                     untyped: Vec::new(),
                     made_by: Some("gpt".into()),
                 }),

@@ -275,6 +275,9 @@ fn turns(messages: &RawValue) -> Result<Vec<Turn>, RequestError> {
     for raw in messages {
         let m: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
         let (role, items) = message(&m);
+        // A plain message's text is held once (written again for a chat
+        // model byte for byte); any other as it came.
+        let raw = toolgate_engine::model::protocol::openai_chat::plain(role, &items, raw);
         turns.push(Turn::decoded(role, items, PROTOCOL, Slot::Message, raw));
     }
     Ok(turns)
@@ -507,11 +510,92 @@ mod tests {
             turns[2].items,
             vec![Item::Result(CallResult::text("c", "r"))]
         );
-        // Each turn keeps its message as it came.
+        // Each turn keeps its message as it came (a long plain one is
+        // written again from its text: see below).
+        let raw = |i: usize| turns[i].raw_for(Protocol::OpenaiChat).unwrap();
         assert_eq!(
-            turns[0].raw_for(Protocol::OpenaiChat).unwrap().raw.get(),
+            raw(0).kept().unwrap().get(),
             r#"{"role":"user","content":"a"}"#
         );
+        assert!(raw(1).kept().unwrap().get().contains("tool_calls"));
+        assert!(raw(2).kept().is_some());
+    }
+
+    /// A plain message (a role and its text, compact, long enough) is
+    /// held once, as its turn's text, and a chat model gets it byte for
+    /// byte as the client wrote it; any other form is kept as it came.
+    #[test]
+    fn plain_messages_are_held_once_and_written_again_byte_for_byte() {
+        use toolgate_engine::model::protocol::openai_chat::PLAIN_AT_LEAST;
+        let long = "x".repeat(PLAIN_AT_LEAST);
+        let messages = [
+            (
+                format!(r#"{{"role":"system","content":"Be \"brief\".\n{long}"}}"#),
+                true,
+            ),
+            (
+                format!(r#"{{"content":"héllo ✓ \u0007{long}","role":"user"}}"#),
+                true,
+            ),
+            (
+                format!(r#"{{"role":"assistant","content":"{long}"}}"#),
+                true,
+            ),
+            (r#"{"role":"user","content":"short"}"#.to_owned(), false),
+            (format!(r#"{{"role": "user", "content": "{long}"}}"#), false),
+            (
+                format!(r#"{{"role":"user","content":"h\u00e9{long}"}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"role":"developer","content":"{long}"}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"role":"user","content":"{long}","name":"ann"}}"#),
+                false,
+            ),
+            (
+                format!(r#"{{"role":"user","content":[{{"type":"text","text":"{long}"}}]}}"#),
+                false,
+            ),
+        ];
+        let body = format!(
+            r#"{{"model":"m","messages":[{}]}}"#,
+            messages
+                .iter()
+                .map(|(m, _)| m.as_str())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let mut req = dec(body.as_bytes()).unwrap();
+        req.decode_rest().unwrap();
+        for (turn, (message, plain)) in req.turns().iter().zip(&messages) {
+            let origin = turn.raw_for(Protocol::OpenaiChat).unwrap();
+            assert_eq!(origin.kept().is_none(), *plain, "{message}");
+        }
+        let call = toolgate_engine::model::protocol::Outgoing {
+            request: &req,
+            model: "m",
+            turns: req.turns(),
+            tools: toolgate_engine::model::protocol::Tools(&[]),
+            tool_choice: None,
+            stream: false,
+        };
+        let written = toolgate_engine::model::protocol::encode(
+            Protocol::OpenaiChat,
+            &call,
+            &mut Default::default(),
+        );
+        #[derive(serde::Deserialize)]
+        struct Body<'a> {
+            #[serde(borrow)]
+            messages: Vec<&'a RawValue>,
+        }
+        let body: Body<'_> = serde_json::from_slice(&written).unwrap();
+        let sent: Vec<&str> = body.messages.iter().map(|m| m.get()).collect();
+        let want: Vec<&str> = messages.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(sent, want);
     }
 
     use proptest::prelude::*;
