@@ -190,7 +190,10 @@ pub fn plan(
     }
     let offered: Vec<Arc<ToolDef>> = match (&search, set) {
         (_, Some(s)) if code => {
-            std::iter::once(Arc::new(crate::tools::code::offer(&gateway, code_searches)))
+            // Its JSON kept once written, for the loop's model calls.
+            let mut run_code = crate::tools::code::offer(&gateway, code_searches);
+            run_code.json.share();
+            std::iter::once(Arc::new(run_code))
                 .chain(code_searches.then(|| s.search_tool.spec()))
                 .collect()
         }

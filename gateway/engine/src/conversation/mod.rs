@@ -76,9 +76,9 @@ pub enum Slot {
     System,
 }
 
-/// A turn's JSON as it came.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// A turn's JSON as it came. Stored (a Responses conversation kept for
+/// `previous_response_id`) as the JSON itself.
+#[derive(Debug, Clone)]
 pub enum Raw {
     /// Kept byte for byte.
     Kept(Box<RawValue>),
@@ -88,6 +88,25 @@ pub enum Raw {
     /// long conversation would be held twice). The decoder checks that it
     /// comes out the same ([`crate::model::protocol::openai_chat::plain`]).
     Plain { role_first: bool },
+}
+
+impl Serialize for Raw {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Raw::Kept(raw) => raw.serialize(s),
+            // Only the chat face writes plain turns, and chat conversations
+            // are not stored.
+            Raw::Plain { .. } => Err(serde::ser::Error::custom(
+                "a plain chat message is written again from its turn, not stored",
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Raw {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Raw, D::Error> {
+        Box::<RawValue>::deserialize(d).map(Raw::Kept)
+    }
 }
 
 impl From<Box<RawValue>> for Raw {
@@ -243,4 +262,23 @@ pub struct ResponseFormat {
     /// `None`: any JSON object.
     pub schema: Option<serde_json::Value>,
     pub strict: Option<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kept turn is stored as its JSON itself (as before there were
+    /// plain turns: replicas of either build read each other's), and a
+    /// plain one is refused rather than stored as something else.
+    #[test]
+    fn a_kept_raw_is_stored_as_its_json() {
+        let json = r#"{"role":"user","content":[{"type":"input_text","text":"hi"}]}"#;
+        let kept = Raw::Kept(RawValue::from_string(json.to_owned()).unwrap_or_default());
+        let stored = serde_json::to_string(&kept).unwrap_or_default();
+        assert_eq!(stored, json);
+        let back: Raw = serde_json::from_str(&stored).unwrap_or(Raw::Plain { role_first: true });
+        assert_eq!(back, kept);
+        assert!(serde_json::to_string(&Raw::Plain { role_first: true }).is_err());
+    }
 }

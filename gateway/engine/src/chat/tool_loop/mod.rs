@@ -745,7 +745,7 @@ impl Run {
     /// is held across a wait: the future is sized to the call alone.
     async fn call_target(&mut self, iteration: u32, stream: bool) -> Result<Reply, ChatError> {
         let upstream = Arc::clone(&self.l.resolved.upstream);
-        let deadline = upstream.deadline();
+        let mut deadline = upstream.deadline();
         let mut attempt = 1;
         loop {
             let body = self.body(iteration, stream)?;
@@ -757,8 +757,9 @@ impl Run {
                 Err(e) => e,
             };
             if matches!(self.mode, Mode::FunctionCalling { fallback: true }) && e.rejects_tools() {
-                // The same attempt again, with the structured prompt.
+                // The call again from its start, with the structured prompt.
                 Box::pin(self.fall_back(e)).await?;
+                (attempt, deadline) = (1, upstream.deadline());
                 continue;
             }
             if self.l.resolved.several() {

@@ -392,8 +392,8 @@ impl Upstream {
         .await
     }
 
-    /// One model call, retried per the policy, recording the time to the
-    /// response head in the metrics. The whole call, retries included, has
+    /// One model call, retried per the policy, recording each attempt's
+    /// time to the response head in the metrics. The whole call, retries included, has
     /// the upstream's total deadline; the [`Reply`] carries what is left of
     /// it for the body.
     ///
@@ -405,32 +405,32 @@ impl Upstream {
         mut call: ModelCall<'a>,
     ) -> impl Future<Output = Result<Reply, UpstreamError>> + Send + 'a {
         async move {
-            let began = std::time::Instant::now();
             let deadline = call.deadline.unwrap_or_else(|| self.deadline());
             // Every wait inside is bounded by the deadline (one timer at a time).
-            let result = self
-                .call_attempts(&mut call, deadline)
+            self.call_attempts(&mut call, deadline)
                 .await
                 .map(|(response, lease)| Reply {
                     response,
                     deadline,
                     lease,
-                });
-            let outcome = match &result {
-                Ok(_) => "ok",
-                Err(UpstreamError::Status { status, .. }) if status.is_client_error() => {
-                    "client_error"
-                }
-                Err(UpstreamError::Status { .. }) => "server_error",
-                Err(UpstreamError::Timeout { .. }) => "timeout",
-                Err(UpstreamError::Unreachable { .. }) => "unreachable",
-                Err(UpstreamError::Invalid { .. } | UpstreamError::TooLarge { .. }) => "invalid",
-            };
-            crate::support::metrics::record(|m| {
-                m.upstream_call(&self.name, outcome, began.elapsed())
-            });
-            result
+                })
         }
+    }
+
+    /// Records one attempt's outcome and its time to the response head (or
+    /// the failure) in the metrics.
+    fn record_attempt(&self, error: Option<&UpstreamError>, began: std::time::Instant) {
+        let outcome = match error {
+            None => "ok",
+            Some(UpstreamError::Status { status, .. }) if status.is_client_error() => {
+                "client_error"
+            }
+            Some(UpstreamError::Status { .. }) => "server_error",
+            Some(UpstreamError::Timeout { .. }) => "timeout",
+            Some(UpstreamError::Unreachable { .. }) => "unreachable",
+            Some(UpstreamError::Invalid { .. } | UpstreamError::TooLarge { .. }) => "invalid",
+        };
+        crate::support::metrics::record(|m| m.upstream_call(&self.name, outcome, began.elapsed()));
     }
 
     /// A request to `uri` with the gateway's headers and, when it has one,
@@ -535,10 +535,16 @@ impl Upstream {
             } else {
                 call.body.clone()
             };
-            let request = self.call_request(call, body)?;
+            let began = std::time::Instant::now();
+            let request = self.call_request(call, body).inspect_err(|e| {
+                self.record_attempt(Some(e), began);
+            })?;
             let sending = self.send(request, deadline);
             let error = match sending.await {
-                Ok((resp, lease)) if resp.status().is_success() => return Ok((resp, lease)),
+                Ok((resp, lease)) if resp.status().is_success() => {
+                    self.record_attempt(None, began);
+                    return Ok((resp, lease));
+                }
                 // The connection closes with the error body (not worth
                 // reading to its end to keep it).
                 Ok((resp, _)) => {
@@ -561,6 +567,7 @@ impl Upstream {
                 }
                 Err(e) => e,
             };
+            self.record_attempt(Some(&error), began);
             if call.single_attempt {
                 return Err(error);
             }
