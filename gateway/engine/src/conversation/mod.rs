@@ -130,7 +130,7 @@ impl PartialEq for Raw {
 pub struct Origin {
     pub protocol: Protocol,
     pub slot: Slot,
-    /// The turn as it came, byte for byte.
+    /// The turn as it came, byte for byte: kept, or written again.
     pub raw: Raw,
     /// What a translation of this turn to another protocol leaves out
     /// (field or block names, said in a notice when it happens).

@@ -223,7 +223,8 @@ impl Serialize for Message<'_> {
 /// A chat message of a role and a text alone, its two keys in the order
 /// the client wrote them: how a [`Raw::Plain`] turn is written again.
 struct PlainMessage<'a> {
-    role: &'static str,
+    /// Written as chat names it (`Role`'s serde names are chat's).
+    role: Role,
     text: &'a str,
     role_first: bool,
 }
@@ -233,22 +234,13 @@ impl Serialize for PlainMessage<'_> {
         use serde::ser::SerializeMap;
         let mut m = s.serialize_map(Some(2))?;
         if self.role_first {
-            m.serialize_entry("role", self.role)?;
+            m.serialize_entry("role", &self.role)?;
             m.serialize_entry("content", self.text)?;
         } else {
             m.serialize_entry("content", self.text)?;
-            m.serialize_entry("role", self.role)?;
+            m.serialize_entry("role", &self.role)?;
         }
         m.end()
-    }
-}
-
-/// The role a plain message of `role` names.
-fn plain_role(role: Role) -> &'static str {
-    match role {
-        Role::System => "system",
-        Role::User => "user",
-        Role::Assistant => "assistant",
     }
 }
 
@@ -256,7 +248,7 @@ fn plain_role(role: Role) -> &'static str {
 fn plain_message(role: Role, items: &[Item], role_first: bool) -> Option<PlainMessage<'_>> {
     match items {
         [Item::Text { text }] => Some(PlainMessage {
-            role: plain_role(role),
+            role,
             text,
             role_first,
         }),

@@ -393,9 +393,9 @@ impl Upstream {
     }
 
     /// One model call, retried per the policy, recording each attempt's
-    /// time to the response head in the metrics. The whole call, retries included, has
-    /// the upstream's total deadline; the [`Reply`] carries what is left of
-    /// it for the body.
+    /// time to the response head in the metrics. The whole call, retries
+    /// included, has the upstream's total deadline (or the caller's); the
+    /// [`Reply`] carries what is left of it for the body.
     ///
     /// Not an `async fn`, whose argument would take a second slot in the
     /// future beside the one the future is made with.
