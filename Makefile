@@ -3,7 +3,7 @@ CARGO ?= cargo
 CONFIG ?= .
 LISTEN ?= 127.0.0.1:8080
 
-.PHONY: book mdbook run search-model setup deb cargo-deny test check lint lint-code deny fmt bench bench-guards guard-model secret-rules fuzz demo schema prices screenshots clean
+.PHONY: book mdbook release run search-model setup deb cargo-deny test check lint lint-code deny fmt bench bench-guards guard-model secret-rules fuzz demo schema prices screenshots clean
 
 MOCK_LISTEN ?= 127.0.0.1:8089
 
@@ -204,17 +204,62 @@ check:
 fmt:
 	$(CARGO) fmt --all
 
-## bench: benchmarks, in release mode (run nothing else meanwhile)
+## release: the gateway's release build, optimized with a profile of its own
+## traffic (profile-guided): target/pgo/toolgate. A build with
+## `-Cprofile-generate` serves tests/bench/pgo-train.sh's mix of requests,
+## llvm-profdata (rustup's llvm-tools) merges what it counted, and the
+## build again with `-Cprofile-use` is the gateway the benchmarks start.
+## Each build has a target folder of its own (target/pgo/generate, .../use),
+## so neither evicts the other nor target/release. Made again when a
+## source, the training or the compiler changes.
+PGO := target/pgo
+PGO_BIN := $(PGO)/toolgate
+PGO_RUSTC := $(PGO)/rustc-$(shell rustc -vV 2>/dev/null | cksum | cut -d' ' -f1)
+PGO_SOURCES := $(wildcard $(shell git ls-files --cached --others --exclude-standard \
+	Cargo.toml Cargo.lock gateway vendor tool-macros tests/src tests/Cargo.toml 2>/dev/null)) \
+	tests/bench/pgo-train.sh tests/bench/common.sh
+release: $(PGO_BIN)
+$(PGO_RUSTC):
+	mkdir -p $(PGO) && rm -f $(PGO)/rustc-* && touch $@
+$(PGO_BIN): $(PGO_SOURCES) $(PGO_RUSTC) | $(MCP_NODE)
+	@command -v rustup >/dev/null || { echo "make release needs rustup (for llvm-tools' llvm-profdata)" >&2; exit 1; }
+	@$(MAKE) --no-print-directory deb DEB_PACKAGES="wrk curl"
+	rustup component add llvm-tools
+	@# mock-llm and fake-model, built as `make bench` builds them (one build)
+	$(CARGO) build --release -p toolgate-server --bin toolgate -p toolgate-tests --bins
+	RUSTFLAGS="-Cprofile-generate=$(abspath $(PGO))/profiles" CARGO_TARGET_DIR=$(PGO)/generate \
+		$(CARGO) build --release --locked -p toolgate-server --bin toolgate
+	@# Only the gateway's counts (not those of build scripts run above).
+	rm -rf $(PGO)/profiles
+	TOOLGATE=$(PGO)/generate/release/toolgate tests/bench/pgo-train.sh
+	@ls $(PGO)/profiles/*.profraw >/dev/null || { echo "the instrumented gateway wrote no profile" >&2; exit 1; }
+	"$$(rustc --print sysroot)/lib/rustlib/$$(rustc -vV | sed -n 's/^host: //p')/bin/llvm-profdata" \
+		merge -o $(PGO)/toolgate.profdata $(PGO)/profiles
+	@# Named by its hash: a new profile changes the flags, which rebuilds
+	@# every crate (cargo does not watch the file's content).
+	p=$(abspath $(PGO))/toolgate-$$(sha256sum $(PGO)/toolgate.profdata | cut -c1-16).profdata; \
+	rm -f $(PGO)/toolgate-*.profdata && cp $(PGO)/toolgate.profdata "$$p" && \
+	RUSTFLAGS="-Cprofile-use=$$p" CARGO_TARGET_DIR=$(PGO)/use \
+		$(CARGO) build --release --locked -p toolgate-server --bin toolgate
+	cp $(PGO)/use/release/toolgate $@
+
+## bench: benchmarks, in release mode (run nothing else meanwhile). Those
+## that start a gateway start the profile-guided build (`make release`);
+## TOOLGATE=target/release/toolgate starts the plain release build instead.
+## Those that link the gateway's crates (bench-catalog, bench-parser,
+## bench-mcp-face, bench-mcp's executor rows) are plain release builds.
 # valgrind counts the instructions per request (tests/bench/instructions.sh).
 bench: DEB_PACKAGES += valgrind
+bench: export TOOLGATE ?= $(PGO_BIN)
 bench: $(MCP_NODE) $(OPENAPI_NODE) $(SEARCH_MODEL) $(OHA) deb
 	$(CARGO) build --release -p toolgate-server --bin toolgate -p toolgate-tests --bins
+	$(if $(filter $(PGO_BIN),$(TOOLGATE)),$(MAKE) --no-print-directory release)
 	target/release/bench-catalog
 	tests/bench/catalog-rss.sh
 	target/release/bench-parser
 	target/release/bench-mcp
 	target/release/bench-mcp-face
-	TOOLGATE_WORKER_BIN=target/release/toolgate target/release/bench-code
+	TOOLGATE_WORKER_BIN=$(TOOLGATE) target/release/bench-code
 	tests/bench/proxy.sh
 	tests/bench/instructions.sh
 	target/release/bench-load

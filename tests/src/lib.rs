@@ -396,17 +396,22 @@ pub fn toolgate_bin() -> PathBuf {
     bin
 }
 
-/// The `toolgate` binary next to the running one (the benchmarks' release
-/// build: `target/release/bench-*` and `target/release/toolgate`).
-pub fn toolgate_beside_this_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe
-        .parent()
-        .unwrap()
-        .join(format!("toolgate{}", std::env::consts::EXE_SUFFIX));
+/// The `toolgate` a benchmark measures: `$TOOLGATE` when set (`make
+/// bench` sets the profile-guided build, `target/pgo/toolgate`), else the
+/// one next to the running binary (`target/release/bench-*` and
+/// `target/release/toolgate`).
+pub fn measured_toolgate() -> PathBuf {
+    let bin = match std::env::var_os("TOOLGATE") {
+        Some(bin) => PathBuf::from(bin),
+        None => std::env::current_exe()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join(format!("toolgate{}", std::env::consts::EXE_SUFFIX)),
+    };
     assert!(
         bin.exists(),
-        "{} is missing: `cargo build --release -p toolgate-server --bin toolgate`",
+        "{} is missing: `make release` (or `cargo build --release -p toolgate-server --bin toolgate`)",
         bin.display()
     );
     bin

@@ -204,7 +204,7 @@ builtins:
         ("tools.d/extra.yaml", &extra),
         ("tool-sets/default.yaml", &tool_set),
     ]);
-    let mut child = Command::new(toolgate_tests::toolgate_beside_this_binary())
+    let mut child = Command::new(toolgate_tests::measured_toolgate())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(dir.path())
         .env(

@@ -243,7 +243,7 @@ async fn main() {
 async fn hop(bin: &str, tools: &Path) {
     const CALLS: usize = 400;
     std::fs::write(tools.join("toolgate.yaml"), "reload: { watch: false }\n").unwrap();
-    let mut gate = std::process::Command::new(toolgate_tests::toolgate_beside_this_binary())
+    let mut gate = std::process::Command::new(toolgate_tests::measured_toolgate())
         .args(["serve", "--listen", "127.0.0.1:0", "--config"])
         .arg(tools)
         .env("TOOLGATE_LOG", "warn,toolgate_server::server=info")
