@@ -11,6 +11,13 @@
 #                  last, so more upstreams may be appended
 #   LOOP_BODY      a chat request the scripted model answers by calling the
 #                  builtin calculator (tool set `calc`), then with its result
+#   anthropic_upstream DIR
+#                  appends to calc_config's DIR the fake Anthropic model at
+#                  $ANTHROPIC as the upstream of `claude-*` models (the
+#                  scripted model stays `mock-model`'s)
+#   everything_tools DIR TOOL...
+#                  server-everything over stdio in DIR, its TOOLs offered
+#                  with the prefix `everything_`
 #   need TOOL...   exits, saying how to install it, when a tool is missing
 #   NGINX          nginx's path
 #   COMPLETION     the fixed chat completion the benchmarks' upstream answers
@@ -85,4 +92,31 @@ upstreams:
 YAML
   } > "$1/toolgate.yaml"
   printf 'name: calc\ntools: [calculator]\n' > "$1/tool-sets/calc.yaml"
+}
+
+anthropic_upstream() {
+  cat >> "$1/toolgate.yaml" <<YAML
+  - name: anthropic
+    base_url: http://$ANTHROPIC/v1
+    protocol: anthropic
+models:
+  - model: mock-model
+    upstream: mock
+  - model: "claude-*"
+    upstream: anthropic
+YAML
+}
+
+everything_tools() {
+  local dir=$1 tools
+  shift
+  tools=$(IFS=,; echo "$*")
+  cat > "$dir/tools.d/everything.yaml" <<YAML
+mcp_servers:
+  - name: everything
+    transport: stdio
+    command: $PWD/tests/mcp/node_modules/.bin/mcp-server-everything
+    args: [stdio]
+    tools: { include: [${tools//,/, }], prefix: everything_ }
+YAML
 }

@@ -50,25 +50,9 @@ if [ "$MESSAGES" = 1 ]; then
   # The fake Anthropic model, an upstream beside the scripted model's.
   "$BIN/fake-model" anthropic "$ANTHROPIC" >/dev/null &
   pids+=($!)
-  cat >> "$work/config/toolgate.yaml" <<YAML
-  - name: anthropic
-    base_url: http://$ANTHROPIC/v1
-    protocol: anthropic
-models:
-  - model: mock-model
-    upstream: mock
-  - model: "claude-*"
-    upstream: anthropic
-YAML
+  anthropic_upstream "$work/config"
 fi
-cat > "$work/config/tools.d/everything.yaml" <<YAML
-mcp_servers:
-  - name: everything
-    transport: stdio
-    command: $PWD/$EVERYTHING
-    args: [stdio]
-    tools: { include: [echo], prefix: everything_ }
-YAML
+everything_tools "$work/config" echo
 
 wrk_post proxy '{"model":"mock-model","messages":[{"role":"user","content":"Hello!"}]}'
 wrk_post loop "$LOOP_BODY"

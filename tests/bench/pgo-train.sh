@@ -8,7 +8,7 @@
 # several turns and client tools; the tool loop over the builtin
 # calculator and an MCP server's tools, streamed and not; Responses;
 # Anthropic Messages passed through to an `anthropic` upstream, streamed
-# and not; the tool API (an MCP tool, a builtin); the tool list and the
+# and not, and a coding agent's turn with its tool's result; the tool API (an MCP tool, a builtin); the tool list and the
 # health check; every request with an API key. Each wrk thread takes the
 # requests in turn.
 #
@@ -46,24 +46,8 @@ auth:
   keys:
     - name: train
       key_env: TRAIN_KEY"
-cat >> "$work/config/toolgate.yaml" <<YAML
-  - name: anthropic
-    base_url: http://$ANTHROPIC/v1
-    protocol: anthropic
-models:
-  - model: mock-model
-    upstream: mock
-  - model: "claude-*"
-    upstream: anthropic
-YAML
-cat > "$work/config/tools.d/everything.yaml" <<YAML
-mcp_servers:
-  - name: everything
-    transport: stdio
-    command: $PWD/$EVERYTHING
-    args: [stdio]
-    tools: { include: [echo, get-sum], prefix: everything_ }
-YAML
+anthropic_upstream "$work/config"
+everything_tools "$work/config" echo get-sum
 printf 'name: mixed\ntools: [calculator, everything_echo, everything_get-sum]\n' > "$work/config/tool-sets/mixed.yaml"
 
 # The requests, as (method, path, body) triples in a Lua table.
@@ -78,6 +62,7 @@ local bodies = {
   {"POST", "/v1/responses", '{"model":"mock-model","input":"Name three rivers in Africa."}'},
   {"POST", "/v1/responses", '{"model":"mock-model","tool_set":"mixed","stream":true,"input":[{"role":"user","content":[{"type":"input_text","text":"call calculator {\\"expression\\": \\"7*8\\"}"}]}]}'},
   {"POST", "/v1/messages", '{"model":"claude-train","max_tokens":256,"system":"Be brief.","messages":[{"role":"user","content":"Summarise the plot of Hamlet."}]}'},
+  {"POST", "/v1/messages", '{"model":"claude-train","max_tokens":512,"system":[{"type":"text","text":"You are a coding agent.","cache_control":{"type":"ephemeral"}}],"tools":[{"name":"read_file","description":"Read a file","input_schema":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}],"messages":[{"role":"user","content":"Open README.md"},{"role":"assistant","content":[{"type":"text","text":"Reading it."},{"type":"tool_use","id":"toolu_01","name":"read_file","input":{"path":"README.md"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_01","content":"# Project\\nA gateway for tools."}]}]}'},
   {"POST", "/v1/messages", '{"model":"claude-train","max_tokens":256,"stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"Count to five."}]}]}'},
   {"POST", "/v1/tools/everything_echo/invoke", '{"arguments":{"message":"a message to echo back"}}'},
   {"POST", "/v1/tools/calculator/invoke", '{"arguments":{"expression":"sqrt(2)*3"}}'},
