@@ -34,6 +34,8 @@ done
 # shellcheck source=tests/bench/common.sh
 . tests/bench/common.sh
 MOCK=127.0.0.1:$(port)
+# The API key of every request (the Lua script reads it too).
+export TRAIN_KEY=sk-train-0123456789abcdef
 GATE=127.0.0.1:$(port)
 ANTHROPIC=127.0.0.1:$(port)
 
@@ -73,7 +75,7 @@ local requests = {}
 local n = 0
 function init(args)
   for i, b in ipairs(bodies) do
-    local headers = {Authorization = "Bearer sk-train-0123456789abcdef"}
+    local headers = {Authorization = "Bearer " .. os.getenv("TRAIN_KEY")}
     if b[3] then headers["Content-Type"] = "application/json" end
     requests[i] = wrk.format(b[1], b[2], headers, b[3])
   end
@@ -93,7 +95,7 @@ function request()
 end
 LUA
 
-TRAIN_KEY=sk-train-0123456789abcdef TOOLGATE_LOG=warn "$TOOLGATE" serve --config "$work/config" --listen "$GATE" &
+TOOLGATE_LOG=warn "$TOOLGATE" serve --config "$work/config" --listen "$GATE" &
 g=$!
 pids+=("$g")
 for _ in $(seq 300); do
@@ -104,11 +106,11 @@ done
 ok=
 for _ in $(seq 100); do
   curl -sf -X POST "http://$GATE/v1/tools/everything_echo/invoke" -H 'content-type: application/json' \
-    -H 'authorization: Bearer sk-train-0123456789abcdef' \
+    -H "authorization: Bearer $TRAIN_KEY" \
     -d '{"arguments": {"message": "hi"}}' | grep -q 'Echo: hi' && ok=1 && break
   sleep 0.3
 done
-[ -n "$ok" ] || { echo "pgo-train.sh: the MCP tool never answered" >&2; kill "$g"; exit 1; }
+[ -n "$ok" ] || { echo "pgo-train.sh: the MCP tool never answered" >&2; exit 1; }
 r=$(wrk -t2 -c8 -d"${DURATION}s" -s "$work/train.lua" "http://$GATE/")
 if [ -n "${PGO_SHOW:-}" ]; then echo "$r"; else echo "$r" | grep -E "requests in|Non-2xx" || true; fi
 if grep -q -E "Non-2xx|Socket errors" <<<"$r"; then echo "pgo-train.sh: some requests failed" >&2; echo "$r" >&2; exit 1; fi
